@@ -1,0 +1,140 @@
+//! Project automation (`cargo xtask ...`), in Rust so that it runs wherever cargo does.
+//!
+//! On Linux, mlx-sys cannot build itself (it fetches MLX with git and links Apple frameworks), so
+//! `setup` prepares MLX from the `mlx-cpu` wheel, builds mlx-c and its bindings, and writes a cargo
+//! config that overrides mlx-sys's build script. Every other command runs cargo with that config.
+//! On macOS mlx-sys builds by itself and these commands are plain cargo.
+
+mod cargo_config;
+mod mlx_c;
+mod paths;
+mod system_packages;
+mod wheel;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  setup            prepare MLX for this machine (idempotent; seconds when already done)
+  test             setup, then check formatting and lints and run every test
+  serve [ARGS]     setup, then start `corral serve` (release build) with ARGS
+  cargo ARGS       setup, then run `cargo ARGS` with the MLX build configuration
+  reference        regenerate the mlx-lm reference logits (needs Python and pip)";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("xtask: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    let command = args.next().and_then(|arg| arg.into_string().ok());
+    let rest: Vec<OsString> = args.collect();
+    match command.as_deref() {
+        Some("setup") => {
+            let config = setup()?;
+            if let Some(config) = config {
+                println!("{}", config.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some("test") => test(),
+        Some("serve") => {
+            let mut cargo_args = vec![
+                "run".into(),
+                "--release".into(),
+                "--package".into(),
+                "corral".into(),
+                "--bin".into(),
+                "corral".into(),
+            ];
+            build_workers_first(true)?;
+            cargo_args.extend(["--".into(), "serve".into()]);
+            cargo_args.extend(rest);
+            cargo(&cargo_args)
+        }
+        Some("cargo") => cargo(&rest),
+        Some("reference") => reference(),
+        _ => bail!("{USAGE}"),
+    }
+}
+
+/// Prepares MLX when this platform needs it; returns the cargo config file to pass, if any.
+fn setup() -> Result<Option<PathBuf>> {
+    if cfg!(target_os = "macos") {
+        return Ok(None);
+    }
+    let paths = paths::Paths::discover()?;
+    system_packages::ensure()?;
+    let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
+    let wheel = wheel::ensure(&paths, &mlx_sys.mlx_version)?;
+    let built = mlx_c::ensure_built(&paths, &mlx_sys, &wheel)?;
+    let config = cargo_config::write(&paths, &wheel, &built)?;
+    Ok(Some(config))
+}
+
+/// Runs cargo with the MLX configuration of this machine.
+fn cargo(args: &[OsString]) -> Result<ExitCode> {
+    let config = setup()?;
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    if let Some(config) = &config {
+        command.arg("--config").arg(config);
+    }
+    command.args(args);
+    let status = command
+        .status()
+        .with_context(|| format!("running cargo {args:?}"))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn cargo_ok(args: &[&str]) -> Result<()> {
+    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+    if cargo(&args)? != ExitCode::SUCCESS {
+        bail!("cargo {} failed", args.join(" ".as_ref()).to_string_lossy());
+    }
+    Ok(())
+}
+
+/// `corral serve` starts `corral-worker` from its own directory, so both are built together.
+fn build_workers_first(release: bool) -> Result<()> {
+    let mut args = vec!["build", "--package", "corral-worker", "--bins"];
+    if release {
+        args.push("--release");
+    }
+    cargo_ok(&args)
+}
+
+fn test() -> Result<ExitCode> {
+    cargo_ok(&["fmt", "--all", "--", "--check"])?;
+    cargo_ok(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    cargo_ok(&["test", "--workspace"])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reference() -> Result<ExitCode> {
+    let paths = paths::Paths::discover()?;
+    let status = Command::new("bash")
+        .arg(paths.root.join("scripts/reference/regenerate.sh"))
+        .current_dir(&paths.root)
+        .status()
+        .context("running scripts/reference/regenerate.sh")?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
