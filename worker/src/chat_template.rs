@@ -1,0 +1,185 @@
+//! A model's chat template: OpenAI-style messages in, the prompt text the model expects out.
+//!
+//! Hugging Face models ship the template as Jinja, in `chat_template.jinja` (newer layout, wins)
+//! or in `tokenizer_config.json`'s `chat_template` (one string, or a list of named templates of
+//! which `default` is used). It is compiled once at load, so a broken template fails the model's
+//! start-up with the file named, not its first request. Rendering happens in an environment
+//! configured like transformers' (see `environment.rs`), with the variables transformers passes:
+//! `messages`, `tools` (none when absent), `add_generation_prompt`, `bos_token`, `eos_token`.
+
+mod environment;
+mod pyjson;
+mod strftime;
+
+use std::error::Error as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use minijinja::{Environment, Value, context};
+
+use crate::model_json::{
+    ChatTemplateField, JsonFileError, SpecialToken, TokenizerConfig, read_optional,
+};
+use environment::{RaisedByTemplate, hugging_face_environment};
+
+const JINJA_FILE: &str = "chat_template.jinja";
+/// The template's name inside the environment, which minijinja's messages cite with a line
+/// number. Not the file's path: in `tokenizer_config.json` that line is not the file's line.
+const TEMPLATE_NAME: &str = "chat_template";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatTemplateError {
+    #[error(transparent)]
+    ConfigFile(#[from] JsonFileError),
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} has several chat templates and none is named \"default\"")]
+    NoDefault { path: PathBuf },
+    #[error("the chat template in {path} does not parse")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: minijinja::Error,
+    },
+    /// The template rejected the conversation through `raise_exception`: the request's fault.
+    #[error("chat template raised: {0}")]
+    Raised(String),
+    #[error("the chat template from {path} failed to render")]
+    Render {
+        path: PathBuf,
+        #[source]
+        source: minijinja::Error,
+    },
+}
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    /// Where the template came from, for errors.
+    path: PathBuf,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// The template of the model in `dir`, or `None` when it has none (a base model).
+    pub fn from_model_dir(dir: &Path) -> Result<Option<Self>, ChatTemplateError> {
+        let config_path = dir.join(TokenizerConfig::FILE);
+        let config: TokenizerConfig = read_optional(&config_path)?.unwrap_or_default();
+        let jinja_path = dir.join(JINJA_FILE);
+        let (source, path) = match std::fs::read_to_string(&jinja_path) {
+            Ok(source) => (source, jinja_path),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                match pick_template(config.chat_template, &config_path)? {
+                    Some(source) => (source, config_path),
+                    None => return Ok(None),
+                }
+            }
+            Err(source) => {
+                return Err(ChatTemplateError::Read {
+                    path: jinja_path,
+                    source,
+                });
+            }
+        };
+        let token = |t: Option<SpecialToken>| t.map(|t| t.text().to_owned());
+        Self::new(
+            source,
+            path,
+            token(config.bos_token),
+            token(config.eos_token),
+        )
+        .map(Some)
+    }
+
+    /// Compiles `source`; `path` names it in errors.
+    pub fn new(
+        source: String,
+        path: PathBuf,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+    ) -> Result<Self, ChatTemplateError> {
+        let mut env = hugging_face_environment();
+        env.add_template_owned(TEMPLATE_NAME, source)
+            .map_err(|source| ChatTemplateError::Parse {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Self {
+            env,
+            path,
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// Renders the conversation. `messages` are passed as given (content parts, tool calls and
+    /// all); the template decides what it understands.
+    pub fn render(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        // A token the tokenizer config lacks is left undefined (renders as ""), as in
+        // transformers, where only the tokens that are set are passed.
+        let token = |t: &Option<String>| t.as_deref().map_or(Value::UNDEFINED, Value::from);
+        let ctx = context! {
+            messages => Value::from_serialize(messages),
+            tools => tools.map(Value::from_serialize),
+            add_generation_prompt,
+            bos_token => token(&self.bos_token),
+            eos_token => token(&self.eos_token),
+        };
+        self.env
+            .get_template(TEMPLATE_NAME)
+            .and_then(|template| template.render(ctx))
+            .map_err(|err| self.render_error(err))
+    }
+
+    fn render_error(&self, err: minijinja::Error) -> ChatTemplateError {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = err.source();
+        while let Some(inner) = cause {
+            if let Some(RaisedByTemplate(message)) = inner.downcast_ref() {
+                return ChatTemplateError::Raised(message.clone());
+            }
+            cause = inner.source();
+        }
+        ChatTemplateError::Render {
+            path: self.path.clone(),
+            source: err,
+        }
+    }
+}
+
+/// The template text from `tokenizer_config.json`'s `chat_template` field, if it has one.
+fn pick_template(
+    field: Option<ChatTemplateField>,
+    path: &Path,
+) -> Result<Option<String>, ChatTemplateError> {
+    match field {
+        None => Ok(None),
+        Some(ChatTemplateField::Single(source)) => Ok(Some(source)),
+        Some(ChatTemplateField::Named(named)) => named
+            .into_iter()
+            .find(|t| t.name == "default")
+            .map(|t| Some(t.template))
+            .ok_or_else(|| ChatTemplateError::NoDefault {
+                path: path.to_owned(),
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

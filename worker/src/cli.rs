@@ -1,0 +1,49 @@
+//! Command line of `corral-worker`. The supervisor starts workers itself; people and benchmarks
+//! use the one-shot `generate` command.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "corral-worker", version, about = "One model's worker process for corral")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate once from a prompt and print the text; speed and memory go to stderr.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// A Hugging Face-layout model directory.
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub prompt: String,
+    /// Render the prompt as one user message with the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop before this text (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+}

@@ -1,0 +1,251 @@
+//! One request's generation: tokenize, prefill, then sample and decode token by token until a
+//! stop token, a stop string, `max_tokens` or cancellation.
+//!
+//! Runs on the engine thread and reports through a callback, so the same loop serves the one-shot
+//! CLI and the supervisor's requests.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::{Array, Dtype};
+
+use crate::chat_template::ChatTemplateError;
+use crate::detokenizer::Detokenizer;
+use crate::loaded::LoadedModel;
+use crate::model::KvCache;
+use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams};
+use crate::stop_strings::StopStrings;
+
+/// Prompt positions computed per forward pass: bounds the activation memory of long prompts.
+const PREFILL_CHUNK: usize = 512;
+
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// Raw text, tokenized with the tokenizer's special tokens (BOS where it adds one).
+    Text(String),
+    /// A conversation rendered with the model's chat template.
+    Chat {
+        messages: Vec<serde_json::Value>,
+        tools: Option<serde_json::Value>,
+    },
+    Tokens(Vec<u32>),
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt: Prompt,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token or stop string.
+    Stop,
+    /// `max_tokens`, or the model's context is full.
+    Length,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timings {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub prefill: Duration,
+    pub decode: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The prompt fits and generation begins.
+    Accepted { prompt_tokens: usize },
+    Delta { text: String },
+    Done {
+        finish_reason: FinishReason,
+        timings: Timings,
+    },
+}
+
+/// Why a request was refused before any compute.
+#[derive(Debug, thiserror::Error)]
+pub enum RejectReason {
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt} tokens; the model's context holds {context}")]
+    PromptTooLong { prompt: usize, context: usize },
+    #[error("the model has no chat template; send a plain completion instead")]
+    NoChatTemplate,
+    #[error(transparent)]
+    ChatTemplate(#[from] ChatTemplateError),
+    #[error("cannot tokenize the prompt: {0}")]
+    Tokenize(String),
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange { id: u32, vocab: usize },
+    #[error(transparent)]
+    Sampling(#[from] InvalidParams),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error("request refused: {0}")]
+    Rejected(#[from] RejectReason),
+    #[error("MLX failed: {0}")]
+    Mlx(#[from] Exception),
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+    #[error("detokenizing failed: {0}")]
+    Detokenize(String),
+}
+
+/// Runs `request` to its end, reporting events; `cancel` is checked before each token.
+pub fn generate(
+    loaded: &LoadedModel,
+    request: &GenerateRequest,
+    cancel: &AtomicBool,
+    mut emit: impl FnMut(Event),
+) -> Result<(), GenerateError> {
+    let prompt = tokenize(loaded, &request.prompt)?;
+    let context = loaded.model.config.max_position_embeddings;
+    if prompt.len() >= context {
+        return Err(RejectReason::PromptTooLong {
+            prompt: prompt.len(),
+            context,
+        }
+        .into());
+    }
+    let mut sampler = Sampler::new(request.sampling.clone()).map_err(RejectReason::from)?;
+    emit(Event::Accepted {
+        prompt_tokens: prompt.len(),
+    });
+
+    let started = Instant::now();
+    let mut cache = loaded.model.new_cache();
+    let mut logits = prefill(loaded, &prompt, &mut cache)?;
+    let prefill_time = started.elapsed();
+
+    let decode_started = Instant::now();
+    let mut history = prompt.clone();
+    let mut detokenizer = Detokenizer::new(loaded.tokenizer.clone());
+    let mut stops = StopStrings::new(request.stop.iter().cloned());
+    let max_tokens = request.max_tokens.min(context - prompt.len());
+    let mut generated = 0;
+    let finish_reason = loop {
+        if cancel.load(Ordering::Relaxed) {
+            break FinishReason::Cancelled;
+        }
+        if generated >= max_tokens {
+            break FinishReason::Length;
+        }
+        let token = sampler.sample(&logits, &history)?;
+        history.push(token);
+        generated += 1;
+        if loaded.eos_token_ids.contains(&token) {
+            break FinishReason::Stop;
+        }
+        let text = detokenizer
+            .push(token)
+            .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
+        let outcome = stops.push(&text);
+        if !outcome.emit.is_empty() {
+            emit(Event::Delta { text: outcome.emit });
+        }
+        if outcome.stopped {
+            break FinishReason::Stop;
+        }
+        if generated < max_tokens {
+            logits = step(loaded, token, &mut cache)?;
+        }
+    };
+    if finish_reason != FinishReason::Cancelled {
+        // Flush what the detokenizer and the stop matcher still hold (both give nothing more
+        // once a stop string has matched).
+        let tail = detokenizer
+            .finish()
+            .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
+        let outcome = stops.push(&tail);
+        let mut text = outcome.emit;
+        if !outcome.stopped {
+            text.push_str(&stops.finish());
+        }
+        if !text.is_empty() {
+            emit(Event::Delta { text });
+        }
+    }
+    emit(Event::Done {
+        finish_reason,
+        timings: Timings {
+            prompt_tokens: prompt.len(),
+            completion_tokens: generated,
+            prefill: prefill_time,
+            decode: decode_started.elapsed(),
+        },
+    });
+    Ok(())
+}
+
+pub fn tokenize(loaded: &LoadedModel, prompt: &Prompt) -> Result<Vec<u32>, RejectReason> {
+    let (text, add_special_tokens) = match prompt {
+        Prompt::Tokens(tokens) => {
+            let vocab = loaded.model.config.vocab_size as usize;
+            if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
+                return Err(RejectReason::TokenOutOfRange { id, vocab });
+            }
+            return non_empty(tokens.clone());
+        }
+        Prompt::Text(text) => (text.clone(), true),
+        Prompt::Chat { messages, tools } => {
+            let template = loaded
+                .chat_template
+                .as_ref()
+                .ok_or(RejectReason::NoChatTemplate)?;
+            // The template writes the special tokens itself, as transformers' apply_chat_template.
+            (template.render(messages, tools.as_ref(), true)?, false)
+        }
+    };
+    let encoding = loaded
+        .tokenizer
+        .encode(text, add_special_tokens)
+        .map_err(|error| RejectReason::Tokenize(error.to_string()))?;
+    non_empty(encoding.get_ids().to_vec())
+}
+
+fn non_empty(tokens: Vec<u32>) -> Result<Vec<u32>, RejectReason> {
+    if tokens.is_empty() {
+        return Err(RejectReason::EmptyPrompt);
+    }
+    Ok(tokens)
+}
+
+/// Fills the cache with the prompt; returns the logits after its last token.
+fn prefill(
+    loaded: &LoadedModel,
+    prompt: &[u32],
+    cache: &mut [KvCache],
+) -> Result<Vec<f32>, Exception> {
+    let mut chunks = prompt.chunks(PREFILL_CHUNK).peekable();
+    while let Some(chunk) = chunks.next() {
+        let hidden = loaded.model.hidden_states(chunk, cache)?;
+        if chunks.peek().is_some() {
+            // Evaluating the chunk's output writes its keys and values into the cache.
+            hidden.eval()?;
+            continue;
+        }
+        let last = hidden.index((.., -1.., ..));
+        return host_logits(&loaded.model.logits(&last)?);
+    }
+    Ok(Vec::new())
+}
+
+fn step(loaded: &LoadedModel, token: u32, cache: &mut [KvCache]) -> Result<Vec<f32>, Exception> {
+    let hidden = loaded.model.hidden_states(&[token], cache)?;
+    host_logits(&loaded.model.logits(&hidden)?)
+}
+
+fn host_logits(logits: &Array) -> Result<Vec<f32>, Exception> {
+    let logits = logits.as_dtype(Dtype::Float32)?;
+    logits.eval()?;
+    Ok(logits.as_slice::<f32>().to_vec())
+}

@@ -1,0 +1,17 @@
+//! corral-worker: one model, its MLX state, tokenizer and generation.
+
+pub mod chat_template;
+pub mod cli;
+pub mod detokenizer;
+pub mod engine;
+pub mod generation;
+#[cfg(not(target_os = "macos"))]
+mod linux_shim;
+pub mod loaded;
+pub mod model;
+pub mod model_json;
+pub mod one_shot;
+mod process_memory;
+pub mod sampling;
+pub mod stop_strings;
+pub mod stop_tokens;

@@ -1,0 +1,240 @@
+//! `config.json` of a Hugging Face checkpoint, reduced to what the Llama family needs.
+//!
+//! Defaults follow mlx-lm, the reference this engine is checked against, so a checkpoint that loads
+//! there loads the same way here.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::ModelError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama 2/3 and Mistral: optional attention biases, no q/k norms.
+    Llama,
+    /// Qwen2 and Qwen2.5: biases on q/k/v.
+    Qwen2,
+    /// Qwen3: RMSNorm over each head of q and k, no biases.
+    Qwen3,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub hidden_size: i32,
+    pub intermediate_size: i32,
+    pub num_layers: i32,
+    pub num_heads: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub vocab_size: i32,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    pub rope_traditional: bool,
+    pub rope_scaling: Option<RopeScaling>,
+    pub max_position_embeddings: usize,
+    /// `None` when config.json does not say; the weights decide (is there an `lm_head`?).
+    pub tie_word_embeddings: Option<bool>,
+    pub attention_bias: bool,
+    pub mlp_bias: bool,
+    pub quantization: Option<Quantization>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    Linear {
+        factor: f32,
+    },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position_embeddings: f32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Quantization {
+    pub group_size: i32,
+    pub bits: i32,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    model_type: Option<String>,
+    hidden_size: i32,
+    intermediate_size: i32,
+    num_hidden_layers: i32,
+    num_attention_heads: i32,
+    num_key_value_heads: Option<i32>,
+    head_dim: Option<i32>,
+    vocab_size: i32,
+    rms_norm_eps: f32,
+    #[serde(default = "default_rope_theta")]
+    rope_theta: f32,
+    #[serde(default)]
+    rope_traditional: bool,
+    rope_scaling: Option<serde_json::Value>,
+    max_position_embeddings: Option<usize>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    #[serde(default)]
+    mlp_bias: bool,
+    quantization: Option<serde_json::Value>,
+}
+
+fn default_rope_theta() -> f32 {
+    10_000.0
+}
+
+const SUPPORTED_BITS: [i32; 6] = [2, 3, 4, 5, 6, 8];
+const SUPPORTED_GROUP_SIZES: [i32; 3] = [32, 64, 128];
+
+impl ModelConfig {
+    pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
+        let path = model_dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let bad = |message: String| ModelError::Config {
+            path: path.clone(),
+            message,
+        };
+        let raw: RawConfig =
+            serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
+        let architecture = match raw.model_type.as_deref() {
+            Some("llama" | "mistral") => Architecture::Llama,
+            Some("qwen2") => Architecture::Qwen2,
+            Some("qwen3") => Architecture::Qwen3,
+            Some(other) => {
+                return Err(bad(format!(
+                    "unsupported model_type {other:?} (supported: llama, mistral, qwen2, qwen3)"
+                )));
+            }
+            None => return Err(bad("no model_type".into())),
+        };
+        let positive = [
+            ("hidden_size", raw.hidden_size),
+            ("intermediate_size", raw.intermediate_size),
+            ("num_hidden_layers", raw.num_hidden_layers),
+            ("num_attention_heads", raw.num_attention_heads),
+            ("vocab_size", raw.vocab_size),
+        ];
+        if let Some((name, value)) = positive.iter().find(|(_, value)| *value <= 0) {
+            return Err(bad(format!("{name} must be positive, found {value}")));
+        }
+        let num_kv_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
+        if num_kv_heads <= 0 || raw.num_attention_heads % num_kv_heads != 0 {
+            return Err(bad(format!(
+                "num_key_value_heads {num_kv_heads} does not divide num_attention_heads {}",
+                raw.num_attention_heads
+            )));
+        }
+        let head_dim = raw
+            .head_dim
+            .unwrap_or(raw.hidden_size / raw.num_attention_heads);
+        if head_dim <= 0 || head_dim % 2 != 0 {
+            return Err(bad(format!("head_dim must be positive and even, found {head_dim}")));
+        }
+        let rope_scaling = raw
+            .rope_scaling
+            .as_ref()
+            .map(parse_rope_scaling)
+            .transpose()
+            .map_err(bad)?
+            .flatten();
+        let quantization = raw
+            .quantization
+            .as_ref()
+            .map(parse_quantization)
+            .transpose()
+            .map_err(bad)?
+            .flatten();
+        Ok(Self {
+            architecture,
+            hidden_size: raw.hidden_size,
+            intermediate_size: raw.intermediate_size,
+            num_layers: raw.num_hidden_layers,
+            num_heads: raw.num_attention_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size: raw.vocab_size,
+            rms_norm_eps: raw.rms_norm_eps,
+            rope_theta: raw.rope_theta,
+            rope_traditional: raw.rope_traditional,
+            rope_scaling,
+            max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
+            tie_word_embeddings: raw.tie_word_embeddings,
+            attention_bias: match architecture {
+                Architecture::Qwen2 => true,
+                Architecture::Qwen3 => false,
+                Architecture::Llama => raw.attention_bias.unwrap_or(false),
+            },
+            mlp_bias: raw.mlp_bias,
+            quantization,
+        })
+    }
+}
+
+fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let kind = value
+        .get("type")
+        .or_else(|| value.get("rope_type"))
+        .and_then(|kind| kind.as_str())
+        .unwrap_or("default");
+    let number = |key: &str, default: Option<f32>| -> Result<f32, String> {
+        match value.get(key).and_then(serde_json::Value::as_f64) {
+            Some(number) => Ok(number as f32),
+            None => default.ok_or_else(|| format!("rope_scaling of type {kind} needs {key}")),
+        }
+    };
+    match kind {
+        "default" => Ok(None),
+        "linear" => Ok(Some(RopeScaling::Linear {
+            factor: number("factor", None)?,
+        })),
+        "llama3" => Ok(Some(RopeScaling::Llama3 {
+            factor: number("factor", None)?,
+            low_freq_factor: number("low_freq_factor", Some(1.0))?,
+            high_freq_factor: number("high_freq_factor", Some(4.0))?,
+            original_max_position_embeddings: number(
+                "original_max_position_embeddings",
+                Some(8192.0),
+            )?,
+        })),
+        other => Err(format!(
+            "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
+        )),
+    }
+}
+
+fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>, String> {
+    if value.is_null() || value == &serde_json::Value::Bool(false) {
+        return Ok(None);
+    }
+    let quantization: Quantization = serde_json::from_value(value.clone())
+        .map_err(|error| format!("bad quantization {value}: {error}"))?;
+    if !SUPPORTED_BITS.contains(&quantization.bits) {
+        return Err(format!(
+            "quantization bits {} is not one of {SUPPORTED_BITS:?}",
+            quantization.bits
+        ));
+    }
+    if !SUPPORTED_GROUP_SIZES.contains(&quantization.group_size) {
+        return Err(format!(
+            "quantization group_size {} is not one of {SUPPORTED_GROUP_SIZES:?}",
+            quantization.group_size
+        ));
+    }
+    if let Some(mode) = value.get("mode").and_then(|mode| mode.as_str()) {
+        if mode != "affine" {
+            return Err(format!("quantization mode {mode:?} is not supported (only affine)"));
+        }
+    }
+    Ok(Some(quantization))
+}

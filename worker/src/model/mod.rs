@@ -1,0 +1,166 @@
+//! A Llama-family causal language model on MLX: loading a Hugging Face checkpoint directory and
+//! the forward pass. Everything here runs on the engine thread.
+
+mod config;
+mod kv_cache;
+mod layers;
+mod rope;
+mod transformer;
+mod weights;
+
+use std::path::{Path, PathBuf};
+
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+
+pub use config::{Architecture, ModelConfig, Quantization};
+pub use kv_cache::KvCache;
+use layers::{Embedding, Linear};
+use rope::Rope;
+use transformer::{Block, RmsNorm};
+use weights::Weights;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("{dir}: no *.safetensors weights")]
+    NoWeights { dir: PathBuf },
+    #[error("{path}: corrupt safetensors: {message}")]
+    Safetensors { path: PathBuf, message: String },
+    #[error("{dir}: tensor {name} is missing")]
+    MissingTensor { name: String, dir: PathBuf },
+    #[error("{path}: tensor {name} has shape {found:?}, expected {expected:?}")]
+    Shape {
+        name: String,
+        path: PathBuf,
+        found: Vec<i32>,
+        expected: Vec<i32>,
+    },
+    #[error("{path}: tensor {name} is {found}, expected {expected}")]
+    Dtype {
+        name: String,
+        path: PathBuf,
+        found: String,
+        expected: &'static str,
+    },
+    #[error("{path}: bad quantization: {message}")]
+    Quantization { path: PathBuf, message: String },
+    #[error("{dir}: MLX failed while {action}: {source}")]
+    Mlx {
+        dir: PathBuf,
+        action: &'static str,
+        source: Exception,
+    },
+}
+
+pub struct Model {
+    pub config: ModelConfig,
+    embed_tokens: Embedding,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    /// `None` when the output projection is tied to the embedding table.
+    lm_head: Option<Linear>,
+    rope: Rope,
+    weight_bytes: usize,
+}
+
+impl Model {
+    pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
+        let config = ModelConfig::load(model_dir)?;
+        let mut weights = Weights::load(model_dir)?;
+        let weight_bytes = weights.total_bytes();
+        let quant = config.quantization;
+        let embed_tokens = Embedding::load(
+            &mut weights,
+            "model.embed_tokens",
+            config.vocab_size,
+            config.hidden_size,
+            quant,
+        )?;
+        let layers = (0..config.num_layers)
+            .map(|index| Block::load(&mut weights, &config, index))
+            .collect::<Result<Vec<_>, _>>()?;
+        let norm = RmsNorm::load(
+            &mut weights,
+            "model.norm.weight",
+            config.hidden_size,
+            config.rms_norm_eps,
+        )?;
+        let tied = config
+            .tie_word_embeddings
+            .unwrap_or(!weights.contains("lm_head.weight"));
+        let lm_head = if tied {
+            None
+        } else {
+            Some(Linear::load(
+                &mut weights,
+                "lm_head",
+                config.vocab_size,
+                config.hidden_size,
+                false,
+                quant,
+            )?)
+        };
+        let leftovers = weights.leftover_names();
+        if !leftovers.is_empty() {
+            tracing::warn!(dir = %model_dir.display(), tensors = ?leftovers, "ignoring tensors no layer uses");
+        }
+        let rope = Rope::new(
+            config.head_dim,
+            config.rope_theta,
+            config.rope_traditional,
+            config.rope_scaling,
+        )
+        .map_err(|source| ModelError::Mlx {
+            dir: model_dir.to_path_buf(),
+            action: "building rotary frequencies",
+            source,
+        })?;
+        Ok(Self {
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            weight_bytes,
+        })
+    }
+
+    /// Bytes of all weights as loaded (the admission estimate's base).
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    pub fn new_cache(&self) -> Vec<KvCache> {
+        self.layers.iter().map(|_| KvCache::default()).collect()
+    }
+
+    /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.
+    pub fn hidden_states(&self, tokens: &[u32], cache: &mut [KvCache]) -> Result<Array, Exception> {
+        let ids = Array::from_slice(tokens, &[1, tokens.len() as i32]);
+        let mut h = self.embed_tokens.lookup(&ids)?;
+        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
+            h = layer.forward(&h, &self.rope, layer_cache)?;
+        }
+        self.norm.forward(&h)
+    }
+
+    /// Logits over the vocabulary for each position of `hidden`.
+    pub fn logits(&self, hidden: &Array) -> Result<Array, Exception> {
+        match &self.lm_head {
+            Some(lm_head) => lm_head.forward(hidden),
+            None => self.embed_tokens.as_linear(hidden),
+        }
+    }
+
+    pub fn dtype(&self) -> mlx_rs::Dtype {
+        self.embed_tokens.dtype()
+    }
+}

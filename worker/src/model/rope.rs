@@ -1,0 +1,113 @@
+//! Rotary position embeddings, as mlx-lm's `initialize_rope` builds them for the Llama family.
+
+use mlx_rs::error::Exception;
+use mlx_rs::ops::{self, select};
+use mlx_rs::{Array, fast};
+
+use super::config::RopeScaling;
+
+pub struct Rope {
+    dims: i32,
+    traditional: bool,
+    base: f32,
+    scale: f32,
+    /// Per-frequency wavelengths replacing `base` (llama3 scaling).
+    freqs: Option<Array>,
+}
+
+impl Rope {
+    pub fn new(
+        dims: i32,
+        base: f32,
+        traditional: bool,
+        scaling: Option<RopeScaling>,
+    ) -> Result<Self, Exception> {
+        let (scale, freqs) = match scaling {
+            None => (1.0, None),
+            Some(RopeScaling::Linear { factor }) => (1.0 / factor, None),
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) => (
+                1.0,
+                Some(llama3_freqs(
+                    dims,
+                    base,
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_max_position_embeddings,
+                )?),
+            ),
+        };
+        Ok(Self {
+            dims,
+            traditional,
+            base,
+            scale,
+            freqs,
+        })
+    }
+
+    /// `x` is `[batch, heads, positions, head_dim]`; `offset` is the first position's index.
+    pub fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
+        let base = if self.freqs.is_some() {
+            None
+        } else {
+            Some(self.base)
+        };
+        fast::rope(
+            x,
+            self.dims,
+            self.traditional,
+            base,
+            self.scale,
+            offset,
+            self.freqs.as_ref(),
+        )
+    }
+}
+
+/// Computed with MLX ops in mlx-lm's order, so the rounding matches the reference.
+fn llama3_freqs(
+    dims: i32,
+    base: f32,
+    factor: f32,
+    low_freq_factor: f32,
+    high_freq_factor: f32,
+    old_context_len: f32,
+) -> Result<Array, Exception> {
+    let low_freq_wavelen = old_context_len / low_freq_factor;
+    let high_freq_wavelen = old_context_len / high_freq_factor;
+    let exponents = ops::divide(
+        &ops::arange::<i32, i32>(0, dims, 2)?,
+        &Array::from_int(dims),
+    )?;
+    let freqs = ops::power(&Array::from_f32(base), &exponents)?;
+    let wavelens = ops::multiply(&Array::from_f32(2.0 * std::f32::consts::PI), &freqs)?;
+    let freqs = select(
+        &wavelens.gt(Array::from_f32(low_freq_wavelen))?,
+        &ops::multiply(&freqs, &Array::from_f32(factor))?,
+        &freqs,
+    )?;
+    let is_medium = ops::logical_and(
+        &wavelens.gt(Array::from_f32(high_freq_wavelen))?,
+        &wavelens.lt(Array::from_f32(low_freq_wavelen))?,
+    )?;
+    let smooth_factors = ops::divide(
+        &ops::subtract(
+            &ops::divide(&Array::from_f32(old_context_len), &wavelens)?,
+            &Array::from_f32(low_freq_factor),
+        )?,
+        &Array::from_f32(high_freq_factor - low_freq_factor),
+    )?;
+    let one_minus = ops::subtract(&Array::from_f32(1.0), &smooth_factors)?;
+    let denominator = ops::add(
+        &ops::divide(&one_minus, &Array::from_f32(factor))?,
+        &smooth_factors,
+    )?;
+    let smooth_freqs = ops::divide(&freqs, &denominator)?;
+    select(&is_medium, &smooth_freqs, &freqs)
+}

@@ -1,0 +1,165 @@
+//! The decoder stack of the Llama family: attention with grouped-query heads, SwiGLU MLP,
+//! pre-norm residual blocks. Qwen2 adds q/k/v biases, Qwen3 adds RMSNorm over q and k heads.
+
+use mlx_rs::error::Exception;
+use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops;
+use mlx_rs::Array;
+
+use super::config::{Architecture, ModelConfig};
+use super::kv_cache::KvCache;
+use super::layers::Linear;
+use super::rope::Rope;
+use super::weights::Weights;
+use super::ModelError;
+
+pub struct RmsNorm {
+    weight: Array,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub fn load(weights: &mut Weights, name: &str, size: i32, eps: f32) -> Result<Self, ModelError> {
+        Ok(Self {
+            weight: weights.take_float(name, &[size])?,
+            eps,
+        })
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        fast::rms_norm(x, Some(&self.weight), self.eps)
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    num_heads: i32,
+    num_kv_heads: i32,
+    scale: f32,
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+pub struct Block {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl Block {
+    pub fn load(weights: &mut Weights, config: &ModelConfig, index: i32) -> Result<Self, ModelError> {
+        let prefix = format!("model.layers.{index}");
+        let eps = config.rms_norm_eps;
+        let hidden = config.hidden_size;
+        Ok(Self {
+            input_layernorm: RmsNorm::load(
+                weights,
+                &format!("{prefix}.input_layernorm.weight"),
+                hidden,
+                eps,
+            )?,
+            self_attn: Attention::load(weights, config, &format!("{prefix}.self_attn"))?,
+            post_attention_layernorm: RmsNorm::load(
+                weights,
+                &format!("{prefix}.post_attention_layernorm.weight"),
+                hidden,
+                eps,
+            )?,
+            mlp: Mlp::load(weights, config, &format!("{prefix}.mlp"))?,
+        })
+    }
+
+    pub fn forward(&self, x: &Array, rope: &Rope, cache: &mut KvCache) -> Result<Array, Exception> {
+        let attended = self
+            .self_attn
+            .forward(&self.input_layernorm.forward(x)?, rope, cache)?;
+        let h = ops::add(x, &attended)?;
+        let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?;
+        ops::add(&h, &mlp_out)
+    }
+}
+
+impl Attention {
+    fn load(weights: &mut Weights, config: &ModelConfig, prefix: &str) -> Result<Self, ModelError> {
+        let hidden = config.hidden_size;
+        let q_width = config.num_heads * config.head_dim;
+        let kv_width = config.num_kv_heads * config.head_dim;
+        let bias = config.attention_bias;
+        let o_bias = bias && config.architecture == Architecture::Llama;
+        let quant = config.quantization;
+        let head_norm = |weights: &mut Weights, name: &str| -> Result<Option<RmsNorm>, ModelError> {
+            if config.architecture != Architecture::Qwen3 {
+                return Ok(None);
+            }
+            let name = format!("{prefix}.{name}.weight");
+            RmsNorm::load(weights, &name, config.head_dim, config.rms_norm_eps).map(Some)
+        };
+        Ok(Self {
+            q_proj: Linear::load(weights, &format!("{prefix}.q_proj"), q_width, hidden, bias, quant)?,
+            k_proj: Linear::load(weights, &format!("{prefix}.k_proj"), kv_width, hidden, bias, quant)?,
+            v_proj: Linear::load(weights, &format!("{prefix}.v_proj"), kv_width, hidden, bias, quant)?,
+            o_proj: Linear::load(weights, &format!("{prefix}.o_proj"), hidden, q_width, o_bias, quant)?,
+            q_norm: head_norm(weights, "q_norm")?,
+            k_norm: head_norm(weights, "k_norm")?,
+            num_heads: config.num_heads,
+            num_kv_heads: config.num_kv_heads,
+            scale: (config.head_dim as f32).powf(-0.5),
+        })
+    }
+
+    fn forward(&self, x: &Array, rope: &Rope, cache: &mut KvCache) -> Result<Array, Exception> {
+        let (batch, length) = (x.dim(0), x.dim(1));
+        let heads = |projected: Array, count: i32, norm: Option<&RmsNorm>| {
+            let split = projected.reshape(&[batch, length, count, -1])?;
+            let split = match norm {
+                Some(norm) => norm.forward(&split)?,
+                None => split,
+            };
+            split.transpose_axes(&[0, 2, 1, 3])
+        };
+        let queries = heads(self.q_proj.forward(x)?, self.num_heads, self.q_norm.as_ref())?;
+        let keys = heads(self.k_proj.forward(x)?, self.num_kv_heads, self.k_norm.as_ref())?;
+        let values = heads(self.v_proj.forward(x)?, self.num_kv_heads, None)?;
+        let offset = cache.offset();
+        let queries = rope.apply(&queries, offset)?;
+        let keys = rope.apply(&keys, offset)?;
+        let (keys, values) = cache.update_and_fetch(&keys, &values)?;
+        // One new position attends to everything cached; several need the causal mask.
+        let mask = (length > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        let output =
+            fast::scaled_dot_product_attention(&queries, &keys, &values, self.scale, mask, None)?;
+        let output = output
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[batch, length, -1])?;
+        self.o_proj.forward(&output)
+    }
+}
+
+impl Mlp {
+    fn load(weights: &mut Weights, config: &ModelConfig, prefix: &str) -> Result<Self, ModelError> {
+        let (hidden, inner) = (config.hidden_size, config.intermediate_size);
+        let (bias, quant) = (config.mlp_bias, config.quantization);
+        Ok(Self {
+            gate_proj: Linear::load(weights, &format!("{prefix}.gate_proj"), inner, hidden, bias, quant)?,
+            up_proj: Linear::load(weights, &format!("{prefix}.up_proj"), inner, hidden, bias, quant)?,
+            down_proj: Linear::load(weights, &format!("{prefix}.down_proj"), hidden, inner, bias, quant)?,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        let gate = self.gate_proj.forward(x)?;
+        let silu = ops::multiply(&gate, &ops::sigmoid(&gate)?)?;
+        let activated = ops::multiply(&silu, &self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&activated)
+    }
+}

@@ -1,0 +1,171 @@
+//! The checkpoint's tensors, loaded through MLX from `*.safetensors` files.
+//!
+//! MLX reads each tensor straight from the file into its own array (no intermediate host copy).
+//! Before that, every file's header is checked here against the file's length, so a truncated
+//! or corrupt file ends with an error naming it instead of an MLX abort during evaluation.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use mlx_rs::{Array, Dtype};
+
+use super::ModelError;
+
+/// Safetensors headers above this are not checkpoints but corruption.
+const MAX_HEADER_BYTES: u64 = 100 * 1024 * 1024;
+
+pub struct Weights {
+    tensors: HashMap<String, (Array, PathBuf)>,
+    model_dir: PathBuf,
+}
+
+impl Weights {
+    pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
+        let files = safetensors_files(model_dir)?;
+        let mut tensors = HashMap::new();
+        for file in files {
+            check_header(&file)?;
+            let arrays = Array::load_safetensors(&file).map_err(|error| ModelError::Safetensors {
+                path: file.clone(),
+                message: error.to_string(),
+            })?;
+            // Materialize now, as mlx-lm does: a loaded worker then holds its weights, and a
+            // file that fails to read fails the load rather than the first request.
+            mlx_rs::transforms::eval(arrays.values()).map_err(|error| {
+                ModelError::Safetensors {
+                    path: file.clone(),
+                    message: error.to_string(),
+                }
+            })?;
+            for (name, array) in arrays {
+                tensors.insert(name, (array, file.clone()));
+            }
+        }
+        Ok(Self {
+            tensors,
+            model_dir: model_dir.to_path_buf(),
+        })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// Removes and returns a tensor, checking its shape.
+    pub fn take(&mut self, name: &str, shape: &[i32]) -> Result<Array, ModelError> {
+        let (array, file) = self.take_any(name)?;
+        if array.shape() != shape {
+            return Err(ModelError::Shape {
+                name: name.to_owned(),
+                path: file,
+                found: array.shape().to_vec(),
+                expected: shape.to_vec(),
+            });
+        }
+        Ok(array)
+    }
+
+    /// Removes and returns a floating-point tensor, checking its shape.
+    pub fn take_float(&mut self, name: &str, shape: &[i32]) -> Result<Array, ModelError> {
+        let file = self.file_of(name);
+        let array = self.take(name, shape)?;
+        if !matches!(
+            array.dtype(),
+            Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16
+        ) {
+            return Err(ModelError::Dtype {
+                name: name.to_owned(),
+                path: file.unwrap_or_default(),
+                found: format!("{:?}", array.dtype()),
+                expected: "a floating-point type",
+            });
+        }
+        Ok(array)
+    }
+
+    pub fn take_any(&mut self, name: &str) -> Result<(Array, PathBuf), ModelError> {
+        self.tensors
+            .remove(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.to_owned(),
+                dir: self.model_dir.clone(),
+            })
+    }
+
+    pub fn file_of(&self, name: &str) -> Option<PathBuf> {
+        self.tensors.get(name).map(|(_, file)| file.clone())
+    }
+
+    /// Tensors no layer asked for, for a warning: checkpoints carry extras (rotary caches).
+    pub fn leftover_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    pub fn total_bytes(&self) -> usize {
+        self.tensors.values().map(|(array, _)| array.nbytes()).sum()
+    }
+}
+
+fn safetensors_files(model_dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let entries = std::fs::read_dir(model_dir).map_err(|source| ModelError::Io {
+        path: model_dir.to_path_buf(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ModelError::NoWeights {
+            dir: model_dir.to_path_buf(),
+        });
+    }
+    Ok(files)
+}
+
+/// Validates the header and that every tensor's bytes lie inside the file.
+fn check_header(path: &Path) -> Result<(), ModelError> {
+    let corrupt = |message: String| ModelError::Safetensors {
+        path: path.to_path_buf(),
+        message,
+    };
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    let mut len_bytes = [0u8; 8];
+    file.read_exact(&mut len_bytes)
+        .map_err(|_| corrupt(format!("file of {file_len} bytes is too short for a header")))?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > MAX_HEADER_BYTES || 8 + header_len > file_len {
+        return Err(corrupt(format!(
+            "header length {header_len} does not fit the file of {file_len} bytes"
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header).map_err(io)?;
+    let entries: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|error| corrupt(format!("bad header: {error}")))?;
+    let data_len = file_len - 8 - header_len;
+    for (name, entry) in entries.iter().filter(|(name, _)| *name != "__metadata__") {
+        let end = entry
+            .get("data_offsets")
+            .and_then(|offsets| offsets.get(1))
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| corrupt(format!("tensor {name} has no data_offsets")))?;
+        if end > data_len {
+            return Err(corrupt(format!(
+                "tensor {name} ends at byte {end} of the data, but the file holds only {data_len}: truncated"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! `corral-worker generate`: one prompt, the text streamed to stdout, the figures to stderr.
+
+use std::io::Write;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+
+use crate::cli::GenerateArgs;
+use crate::generation::{Event, GenerateRequest, Prompt, Timings, generate};
+use crate::loaded::LoadedModel;
+use crate::process_memory::peak_resident_bytes;
+use crate::sampling::SamplingParams;
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    // The one-shot mode has a single request, so the main thread serves as the engine thread.
+    let loaded = LoadedModel::load(&args.model)?;
+    let prompt = if args.chat {
+        Prompt::Chat {
+            messages: vec![serde_json::json!({"role": "user", "content": args.prompt})],
+            tools: None,
+        }
+    } else {
+        Prompt::Text(args.prompt)
+    };
+    let request = GenerateRequest {
+        prompt,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_p: args.top_p,
+            top_k: args.top_k,
+            min_p: args.min_p,
+            repetition_penalty: args.repetition_penalty,
+            seed: args.seed,
+            ..SamplingParams::default()
+        },
+        max_tokens: args.max_tokens,
+        stop: args.stop,
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut timings = None;
+    let mut write_error = None;
+    generate(&loaded, &request, &AtomicBool::new(false), |event| match event {
+        Event::Delta { text } => {
+            if let Err(error) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+                write_error.get_or_insert(error);
+            }
+        }
+        Event::Done { timings: done, .. } => timings = Some(done),
+        Event::Accepted { .. } => {}
+    })?;
+    if let Some(error) = write_error {
+        return Err(error).context("writing to stdout");
+    }
+    writeln!(stdout).context("writing to stdout")?;
+    if let Some(timings) = timings {
+        report(&loaded, &timings);
+    }
+    Ok(())
+}
+
+fn report(loaded: &LoadedModel, timings: &Timings) {
+    let per_second = |tokens: usize, seconds: f64| {
+        if seconds > 0.0 {
+            tokens as f64 / seconds
+        } else {
+            0.0
+        }
+    };
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let prefill = timings.prefill.as_secs_f64();
+    let decode = timings.decode.as_secs_f64();
+    eprintln!(
+        "load: {:.2} s, weights {:.1} MiB",
+        loaded.load_time.as_secs_f64(),
+        mib(loaded.model.weight_bytes() as u64)
+    );
+    eprintln!(
+        "prompt: {} tokens, {:.1} tokens/s",
+        timings.prompt_tokens,
+        per_second(timings.prompt_tokens, prefill)
+    );
+    eprintln!(
+        "decode: {} tokens, {:.1} tokens/s",
+        timings.completion_tokens,
+        per_second(timings.completion_tokens.saturating_sub(1), decode)
+    );
+    let mlx_peak = mlx_rs::memory::peak_memory().unwrap_or(0) as u64;
+    let resident = peak_resident_bytes().unwrap_or(0);
+    eprintln!(
+        "peak memory: {:.1} MiB resident, {:.1} MiB MLX",
+        mib(resident),
+        mib(mlx_peak)
+    );
+}
