@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "corral-worker", version, about = "One model's worker process for corral")]
+#[command(
+    name = "corral-worker",
+    version,
+    about = "One model's worker process for corral"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

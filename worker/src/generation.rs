@@ -61,8 +61,12 @@ pub struct Timings {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The prompt fits and generation begins.
-    Accepted { prompt_tokens: usize },
-    Delta { text: String },
+    Accepted {
+        prompt_tokens: usize,
+    },
+    Delta {
+        text: String,
+    },
     Done {
         finish_reason: FinishReason,
         timings: Timings,

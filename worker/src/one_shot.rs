@@ -39,15 +39,23 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     let mut timings = None;
     let mut write_error = None;
-    generate(&loaded, &request, &AtomicBool::new(false), |event| match event {
-        Event::Delta { text } => {
-            if let Err(error) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
-                write_error.get_or_insert(error);
+    generate(
+        &loaded,
+        &request,
+        &AtomicBool::new(false),
+        |event| match event {
+            Event::Delta { text } => {
+                if let Err(error) = stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|()| stdout.flush())
+                {
+                    write_error.get_or_insert(error);
+                }
             }
-        }
-        Event::Done { timings: done, .. } => timings = Some(done),
-        Event::Accepted { .. } => {}
-    })?;
+            Event::Done { timings: done, .. } => timings = Some(done),
+            Event::Accepted { .. } => {}
+        },
+    )?;
     if let Some(error) = write_error {
         return Err(error).context("writing to stdout");
     }

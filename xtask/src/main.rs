@@ -120,15 +120,24 @@ fn build_workers_first(release: bool) -> Result<()> {
 
 fn test() -> Result<ExitCode> {
     cargo_ok(&["fmt", "--all", "--", "--check"])?;
-    cargo_ok(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    cargo_ok(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     cargo_ok(&["test", "--workspace"])?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn reference() -> Result<ExitCode> {
     let paths = paths::Paths::discover()?;
+    let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
     let status = Command::new("bash")
         .arg(paths.root.join("scripts/reference/regenerate.sh"))
+        .arg(&mlx_sys.mlx_version)
         .current_dir(&paths.root)
         .status()
         .context("running scripts/reference/regenerate.sh")?;

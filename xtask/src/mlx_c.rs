@@ -120,8 +120,12 @@ fn build_mlx_c(
         .arg(build_dir)
         .arg("--parallel")
         .arg(jobs.to_string()))?;
-    let archive = find_file(build_dir, "libmlxc.a")?
-        .with_context(|| format!("the mlx-c build left no libmlxc.a in {}", build_dir.display()))?;
+    let archive = find_file(build_dir, "libmlxc.a")?.with_context(|| {
+        format!(
+            "the mlx-c build left no libmlxc.a in {}",
+            build_dir.display()
+        )
+    })?;
     std::fs::create_dir_all(lib_dir).with_context(|| format!("creating {}", lib_dir.display()))?;
     std::fs::copy(&archive, lib_dir.join("libmlxc.a"))
         .with_context(|| format!("copying {}", archive.display()))?;

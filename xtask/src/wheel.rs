@@ -21,7 +21,11 @@ impl Wheel {
     }
 
     pub fn cmake_dir(&self) -> PathBuf {
-        self.root.join("mlx").join("share").join("cmake").join("MLX")
+        self.root
+            .join("mlx")
+            .join("share")
+            .join("cmake")
+            .join("MLX")
     }
 }
 
@@ -55,7 +59,13 @@ pub fn ensure(paths: &Paths, mlx_version: &str) -> Result<Wheel> {
     // Unpack next to the final place, then rename, so an interrupted run leaves no half wheel.
     let staging = paths.mlx.join("mlx-cpu-staging");
     let _ = std::fs::remove_dir_all(&staging);
-    python(&["-m", "zipfile", "-e", path_str(&archive)?, path_str(&staging)?])?;
+    python(&[
+        "-m",
+        "zipfile",
+        "-e",
+        path_str(&archive)?,
+        path_str(&staging)?,
+    ])?;
     std::fs::rename(&staging, &wheel.root)
         .with_context(|| format!("moving the wheel to {}", wheel.root.display()))?;
     let _ = std::fs::remove_dir_all(&download);

@@ -102,8 +102,7 @@ impl ModelConfig {
             path: path.clone(),
             message,
         };
-        let raw: RawConfig =
-            serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
+        let raw: RawConfig = serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
         let architecture = match raw.model_type.as_deref() {
             Some("llama" | "mistral") => Architecture::Llama,
             Some("qwen2") => Architecture::Qwen2,
@@ -136,7 +135,9 @@ impl ModelConfig {
             .head_dim
             .unwrap_or(raw.hidden_size / raw.num_attention_heads);
         if head_dim <= 0 || head_dim % 2 != 0 {
-            return Err(bad(format!("head_dim must be positive and even, found {head_dim}")));
+            return Err(bad(format!(
+                "head_dim must be positive and even, found {head_dim}"
+            )));
         }
         let rope_scaling = raw
             .rope_scaling
@@ -233,7 +234,9 @@ fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>,
     }
     if let Some(mode) = value.get("mode").and_then(|mode| mode.as_str()) {
         if mode != "affine" {
-            return Err(format!("quantization mode {mode:?} is not supported (only affine)"));
+            return Err(format!(
+                "quantization mode {mode:?} is not supported (only affine)"
+            ));
         }
     }
     Ok(Some(quantization))

@@ -55,7 +55,8 @@ impl Linear {
                 QuantizedWeight::load(weights, prefix, out_features, in_features, quantization)?;
             return Ok(Self::Quantized { weight, bias });
         }
-        let weight = weights.take_float(&format!("{prefix}.weight"), &[out_features, in_features])?;
+        let weight =
+            weights.take_float(&format!("{prefix}.weight"), &[out_features, in_features])?;
         Ok(Self::Dense { weight, bias })
     }
 

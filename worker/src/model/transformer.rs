@@ -1,17 +1,17 @@
 //! The decoder stack of the Llama family: attention with grouped-query heads, SwiGLU MLP,
 //! pre-norm residual blocks. Qwen2 adds q/k/v biases, Qwen3 adds RMSNorm over q and k heads.
 
+use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops;
-use mlx_rs::Array;
 
+use super::ModelError;
 use super::config::{Architecture, ModelConfig};
 use super::kv_cache::KvCache;
 use super::layers::Linear;
 use super::rope::Rope;
 use super::weights::Weights;
-use super::ModelError;
 
 pub struct RmsNorm {
     weight: Array,
@@ -19,7 +19,12 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    pub fn load(weights: &mut Weights, name: &str, size: i32, eps: f32) -> Result<Self, ModelError> {
+    pub fn load(
+        weights: &mut Weights,
+        name: &str,
+        size: i32,
+        eps: f32,
+    ) -> Result<Self, ModelError> {
         Ok(Self {
             weight: weights.take_float(name, &[size])?,
             eps,
@@ -57,7 +62,11 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn load(weights: &mut Weights, config: &ModelConfig, index: i32) -> Result<Self, ModelError> {
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        index: i32,
+    ) -> Result<Self, ModelError> {
         let prefix = format!("model.layers.{index}");
         let eps = config.rms_norm_eps;
         let hidden = config.hidden_size;
@@ -84,7 +93,9 @@ impl Block {
             .self_attn
             .forward(&self.input_layernorm.forward(x)?, rope, cache)?;
         let h = ops::add(x, &attended)?;
-        let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?;
+        let mlp_out = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&h)?)?;
         ops::add(&h, &mlp_out)
     }
 }
@@ -97,18 +108,47 @@ impl Attention {
         let bias = config.attention_bias;
         let o_bias = bias && config.architecture == Architecture::Llama;
         let quant = config.quantization;
-        let head_norm = |weights: &mut Weights, name: &str| -> Result<Option<RmsNorm>, ModelError> {
-            if config.architecture != Architecture::Qwen3 {
-                return Ok(None);
-            }
-            let name = format!("{prefix}.{name}.weight");
-            RmsNorm::load(weights, &name, config.head_dim, config.rms_norm_eps).map(Some)
-        };
+        let head_norm =
+            |weights: &mut Weights, name: &str| -> Result<Option<RmsNorm>, ModelError> {
+                if config.architecture != Architecture::Qwen3 {
+                    return Ok(None);
+                }
+                let name = format!("{prefix}.{name}.weight");
+                RmsNorm::load(weights, &name, config.head_dim, config.rms_norm_eps).map(Some)
+            };
         Ok(Self {
-            q_proj: Linear::load(weights, &format!("{prefix}.q_proj"), q_width, hidden, bias, quant)?,
-            k_proj: Linear::load(weights, &format!("{prefix}.k_proj"), kv_width, hidden, bias, quant)?,
-            v_proj: Linear::load(weights, &format!("{prefix}.v_proj"), kv_width, hidden, bias, quant)?,
-            o_proj: Linear::load(weights, &format!("{prefix}.o_proj"), hidden, q_width, o_bias, quant)?,
+            q_proj: Linear::load(
+                weights,
+                &format!("{prefix}.q_proj"),
+                q_width,
+                hidden,
+                bias,
+                quant,
+            )?,
+            k_proj: Linear::load(
+                weights,
+                &format!("{prefix}.k_proj"),
+                kv_width,
+                hidden,
+                bias,
+                quant,
+            )?,
+            v_proj: Linear::load(
+                weights,
+                &format!("{prefix}.v_proj"),
+                kv_width,
+                hidden,
+                bias,
+                quant,
+            )?,
+            o_proj: Linear::load(
+                weights,
+                &format!("{prefix}.o_proj"),
+                hidden,
+                q_width,
+                o_bias,
+                quant,
+            )?,
             q_norm: head_norm(weights, "q_norm")?,
             k_norm: head_norm(weights, "k_norm")?,
             num_heads: config.num_heads,
@@ -127,8 +167,16 @@ impl Attention {
             };
             split.transpose_axes(&[0, 2, 1, 3])
         };
-        let queries = heads(self.q_proj.forward(x)?, self.num_heads, self.q_norm.as_ref())?;
-        let keys = heads(self.k_proj.forward(x)?, self.num_kv_heads, self.k_norm.as_ref())?;
+        let queries = heads(
+            self.q_proj.forward(x)?,
+            self.num_heads,
+            self.q_norm.as_ref(),
+        )?;
+        let keys = heads(
+            self.k_proj.forward(x)?,
+            self.num_kv_heads,
+            self.k_norm.as_ref(),
+        )?;
         let values = heads(self.v_proj.forward(x)?, self.num_kv_heads, None)?;
         let offset = cache.offset();
         let queries = rope.apply(&queries, offset)?;
@@ -150,9 +198,30 @@ impl Mlp {
         let (hidden, inner) = (config.hidden_size, config.intermediate_size);
         let (bias, quant) = (config.mlp_bias, config.quantization);
         Ok(Self {
-            gate_proj: Linear::load(weights, &format!("{prefix}.gate_proj"), inner, hidden, bias, quant)?,
-            up_proj: Linear::load(weights, &format!("{prefix}.up_proj"), inner, hidden, bias, quant)?,
-            down_proj: Linear::load(weights, &format!("{prefix}.down_proj"), hidden, inner, bias, quant)?,
+            gate_proj: Linear::load(
+                weights,
+                &format!("{prefix}.gate_proj"),
+                inner,
+                hidden,
+                bias,
+                quant,
+            )?,
+            up_proj: Linear::load(
+                weights,
+                &format!("{prefix}.up_proj"),
+                inner,
+                hidden,
+                bias,
+                quant,
+            )?,
+            down_proj: Linear::load(
+                weights,
+                &format!("{prefix}.down_proj"),
+                hidden,
+                inner,
+                bias,
+                quant,
+            )?,
         })
     }
 

@@ -27,17 +27,16 @@ impl Weights {
         let mut tensors = HashMap::new();
         for file in files {
             check_header(&file)?;
-            let arrays = Array::load_safetensors(&file).map_err(|error| ModelError::Safetensors {
-                path: file.clone(),
-                message: error.to_string(),
-            })?;
-            // Materialize now, as mlx-lm does: a loaded worker then holds its weights, and a
-            // file that fails to read fails the load rather than the first request.
-            mlx_rs::transforms::eval(arrays.values()).map_err(|error| {
-                ModelError::Safetensors {
+            let arrays =
+                Array::load_safetensors(&file).map_err(|error| ModelError::Safetensors {
                     path: file.clone(),
                     message: error.to_string(),
-                }
+                })?;
+            // Materialize now, as mlx-lm does: a loaded worker then holds its weights, and a
+            // file that fails to read fails the load rather than the first request.
+            mlx_rs::transforms::eval(arrays.values()).map_err(|error| ModelError::Safetensors {
+                path: file.clone(),
+                message: error.to_string(),
             })?;
             for (name, array) in arrays {
                 tensors.insert(name, (array, file.clone()));
@@ -142,8 +141,11 @@ fn check_header(path: &Path) -> Result<(), ModelError> {
     let mut file = File::open(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();
     let mut len_bytes = [0u8; 8];
-    file.read_exact(&mut len_bytes)
-        .map_err(|_| corrupt(format!("file of {file_len} bytes is too short for a header")))?;
+    file.read_exact(&mut len_bytes).map_err(|_| {
+        corrupt(format!(
+            "file of {file_len} bytes is too short for a header"
+        ))
+    })?;
     let header_len = u64::from_le_bytes(len_bytes);
     if header_len > MAX_HEADER_BYTES || 8 + header_len > file_len {
         return Err(corrupt(format!(
@@ -152,8 +154,8 @@ fn check_header(path: &Path) -> Result<(), ModelError> {
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(io)?;
-    let entries: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
-        .map_err(|error| corrupt(format!("bad header: {error}")))?;
+    let entries: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|error| corrupt(format!("bad header: {error}")))?;
     let data_len = file_len - 8 - header_len;
     for (name, entry) in entries.iter().filter(|(name, _)| *name != "__metadata__") {
         let end = entry

@@ -1,0 +1,4 @@
+//! corral's supervisor as a library. The `corral` binary is a thin command-line layer over these
+//! modules, so integration tests and other tools call exactly the code the binary runs.
+
+pub mod fixture;
