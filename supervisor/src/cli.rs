@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use corral::fixture::{self, Arch, Bits, Dtype, FixtureOptions, Size};
+use corral::serve::{self, ServeOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,6 +23,19 @@ pub struct Cli {
 pub enum Command {
     /// Write a deterministic random-weight model directory (Hugging Face layout) for tests.
     Fixture(FixtureArgs),
+    /// Serve a model (for now: one generation with a worker; the HTTP API comes next).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A model directory; without one, a generated `small` model in the state directory.
+    #[arg(long, env = "CORRAL_MODEL")]
+    model: Option<PathBuf>,
+    #[arg(long, default_value = "Tell me about the corral.")]
+    prompt: String,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +77,11 @@ impl Command {
                 );
                 Ok(())
             }
+            Command::Serve(args) => serve::run(ServeOptions {
+                model: args.model,
+                prompt: args.prompt,
+                max_tokens: args.max_tokens,
+            }),
         }
     }
 }

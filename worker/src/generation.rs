@@ -94,9 +94,9 @@ pub enum RejectReason {
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
-    #[error("request refused: {0}")]
+    #[error("request refused")]
     Rejected(#[from] RejectReason),
-    #[error("MLX failed: {0}")]
+    #[error("MLX failed")]
     Mlx(#[from] Exception),
     #[error(transparent)]
     Sample(#[from] SampleError),

@@ -42,28 +42,47 @@ fn run() -> Result<ExitCode> {
     let rest: Vec<OsString> = args.collect();
     match command.as_deref() {
         Some("setup") => {
-            let config = setup()?;
-            if let Some(config) = config {
+            if let Some(config) = setup()? {
                 println!("{}", config.display());
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some("test") => test(),
-        Some("serve") => {
-            let mut cargo_args = vec![
-                "run".into(),
-                "--release".into(),
-                "--package".into(),
-                "corral".into(),
-                "--bin".into(),
-                "corral".into(),
-            ];
-            build_workers_first(true)?;
-            cargo_args.extend(["--".into(), "serve".into()]);
-            cargo_args.extend(rest);
-            cargo(&cargo_args)
+        Some("test") => {
+            let cargo = Cargo::new()?;
+            cargo.ok(&["fmt", "--all", "--", "--check"])?;
+            cargo.ok(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])?;
+            // End-to-end tests start the real binaries, which `cargo test` alone does not build.
+            cargo.ok(&["build", "--workspace", "--bins"])?;
+            cargo.ok(&["test", "--workspace"])?;
+            Ok(ExitCode::SUCCESS)
         }
-        Some("cargo") => cargo(&rest),
+        Some("serve") => {
+            let cargo = Cargo::new()?;
+            // `corral serve` starts `corral-worker` from its own directory.
+            cargo.ok(&["build", "--release", "--workspace", "--bins"])?;
+            let mut args: Vec<OsString> = [
+                "run",
+                "--release",
+                "--quiet",
+                "--bin",
+                "corral",
+                "--",
+                "serve",
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+            args.extend(rest);
+            cargo.run(&args)
+        }
+        Some("cargo") => Cargo::new()?.run(&rest),
         Some("reference") => reference(),
         _ => bail!("{USAGE}"),
     }
@@ -83,53 +102,39 @@ fn setup() -> Result<Option<PathBuf>> {
     Ok(Some(config))
 }
 
-/// Runs cargo with the MLX configuration of this machine.
-fn cargo(args: &[OsString]) -> Result<ExitCode> {
-    let config = setup()?;
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    if let Some(config) = &config {
-        command.arg("--config").arg(config);
-    }
-    command.args(args);
-    let status = command
-        .status()
-        .with_context(|| format!("running cargo {args:?}"))?;
-    Ok(if status.success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+/// cargo, run with the MLX configuration of this machine (set up once per command).
+struct Cargo {
+    config: Option<PathBuf>,
 }
 
-fn cargo_ok(args: &[&str]) -> Result<()> {
-    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    if cargo(&args)? != ExitCode::SUCCESS {
-        bail!("cargo {} failed", args.join(" ".as_ref()).to_string_lossy());
+impl Cargo {
+    fn new() -> Result<Self> {
+        Ok(Self { config: setup()? })
     }
-    Ok(())
-}
 
-/// `corral serve` starts `corral-worker` from its own directory, so both are built together.
-fn build_workers_first(release: bool) -> Result<()> {
-    let mut args = vec!["build", "--package", "corral-worker", "--bins"];
-    if release {
-        args.push("--release");
+    fn run(&self, args: &[OsString]) -> Result<ExitCode> {
+        let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        if let Some(config) = &self.config {
+            command.arg("--config").arg(config);
+        }
+        let status = command
+            .args(args)
+            .status()
+            .with_context(|| format!("running cargo {args:?}"))?;
+        Ok(if status.success() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
     }
-    cargo_ok(&args)
-}
 
-fn test() -> Result<ExitCode> {
-    cargo_ok(&["fmt", "--all", "--", "--check"])?;
-    cargo_ok(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
-    cargo_ok(&["test", "--workspace"])?;
-    Ok(ExitCode::SUCCESS)
+    fn ok(&self, args: &[&str]) -> Result<()> {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        if self.run(&args)? != ExitCode::SUCCESS {
+            bail!("cargo {} failed", args.join(" ".as_ref()).to_string_lossy());
+        }
+        Ok(())
+    }
 }
 
 fn reference() -> Result<ExitCode> {
