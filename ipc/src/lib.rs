@@ -1,1 +1,17 @@
-//! The wire protocol between the supervisor and its workers (filled in by the supervisor issue).
+//! The wire protocol between the supervisor and its workers: the message types, the framed
+//! MessagePack codec, and the connection and handshake helpers both sides share.
+//!
+//! It is the only crate both `corral` and `corral-worker` link, so it stays small and free of
+//! policy: it knows how to move and check frames, not what a worker does with them.
+
+pub mod codec;
+pub mod connection;
+pub mod framed;
+pub mod handshake;
+pub mod message;
+
+pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
+pub use connection::{Connection, SupervisorConnection, WorkerConnection};
+pub use framed::{FrameReader, FrameWriter};
+pub use handshake::{HANDSHAKE_TIMEOUT, HandshakeError, supervisor_accept, worker_handshake};
+pub use message::*;

@@ -1,0 +1,233 @@
+//! The protocol values exchanged between the supervisor and a worker.
+//!
+//! There are exactly two message enums, one per direction ([`ToWorker`], [`FromWorker`]), so
+//! each side's reader and writer are typed and a message can never be sent the wrong way.
+//!
+//! Every request carries a `u64` id chosen by the supervisor, because one connection multiplexes
+//! many concurrent generations and every worker answer must name the request it belongs to.
+//!
+//! Compatibility: frames are MessagePack with field *names* (`rmp_serde::to_vec_named`), never
+//! positional arrays. A new `Option` field can therefore be added to any struct or struct
+//! variant without a version bump: older peers ignore the unknown name and newer peers read a
+//! missing one as `None`. Anything else (a new variant, a removed or retyped field) bumps
+//! [`PROTOCOL_VERSION`]. `Hello`, `Welcome` and `Refused` must keep their shape across versions,
+//! since they are how a version mismatch gets reported at all.
+
+use serde::{Deserialize, Serialize};
+
+/// The version both sides must speak; checked once, in the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Supervisor → worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToWorker {
+    /// The handshake succeeded; the worker may load its model.
+    Welcome,
+    /// The handshake failed; the supervisor closes the connection after this frame.
+    Refused {
+        message: String,
+    },
+    Generate {
+        id: u64,
+        request: GenerateRequest,
+    },
+    /// Stop request `id` at the next token boundary; the worker still ends it with `Done`
+    /// (`FinishReason::Cancelled`) so the supervisor knows when the sequence is really gone.
+    Cancel {
+        id: u64,
+    },
+    GetStats,
+    /// Finish or cancel every sequence, free caches, flush the SSD writer and exit 0.
+    Shutdown,
+}
+
+/// Worker → supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// The first frame on every connection. `token` is the one-time token the supervisor passed
+    /// at spawn; `pid` is checked against the socket's peer credentials.
+    Hello {
+        protocol_version: u32,
+        pid: u32,
+        token: String,
+    },
+    /// The model is loaded and the worker accepts `Generate`.
+    Ready {
+        load_time_ms: u64,
+        weight_bytes: u64,
+        context_length: u32,
+        /// A display string, not a `PathBuf`: it is only logged, and a non-UTF-8 path must not
+        /// make the frame fail to encode.
+        model_dir: String,
+    },
+    /// The model could not be loaded; the worker exits after this frame.
+    LoadFailed {
+        message: String,
+    },
+    /// The request passed validation and the prefill memory guard; the supervisor picks its
+    /// HTTP status only after this or `Rejected`.
+    Accepted {
+        id: u64,
+        prompt_tokens: u32,
+    },
+    Rejected {
+        id: u64,
+        kind: RejectKind,
+        message: String,
+    },
+    Delta {
+        id: u64,
+        text: String,
+        /// How many generated tokens this delta covers (text can lag tokens at UTF-8 or stop-
+        /// string boundaries, so one delta may cover several tokens, or none).
+        token_count: u32,
+        logprobs: Option<Vec<TokenLogprob>>,
+    },
+    /// The last frame of a request that was accepted.
+    Done {
+        id: u64,
+        finish_reason: FinishReason,
+        usage: Usage,
+        timings: Timings,
+    },
+    /// A request that was accepted failed mid-generation; no `Done` follows.
+    Error {
+        id: u64,
+        message: String,
+    },
+    Stats(WorkerStats),
+}
+
+/// Why the worker refused a request; the supervisor maps each kind to one HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectKind {
+    /// The prompt does not fit in the context window with the requested completion.
+    PromptTooLong,
+    /// The request is malformed for this model (bad chat template input, unknown token ids).
+    InvalidRequest,
+    /// Prefilling this prompt would need more memory than the guard allows right now.
+    PrefillMemory,
+    /// The worker's queue is full.
+    Overloaded,
+    /// The worker received `Shutdown` and takes no new requests.
+    ShuttingDown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FinishReason {
+    /// End-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the context window was reached.
+    Length,
+    /// The supervisor sent `Cancel`, or the worker is shutting down.
+    Cancelled,
+}
+
+/// What to generate and how to sample it. Sampling fields are plain values with neutral settings
+/// (`top_p` 1.0, `top_k` 0, `min_p` 0.0, `repetition_penalty` 1.0 mean "off"); the supervisor
+/// applies the OpenAI defaults, so the worker never has to guess them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    pub prompt: Prompt,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: u32,
+    pub min_p: f32,
+    pub repetition_penalty: f32,
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    /// How many alternatives to report per token (`top_logprobs`); `None` means no logprobs.
+    pub logprobs: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Prompt {
+    /// A completion prompt, tokenized by the worker as is.
+    Text(String),
+    /// A chat, rendered by the worker with the model's own chat template. Messages and tools are
+    /// passed through as the client sent them (OpenAI shapes vary by model and template), as
+    /// `serde_json::Value`, which MessagePack carries losslessly: objects keep their key order,
+    /// integers stay integers.
+    Chat {
+        messages: Vec<serde_json::Value>,
+        tools: Option<Vec<serde_json::Value>>,
+    },
+    /// Pre-tokenized input.
+    Tokens(Vec<u32>),
+}
+
+/// One generated token's log probability and its most likely alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token_id: u32,
+    /// The token's text, decoded on its own (lossy for byte-fallback tokens).
+    pub token: String,
+    pub logprob: f32,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token_id: u32,
+    pub token: String,
+    pub logprob: f32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    pub prefill_ms: u64,
+    pub decode_ms: u64,
+}
+
+/// A worker's answer to `GetStats`: its load and memory as only it can measure them (MLX's
+/// allocator counters live inside the worker process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    pub pid: u32,
+    pub active_sequences: u32,
+    pub queued_requests: u32,
+    pub completed: u64,
+    pub cancelled: u64,
+    pub mlx_active_bytes: u64,
+    pub mlx_cache_bytes: u64,
+    pub mlx_peak_bytes: u64,
+    pub resident_bytes: u64,
+}
+
+impl ToWorker {
+    /// The variant's name, for logs and error messages that must not dump a whole prompt.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToWorker::Welcome => "Welcome",
+            ToWorker::Refused { .. } => "Refused",
+            ToWorker::Generate { .. } => "Generate",
+            ToWorker::Cancel { .. } => "Cancel",
+            ToWorker::GetStats => "GetStats",
+            ToWorker::Shutdown => "Shutdown",
+        }
+    }
+}
+
+impl FromWorker {
+    /// The variant's name, for logs and error messages that must not dump a token or a delta.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FromWorker::Hello { .. } => "Hello",
+            FromWorker::Ready { .. } => "Ready",
+            FromWorker::LoadFailed { .. } => "LoadFailed",
+            FromWorker::Accepted { .. } => "Accepted",
+            FromWorker::Rejected { .. } => "Rejected",
+            FromWorker::Delta { .. } => "Delta",
+            FromWorker::Done { .. } => "Done",
+            FromWorker::Error { .. } => "Error",
+            FromWorker::Stats(_) => "Stats",
+        }
+    }
+}

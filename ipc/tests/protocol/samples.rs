@@ -1,0 +1,194 @@
+//! One example of every message variant, so round-trip and fuzz tests cover the whole protocol.
+
+use corral_ipc::*;
+use serde_json::json;
+
+pub fn generate_request(prompt: Prompt) -> GenerateRequest {
+    GenerateRequest {
+        prompt,
+        max_tokens: 256,
+        temperature: 0.7,
+        top_p: 0.95,
+        top_k: 40,
+        min_p: 0.05,
+        repetition_penalty: 1.1,
+        seed: Some(u64::MAX),
+        stop: vec!["</s>".into(), "\n\nUser:".into()],
+        logprobs: Some(5),
+    }
+}
+
+pub fn chat_prompt() -> Prompt {
+    Prompt::Chat {
+        messages: vec![
+            json!({"role": "system", "content": "You are terse."}),
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "héllo ✓ 🦀"},
+                {"type": "text", "text": "", "extra": null}
+            ]}),
+            json!({"zeta": 1, "alpha": -2, "mid": 1.5, "big": u64::MAX, "neg": i64::MIN,
+                   "flag": true, "none": null, "nested": {"a": [[], {}, [1, [2, [3]]]]}}),
+        ],
+        tools: Some(vec![json!({
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object", "required": ["city"]}}
+        })]),
+    }
+}
+
+pub fn to_worker() -> Vec<ToWorker> {
+    vec![
+        ToWorker::Welcome,
+        ToWorker::Refused {
+            message: "protocol version mismatch".into(),
+        },
+        ToWorker::Generate {
+            id: 1,
+            request: generate_request(Prompt::Text("Once upon a time".into())),
+        },
+        ToWorker::Generate {
+            id: 2,
+            request: generate_request(chat_prompt()),
+        },
+        ToWorker::Generate {
+            id: u64::MAX,
+            request: GenerateRequest {
+                seed: None,
+                logprobs: None,
+                stop: vec![],
+                ..generate_request(Prompt::Tokens(vec![0, 1, 128_000, u32::MAX]))
+            },
+        },
+        ToWorker::Generate {
+            id: 3,
+            request: generate_request(Prompt::Chat {
+                messages: vec![],
+                tools: None,
+            }),
+        },
+        ToWorker::Cancel { id: 7 },
+        ToWorker::GetStats,
+        ToWorker::Shutdown,
+    ]
+}
+
+pub fn from_worker() -> Vec<FromWorker> {
+    let top = |token_id, token: &str, logprob| TopLogprob {
+        token_id,
+        token: token.into(),
+        logprob,
+    };
+    vec![
+        FromWorker::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            pid: 4242,
+            token: "0123456789abcdef".into(),
+        },
+        FromWorker::Ready {
+            load_time_ms: 1234,
+            weight_bytes: 4_500_000_000,
+            context_length: 32_768,
+            model_dir: "/models/Qwen2.5-7B-Instruct-4bit".into(),
+        },
+        FromWorker::LoadFailed {
+            message: "config.json: missing field `hidden_size`".into(),
+        },
+        FromWorker::Accepted {
+            id: 1,
+            prompt_tokens: 17,
+        },
+        FromWorker::Rejected {
+            id: 2,
+            kind: RejectKind::PromptTooLong,
+            message: "prompt is 40000 tokens, context is 32768".into(),
+        },
+        FromWorker::Rejected {
+            id: 3,
+            kind: RejectKind::InvalidRequest,
+            message: String::new(),
+        },
+        FromWorker::Rejected {
+            id: 4,
+            kind: RejectKind::PrefillMemory,
+            message: "needs 3 GiB".into(),
+        },
+        FromWorker::Rejected {
+            id: 5,
+            kind: RejectKind::Overloaded,
+            message: "queue full".into(),
+        },
+        FromWorker::Rejected {
+            id: 6,
+            kind: RejectKind::ShuttingDown,
+            message: "shutting down".into(),
+        },
+        FromWorker::Delta {
+            id: 1,
+            text: " there".into(),
+            token_count: 1,
+            logprobs: None,
+        },
+        FromWorker::Delta {
+            id: 1,
+            text: "🦀".into(),
+            token_count: 3,
+            logprobs: Some(vec![TokenLogprob {
+                token_id: 9,
+                token: "\u{fffd}".into(),
+                logprob: -0.25,
+                top_logprobs: vec![top(9, "\u{fffd}", -0.25), top(10, "x", f32::NEG_INFINITY)],
+            }]),
+        },
+        FromWorker::Done {
+            id: 1,
+            finish_reason: FinishReason::Stop,
+            usage: Usage {
+                prompt_tokens: 17,
+                completion_tokens: 4,
+            },
+            timings: Timings {
+                prefill_ms: 12,
+                decode_ms: 80,
+            },
+        },
+        FromWorker::Done {
+            id: 2,
+            finish_reason: FinishReason::Length,
+            usage: Usage {
+                prompt_tokens: 0,
+                completion_tokens: u32::MAX,
+            },
+            timings: Timings {
+                prefill_ms: 0,
+                decode_ms: u64::MAX,
+            },
+        },
+        FromWorker::Done {
+            id: 3,
+            finish_reason: FinishReason::Cancelled,
+            usage: Usage {
+                prompt_tokens: 1,
+                completion_tokens: 0,
+            },
+            timings: Timings {
+                prefill_ms: 1,
+                decode_ms: 0,
+            },
+        },
+        FromWorker::Error {
+            id: 9,
+            message: "Metal command buffer failed".into(),
+        },
+        FromWorker::Stats(WorkerStats {
+            pid: 4242,
+            active_sequences: 2,
+            queued_requests: 1,
+            completed: 100,
+            cancelled: 3,
+            mlx_active_bytes: 5 << 30,
+            mlx_cache_bytes: 1 << 30,
+            mlx_peak_bytes: 6 << 30,
+            resident_bytes: 7 << 30,
+        }),
+    ]
+}
