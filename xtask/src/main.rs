@@ -114,11 +114,21 @@ impl Cargo {
 
     fn run(&self, args: &[OsString]) -> Result<ExitCode> {
         let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        if let Some(config) = &self.config {
+        let (subcommand, rest) = args
+            .split_first()
+            .map_or((None, args), |(s, r)| (Some(s), r));
+        command.args(subcommand);
+        // After the subcommand, so that external ones (clippy) pass it on to the build they run;
+        // `fmt` builds nothing and reads `--config` as rustfmt's own option.
+        if let Some(config) = self
+            .config
+            .as_ref()
+            .filter(|_| subcommand.is_some_and(|s| s != "fmt"))
+        {
             command.arg("--config").arg(config);
         }
         let status = command
-            .args(args)
+            .args(rest)
             .status()
             .with_context(|| format!("running cargo {args:?}"))?;
         Ok(if status.success() {

@@ -120,12 +120,10 @@ fn build_mlx_c(
         .arg(build_dir)
         .arg("--parallel")
         .arg(jobs.to_string()))?;
-    let archive = find_file(build_dir, "libmlxc.a")?.with_context(|| {
-        format!(
-            "the mlx-c build left no libmlxc.a in {}",
-            build_dir.display()
-        )
-    })?;
+    let archive = build_dir.join("libmlxc.a");
+    if !archive.exists() {
+        bail!("the mlx-c build left no {}", archive.display());
+    }
     std::fs::create_dir_all(lib_dir).with_context(|| format!("creating {}", lib_dir.display()))?;
     std::fs::copy(&archive, lib_dir.join("libmlxc.a"))
         .with_context(|| format!("copying {}", archive.display()))?;
@@ -186,21 +184,6 @@ fn run(command: &mut Command) -> Result<()> {
         bail!("{command:?} failed with {status}");
     }
     Ok(())
-}
-
-fn find_file(dir: &Path, name: &str) -> Result<Option<PathBuf>> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.file_name().is_some_and(|file| file == name) {
-            return Ok(Some(path));
-        }
-        if path.is_dir() {
-            if let Some(found) = find_file(&path, name)? {
-                return Ok(Some(found));
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// A stable content hash for the output key (std's hasher may change between Rust releases).

@@ -232,12 +232,12 @@ fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>,
             quantization.group_size
         ));
     }
-    if let Some(mode) = value.get("mode").and_then(|mode| mode.as_str()) {
-        if mode != "affine" {
-            return Err(format!(
-                "quantization mode {mode:?} is not supported (only affine)"
-            ));
-        }
+    if let Some(mode) = value.get("mode").and_then(|mode| mode.as_str())
+        && mode != "affine"
+    {
+        return Err(format!(
+            "quantization mode {mode:?} is not supported (only affine)"
+        ));
     }
     Ok(Some(quantization))
 }

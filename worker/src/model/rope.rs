@@ -81,15 +81,12 @@ fn llama3_freqs(
 ) -> Result<Array, Exception> {
     let low_freq_wavelen = old_context_len / low_freq_factor;
     let high_freq_wavelen = old_context_len / high_freq_factor;
-    let exponents = ops::divide(
-        &ops::arange::<i32, i32>(0, dims, 2)?,
-        &Array::from_int(dims),
-    )?;
-    let freqs = ops::power(&Array::from_f32(base), &exponents)?;
-    let wavelens = ops::multiply(&Array::from_f32(2.0 * std::f32::consts::PI), &freqs)?;
+    let exponents = ops::divide(&ops::arange::<i32, i32>(0, dims, 2)?, Array::from_int(dims))?;
+    let freqs = ops::power(Array::from_f32(base), &exponents)?;
+    let wavelens = ops::multiply(Array::from_f32(2.0 * std::f32::consts::PI), &freqs)?;
     let freqs = select(
         &wavelens.gt(Array::from_f32(low_freq_wavelen))?,
-        &ops::multiply(&freqs, &Array::from_f32(factor))?,
+        &ops::multiply(&freqs, Array::from_f32(factor))?,
         &freqs,
     )?;
     let is_medium = ops::logical_and(
@@ -98,14 +95,14 @@ fn llama3_freqs(
     )?;
     let smooth_factors = ops::divide(
         &ops::subtract(
-            &ops::divide(&Array::from_f32(old_context_len), &wavelens)?,
-            &Array::from_f32(low_freq_factor),
+            &ops::divide(Array::from_f32(old_context_len), &wavelens)?,
+            Array::from_f32(low_freq_factor),
         )?,
-        &Array::from_f32(high_freq_factor - low_freq_factor),
+        Array::from_f32(high_freq_factor - low_freq_factor),
     )?;
-    let one_minus = ops::subtract(&Array::from_f32(1.0), &smooth_factors)?;
+    let one_minus = ops::subtract(Array::from_f32(1.0), &smooth_factors)?;
     let denominator = ops::add(
-        &ops::divide(&one_minus, &Array::from_f32(factor))?,
+        &ops::divide(&one_minus, Array::from_f32(factor))?,
         &smooth_factors,
     )?;
     let smooth_freqs = ops::divide(&freqs, &denominator)?;
