@@ -1,7 +1,9 @@
 //! corral's supervisor as a library. The `corral` binary is a thin command-line layer over these
 //! modules, so integration tests and other tools call exactly the code the binary runs.
 
+pub mod api;
 pub mod default_model;
 pub mod fixture;
+pub mod pool;
 pub mod serve;
 pub mod state_dir;

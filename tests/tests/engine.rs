@@ -18,6 +18,7 @@ fn request(prompt: &str, max_tokens: usize) -> GenerateRequest {
         },
         max_tokens,
         stop: Vec::new(),
+        logprobs: None,
     }
 }
 
@@ -94,7 +95,9 @@ fn a_refused_request_does_not_stop_the_engine() {
 #[test]
 fn a_model_that_fails_to_load_is_an_error_not_a_hang() {
     let missing = std::env::temp_dir().join("corral-no-such-model");
-    let error = Engine::start(missing).err().expect("load fails");
+    let Err(error) = Engine::start(missing) else {
+        panic!("a missing model loaded");
+    };
     assert!(matches!(error, EngineError::Load(_)), "{error}");
 }
 
@@ -102,7 +105,7 @@ fn text_of(events: &[Event]) -> String {
     events
         .iter()
         .filter_map(|event| match event {
-            Event::Delta { text } => Some(text.as_str()),
+            Event::Delta { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect()

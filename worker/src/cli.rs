@@ -20,6 +20,18 @@ pub struct Cli {
 pub enum Command {
     /// Generate once from a prompt and print the text; speed and memory go to stderr.
     Generate(GenerateArgs),
+    /// Serve one model to the supervisor over its socket (started by `corral serve` only; the
+    /// one-time token comes in the CORRAL_WORKER_TOKEN environment variable).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The Unix socket the supervisor listens on for this worker.
+    #[arg(long)]
+    pub socket: PathBuf,
 }
 
 #[derive(Debug, Args)]

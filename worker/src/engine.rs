@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
@@ -21,14 +21,46 @@ pub struct ModelInfo {
     pub load_time: std::time::Duration,
 }
 
+/// Where a job's events go; called on the engine thread, so it must not block.
+pub type EventSink = Box<dyn FnMut(Result<Event, GenerateError>) + Send>;
+
 struct Job {
     request: GenerateRequest,
     cancel: Arc<AtomicBool>,
-    events: mpsc::Sender<Result<Event, GenerateError>>,
+    sink: EventSink,
+}
+
+/// MLX's memory figures, published by the engine thread after each request (reading them is
+/// an MLX call, so no other thread may).
+#[derive(Debug, Default)]
+struct MemoryGauges {
+    active: AtomicU64,
+    cache: AtomicU64,
+    peak: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemorySnapshot {
+    pub active: u64,
+    pub cache: u64,
+    pub peak: u64,
+}
+
+impl MemoryGauges {
+    fn publish(&self) {
+        let read = |value: Result<usize, _>| value.map_or(0, |bytes: usize| bytes as u64);
+        self.active
+            .store(read(mlx_rs::memory::active_memory()), Ordering::Relaxed);
+        self.cache
+            .store(read(mlx_rs::memory::cache_memory()), Ordering::Relaxed);
+        self.peak
+            .store(read(mlx_rs::memory::peak_memory()), Ordering::Relaxed);
+    }
 }
 
 pub struct Engine {
     jobs: mpsc::Sender<Job>,
+    memory: Arc<MemoryGauges>,
     thread: Option<thread::JoinHandle<()>>,
     pub info: ModelInfo,
 }
@@ -54,6 +86,8 @@ impl Engine {
     pub fn start(model_dir: PathBuf) -> Result<Self, EngineError> {
         let (jobs, job_queue) = mpsc::channel::<Job>();
         let (loaded_tx, loaded_rx) = mpsc::channel();
+        let memory = Arc::new(MemoryGauges::default());
+        let gauges = memory.clone();
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
@@ -70,31 +104,58 @@ impl Engine {
                     context_length: loaded.model.config.max_position_embeddings,
                     load_time: loaded.load_time,
                 }));
-                run_jobs(&loaded, job_queue);
+                gauges.publish();
+                run_jobs(&loaded, job_queue, &gauges);
             })
             .map_err(EngineError::Spawn)?;
         let info = loaded_rx.recv().map_err(|_| EngineError::Stopped)??;
         Ok(Self {
             jobs,
+            memory,
             thread: Some(thread),
             info,
         })
     }
 
+    pub fn memory(&self) -> MemorySnapshot {
+        MemorySnapshot {
+            active: self.memory.active.load(Ordering::Relaxed),
+            cache: self.memory.cache.load(Ordering::Relaxed),
+            peak: self.memory.peak.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Queues a request whose events are collected on a channel.
     pub fn submit(&self, request: GenerateRequest) -> Result<Submission, EngineError> {
         let (events, receiver) = mpsc::channel();
+        let cancel = self.submit_to(
+            request,
+            Box::new(move |event| {
+                // A requester that went away just stops listening; its cancel flag ends the work.
+                let _ = events.send(event);
+            }),
+        )?;
+        Ok(Submission {
+            events: receiver,
+            cancel,
+        })
+    }
+
+    /// Queues a request whose events go to `sink`; returns its cancel flag.
+    pub fn submit_to(
+        &self,
+        request: GenerateRequest,
+        sink: EventSink,
+    ) -> Result<Arc<AtomicBool>, EngineError> {
         let cancel = Arc::new(AtomicBool::new(false));
         self.jobs
             .send(Job {
                 request,
                 cancel: cancel.clone(),
-                events,
+                sink,
             })
             .map_err(|_| EngineError::Stopped)?;
-        Ok(Submission {
-            events: receiver,
-            cancel,
-        })
+        Ok(cancel)
     }
 }
 
@@ -109,14 +170,14 @@ impl Drop for Engine {
     }
 }
 
-fn run_jobs(loaded: &LoadedModel, jobs: mpsc::Receiver<Job>) {
-    for job in jobs {
+fn run_jobs(loaded: &LoadedModel, jobs: mpsc::Receiver<Job>, gauges: &MemoryGauges) {
+    for mut job in jobs {
         let result = generate(loaded, &job.request, &job.cancel, |event| {
-            // A requester that went away just stops listening; its cancel flag ends the work.
-            let _ = job.events.send(Ok(event));
+            (job.sink)(Ok(event))
         });
         if let Err(error) = result {
-            let _ = job.events.send(Err(error));
+            (job.sink)(Err(error));
         }
+        gauges.publish();
     }
 }

@@ -15,7 +15,7 @@ use crate::chat_template::ChatTemplateError;
 use crate::detokenizer::Detokenizer;
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
-use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams};
+use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
 use crate::stop_strings::StopStrings;
 
 /// Prompt positions computed per forward pass: bounds the activation memory of long prompts.
@@ -39,6 +39,17 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     pub stop: Vec<String>,
+    /// Report each sampled token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// A sampled token's log-probability (over the raw logits) and the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub text: String,
+    pub logprob: f32,
+    pub top: Vec<(u32, String, f32)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,11 +72,13 @@ pub struct Timings {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The prompt fits and generation begins.
-    Accepted {
-        prompt_tokens: usize,
-    },
+    Accepted { prompt_tokens: usize },
+    /// Text of `token_count` sampled tokens (text is held back while it may be a stop string
+    /// or an incomplete character, so one delta can cover several tokens).
     Delta {
         text: String,
+        token_count: usize,
+        logprobs: Vec<TokenLogprob>,
     },
     Done {
         finish_reason: FinishReason,
@@ -112,6 +125,19 @@ pub fn generate(
     mut emit: impl FnMut(Event),
 ) -> Result<(), GenerateError> {
     let prompt = tokenize(loaded, &request.prompt)?;
+    if cancel.load(Ordering::Relaxed) {
+        // Cancelled while queued: nobody waits for it, so skip the prefill too.
+        emit(Event::Done {
+            finish_reason: FinishReason::Cancelled,
+            timings: Timings {
+                prompt_tokens: prompt.len(),
+                completion_tokens: 0,
+                prefill: Duration::ZERO,
+                decode: Duration::ZERO,
+            },
+        });
+        return Ok(());
+    }
     let context = loaded.model.config.max_position_embeddings;
     if prompt.len() >= context {
         return Err(RejectReason::PromptTooLong {
@@ -136,6 +162,7 @@ pub fn generate(
     let mut stops = StopStrings::new(request.stop.iter().cloned());
     let max_tokens = request.max_tokens.min(context - prompt.len());
     let mut generated = 0;
+    let mut pending = PendingTokens::default();
     let finish_reason = loop {
         if cancel.load(Ordering::Relaxed) {
             break FinishReason::Cancelled;
@@ -146,6 +173,7 @@ pub fn generate(
         let token = sampler.sample(&logits, &history)?;
         history.push(token);
         generated += 1;
+        pending.record(loaded, request.logprobs, &logits, token);
         if loaded.eos_token_ids.contains(&token) {
             break FinishReason::Stop;
         }
@@ -154,7 +182,7 @@ pub fn generate(
             .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
         let outcome = stops.push(&text);
         if !outcome.emit.is_empty() {
-            emit(Event::Delta { text: outcome.emit });
+            emit(pending.delta(outcome.emit));
         }
         if outcome.stopped {
             break FinishReason::Stop;
@@ -174,8 +202,8 @@ pub fn generate(
         if !outcome.stopped {
             text.push_str(&stops.finish());
         }
-        if !text.is_empty() {
-            emit(Event::Delta { text });
+        if !text.is_empty() || pending.token_count > 0 {
+            emit(pending.delta(text));
         }
     }
     emit(Event::Done {
@@ -188,6 +216,42 @@ pub fn generate(
         },
     });
     Ok(())
+}
+
+/// Tokens sampled since the last delta, with their log-probabilities when asked for.
+#[derive(Default)]
+struct PendingTokens {
+    token_count: usize,
+    logprobs: Vec<TokenLogprob>,
+}
+
+impl PendingTokens {
+    fn record(&mut self, loaded: &LoadedModel, top: Option<usize>, logits: &[f32], token: u32) {
+        self.token_count += 1;
+        let Some(top) = top else {
+            return;
+        };
+        let text_of = |id: u32| loaded.tokenizer.decode(&[id], false).unwrap_or_default();
+        let computed = logprobs(logits, token, top);
+        self.logprobs.push(TokenLogprob {
+            token,
+            text: text_of(token),
+            logprob: computed.chosen_logprob,
+            top: computed
+                .top
+                .into_iter()
+                .map(|(id, logprob)| (id, text_of(id), logprob))
+                .collect(),
+        });
+    }
+
+    fn delta(&mut self, text: String) -> Event {
+        Event::Delta {
+            text,
+            token_count: std::mem::take(&mut self.token_count),
+            logprobs: std::mem::take(&mut self.logprobs),
+        }
+    }
 }
 
 pub fn tokenize(loaded: &LoadedModel, prompt: &Prompt) -> Result<Vec<u32>, RejectReason> {

@@ -13,5 +13,7 @@ pub mod model_json;
 pub mod one_shot;
 mod process_memory;
 pub mod sampling;
+pub mod serve;
 pub mod stop_strings;
 pub mod stop_tokens;
+mod wire;

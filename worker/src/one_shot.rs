@@ -35,6 +35,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         },
         max_tokens: args.max_tokens,
         stop: args.stop,
+        logprobs: None,
     };
     let mut stdout = std::io::stdout().lock();
     let mut timings = None;
@@ -44,7 +45,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         &request,
         &AtomicBool::new(false),
         |event| match event {
-            Event::Delta { text } => {
+            Event::Delta { text, .. } => {
                 if let Err(error) = stdout
                     .write_all(text.as_bytes())
                     .and_then(|()| stdout.flush())

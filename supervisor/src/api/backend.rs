@@ -1,0 +1,154 @@
+//! The seam between the HTTP layer and whatever runs generations (the worker pool in `corral`,
+//! an in-memory fake in the API tests).
+//!
+//! The HTTP layer needs three things from it: the model list, alias resolution, and a way to
+//! start a generation whose events it can relay. Keeping that behind a trait lets the handlers be
+//! tested without processes, and keeps pool policy (leases, eviction, respawn) out of them.
+//!
+//! Cancellation is tied to ownership: a [`GenerationStream`] carries a [`CancelOnDrop`] guard, so
+//! when a client disconnects and axum drops the response body, the guard runs the backend's
+//! cancel action (the pool sends `Cancel { id }`). The guard is disarmed once the stream has
+//! delivered its terminal event, so a finished sequence is never cancelled.
+
+use std::future::Future;
+
+use corral_ipc::{FinishReason, GenerateRequest, RejectKind, TokenLogprob, Usage};
+use tokio::sync::mpsc;
+
+/// Runs generations for the HTTP layer. Handlers are generic over it, so `generate` can be an
+/// `async fn` in implementations.
+pub trait Backend: Send + Sync + 'static {
+    /// Every model a client may ask for, by canonical id.
+    fn models(&self) -> Vec<ModelCard>;
+
+    /// The canonical id for a model name or alias, or `None` if no such model exists.
+    fn resolve(&self, name: &str) -> Option<String>;
+
+    /// Starts a generation on the canonical model `model`. Resolves once the worker has answered:
+    /// `Ok` when it accepted (the stream's first event is then [`StreamEvent::Accepted`]), `Err`
+    /// when it refused or could not be reached. If the future is dropped before it resolves (the
+    /// client went away while the model was loading or the worker deciding), the implementation
+    /// cancels whatever it started: no [`CancelOnDrop`] exists yet to do it.
+    fn generate(
+        &self,
+        model: &str,
+        request: GenerateRequest,
+    ) -> impl Future<Output = Result<GenerationStream, BackendError>> + Send;
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCard {
+    pub id: String,
+    /// Unix seconds; when the model was installed or first seen.
+    pub created: u64,
+}
+
+/// What a generation reports, in order: `Accepted`, any number of `Delta`, then `Done` or
+/// `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    Accepted {
+        prompt_tokens: u32,
+    },
+    Delta {
+        text: String,
+        token_count: u32,
+        logprobs: Option<Vec<TokenLogprob>>,
+    },
+    Done {
+        finish_reason: FinishReason,
+        usage: Usage,
+    },
+    /// The request was accepted but could not finish (the worker died or reported an error).
+    Failed {
+        message: String,
+    },
+}
+
+impl StreamEvent {
+    fn is_terminal(&self) -> bool {
+        matches!(self, StreamEvent::Done { .. } | StreamEvent::Failed { .. })
+    }
+}
+
+/// The events of one accepted generation, and the guard that cancels it if they are abandoned.
+#[derive(Debug)]
+pub struct GenerationStream {
+    events: mpsc::Receiver<StreamEvent>,
+    cancel: CancelOnDrop,
+}
+
+impl GenerationStream {
+    pub fn new(events: mpsc::Receiver<StreamEvent>, cancel: CancelOnDrop) -> Self {
+        GenerationStream { events, cancel }
+    }
+
+    /// The next event, or `None` when the backend dropped its sender. A terminal event disarms
+    /// the cancel guard: there is nothing left to cancel.
+    pub async fn next(&mut self) -> Option<StreamEvent> {
+        let event = self.events.recv().await;
+        if event.as_ref().is_some_and(StreamEvent::is_terminal) {
+            self.cancel.disarm();
+        }
+        event
+    }
+}
+
+/// Runs its action once when dropped, unless disarmed first.
+pub struct CancelOnDrop {
+    action: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl CancelOnDrop {
+    pub fn new(action: impl FnOnce() + Send + 'static) -> Self {
+        CancelOnDrop {
+            action: Some(Box::new(action)),
+        }
+    }
+
+    /// Drops the action without running it.
+    pub fn disarm(&mut self) {
+        self.action = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(action) = self.action.take() {
+            action();
+        }
+    }
+}
+
+impl std::fmt::Debug for CancelOnDrop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelOnDrop")
+            .field("armed", &self.action.is_some())
+            .finish()
+    }
+}
+
+/// Why a generation could not start or finish; `api::error` maps each to one HTTP status.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BackendError {
+    #[error("the model `{model}` does not exist")]
+    UnknownModel { model: String },
+    /// The model cannot serve now (crash-looping, queue full); the client may retry later.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// The model cannot fit in memory even after evicting idle workers.
+    #[error("{message}")]
+    InsufficientMemory { message: String },
+    /// The worker refused the request.
+    #[error("{message}")]
+    Rejected { kind: RejectKind, message: String },
+    /// The worker failed before it answered, or died while generating.
+    #[error("the worker failed: {message}")]
+    WorkerFailed { message: String },
+    #[error("internal error: {message}")]
+    Internal { message: String },
+}

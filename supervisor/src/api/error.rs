@@ -1,0 +1,163 @@
+//! Every error the HTTP API can answer with, and the one place that maps each to a status code
+//! and an OpenAI-shaped body: `{"error": {"message", "type", "code", "param"}}`.
+//!
+//! OpenAI clients parse that body to show the message, so every failure goes through here:
+//! validation, extractor rejections (malformed JSON, wrong content type, oversized body), unknown
+//! routes, and the backend's errors, including the final SSE event of a stream that failed.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use corral_ipc::RejectKind;
+use serde::Serialize;
+
+use super::backend::BackendError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request body is well-formed JSON but asks for something invalid or unsupported.
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        /// The request field at fault, reported as OpenAI's `param`.
+        param: &'static str,
+    },
+    /// The body is not JSON of the expected shape (syntax, types, content type, encoding).
+    #[error("{0}")]
+    MalformedBody(String),
+    #[error("the request body is larger than the server accepts")]
+    BodyTooLarge,
+    #[error("the model `{0}` does not exist")]
+    ModelNotFound(String),
+    #[error("no route for {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: &'static str) -> Self {
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest { .. } | ApiError::MalformedBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Backend(error) => backend_status(error),
+        }
+    }
+
+    /// The OpenAI `error` object, also sent as the last event of a failed stream.
+    pub fn body(&self) -> ErrorBody {
+        let (kind, code, param) = self.classify();
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind,
+                code,
+                param,
+            },
+        }
+    }
+
+    /// The OpenAI `type`, `code` and `param` for this error.
+    fn classify(&self) -> (&'static str, Option<&'static str>, Option<&'static str>) {
+        const INVALID: &str = "invalid_request_error";
+        const SERVER: &str = "server_error";
+        match self {
+            ApiError::InvalidRequest { param, .. } => (INVALID, None, Some(*param)),
+            ApiError::MalformedBody(_) => (INVALID, Some("invalid_json"), None),
+            ApiError::BodyTooLarge => (INVALID, Some("request_too_large"), None),
+            ApiError::ModelNotFound(_) | ApiError::Backend(BackendError::UnknownModel { .. }) => {
+                ("not_found_error", Some("model_not_found"), Some("model"))
+            }
+            ApiError::RouteNotFound { .. } => ("not_found_error", Some("unknown_url"), None),
+            ApiError::MethodNotAllowed { .. } => (INVALID, Some("method_not_allowed"), None),
+            ApiError::Backend(BackendError::Rejected { kind, .. }) => match kind {
+                RejectKind::PromptTooLong => (INVALID, Some("context_length_exceeded"), None),
+                RejectKind::PrefillMemory => (INVALID, Some("prompt_too_large_for_memory"), None),
+                RejectKind::InvalidRequest => (INVALID, None, None),
+                RejectKind::Overloaded => (SERVER, Some("overloaded"), None),
+                RejectKind::ShuttingDown => (SERVER, Some("shutting_down"), None),
+            },
+            ApiError::Backend(BackendError::Unavailable { .. }) => {
+                (SERVER, Some("model_unavailable"), None)
+            }
+            ApiError::Backend(BackendError::InsufficientMemory { .. }) => {
+                (SERVER, Some("insufficient_memory"), None)
+            }
+            ApiError::Backend(BackendError::WorkerFailed { .. }) => {
+                (SERVER, Some("worker_failed"), None)
+            }
+            ApiError::Backend(BackendError::Internal { .. }) => (SERVER, None, None),
+        }
+    }
+}
+
+fn backend_status(error: &BackendError) -> StatusCode {
+    match error {
+        BackendError::UnknownModel { .. } => StatusCode::NOT_FOUND,
+        BackendError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        BackendError::InsufficientMemory { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        BackendError::Rejected { kind, .. } => match kind {
+            RejectKind::PromptTooLong | RejectKind::PrefillMemory => StatusCode::PAYLOAD_TOO_LARGE,
+            RejectKind::InvalidRequest => StatusCode::BAD_REQUEST,
+            RejectKind::Overloaded | RejectKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        },
+        BackendError::WorkerFailed { .. } => StatusCode::BAD_GATEWAY,
+        BackendError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), error = %self, "request failed");
+        }
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if let ApiError::Backend(BackendError::Unavailable {
+            retry_after_secs, ..
+        }) = self
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        response
+    }
+}
+
+/// axum's own rejections answer in plain text with 415 or 422; OpenAI clients expect 400 (413
+/// for an oversized body) with the JSON error body.
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::BodyTooLarge
+        } else {
+            ApiError::MalformedBody(rejection.body_text())
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub code: Option<&'static str>,
+    pub param: Option<&'static str>,
+}

@@ -1,0 +1,87 @@
+//! Running one generation for a handler: resolve the model, start it on the backend, wait for
+//! the worker's acceptance (only then is the HTTP status known), and, for non-streaming
+//! responses, gather every event into one result.
+
+use corral_ipc::{FinishReason, GenerateRequest, TokenLogprob, Usage};
+
+use super::backend::{Backend, BackendError, GenerationStream, StreamEvent};
+use super::error::ApiError;
+
+/// A generation the worker has accepted.
+pub struct Started {
+    /// The canonical model id, reported back to the client.
+    pub model: String,
+    pub events: GenerationStream,
+}
+
+pub async fn start<B: Backend>(
+    backend: &B,
+    name: &str,
+    request: GenerateRequest,
+) -> Result<Started, ApiError> {
+    let model = backend
+        .resolve(name)
+        .ok_or_else(|| ApiError::ModelNotFound(name.to_owned()))?;
+    let mut events = backend.generate(&model, request).await?;
+    match events.next().await {
+        Some(StreamEvent::Accepted { .. }) => Ok(Started { model, events }),
+        Some(StreamEvent::Failed { message }) => Err(BackendError::WorkerFailed { message }.into()),
+        Some(other) => Err(BackendError::Internal {
+            message: format!("the backend for `{model}` sent {other:?} before Accepted"),
+        }
+        .into()),
+        None => Err(ended_early().into()),
+    }
+}
+
+/// The error for an event stream that closed before `Done` or `Failed`.
+pub fn ended_early() -> BackendError {
+    BackendError::WorkerFailed {
+        message: "the worker ended the request without finishing it".to_owned(),
+    }
+}
+
+/// A whole generation, for a non-streaming response.
+pub struct Collected {
+    pub text: String,
+    /// `Some` when the worker reported logprobs (the client asked for them).
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+}
+
+pub async fn collect(mut events: GenerationStream) -> Result<Collected, ApiError> {
+    let mut text = String::new();
+    let mut logprobs: Option<Vec<TokenLogprob>> = None;
+    loop {
+        match events.next().await {
+            Some(StreamEvent::Delta {
+                text: delta,
+                logprobs: delta_logprobs,
+                ..
+            }) => {
+                text.push_str(&delta);
+                if let Some(delta_logprobs) = delta_logprobs {
+                    logprobs.get_or_insert_default().extend(delta_logprobs);
+                }
+            }
+            Some(StreamEvent::Done {
+                finish_reason,
+                usage,
+            }) => {
+                return Ok(Collected {
+                    text,
+                    logprobs,
+                    finish_reason,
+                    usage,
+                });
+            }
+            Some(StreamEvent::Failed { message }) => {
+                return Err(BackendError::WorkerFailed { message }.into());
+            }
+            // A repeated acceptance carries nothing new.
+            Some(StreamEvent::Accepted { .. }) => {}
+            None => return Err(ended_early().into()),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The OpenAI-compatible HTTP API: `POST /v1/chat/completions`, `POST /v1/completions`,
+//! `GET /v1/models` and `GET /health`, served by axum over an abstract [`Backend`].
+//!
+//! This layer parses and validates requests, resolves model names, and relays a generation as
+//! JSON or server-sent events. It knows nothing of processes: the worker pool implements
+//! [`Backend`], and the tests use an in-memory one. Every error answer, whatever its cause, is
+//! built in `error.rs`.
+
+mod backend;
+mod chat;
+mod chat_response;
+mod completions;
+mod error;
+mod extract;
+mod generation;
+mod logprobs;
+mod messages;
+mod models;
+mod router;
+mod sampling;
+mod sse;
+mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use backend::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
+pub use router::{MAX_BODY_BYTES, router};
+pub use sampling::DEFAULT_MAX_TOKENS;

@@ -1,0 +1,46 @@
+//! The routes of the OpenAI API and the layers every request goes through.
+//!
+//! Unknown routes and wrong methods answer with the OpenAI error body too, and the body size
+//! limit is enforced by `DefaultBodyLimit`, which the JSON extractor reports as a 413 in that
+//! shape, so no response from this router is ever axum's plain text.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::routing::{get, post};
+
+use super::backend::Backend;
+use super::error::ApiError;
+use super::{chat, completions, models};
+
+/// Large enough for long chats with tool definitions; larger bodies are refused before parsing.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+pub fn router<B: Backend>(backend: Arc<B>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::handler::<B>))
+        .route("/v1/completions", post(completions::handler::<B>))
+        .route("/v1/models", get(models::list::<B>))
+        .route("/v1/models/{model}", get(models::get::<B>))
+        .route("/health", get(models::health))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(backend)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}

@@ -1,0 +1,189 @@
+//! The request fields chat and completions share (sampling, limits, `n`, streaming), and their
+//! validation into the neutral values `GenerateRequest` carries.
+//!
+//! Validation happens here, before the backend is asked, so a bad value is a 400 that names the
+//! parameter rather than a worker-side failure. Fields OpenAI defines but corral cannot honour
+//! are refused with a message saying so, never silently ignored.
+
+use corral_ipc::{GenerateRequest, Prompt};
+use serde::Deserialize;
+
+use super::error::ApiError;
+
+/// Used when the client sets neither `max_tokens` nor `max_completion_tokens`.
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// OpenAI's limit on alternatives per token.
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+/// OpenAI's limit on stop sequences.
+pub const MAX_STOP_SEQUENCES: usize = 4;
+
+/// Flattened into each endpoint's request; unknown fields are ignored, as OpenAI clients send
+/// fields this server has no use for.
+#[derive(Debug, Default, Deserialize)]
+pub struct SamplingParams {
+    pub model: String,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// Not OpenAI's, but common in local servers; zero or negative means off.
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Option<StopInput>,
+    pub n: Option<u32>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub response_format: Option<ResponseFormat>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Only plain text is supported: constrained decoding (JSON mode, schemas) is not implemented.
+#[derive(Debug, Deserialize)]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+impl SamplingParams {
+    pub fn stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// Whether a streamed response ends with a usage chunk.
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|options| options.include_usage)
+            .unwrap_or(false)
+    }
+
+    /// Validates every shared field and builds the worker request. `max_tokens` is the endpoint's
+    /// own choice (chat prefers `max_completion_tokens`); `logprobs` is already validated.
+    pub fn build_request(
+        &self,
+        prompt: Prompt,
+        max_tokens: Option<u32>,
+        logprobs: Option<u32>,
+    ) -> Result<GenerateRequest, ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::invalid(
+                "only n=1 is supported: this server generates one choice per request",
+                "n",
+            ));
+        }
+        check_response_format(self.response_format.as_ref())?;
+        let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if max_tokens == 0 {
+            return Err(ApiError::invalid(
+                "max_tokens must be at least 1",
+                "max_tokens",
+            ));
+        }
+        Ok(GenerateRequest {
+            prompt,
+            max_tokens,
+            temperature: in_range(self.temperature, 1.0, 0.0, 2.0, "temperature")?,
+            top_p: in_range(self.top_p, 1.0, 0.0, 1.0, "top_p")?,
+            top_k: self
+                .top_k
+                .map_or(0, |k| u32::try_from(k.max(0)).unwrap_or(u32::MAX)),
+            min_p: in_range(self.min_p, 0.0, 0.0, 1.0, "min_p")?,
+            repetition_penalty: repetition_penalty(self.repetition_penalty)?,
+            seed: self.seed,
+            stop: stop_sequences(self.stop.as_ref())?,
+            logprobs,
+        })
+    }
+}
+
+/// Checks `top_logprobs` against OpenAI's bound; shared by both endpoints' logprob fields.
+pub fn top_logprobs(count: u32, param: &'static str) -> Result<u32, ApiError> {
+    if count > MAX_TOP_LOGPROBS {
+        return Err(ApiError::invalid(
+            format!("{param} must be between 0 and {MAX_TOP_LOGPROBS}, got {count}"),
+            param,
+        ));
+    }
+    Ok(count)
+}
+
+fn check_response_format(format: Option<&ResponseFormat>) -> Result<(), ApiError> {
+    match format.map(|format| format.kind.as_str()) {
+        None | Some("text") => Ok(()),
+        Some(kind @ ("json_object" | "json_schema")) => Err(ApiError::invalid(
+            format!(
+                "response_format type `{kind}` is not supported by this server \
+                 (no constrained decoding); only `text` is"
+            ),
+            "response_format",
+        )),
+        Some(kind) => Err(ApiError::invalid(
+            format!("unknown response_format type `{kind}`; only `text` is supported"),
+            "response_format",
+        )),
+    }
+}
+
+fn in_range(
+    value: Option<f32>,
+    default: f32,
+    min: f32,
+    max: f32,
+    param: &'static str,
+) -> Result<f32, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(value) if (min..=max).contains(&value) => Ok(value),
+        Some(value) => Err(ApiError::invalid(
+            format!("{param} must be between {min} and {max}, got {value}"),
+            param,
+        )),
+    }
+}
+
+fn repetition_penalty(value: Option<f32>) -> Result<f32, ApiError> {
+    match value {
+        None => Ok(1.0),
+        Some(value) if value > 0.0 && value.is_finite() => Ok(value),
+        Some(value) => Err(ApiError::invalid(
+            format!("repetition_penalty must be greater than 0, got {value}"),
+            "repetition_penalty",
+        )),
+    }
+}
+
+fn stop_sequences(stop: Option<&StopInput>) -> Result<Vec<String>, ApiError> {
+    let stop = match stop {
+        None => Vec::new(),
+        Some(StopInput::One(one)) => vec![one.clone()],
+        Some(StopInput::Many(many)) => many.clone(),
+    };
+    if stop.len() > MAX_STOP_SEQUENCES {
+        return Err(ApiError::invalid(
+            format!(
+                "stop accepts at most {MAX_STOP_SEQUENCES} sequences, got {}",
+                stop.len()
+            ),
+            "stop",
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "stop sequences must not be empty",
+            "stop",
+        ));
+    }
+    Ok(stop)
+}

@@ -1,0 +1,52 @@
+//! Response pieces shared by the chat and completion endpoints: ids, timestamps, usage and
+//! finish reasons in their OpenAI shapes.
+
+use std::hash::{BuildHasher, RandomState};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use corral_ipc::{FinishReason, Usage};
+use serde::Serialize;
+
+/// A fresh response id such as `chatcmpl-…`. Ids only need to be unique, not unpredictable, so
+/// std's per-instance random hasher keys are enough and no RNG crate is pulled in.
+pub fn response_id(prefix: &str) -> String {
+    let state = RandomState::new();
+    format!(
+        "{prefix}-{:016x}{:08x}",
+        state.hash_one(0u8),
+        state.hash_one(1u8) as u32
+    )
+}
+
+/// Unix seconds now; a clock before 1970 reads as 0 rather than failing a request.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+/// OpenAI knows only `stop` and `length` here. A cancelled sequence's answer only ever goes to a
+/// client that has disconnected, so it is reported as `stop`.
+pub fn finish_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop | FinishReason::Cancelled => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct UsageBody {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+}
+
+impl From<Usage> for UsageBody {
+    fn from(usage: Usage) -> Self {
+        UsageBody {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),
+        }
+    }
+}

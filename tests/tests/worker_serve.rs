@@ -1,0 +1,307 @@
+//! `corral-worker serve` as the supervisor drives it: this test plays the supervisor over a real
+//! Unix socket, against a real worker process on a generated model.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use corral::fixture::Arch;
+use corral_ipc::{
+    FinishReason, FromWorker, GenerateRequest, HandshakeError, Prompt, SupervisorConnection,
+    ToWorker, supervisor_accept,
+};
+use corral_tests::{binary, tiny_model};
+use corral_worker::serve::TOKEN_ENV;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::process::{Child, Command};
+use tokio::time::timeout;
+
+const TOKEN: &str = "one-time-token-for-this-test";
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct Worker {
+    child: Child,
+    socket_dir: tempfile::TempDir,
+}
+
+impl Worker {
+    fn spawn(model: &Path, token: &str) -> (Self, UnixListener) {
+        let socket_dir = tempfile::tempdir().unwrap();
+        let socket = socket_dir.path().join("worker.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let child = Command::new(binary("corral-worker"))
+            .arg("serve")
+            .arg("--model")
+            .arg(model)
+            .arg("--socket")
+            .arg(&socket)
+            .env(TOKEN_ENV, token)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        (Self { child, socket_dir }, listener)
+    }
+
+    async fn exit(&mut self) -> ExitStatus {
+        timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("worker exits")
+            .unwrap()
+    }
+}
+
+async fn accept(listener: &UnixListener) -> UnixStream {
+    timeout(PATIENCE, listener.accept())
+        .await
+        .unwrap()
+        .unwrap()
+        .0
+}
+
+/// A worker that passed the handshake and reported Ready.
+async fn ready_worker(model: &Path) -> (Worker, SupervisorConnection) {
+    let (worker, listener) = Worker::spawn(model, TOKEN);
+    let stream = accept(&listener).await;
+    let mut connection = supervisor_accept(stream, TOKEN, worker.child.id(), PATIENCE)
+        .await
+        .unwrap();
+    match recv(&mut connection).await {
+        FromWorker::Ready {
+            weight_bytes,
+            context_length,
+            ..
+        } => {
+            assert!(weight_bytes > 0);
+            assert!(context_length >= 4096);
+        }
+        other => panic!("expected Ready, got {other:?}"),
+    }
+    (worker, connection)
+}
+
+async fn recv(connection: &mut SupervisorConnection) -> FromWorker {
+    timeout(PATIENCE, connection.recv())
+        .await
+        .expect("a frame in time")
+        .unwrap()
+        .expect("the connection stays open")
+}
+
+fn chat(max_tokens: u32, logprobs: Option<u32>) -> GenerateRequest {
+    GenerateRequest {
+        prompt: Prompt::Chat {
+            messages: vec![serde_json::json!({"role": "user", "content": "Say something."})],
+            tools: None,
+        },
+        max_tokens,
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: 0,
+        min_p: 0.0,
+        repetition_penalty: 1.0,
+        seed: None,
+        stop: Vec::new(),
+        logprobs,
+    }
+}
+
+async fn stats(connection: &mut SupervisorConnection) -> corral_ipc::WorkerStats {
+    connection.send(&ToWorker::GetStats).await.unwrap();
+    match recv(connection).await {
+        FromWorker::Stats(stats) => stats,
+        other => panic!("expected Stats, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn serves_a_generation_then_shuts_down_cleanly() {
+    let model = tiny_model(Arch::Qwen3);
+    let (mut worker, mut connection) = ready_worker(model.path()).await;
+    let request = chat(16, Some(2));
+    connection
+        .send(&ToWorker::Generate { id: 7, request })
+        .await
+        .unwrap();
+    let FromWorker::Accepted {
+        id: 7,
+        prompt_tokens,
+    } = recv(&mut connection).await
+    else {
+        panic!("expected Accepted");
+    };
+    assert!(prompt_tokens > 5);
+    let mut tokens_in_deltas = 0;
+    let usage = loop {
+        match recv(&mut connection).await {
+            FromWorker::Delta {
+                id: 7,
+                token_count,
+                logprobs,
+                ..
+            } => {
+                tokens_in_deltas += token_count;
+                let logprobs = logprobs.expect("logprobs were asked for");
+                assert_eq!(logprobs.len(), token_count as usize);
+                assert!(
+                    logprobs
+                        .iter()
+                        .all(|l| l.top_logprobs.len() == 2 && l.logprob <= 0.0)
+                );
+            }
+            FromWorker::Done {
+                id: 7,
+                finish_reason,
+                usage,
+                ..
+            } => {
+                assert_ne!(finish_reason, FinishReason::Cancelled);
+                break usage;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(usage.prompt_tokens, prompt_tokens);
+    assert_eq!(usage.completion_tokens, tokens_in_deltas);
+    let after = stats(&mut connection).await;
+    assert_eq!((after.completed, after.cancelled), (1, 0));
+    assert_eq!(after.pid, worker.child.id().unwrap());
+    assert!(after.mlx_active_bytes > 0);
+
+    connection.send(&ToWorker::Shutdown).await.unwrap();
+    assert!(worker.exit().await.success());
+}
+
+#[tokio::test]
+async fn cancel_ends_the_sequence_and_the_stats_count_it() {
+    let model = tiny_model(Arch::Llama);
+    let (_worker, mut connection) = ready_worker(model.path()).await;
+    connection
+        .send(&ToWorker::Generate {
+            id: 1,
+            request: chat(4000, None),
+        })
+        .await
+        .unwrap();
+    let mut cancelled_sent = false;
+    let completion_tokens = loop {
+        match recv(&mut connection).await {
+            FromWorker::Accepted { .. } => {}
+            FromWorker::Delta { .. } if !cancelled_sent => {
+                connection.send(&ToWorker::Cancel { id: 1 }).await.unwrap();
+                cancelled_sent = true;
+            }
+            FromWorker::Delta { .. } => {}
+            FromWorker::Done {
+                finish_reason,
+                usage,
+                ..
+            } => {
+                assert_eq!(finish_reason, FinishReason::Cancelled);
+                break usage.completion_tokens;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(completion_tokens < 4000);
+    let after = stats(&mut connection).await;
+    assert_eq!((after.cancelled, after.active_sequences), (1, 0));
+}
+
+#[tokio::test]
+async fn a_prompt_over_the_context_is_rejected_before_any_token() {
+    let model = tiny_model(Arch::Llama);
+    let (_worker, mut connection) = ready_worker(model.path()).await;
+    let mut request = chat(8, None);
+    request.prompt = Prompt::Tokens(vec![5; 9000]);
+    connection
+        .send(&ToWorker::Generate { id: 3, request })
+        .await
+        .unwrap();
+    match recv(&mut connection).await {
+        FromWorker::Rejected {
+            id: 3,
+            kind,
+            message,
+        } => {
+            assert_eq!(kind, corral_ipc::RejectKind::PromptTooLong);
+            assert!(message.contains("9000"), "{message}");
+        }
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+    // The worker keeps serving.
+    connection
+        .send(&ToWorker::Generate {
+            id: 4,
+            request: chat(2, None),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        recv(&mut connection).await,
+        FromWorker::Accepted { id: 4, .. }
+    ));
+}
+
+#[tokio::test]
+async fn closing_the_connection_ends_the_worker() {
+    let model = tiny_model(Arch::Llama);
+    let (mut worker, connection) = ready_worker(model.path()).await;
+    drop(connection);
+    assert!(worker.exit().await.success());
+}
+
+#[tokio::test]
+async fn a_garbage_frame_closes_the_connection_and_the_worker_exits() {
+    let model = tiny_model(Arch::Llama);
+    let (mut worker, listener) = Worker::spawn(model.path(), TOKEN);
+    let stream = accept(&listener).await.into_std().unwrap();
+    let mut raw = stream.try_clone().unwrap();
+    let stream = UnixStream::from_std(stream).unwrap();
+    let mut connection = supervisor_accept(stream, TOKEN, worker.child.id(), PATIENCE)
+        .await
+        .unwrap();
+    assert!(matches!(
+        recv(&mut connection).await,
+        FromWorker::Ready { .. }
+    ));
+    raw.set_nonblocking(false).unwrap();
+    raw.write_all(&[0, 0, 0, 5, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1])
+        .unwrap();
+    assert!(worker.exit().await.success());
+    assert!(
+        timeout(PATIENCE, connection.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_model_that_fails_to_load_reports_load_failed_and_exits() {
+    let missing = tempfile::tempdir().unwrap();
+    let (mut worker, listener) = Worker::spawn(&missing.path().join("absent"), TOKEN);
+    let stream = accept(&listener).await;
+    let mut connection = supervisor_accept(stream, TOKEN, worker.child.id(), PATIENCE)
+        .await
+        .unwrap();
+    match recv(&mut connection).await {
+        FromWorker::LoadFailed { message } => assert!(message.contains("absent"), "{message}"),
+        other => panic!("expected LoadFailed, got {other:?}"),
+    }
+    assert_eq!(worker.exit().await.code(), Some(1));
+}
+
+#[tokio::test]
+async fn a_worker_with_the_wrong_token_is_refused() {
+    let model = tiny_model(Arch::Llama);
+    let (mut worker, listener) = Worker::spawn(model.path(), "not-the-token");
+    let stream = accept(&listener).await;
+    let Err(error) = supervisor_accept(stream, TOKEN, worker.child.id(), PATIENCE).await else {
+        panic!("a wrong token was accepted");
+    };
+    assert!(matches!(error, HandshakeError::BadToken), "{error}");
+    assert_eq!(worker.exit().await.code(), Some(1));
+    assert!(worker.socket_dir.path().exists());
+}

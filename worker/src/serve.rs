@@ -1,0 +1,222 @@
+//! `corral-worker serve`: the worker as the supervisor starts it.
+//!
+//! It connects to the socket the supervisor created, proves itself with the one-time token from
+//! `CORRAL_WORKER_TOKEN` (kept out of argv, where `ps` would show it), loads the model on the
+//! engine thread, reports `Ready`, and then serves frames until the supervisor says `Shutdown` or
+//! the connection closes: a worker never outlives its supervisor's connection.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use corral_ipc::{FromWorker, RejectKind, ToWorker, WorkerStats, worker_handshake};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+use crate::engine::Engine;
+use crate::process_memory::peak_resident_bytes;
+use crate::wire::{to_generate_request, to_wire_event};
+
+pub const TOKEN_ENV: &str = "CORRAL_WORKER_TOKEN";
+
+/// Requests waiting beyond this are refused as `Overloaded` rather than queued without bound.
+const MAX_QUEUED: usize = 64;
+
+/// How long the writer may take to flush the last frames once serving has ended.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn run(model: PathBuf, socket: PathBuf) -> Result<()> {
+    exit_with_parent();
+    let token = std::env::var(TOKEN_ENV).with_context(|| format!("{TOKEN_ENV} is not set"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the I/O runtime")?;
+    runtime.block_on(serve(model, socket, token))
+}
+
+/// On Linux the kernel also ends the worker if the supervisor dies without closing the socket
+/// (macOS has no such signal; there the closed connection is what ends it).
+fn exit_with_parent() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+        tracing::warn!(%error, "cannot ask for a parent-death signal");
+    }
+}
+
+/// Requests in flight, for cancellation and for the stats.
+#[derive(Default)]
+struct Sequences {
+    cancel_flags: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    completed: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+async fn serve(model: PathBuf, socket: PathBuf, token: String) -> Result<()> {
+    let stream = UnixStream::connect(&socket)
+        .await
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    let connection = worker_handshake(stream, &token)
+        .await
+        .with_context(|| format!("handshake on {}", socket.display()))?;
+    let (mut reader, mut writer) = connection.into_split();
+
+    let model_dir = model.clone();
+    let started = tokio::task::spawn_blocking(move || Engine::start(model_dir))
+        .await
+        .context("the model loader panicked")?;
+    let engine = match started {
+        Ok(engine) => engine,
+        Err(error) => {
+            let message = error.to_string();
+            writer
+                .write_frame(&FromWorker::LoadFailed {
+                    message: message.clone(),
+                })
+                .await
+                .context("reporting the load failure")?;
+            bail!("{message}");
+        }
+    };
+    let info = &engine.info;
+    writer
+        .write_frame(&FromWorker::Ready {
+            load_time_ms: info.load_time.as_millis() as u64,
+            weight_bytes: info.weight_bytes as u64,
+            context_length: u32::try_from(info.context_length).unwrap_or(u32::MAX),
+            model_dir: info.dir.display().to_string(),
+        })
+        .await
+        .context("reporting ready")?;
+    tracing::info!(model = %model.display(), "ready");
+
+    let (outbox, mut outgoing) = mpsc::unbounded_channel::<FromWorker>();
+    let writer_task = tokio::spawn(async move {
+        while let Some(message) = outgoing.recv().await {
+            if let Err(error) = writer.write_frame(&message).await {
+                tracing::warn!(%error, "the supervisor connection failed; stopping");
+                break;
+            }
+        }
+    });
+
+    let sequences = Arc::new(Sequences::default());
+    loop {
+        let message = match reader.read_frame().await {
+            Ok(Some(message)) => message,
+            Ok(None) => {
+                tracing::info!("the supervisor closed the connection; exiting");
+                break;
+            }
+            Err(error) => {
+                tracing::error!(%error, "bad frame from the supervisor; closing the connection");
+                break;
+            }
+        };
+        match message {
+            ToWorker::Generate { id, request } => {
+                submit(&engine, &sequences, &outbox, id, request);
+            }
+            ToWorker::Cancel { id } => {
+                if let Some(flag) = lock(&sequences.cancel_flags).get(&id) {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }
+            ToWorker::GetStats => {
+                let _ = outbox.send(FromWorker::Stats(stats(&engine, &sequences)));
+            }
+            ToWorker::Shutdown => {
+                tracing::info!("shutdown requested");
+                break;
+            }
+            other @ (ToWorker::Welcome | ToWorker::Refused { .. }) => {
+                tracing::warn!(
+                    message = other.name(),
+                    "unexpected frame after the handshake"
+                );
+            }
+        }
+    }
+
+    for flag in lock(&sequences.cancel_flags).values() {
+        flag.store(true, Ordering::Relaxed);
+    }
+    // Dropping the engine joins its thread once the cancelled job in hand has stopped, so MLX
+    // is torn down on the thread that owns it.
+    tokio::task::spawn_blocking(move || drop(engine))
+        .await
+        .context("stopping the engine")?;
+    drop(outbox);
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, writer_task).await;
+    Ok(())
+}
+
+fn submit(
+    engine: &Engine,
+    sequences: &Arc<Sequences>,
+    outbox: &mpsc::UnboundedSender<FromWorker>,
+    id: u64,
+    request: corral_ipc::GenerateRequest,
+) {
+    let refuse = |kind, message: String| {
+        let _ = outbox.send(FromWorker::Rejected { id, kind, message });
+    };
+    if lock(&sequences.cancel_flags).len() >= MAX_QUEUED {
+        return refuse(
+            RejectKind::Overloaded,
+            format!("{MAX_QUEUED} requests are already queued on this worker"),
+        );
+    }
+    let sink_outbox = outbox.clone();
+    let sink_sequences = sequences.clone();
+    let sink = Box::new(move |event| {
+        let (message, finished) = to_wire_event(id, event);
+        if let Some(cancelled) = finished {
+            lock(&sink_sequences.cancel_flags).remove(&id);
+            let counter = if cancelled {
+                &sink_sequences.cancelled
+            } else {
+                &sink_sequences.completed
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = sink_outbox.send(message);
+    });
+    // The flag is registered before the job can finish, so a quick job cannot leave it behind.
+    let mut flags = lock(&sequences.cancel_flags);
+    match engine.submit_to(to_generate_request(request), sink) {
+        Ok(flag) => {
+            flags.insert(id, flag);
+        }
+        Err(error) => {
+            drop(flags);
+            refuse(RejectKind::ShuttingDown, error.to_string());
+        }
+    }
+}
+
+fn stats(engine: &Engine, sequences: &Sequences) -> WorkerStats {
+    let in_flight = lock(&sequences.cancel_flags).len() as u32;
+    let memory = engine.memory();
+    WorkerStats {
+        pid: std::process::id(),
+        active_sequences: in_flight.min(1),
+        queued_requests: in_flight.saturating_sub(1),
+        completed: sequences.completed.load(Ordering::Relaxed),
+        cancelled: sequences.cancelled.load(Ordering::Relaxed),
+        mlx_active_bytes: memory.active,
+        mlx_cache_bytes: memory.cache,
+        mlx_peak_bytes: memory.peak,
+        resident_bytes: peak_resident_bytes().unwrap_or(0),
+    }
+}
+
+/// A poisoned lock only means another thread panicked mid-update of a plain map; keep serving.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,129 @@
+//! Conversions between the wire protocol's types and the engine's.
+
+use corral_ipc::{
+    FinishReason as WireFinish, FromWorker, GenerateRequest as WireRequest, Prompt as WirePrompt,
+    RejectKind, Timings as WireTimings, TokenLogprob as WireLogprob, TopLogprob, Usage,
+};
+
+use crate::generation::{
+    Event, FinishReason, GenerateError, GenerateRequest, Prompt, RejectReason, TokenLogprob,
+};
+use crate::sampling::SamplingParams;
+
+pub fn to_generate_request(request: WireRequest) -> GenerateRequest {
+    GenerateRequest {
+        prompt: match request.prompt {
+            WirePrompt::Text(text) => Prompt::Text(text),
+            WirePrompt::Chat { messages, tools } => Prompt::Chat {
+                messages,
+                tools: tools.map(serde_json::Value::Array),
+            },
+            WirePrompt::Tokens(tokens) => Prompt::Tokens(tokens),
+        },
+        sampling: SamplingParams {
+            temperature: request.temperature,
+            top_p: request.top_p,
+            top_k: request.top_k as usize,
+            min_p: request.min_p,
+            repetition_penalty: request.repetition_penalty,
+            seed: request.seed,
+            ..SamplingParams::default()
+        },
+        max_tokens: request.max_tokens as usize,
+        stop: request.stop,
+        logprobs: request.logprobs.map(|top| top as usize),
+    }
+}
+
+/// The frame for one engine event, and, for the request's last event, whether it was cancelled.
+pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorker, Option<bool>) {
+    match event {
+        Ok(Event::Accepted { prompt_tokens }) => (
+            FromWorker::Accepted {
+                id,
+                prompt_tokens: saturate(prompt_tokens),
+            },
+            None,
+        ),
+        Ok(Event::Delta {
+            text,
+            token_count,
+            logprobs,
+        }) => (
+            FromWorker::Delta {
+                id,
+                text,
+                token_count: saturate(token_count),
+                logprobs: (!logprobs.is_empty())
+                    .then(|| logprobs.into_iter().map(to_wire_logprob).collect()),
+            },
+            None,
+        ),
+        Ok(Event::Done {
+            finish_reason,
+            timings,
+        }) => {
+            let cancelled = finish_reason == FinishReason::Cancelled;
+            let frame = FromWorker::Done {
+                id,
+                finish_reason: match finish_reason {
+                    FinishReason::Stop => WireFinish::Stop,
+                    FinishReason::Length => WireFinish::Length,
+                    FinishReason::Cancelled => WireFinish::Cancelled,
+                },
+                usage: Usage {
+                    prompt_tokens: saturate(timings.prompt_tokens),
+                    completion_tokens: saturate(timings.completion_tokens),
+                },
+                timings: WireTimings {
+                    prefill_ms: timings.prefill.as_millis() as u64,
+                    decode_ms: timings.decode.as_millis() as u64,
+                },
+            };
+            (frame, Some(cancelled))
+        }
+        Err(GenerateError::Rejected(reason)) => {
+            let kind = match reason {
+                RejectReason::PromptTooLong { .. } => RejectKind::PromptTooLong,
+                _ => RejectKind::InvalidRequest,
+            };
+            let message = reason.to_string();
+            (FromWorker::Rejected { id, kind, message }, Some(false))
+        }
+        Err(error) => {
+            let message = format!("{error}: {}", source_chain(&error));
+            (FromWorker::Error { id, message }, Some(false))
+        }
+    }
+}
+
+fn to_wire_logprob(logprob: TokenLogprob) -> WireLogprob {
+    WireLogprob {
+        token_id: logprob.token,
+        token: logprob.text,
+        logprob: logprob.logprob,
+        top_logprobs: logprob
+            .top
+            .into_iter()
+            .map(|(token_id, token, logprob)| TopLogprob {
+                token_id,
+                token,
+                logprob,
+            })
+            .collect(),
+    }
+}
+
+fn source_chain(error: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        parts.push(cause.to_string());
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+fn saturate(count: usize) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
