@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use corral::config::Overrides;
 use corral::fixture::{self, Arch, Bits, Dtype, FixtureOptions, Size};
 use corral::serve::{self, ServeOptions};
 
@@ -29,13 +30,27 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// A model directory; without one, a generated `small` model in the state directory.
+    /// TOML configuration file; flags and CORRAL_* variables override its values.
+    #[arg(long, env = "CORRAL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (loopback by default).
+    #[arg(long, env = "CORRAL_HOST")]
+    host: Option<std::net::IpAddr>,
+    /// Port to listen on; 0 picks a free one (the log says which).
+    #[arg(long, env = "CORRAL_PORT")]
+    port: Option<u16>,
+    /// A directory of models (repeatable; the variable takes a colon-separated list).
+    #[arg(long = "models-dir", env = "CORRAL_MODELS_DIR", value_delimiter = ':')]
+    models_dirs: Vec<PathBuf>,
+    /// One model directory to serve, besides those found in the models directories.
     #[arg(long, env = "CORRAL_MODEL")]
     model: Option<PathBuf>,
-    #[arg(long, default_value = "Tell me about the corral.")]
-    prompt: String,
-    #[arg(long, default_value_t = 64)]
-    max_tokens: usize,
+    /// Seconds in-flight requests may run on after SIGTERM or SIGINT.
+    #[arg(long, env = "CORRAL_DRAIN_TIMEOUT")]
+    drain_timeout: Option<u64>,
+    /// Where corral keeps generated models, sockets and worker records.
+    #[arg(long, env = "CORRAL_STATE_DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -78,9 +93,15 @@ impl Command {
                 Ok(())
             }
             Command::Serve(args) => serve::run(ServeOptions {
+                config_file: args.config,
+                overrides: Overrides {
+                    host: args.host,
+                    port: args.port,
+                    models_dirs: args.models_dirs,
+                    drain_timeout_secs: args.drain_timeout,
+                    state_dir: args.state_dir,
+                },
                 model: args.model,
-                prompt: args.prompt,
-                max_tokens: args.max_tokens,
             }),
         }
     }

@@ -2,8 +2,12 @@
 //! modules, so integration tests and other tools call exactly the code the binary runs.
 
 pub mod api;
+pub mod backend;
+pub mod config;
 pub mod default_model;
 pub mod fixture;
 pub mod pool;
+pub mod process;
+pub mod registry;
 pub mod serve;
 pub mod state_dir;

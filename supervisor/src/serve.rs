@@ -1,39 +1,177 @@
-//! `corral serve`. Until the HTTP supervisor lands, it resolves the model (the generated default
-//! when none is given) and runs one chat generation through a `corral-worker` process, which is
-//! how the worker's engine is exercised end to end from the README.
+//! `corral serve`: the OpenAI HTTP API over one worker process per model.
+//!
+//! Start-up ends workers a killed predecessor left behind, scans the models (generating the
+//! default model when none is configured), and listens. SIGTERM or SIGINT stops accepting, lets
+//! in-flight requests finish within the drain timeout, then stops every worker and reaps it.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 
-use crate::{default_model, state_dir};
+use crate::backend::PoolBackend;
+use crate::config::{Config, Overrides};
+use crate::pool::{Pool, StopReason};
+use crate::process::{
+    ProcessLauncher, RunDir, WORKER_BINARY_NAME, forward_exits, reap_orphans, stop_worker,
+};
+use crate::registry::{ModelEntry, Registry};
+use crate::{api, default_model, state_dir};
+
+/// The id the generated default model is served under.
+pub const DEFAULT_MODEL_ID: &str = "corral-small";
 
 pub struct ServeOptions {
+    pub config_file: Option<PathBuf>,
+    pub overrides: Overrides,
+    /// One model directory to serve besides the scanned ones.
     pub model: Option<PathBuf>,
-    pub prompt: String,
-    pub max_tokens: usize,
 }
 
 pub fn run(options: ServeOptions) -> Result<()> {
-    let model = match options.model {
-        Some(model) => model,
-        None => default_model::ensure(&state_dir::state_dir()?)?,
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(serve(options))
+}
+
+async fn serve(options: ServeOptions) -> Result<()> {
+    let config = Config::load(options.config_file.as_deref(), options.overrides)?;
+    let state_dir = match &config.state_dir {
+        Some(dir) => dir.clone(),
+        None => state_dir::state_dir()?,
     };
-    let worker = worker_binary()?;
-    tracing::info!(model = %model.display(), worker = %worker.display(), "the HTTP API is not built yet; running one generation with the worker");
-    let status = Command::new(&worker)
-        .arg("generate")
-        .arg("--model")
-        .arg(&model)
-        .args(["--chat", "--prompt", &options.prompt])
-        .args(["--max-tokens", &options.max_tokens.to_string()])
-        .status()
-        .with_context(|| format!("starting {}", worker.display()))?;
-    if !status.success() {
-        bail!("{} ended with {status}", worker.display());
+    let run_dir = RunDir::create(&state_dir)?;
+    let orphans = reap_orphans(&run_dir, WORKER_BINARY_NAME);
+    if !orphans.is_empty() {
+        tracing::warn!(?orphans, "ended workers left over by a previous supervisor");
     }
+    let registry = Arc::new(build_registry(&config, options.model, &state_dir)?);
+
+    let (exits, exit_events) = mpsc::unbounded_channel();
+    let lookup_registry = registry.clone();
+    let launcher = ProcessLauncher::new(
+        worker_binary()?,
+        run_dir,
+        Box::new(move |id| lookup_registry.get(id).map(|entry| entry.dir.clone())),
+        exits,
+    )
+    .with_start_timeout(config.worker_start_timeout);
+    let pool = Pool::new(launcher);
+    tokio::spawn(forward_exits(exit_events, pool.clone()));
+
+    let backend = Arc::new(PoolBackend::new(registry.clone(), pool.clone()));
+    let app = api::router(backend);
+    let address = (config.host, config.port);
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("listening on {}:{}", config.host, config.port))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    let models: Vec<&str> = registry.entries().map(|entry| entry.id.as_str()).collect();
+    tracing::info!(?models, "listening on http://{local}");
+
+    let (stopping, mut stop_seen) = watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new requests; draining those in flight");
+        let _ = stopping.send(true);
+    });
+    let drain = config.drain_timeout;
+    tokio::select! {
+        served = server => served.context("serving HTTP")?,
+        () = async {
+            let _ = stop_seen.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(drain).await;
+        } => tracing::warn!(?drain, "drain timeout: stopping workers with requests in flight"),
+    }
+    stop_all(&pool, &registry, config.worker_stop_grace).await;
+    tracing::info!("stopped");
     Ok(())
+}
+
+fn build_registry(
+    config: &Config,
+    model: Option<PathBuf>,
+    state_dir: &std::path::Path,
+) -> Result<Registry> {
+    let mut registry = Registry::scan(&config.models_dirs);
+    if let Some(dir) = model {
+        let id = dir
+            .file_name()
+            .and_then(|name| name.to_str())
+            .with_context(|| format!("{} has no usable name", dir.display()))?
+            .to_owned();
+        registry.add(ModelEntry {
+            id,
+            dir,
+            created: 0,
+        });
+    }
+    if registry.is_empty() {
+        let dir = default_model::ensure(state_dir)?;
+        registry.add(ModelEntry {
+            id: DEFAULT_MODEL_ID.to_owned(),
+            dir,
+            created: 0,
+        });
+    }
+    for (alias, target) in &config.aliases {
+        registry.alias(alias, target);
+    }
+    Ok(registry)
+}
+
+/// Idle workers stop gracefully; a worker still leased after the drain is killed.
+async fn stop_all(pool: &Pool<ProcessLauncher>, registry: &Registry, grace: Duration) {
+    let mut stops = Vec::new();
+    for entry in registry.entries() {
+        match pool.begin_stop(&entry.id, StopReason::Shutdown) {
+            Some(worker) => stops.push(tokio::spawn(async move {
+                stop_worker(&worker.handle, grace).await;
+            })),
+            None => {
+                if let Some(pid) = pool
+                    .snapshot()
+                    .into_iter()
+                    .find(|snapshot| snapshot.model == entry.id)
+                    .and_then(|snapshot| snapshot.pid)
+                {
+                    tracing::warn!(model = %entry.id, pid, "killing a worker that is still busy");
+                    kill_pid(pid);
+                }
+            }
+        }
+    }
+    for stop in stops {
+        let _ = stop.await;
+    }
+}
+
+fn kill_pid(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for SIGTERM/SIGINT; stop corral with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
 }
 
 /// Workers are installed next to the supervisor.

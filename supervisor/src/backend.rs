@@ -1,0 +1,164 @@
+//! The HTTP layer's `Backend`, made of the registry, the worker pool and worker connections.
+//!
+//! A request holds a lease from `acquire` until its worker confirms the end of the sequence
+//! (`Done` or `Error`), also when the client left earlier: the cancel guard sends `Cancel`, and
+//! the relay task keeps draining until the worker says the sequence is over, so the worker is
+//! never considered idle while it still computes.
+
+use std::sync::Arc;
+
+use corral_ipc::{FromWorker, GenerateRequest};
+use tokio::sync::mpsc;
+
+use crate::api::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
+use crate::pool::{AcquireError, Launcher, Lease, Pool};
+use crate::process::{RequestHandle, WorkerClient};
+use crate::registry::Registry;
+
+/// Events buffered between a worker and a slow client before the relay waits.
+const STREAM_BUFFER: usize = 256;
+
+pub struct PoolBackend<L: Launcher<Handle = Arc<WorkerClient>>> {
+    registry: Arc<Registry>,
+    pool: Pool<L>,
+}
+
+impl<L: Launcher<Handle = Arc<WorkerClient>>> PoolBackend<L> {
+    pub fn new(registry: Arc<Registry>, pool: Pool<L>) -> Self {
+        Self { registry, pool }
+    }
+}
+
+impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
+    fn models(&self) -> Vec<ModelCard> {
+        self.registry
+            .entries()
+            .map(|entry| ModelCard {
+                id: entry.id.clone(),
+                created: entry.created,
+            })
+            .collect()
+    }
+
+    fn resolve(&self, name: &str) -> Option<String> {
+        self.registry.resolve(name).map(str::to_owned)
+    }
+
+    async fn generate(
+        &self,
+        model: &str,
+        request: GenerateRequest,
+    ) -> Result<GenerationStream, BackendError> {
+        let lease = self.pool.acquire(model).await.map_err(unavailable)?;
+        let client = lease.handle().clone();
+        let mut handle =
+            client
+                .generate(request)
+                .await
+                .map_err(|error| BackendError::WorkerFailed {
+                    message: error.to_string(),
+                })?;
+        // Armed from here on: if this future or the stream is dropped, the worker is told.
+        let mut cancel = cancel_guard(&client, handle.id);
+        let prompt_tokens = match handle.events.recv().await {
+            Some(FromWorker::Accepted { prompt_tokens, .. }) => prompt_tokens,
+            Some(FromWorker::Rejected { kind, message, .. }) => {
+                cancel.disarm();
+                return Err(BackendError::Rejected { kind, message });
+            }
+            Some(FromWorker::Error { message, .. }) => {
+                cancel.disarm();
+                return Err(BackendError::WorkerFailed { message });
+            }
+            Some(other) => {
+                return Err(BackendError::Internal {
+                    message: format!("worker sent {} before Accepted", other.name()),
+                });
+            }
+            None => {
+                cancel.disarm();
+                return Err(BackendError::WorkerFailed {
+                    message: format!("the worker for {model} closed the request"),
+                });
+            }
+        };
+        let (events, receiver) = mpsc::channel(STREAM_BUFFER);
+        let _ = events.send(StreamEvent::Accepted { prompt_tokens }).await;
+        tokio::spawn(relay(handle, events, lease));
+        Ok(GenerationStream::new(receiver, cancel))
+    }
+}
+
+fn cancel_guard(client: &Arc<WorkerClient>, id: u64) -> CancelOnDrop {
+    let client = client.clone();
+    CancelOnDrop::new(move || client.cancel(id))
+}
+
+fn unavailable(error: AcquireError) -> BackendError {
+    let AcquireError::CrashLooping { retry_after, .. } = &error;
+    BackendError::Unavailable {
+        message: error.to_string(),
+        retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+    }
+}
+
+/// Forwards the worker's frames to the HTTP stream until the sequence ends, then drops the lease.
+async fn relay(
+    mut handle: RequestHandle,
+    events: mpsc::Sender<StreamEvent>,
+    lease: Lease<Arc<WorkerClient>>,
+) {
+    let mut client_gone = false;
+    while let Some(frame) = handle.events.recv().await {
+        let (event, last) = match frame {
+            FromWorker::Delta {
+                text,
+                token_count,
+                logprobs,
+                ..
+            } => (
+                StreamEvent::Delta {
+                    text,
+                    token_count,
+                    logprobs,
+                },
+                false,
+            ),
+            FromWorker::Done {
+                finish_reason,
+                usage,
+                ..
+            } => (
+                StreamEvent::Done {
+                    finish_reason,
+                    usage,
+                },
+                true,
+            ),
+            FromWorker::Error { message, .. } => (StreamEvent::Failed { message }, true),
+            other => {
+                tracing::warn!(
+                    model = lease.model(),
+                    pid = lease.pid(),
+                    frame = other.name(),
+                    "unexpected frame in a stream"
+                );
+                continue;
+            }
+        };
+        if !client_gone && events.send(event).await.is_err() {
+            client_gone = true;
+        }
+        if last {
+            return;
+        }
+    }
+    if !client_gone {
+        let message = format!(
+            "the worker for {} (pid {}) ended the stream without finishing it",
+            lease.model(),
+            lease.pid()
+        );
+        let _ = events.send(StreamEvent::Failed { message }).await;
+    }
+}

@@ -1,0 +1,264 @@
+//! `ProcessLauncher`: the pool's `Launcher` for real `corral-worker serve` processes.
+//!
+//! One launch: bind the model's socket in the run directory, spawn the worker with a one-time
+//! token in its environment (never in argv, where `ps` shows it), hand the child to its reaper
+//! at once (so an exit at any moment reaches the pool), forward its output to our log, then,
+//! under one start timeout, accept its connection, check the handshake and read `Ready` or
+//! `LoadFailed`. A failed launch kills and reaps its process before returning, as the
+//! `Launcher` contract asks.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_ipc::{FromWorker, HANDSHAKE_TIMEOUT, SupervisorConnection, supervisor_accept};
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::net::UnixListener;
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use super::client::WorkerClient;
+use super::reaper::{WorkerExit, WorkerProcess};
+use super::run_dir::{RunDir, SlotName};
+use crate::pool::{LaunchError, LaunchedWorker, Launcher, Pool};
+
+/// How long a worker may take from spawn to `Ready`; loading a large model from a cold disk
+/// takes a while.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The environment variable the worker reads its token from (`corral-worker serve`).
+const TOKEN_ENV: &str = "CORRAL_WORKER_TOKEN";
+
+/// Model id → model directory, from the registry.
+pub type ModelLookup = Box<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
+
+pub struct ProcessLauncher {
+    binary: PathBuf,
+    run_dir: RunDir,
+    lookup: ModelLookup,
+    start_timeout: Duration,
+    exits: mpsc::UnboundedSender<WorkerExit>,
+}
+
+impl ProcessLauncher {
+    /// Every worker exit is sent to `exits`; drain it into the pool with [`forward_exits`]
+    /// (the pool is built from this launcher, so it cannot be handed in here).
+    pub fn new(
+        binary: PathBuf,
+        run_dir: RunDir,
+        lookup: ModelLookup,
+        exits: mpsc::UnboundedSender<WorkerExit>,
+    ) -> Self {
+        Self {
+            binary,
+            run_dir,
+            lookup,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            exits,
+        }
+    }
+
+    pub fn with_start_timeout(mut self, start_timeout: Duration) -> Self {
+        self.start_timeout = start_timeout;
+        self
+    }
+
+    async fn start(&self, model: &str) -> Result<LaunchedWorker<Arc<WorkerClient>>, LaunchError> {
+        let spawn_error = |error| LaunchError::Spawn {
+            model: model.to_owned(),
+            error,
+        };
+        let dir = (self.lookup)(model).ok_or_else(|| {
+            spawn_error(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no model directory is registered for it",
+            ))
+        })?;
+        let token = one_time_token().map_err(spawn_error)?;
+        let (listener, socket) = self
+            .run_dir
+            .bind(&SlotName::for_model(model))
+            .map_err(|err| spawn_error(std::io::Error::other(err)))?;
+        let spawned = Command::new(&self.binary)
+            .arg("serve")
+            .arg("--model")
+            .arg(&dir)
+            .arg("--socket")
+            .arg(&socket)
+            .env(TOKEN_ENV, &token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A safety net for a supervisor that unwinds without stopping its workers.
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(error) => {
+                remove_socket(&socket, model);
+                return Err(spawn_error(error));
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        tracing::info!(model, pid, dir = %dir.display(), "worker spawned");
+        forward_output(child.stdout.take(), model, pid);
+        forward_output(child.stderr.take(), model, pid);
+        if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
+            tracing::warn!(model, pid, %error, "cannot record the worker's pid");
+        }
+        let process = WorkerProcess::watch(child, model, self.exits.clone());
+        self.forget_record_on_exit(&process);
+
+        let ready = tokio::time::timeout(
+            self.start_timeout,
+            connect(listener, &socket, &token, model, &process),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(LaunchError::LoadFailed {
+                model: model.to_owned(),
+                pid,
+                message: format!(
+                    "did not become ready within {} s",
+                    self.start_timeout.as_secs_f64()
+                ),
+            })
+        });
+        remove_socket(&socket, model);
+        match ready {
+            Ok(connection) => Ok(LaunchedWorker {
+                pid,
+                handle: Arc::new(WorkerClient::new(model, connection, process)),
+            }),
+            Err(error) => {
+                process.signal(Signal::SIGKILL);
+                process.wait().await;
+                Err(error)
+            }
+        }
+    }
+
+    fn forget_record_on_exit(&self, process: &WorkerProcess) {
+        let run_dir = self.run_dir.clone();
+        let process = process.clone();
+        tokio::spawn(async move {
+            process.wait().await;
+            if let Err(error) = run_dir.remove_record(process.pid()) {
+                tracing::warn!(pid = process.pid(), %error, "cannot remove the worker's pid record");
+            }
+        });
+    }
+}
+
+impl Launcher for ProcessLauncher {
+    type Handle = Arc<WorkerClient>;
+
+    async fn launch(&self, model: &str) -> Result<LaunchedWorker<Self::Handle>, LaunchError> {
+        self.start(model).await
+    }
+}
+
+/// Feeds every worker exit to the pool; runs until the launcher (the last sender) is gone.
+pub async fn forward_exits(
+    mut exits: mpsc::UnboundedReceiver<WorkerExit>,
+    pool: Pool<ProcessLauncher>,
+) {
+    while let Some(exit) = exits.recv().await {
+        pool.on_exit(&exit.model, exit.pid, exit.status);
+    }
+}
+
+/// Accepts the worker's connection, checks its handshake and reads its first frame. An exit
+/// before the connection comes ends the wait at once.
+async fn connect(
+    listener: UnixListener,
+    socket: &Path,
+    token: &str,
+    model: &str,
+    process: &WorkerProcess,
+) -> Result<SupervisorConnection, LaunchError> {
+    let pid = process.pid();
+    let handshake = |reason: String| LaunchError::Handshake {
+        model: model.to_owned(),
+        pid,
+        reason,
+    };
+    let accepted = tokio::select! {
+        accepted = listener.accept() => accepted,
+        status = process.wait() => {
+            return Err(LaunchError::Exited { model: model.to_owned(), pid, status });
+        }
+    };
+    let (stream, _) =
+        accepted.map_err(|err| handshake(format!("accept on {}: {err}", socket.display())))?;
+    let mut connection = supervisor_accept(stream, token, Some(pid), HANDSHAKE_TIMEOUT)
+        .await
+        .map_err(|err| handshake(err.to_string()))?;
+    match connection.recv().await {
+        Ok(Some(FromWorker::Ready {
+            load_time_ms,
+            weight_bytes,
+            context_length,
+            model_dir,
+        })) => {
+            tracing::info!(
+                model,
+                pid,
+                load_time_ms,
+                weight_bytes,
+                context_length,
+                model_dir,
+                "worker ready"
+            );
+            Ok(connection)
+        }
+        Ok(Some(FromWorker::LoadFailed { message })) => Err(LaunchError::LoadFailed {
+            model: model.to_owned(),
+            pid,
+            message,
+        }),
+        Ok(Some(other)) => Err(handshake(format!("expected Ready, got {}", other.name()))),
+        // The worker is dying: its exit status says more than the closed socket.
+        Ok(None) | Err(_) => Err(LaunchError::Exited {
+            model: model.to_owned(),
+            pid,
+            status: process.wait().await,
+        }),
+    }
+}
+
+/// 128 random bits as hex: the worker must present it, so another local process that finds
+/// the socket cannot pose as the worker.
+fn one_time_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// Once accepted (or abandoned), the socket has no further use; a stale one would only be
+/// replaced by the next bind anyway.
+fn remove_socket(socket: &Path, model: &str) {
+    if let Err(error) = std::fs::remove_file(socket)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(model, socket = %socket.display(), %error, "cannot remove the worker socket");
+    }
+}
+
+/// Logs each line the worker prints, tagged with its model and pid, under target `worker`.
+fn forward_output(stream: Option<impl AsyncRead + Unpin + Send + 'static>, model: &str, pid: u32) {
+    let Some(stream) = stream else { return };
+    let model = model.to_owned();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream);
+        let mut line = Vec::new();
+        // Bytes, not `lines()`: a stray non-UTF-8 byte must not end the forwarding.
+        while matches!(lines.read_until(b'\n', &mut line).await, Ok(read) if read > 0) {
+            let text = String::from_utf8_lossy(&line);
+            tracing::info!(target: "worker", model, pid, "{}", text.trim_end());
+            line.clear();
+        }
+    });
+}

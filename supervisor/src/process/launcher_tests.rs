@@ -1,0 +1,67 @@
+//! Launch failures that need no real worker: an unknown model, a missing binary, and a process
+//! that exits before it connects (`/bin/sh` given `serve` as a script name it cannot open).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::launcher::{ModelLookup, ProcessLauncher};
+use super::run_dir::RunDir;
+use crate::pool::{LaunchError, Launcher};
+
+fn launcher(
+    binary: &str,
+    state: &tempfile::TempDir,
+) -> (ProcessLauncher, mpsc::UnboundedReceiver<super::WorkerExit>) {
+    let run_dir = RunDir::create(state.path()).unwrap();
+    let lookup: ModelLookup =
+        Box::new(|model| (model == "known").then(|| PathBuf::from("/nowhere")));
+    let (exits, exit_rx) = mpsc::unbounded_channel();
+    let launcher = ProcessLauncher::new(binary.into(), run_dir, lookup, exits)
+        .with_start_timeout(Duration::from_secs(10));
+    (launcher, exit_rx)
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_not_spawned() {
+    let state = tempfile::tempdir().unwrap();
+    let (launcher, _exits) = launcher("/bin/sh", &state);
+    let err = launcher.launch("unknown").await.unwrap_err();
+    assert!(matches!(err, LaunchError::Spawn { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_binary_fails_to_spawn_and_leaves_no_socket() {
+    let state = tempfile::tempdir().unwrap();
+    let (launcher, _exits) = launcher("/nonexistent/corral-worker", &state);
+    let err = launcher.launch("known").await.unwrap_err();
+    assert!(matches!(err, LaunchError::Spawn { .. }), "{err}");
+    let run = state.path().join("run");
+    assert_eq!(
+        std::fs::read_dir(&run).unwrap().count(),
+        1,
+        "only workers/ should remain"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_exits_before_connecting_is_reported_and_its_record_removed() {
+    let state = tempfile::tempdir().unwrap();
+    let (launcher, mut exits) = launcher("/bin/sh", &state);
+    let err = launcher.launch("known").await.unwrap_err();
+    let LaunchError::Exited { model, pid, .. } = err else {
+        panic!("expected Exited, got {err}");
+    };
+    assert_eq!(model, "known");
+    let exit = exits.recv().await.unwrap();
+    assert_eq!((exit.model.as_str(), exit.pid), ("known", pid));
+
+    let workers = state.path().join("run/workers");
+    let emptied = tokio::time::timeout(Duration::from_secs(2), async {
+        while std::fs::read_dir(&workers).unwrap().count() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(emptied.await.is_ok(), "the pid record was left behind");
+}

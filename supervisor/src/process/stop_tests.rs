@@ -1,0 +1,102 @@
+//! The stop protocol's escalation, against real processes: one that exits on `Shutdown`, one
+//! that only SIGTERM ends, and one that ignores SIGTERM.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use corral_ipc::{ToWorker, WorkerConnection};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use super::client_tests::{connected, spawn_watched};
+use super::reaper::WorkerProcess;
+use super::stop::{StopStep, Stopped, kill_now, stop_worker};
+use crate::pool::ExitStatus;
+
+const GRACE: Duration = Duration::from_millis(300);
+
+/// Reads and ignores every frame, as a worker stuck in a GPU call would.
+fn deaf_peer(theirs: tokio::net::UnixStream) {
+    tokio::spawn(async move {
+        let mut peer = WorkerConnection::new(theirs);
+        while let Ok(Some(_)) = peer.recv().await {}
+    });
+}
+
+#[tokio::test]
+async fn a_worker_that_obeys_shutdown_stops_gracefully() {
+    let mut child = Command::new("sh")
+        .args(["-c", "read line; exit 0"])
+        .stdin(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (exits, _exit_rx) = mpsc::unbounded_channel();
+    let (client, theirs) = connected(WorkerProcess::watch(child, "test-model", exits));
+    // The fake worker exits when it reads Shutdown.
+    tokio::spawn(async move {
+        let mut peer = WorkerConnection::new(theirs);
+        while let Ok(Some(frame)) = peer.recv().await {
+            if frame == ToWorker::Shutdown {
+                stdin.write_all(b"\n").await.unwrap();
+            }
+        }
+    });
+
+    let stopped = stop_worker(&client, Duration::from_secs(5)).await;
+    assert_eq!(
+        stopped,
+        Stopped {
+            step: StopStep::Graceful,
+            status: ExitStatus::Code(0)
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_ignores_shutdown_is_terminated() {
+    let (process, _exits) = spawn_watched("sleep", &["60"]);
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
+
+    let stopped = stop_worker(&client, GRACE).await;
+    assert_eq!(
+        stopped,
+        Stopped {
+            step: StopStep::Terminated,
+            status: ExitStatus::Signal(15)
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_ignores_sigterm_is_killed() {
+    // An ignored signal stays ignored across exec, so `sleep` itself ignores SIGTERM.
+    let (process, _exits) = spawn_watched("bash", &["-c", "trap '' TERM; exec sleep 60"]);
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
+
+    let stopped = stop_worker(&client, GRACE).await;
+    assert_eq!(
+        stopped,
+        Stopped {
+            step: StopStep::Killed,
+            status: ExitStatus::Signal(9)
+        }
+    );
+}
+
+#[tokio::test]
+async fn kill_now_ends_the_worker_with_sigkill() {
+    let (process, mut exits) = spawn_watched("sleep", &["60"]);
+    let pid = process.pid();
+    let (client, _theirs) = connected(process);
+
+    kill_now(&client);
+
+    let exit = exits.recv().await.unwrap();
+    assert_eq!((exit.pid, exit.status), (pid, ExitStatus::Signal(9)));
+    assert_eq!(client.process().exited(), Some(ExitStatus::Signal(9)));
+}

@@ -1,0 +1,401 @@
+//! `corral serve` end to end: the real supervisor, real worker processes, generated models, HTTP
+//! on 127.0.0.1.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_tests::binary;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+struct Server {
+    child: Child,
+    base: String,
+    state_dir: std::path::PathBuf,
+}
+
+/// Generated tiny models and a state directory, kept for as long as the test needs them.
+struct Dirs {
+    models: tempfile::TempDir,
+    state: tempfile::TempDir,
+}
+
+impl Dirs {
+    /// Tiny models named after `archs` ("llama", "qwen3", ...).
+    fn with_models(archs: &[Arch]) -> Self {
+        let models = tempfile::tempdir().unwrap();
+        for &arch in archs {
+            let options = FixtureOptions {
+                size: Size::Tiny,
+                arch,
+                dtype: Dtype::F32,
+                quantize: None,
+            };
+            let name = format!("{arch:?}").to_lowercase();
+            corral::fixture::generate(&options, &models.path().join(name)).unwrap();
+        }
+        Self {
+            models,
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+impl Server {
+    fn start(dirs: &Dirs) -> Self {
+        let (models, state) = (&dirs.models, &dirs.state);
+        let mut child = Command::new(binary("corral"))
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--drain-timeout",
+                "5",
+                "--models-dir",
+            ])
+            .arg(models.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (address_tx, address_rx) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let address = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = address_tx.send(address.to_owned());
+                }
+                eprintln!("{line}");
+            }
+        });
+        let address = address_rx.recv_timeout(PATIENCE).expect("corral listens");
+        Self {
+            child,
+            base: format!("http://{address}"),
+            state_dir: state.path().to_path_buf(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> reqwest::blocking::Response {
+        client()
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .expect("request sent")
+    }
+
+    fn worker_pids(&self) -> Vec<u32> {
+        children_of(self.child.id())
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "corral did not exit");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap()
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    let output = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+}
+
+fn chat(model: &str, max_tokens: u32, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+/// Reads SSE `data:` payloads as they arrive; `[DONE]` ends the stream.
+fn sse_events(response: reqwest::blocking::Response) -> impl Iterator<Item = String> {
+    BufReader::new(response)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| line.strip_prefix("data: ").map(str::to_owned))
+}
+
+#[test]
+fn serves_chat_and_completions_streaming_and_not() {
+    let dirs = Dirs::with_models(&[Arch::Qwen3]);
+    let server = Server::start(&dirs);
+    let models: Value = client()
+        .get(server.url("/v1/models"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "qwen3");
+    assert_eq!(
+        client().get(server.url("/health")).send().unwrap().status(),
+        200
+    );
+
+    let response = server.post("/v1/chat/completions", &chat("qwen3", 8, false));
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+    assert!(body["usage"]["completion_tokens"].as_u64().unwrap() <= 8);
+
+    let response = server.post(
+        "/v1/completions",
+        &json!({"model": "qwen3", "prompt": "Once", "max_tokens": 4, "temperature": 0}),
+    );
+    let body: Value = response.json().unwrap();
+    assert_eq!(body["object"], "text_completion");
+
+    let events: Vec<String> =
+        sse_events(server.post("/v1/chat/completions", &chat("qwen3", 6, true))).collect();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["usage"]["prompt_tokens"], body_prompt_tokens(&server));
+}
+
+fn body_prompt_tokens(server: &Server) -> Value {
+    let body: Value = server
+        .post("/v1/chat/completions", &chat("qwen3", 1, false))
+        .json()
+        .unwrap();
+    body["usage"]["prompt_tokens"].clone()
+}
+
+#[test]
+fn two_models_stream_at_once_each_in_its_own_process() {
+    let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen2]);
+    let server = Server::start(&dirs);
+    let streams: Vec<_> = ["llama", "qwen2"]
+        .into_iter()
+        .map(|model| {
+            let response = server.post("/v1/chat/completions", &chat(model, 200, true));
+            let mut events = sse_events(response);
+            events.next().expect("first chunk");
+            events
+        })
+        .collect();
+    // Both streams are open at this moment, so both workers run.
+    let workers = server.worker_pids();
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    for events in streams {
+        assert_eq!(events.last().as_deref(), Some("[DONE]"));
+    }
+}
+
+#[test]
+fn a_killed_worker_fails_its_stream_at_once_and_is_replaced() {
+    let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
+    let server = Server::start(&dirs);
+    let other = server.post("/v1/chat/completions", &chat("qwen3", 300, true));
+    let mut other_events = sse_events(other);
+    other_events.next().unwrap();
+    let victim_stream = server.post("/v1/chat/completions", &chat("llama", 3000, true));
+    let mut victim_events = sse_events(victim_stream);
+    victim_events.next().unwrap();
+    let before: Vec<u32> = server.worker_pids();
+    assert_eq!(before.len(), 2);
+    // The llama worker is the younger one.
+    let victim = *before.iter().max().unwrap();
+    kill(Pid::from_raw(victim as i32), Signal::SIGKILL).unwrap();
+    let killed_at = Instant::now();
+    let last = victim_events.last().unwrap();
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    let error: Value = serde_json::from_str(&last).unwrap();
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("pid"),
+        "{error}"
+    );
+    // The other model's stream is untouched.
+    assert_eq!(other_events.last().as_deref(), Some("[DONE]"));
+    // The next request is served by a new worker.
+    let response = server.post("/v1/chat/completions", &chat("llama", 2, false));
+    assert_eq!(response.status(), 200);
+    assert!(!server.worker_pids().contains(&victim));
+}
+
+#[test]
+fn killing_the_supervisor_ends_every_worker_and_a_new_one_starts_cleanly() {
+    let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
+    let server = Server::start(&dirs);
+    for model in ["llama", "qwen3"] {
+        assert_eq!(
+            server
+                .post("/v1/chat/completions", &chat(model, 2, false))
+                .status(),
+            200
+        );
+    }
+    let workers = server.worker_pids();
+    assert_eq!(workers.len(), 2);
+    let mut server = server;
+    server.signal(Signal::SIGKILL);
+    server.wait();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while workers.iter().any(|&pid| alive(pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "workers outlived the supervisor: {workers:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    drop(server);
+    let again = Server::start(&dirs);
+    assert_eq!(
+        again
+            .post("/v1/chat/completions", &chat("llama", 2, false))
+            .status(),
+        200
+    );
+}
+
+#[test]
+fn a_client_that_disconnects_frees_the_worker_for_the_next_request() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let server = Server::start(&dirs);
+    let mut events = sse_events(server.post("/v1/chat/completions", &chat("llama", 4000, true)));
+    events.next().unwrap();
+    drop(events);
+    let started = Instant::now();
+    let response = server.post("/v1/chat/completions", &chat("llama", 2, false));
+    assert_eq!(response.status(), 200);
+    // Far less than the 4000 tokens the abandoned request asked for.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let server = Server::start(&dirs);
+    let raw = |body: &'static [u8]| {
+        client()
+            .post(server.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let cases: Vec<(reqwest::blocking::Response, u16)> = vec![
+        (raw(b"{not json"), 400),
+        (raw(b"{\"model\": 5, \"messages\": []}"), 400),
+        (raw(b"\xff\xfe{}"), 400),
+        (
+            server.post(
+                "/v1/chat/completions",
+                &json!({"model": "llama", "messages": []}),
+            ),
+            400,
+        ),
+        (
+            server.post("/v1/chat/completions", &chat("no-such-model", 2, false)),
+            404,
+        ),
+        (
+            server.post(
+                "/v1/completions",
+                &json!({"model": "llama", "prompt": "word ".repeat(9000), "max_tokens": 2}),
+            ),
+            413,
+        ),
+        (
+            client()
+                .post(server.url("/v1/completions"))
+                .header("content-type", "application/json")
+                .body(vec![b' '; 20 * 1024 * 1024])
+                .send()
+                .unwrap(),
+            413,
+        ),
+    ];
+    for (response, status) in cases {
+        assert_eq!(response.status().as_u16(), status);
+        let body: Value = response.json().unwrap();
+        assert!(body["error"]["message"].is_string(), "{body}");
+        assert!(body["error"]["type"].is_string(), "{body}");
+    }
+    assert_eq!(
+        server
+            .post("/v1/chat/completions", &chat("llama", 2, false))
+            .status(),
+        200
+    );
+}
+
+#[test]
+fn sigterm_drains_stops_every_worker_and_exits_zero() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let mut server = Server::start(&dirs);
+    assert_eq!(
+        server
+            .post("/v1/chat/completions", &chat("llama", 2, false))
+            .status(),
+        200
+    );
+    let workers = server.worker_pids();
+    assert_eq!(workers.len(), 1);
+    server.signal(Signal::SIGTERM);
+    assert!(server.wait().success());
+    assert!(workers.iter().all(|&pid| !alive(pid)));
+    assert!(server.state_dir.join("run").exists());
+}
