@@ -79,7 +79,8 @@ fn run() -> Result<ExitCode> {
             .into_iter()
             .map(OsString::from)
             .collect();
-            args.extend(rest);
+            // `cargo xtask serve -- --port 8000` and `cargo xtask serve --port 8000` both work.
+            args.extend(rest.into_iter().skip_while(|arg| arg == "--"));
             cargo.run(&args)
         }
         Some("cargo") => Cargo::new()?.run(&rest),
