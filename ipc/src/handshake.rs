@@ -14,6 +14,10 @@ use crate::codec::CodecError;
 use crate::connection::{SupervisorConnection, WorkerConnection};
 use crate::message::{FromWorker, PROTOCOL_VERSION, ToWorker};
 
+/// The environment variable that carries the one-time token from supervisor to worker (kept out
+/// of argv, where `ps` would show it).
+pub const WORKER_TOKEN_ENV: &str = "CORRAL_WORKER_TOKEN";
+
 /// How long the worker waits for the supervisor's answer to `Hello`, and a sensible default for
 /// how long the supervisor waits for `Hello`. A worker sends `Hello` before loading its model,
 /// so this bounds a stuck or impostor peer, not a slow load.

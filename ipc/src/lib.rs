@@ -13,5 +13,7 @@ pub mod message;
 pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
 pub use framed::{FrameReader, FrameWriter};
-pub use handshake::{HANDSHAKE_TIMEOUT, HandshakeError, supervisor_accept, worker_handshake};
+pub use handshake::{
+    HANDSHAKE_TIMEOUT, HandshakeError, WORKER_TOKEN_ENV, supervisor_accept, worker_handshake,
+};
 pub use message::*;

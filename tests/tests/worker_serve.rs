@@ -12,7 +12,6 @@ use corral_ipc::{
     ToWorker, supervisor_accept,
 };
 use corral_tests::{binary, tiny_model};
-use corral_worker::serve::TOKEN_ENV;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
 use tokio::time::timeout;
@@ -36,7 +35,7 @@ impl Worker {
             .arg(model)
             .arg("--socket")
             .arg(&socket)
-            .env(TOKEN_ENV, token)
+            .env(corral_ipc::WORKER_TOKEN_ENV, token)
             .kill_on_drop(true)
             .spawn()
             .unwrap();

@@ -12,15 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use corral_ipc::{FromWorker, RejectKind, ToWorker, WorkerStats, worker_handshake};
+use corral_ipc::{
+    FromWorker, RejectKind, ToWorker, WORKER_TOKEN_ENV, WorkerStats, worker_handshake,
+};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use crate::engine::Engine;
 use crate::process_memory::peak_resident_bytes;
 use crate::wire::{to_generate_request, to_wire_event};
-
-pub const TOKEN_ENV: &str = "CORRAL_WORKER_TOKEN";
 
 /// Requests waiting beyond this are refused as `Overloaded` rather than queued without bound.
 const MAX_QUEUED: usize = 64;
@@ -30,7 +30,8 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn run(model: PathBuf, socket: PathBuf) -> Result<()> {
     exit_with_parent();
-    let token = std::env::var(TOKEN_ENV).with_context(|| format!("{TOKEN_ENV} is not set"))?;
+    let token = std::env::var(WORKER_TOKEN_ENV)
+        .with_context(|| format!("{WORKER_TOKEN_ENV} is not set"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

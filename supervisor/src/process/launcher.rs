@@ -28,9 +28,6 @@ use crate::pool::{LaunchError, LaunchedWorker, Launcher, Pool};
 /// takes a while.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The environment variable the worker reads its token from (`corral-worker serve`).
-const TOKEN_ENV: &str = "CORRAL_WORKER_TOKEN";
-
 /// Model id → model directory, from the registry.
 pub type ModelLookup = Box<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
 
@@ -87,7 +84,7 @@ impl ProcessLauncher {
             .arg(&dir)
             .arg("--socket")
             .arg(&socket)
-            .env(TOKEN_ENV, &token)
+            .env(corral_ipc::WORKER_TOKEN_ENV, &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
