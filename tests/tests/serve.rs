@@ -399,3 +399,31 @@ fn sigterm_drains_stops_every_worker_and_exits_zero() {
     assert!(workers.iter().all(|&pid| !alive(pid)));
     assert!(server.state_dir.join("run").exists());
 }
+
+#[test]
+fn a_model_whose_worker_cannot_load_gets_503_with_retry_after_and_others_still_serve() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let broken = dirs.models.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+    let server = Server::start(&dirs);
+    for _ in 0..2 {
+        let response = server.post("/v1/chat/completions", &chat("broken", 2, false));
+        assert_eq!(response.status(), 503);
+        let retry_after: u64 = response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(retry_after >= 1);
+        let body: Value = response.json().unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("broken"), "{message}");
+    }
+    assert_eq!(
+        server
+            .post("/v1/chat/completions", &chat("llama", 2, false))
+            .status(),
+        200
+    );
+}
