@@ -358,15 +358,6 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             ),
             413,
         ),
-        (
-            client()
-                .post(server.url("/v1/completions"))
-                .header("content-type", "application/json")
-                .body(vec![b' '; 20 * 1024 * 1024])
-                .send()
-                .unwrap(),
-            413,
-        ),
     ];
     for (response, status) in cases {
         assert_eq!(response.status().as_u16(), status);
@@ -380,6 +371,17 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             .status(),
         200
     );
+    // Just over the limit: the server has read nearly all of it before it refuses, so the
+    // client's write completes and the answer is read, instead of racing into a broken pipe.
+    let response = client()
+        .post(server.url("/v1/completions"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; corral::api::MAX_BODY_BYTES + 1024])
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().unwrap();
+    assert!(body["error"]["message"].is_string(), "{body}");
 }
 
 #[test]
