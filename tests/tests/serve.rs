@@ -136,6 +136,26 @@ fn client() -> reqwest::blocking::Client {
         .unwrap()
 }
 
+/// Child processes of `pid`, from /proc (procps's `pgrep` is not on every Linux machine).
+#[cfg(target_os = "linux")]
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The fields after the command name, which is in parentheses: state, then ppid.
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            let parent: u32 = after_name.split_whitespace().nth(1)?.parse().ok()?;
+            (parent == pid).then_some(child)
+        })
+        .collect();
+    children.sort_unstable();
+    children
+}
+
+#[cfg(not(target_os = "linux"))]
 fn children_of(pid: u32) -> Vec<u32> {
     let output = Command::new("pgrep")
         .args(["-P", &pid.to_string()])
