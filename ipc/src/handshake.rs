@@ -110,6 +110,19 @@ pub async fn supervisor_accept(
         .map_err(HandshakeError::PeerCredentials)?;
     let peer_pid = credentials.pid().and_then(|pid| u32::try_from(pid).ok());
     let mut conn = SupervisorConnection::new(stream);
+    // Another process that found the socket is refused before anything it sent is read, so
+    // neither garbage nor silence from it can hold up the real worker's connection.
+    if let (Some(expected), Some(got)) = (expected_pid, peer_pid)
+        && expected != got
+    {
+        let refusal = HandshakeError::PidMismatch { expected, got };
+        let _ = conn
+            .send(&ToWorker::Refused {
+                message: refusal.to_string(),
+            })
+            .await;
+        return Err(refusal);
+    }
     let hello = tokio::time::timeout(timeout, conn.recv())
         .await
         .map_err(|_| HandshakeError::Timeout {

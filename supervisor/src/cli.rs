@@ -24,7 +24,7 @@ pub struct Cli {
 pub enum Command {
     /// Write a deterministic random-weight model directory (Hugging Face layout) for tests.
     Fixture(FixtureArgs),
-    /// Serve a model (for now: one generation with a worker; the HTTP API comes next).
+    /// Serve the OpenAI API on local models, one worker process per model.
     Serve(ServeArgs),
 }
 
@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// Where corral keeps generated models, sockets and worker records.
     #[arg(long, env = "CORRAL_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// The corral-worker executable to spawn (by default the one next to corral).
+    #[arg(long, env = "CORRAL_WORKER_BINARY")]
+    worker_binary: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +103,7 @@ impl Command {
                     models_dirs: args.models_dirs,
                     drain_timeout_secs: args.drain_timeout,
                     state_dir: args.state_dir,
+                    worker_binary: args.worker_binary,
                 },
                 model: args.model,
             }),

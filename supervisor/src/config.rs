@@ -27,6 +27,8 @@ pub struct Config {
     /// How long a stopping worker gets after `Shutdown`, and again after SIGTERM.
     pub worker_stop_grace: Duration,
     pub state_dir: Option<PathBuf>,
+    /// The `corral-worker` to spawn; by default the one installed next to `corral`.
+    pub worker_binary: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -40,6 +42,7 @@ impl Default for Config {
             worker_start_timeout: Duration::from_secs(120),
             worker_stop_grace: Duration::from_secs(5),
             state_dir: None,
+            worker_binary: None,
         }
     }
 }
@@ -58,6 +61,7 @@ struct FileConfig {
     worker_start_timeout_secs: Option<u64>,
     worker_stop_grace_secs: Option<u64>,
     state_dir: Option<PathBuf>,
+    worker_binary: Option<PathBuf>,
 }
 
 /// Values given on the command line or in the environment.
@@ -68,6 +72,7 @@ pub struct Overrides {
     pub models_dirs: Vec<PathBuf>,
     pub drain_timeout_secs: Option<u64>,
     pub state_dir: Option<PathBuf>,
+    pub worker_binary: Option<PathBuf>,
 }
 
 impl Config {
@@ -106,6 +111,7 @@ impl Config {
             ),
             worker_stop_grace: secs(from_file.worker_stop_grace_secs, defaults.worker_stop_grace),
             state_dir: overrides.state_dir.or(from_file.state_dir),
+            worker_binary: overrides.worker_binary.or(from_file.worker_binary),
         })
     }
 }

@@ -1,11 +1,13 @@
 //! corral's supervisor as a library. The `corral` binary is a thin command-line layer over these
 //! modules, so integration tests and other tools call exactly the code the binary runs.
 
+pub mod admin;
 pub mod api;
 pub mod backend;
 pub mod config;
 pub mod default_model;
 pub mod fixture;
+pub mod memory;
 pub mod pool;
 pub mod process;
 pub mod registry;

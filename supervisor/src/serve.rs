@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::admin::{self, Admin};
 use crate::backend::PoolBackend;
 use crate::config::{Config, Overrides};
 use crate::pool::{Pool, StopReason};
@@ -55,7 +56,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let (exits, exit_events) = mpsc::unbounded_channel();
     let lookup_registry = registry.clone();
     let launcher = ProcessLauncher::new(
-        worker_binary()?,
+        worker_binary(config.worker_binary.clone())?,
         run_dir,
         Box::new(move |id| lookup_registry.get(id).map(|entry| entry.dir.clone())),
         exits,
@@ -65,7 +66,11 @@ async fn serve(options: ServeOptions) -> Result<()> {
     tokio::spawn(forward_exits(exit_events, pool.clone()));
 
     let backend = Arc::new(PoolBackend::new(registry.clone(), pool.clone()));
-    let app = api::router(backend);
+    let admin = Arc::new(Admin {
+        pool: pool.clone(),
+        registry: registry.clone(),
+    });
+    let app = api::router(backend).merge(admin::router(admin));
     let address = (config.host, config.port);
     let listener = TcpListener::bind(address)
         .await
@@ -174,10 +179,14 @@ async fn shutdown_signal() {
     }
 }
 
-/// Workers are installed next to the supervisor.
-fn worker_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating the corral executable")?;
-    let worker = exe.with_file_name(format!("corral-worker{}", std::env::consts::EXE_SUFFIX));
+/// The configured worker, else the one installed next to the supervisor.
+fn worker_binary(configured: Option<PathBuf>) -> Result<PathBuf> {
+    let worker = match configured {
+        Some(worker) => worker,
+        None => std::env::current_exe()
+            .context("locating the corral executable")?
+            .with_file_name(format!("corral-worker{}", std::env::consts::EXE_SUFFIX)),
+    };
     if !worker.exists() {
         bail!(
             "{} is missing; build it with the supervisor",

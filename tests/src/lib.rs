@@ -1,5 +1,7 @@
 //! Helpers for the end-to-end tests in `tests/`: the built binaries and generated fixture models.
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 
 use corral::fixture::{Arch, Dtype, FixtureOptions, Size};

@@ -290,6 +290,15 @@ impl<H> PoolState<H> {
 }
 
 impl<H: Clone> PoolState<H> {
+    /// The ready worker of `model`, without a lease: for looking at it (stats), never for
+    /// sending it work.
+    pub fn ready_worker(&self, model: &str) -> Option<Worker<H>> {
+        match &self.entries.get(model)?.state {
+            EntryState::Ready { worker, .. } => Some(worker.clone()),
+            _ => None,
+        }
+    }
+
     /// Leases a ready worker, or says how to get one: NotRunning and an expired Failed start a
     /// new generation; Starting and Stopping are waited on; Failed in backoff refuses.
     pub fn acquire(&mut self, model: &str, now: Instant) -> AcquireStep<H> {

@@ -132,6 +132,11 @@ impl<L: Launcher> Pool<L> {
         lock(&self.state).snapshot()
     }
 
+    /// `model`'s worker if it is ready, without taking a lease.
+    pub fn ready_worker(&self, model: &str) -> Option<Worker<L::Handle>> {
+        lock(&self.state).ready_worker(model)
+    }
+
     /// Runs the launch in its own task, so that no waiter's cancellation can strand the entry
     /// in Starting; the guard records a failure if the task dies without an answer.
     fn spawn_launch(&self, model: &str, generation: u64) {

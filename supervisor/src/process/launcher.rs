@@ -167,8 +167,9 @@ pub async fn forward_exits(
     }
 }
 
-/// Accepts the worker's connection, checks its handshake and reads its first frame. An exit
-/// before the connection comes ends the wait at once.
+/// Accepts connections until the worker's own passes the handshake, then reads its first frame.
+/// Any other local process that connects (same user: the socket is 0600) is refused and logged,
+/// and the wait goes on. An exit before the worker connects ends the wait at once.
 async fn connect(
     listener: UnixListener,
     socket: &Path,
@@ -177,22 +178,32 @@ async fn connect(
     process: &WorkerProcess,
 ) -> Result<SupervisorConnection, LaunchError> {
     let pid = process.pid();
-    let handshake = |reason: String| LaunchError::Handshake {
-        model: model.to_owned(),
-        pid,
-        reason,
-    };
-    let accepted = tokio::select! {
-        accepted = listener.accept() => accepted,
-        status = process.wait() => {
-            return Err(LaunchError::Exited { model: model.to_owned(), pid, status });
+    let mut connection = loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            status = process.wait() => {
+                return Err(LaunchError::Exited { model: model.to_owned(), pid, status });
+            }
+        };
+        let (stream, _) = accepted.map_err(|err| LaunchError::Handshake {
+            model: model.to_owned(),
+            pid,
+            reason: format!("accept on {}: {err}", socket.display()),
+        })?;
+        match supervisor_accept(stream, token, Some(pid), HANDSHAKE_TIMEOUT).await {
+            Ok(connection) => break connection,
+            Err(error) => tracing::warn!(
+                model,
+                pid,
+                socket = %socket.display(),
+                %error,
+                "refused a connection on the worker socket"
+            ),
         }
     };
-    let (stream, _) =
-        accepted.map_err(|err| handshake(format!("accept on {}: {err}", socket.display())))?;
-    let mut connection = supervisor_accept(stream, token, Some(pid), HANDSHAKE_TIMEOUT)
-        .await
-        .map_err(|err| handshake(err.to_string()))?;
+    // The worker is in: nobody else may connect from here on.
+    drop(listener);
+    remove_socket(socket, model);
     match connection.recv().await {
         Ok(Some(FromWorker::Ready {
             load_time_ms,
@@ -216,7 +227,11 @@ async fn connect(
             pid,
             message,
         }),
-        Ok(Some(other)) => Err(handshake(format!("expected Ready, got {}", other.name()))),
+        Ok(Some(other)) => Err(LaunchError::Handshake {
+            model: model.to_owned(),
+            pid,
+            reason: format!("expected Ready, got {}", other.name()),
+        }),
         // The worker is dying: its exit status says more than the closed socket.
         Ok(None) | Err(_) => Err(LaunchError::Exited {
             model: model.to_owned(),

@@ -1,0 +1,199 @@
+//! A running `corral serve` for end-to-end tests: generated models, a state directory, the
+//! real binary listening on 127.0.0.1, and the helpers the tests share to talk to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::binary;
+
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Server {
+    pub child: Child,
+    base: String,
+    pub state_dir: PathBuf,
+}
+
+/// Generated tiny models and a state directory, kept for as long as the test needs them.
+pub struct Dirs {
+    pub models: tempfile::TempDir,
+    pub state: tempfile::TempDir,
+}
+
+impl Dirs {
+    /// Tiny models named after `archs` ("llama", "qwen3", ...).
+    pub fn with_models(archs: &[Arch]) -> Self {
+        let models = tempfile::tempdir().unwrap();
+        for &arch in archs {
+            let options = FixtureOptions {
+                size: Size::Tiny,
+                arch,
+                dtype: Dtype::F32,
+                quantize: None,
+            };
+            let name = format!("{arch:?}").to_lowercase();
+            corral::fixture::generate(&options, &models.path().join(name)).unwrap();
+        }
+        Self {
+            models,
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+impl Server {
+    pub fn start(dirs: &Dirs) -> Self {
+        Self::start_with(dirs, &[])
+    }
+
+    /// With more `corral serve` arguments (`--config FILE`, ...).
+    pub fn start_with(dirs: &Dirs, extra_args: &[&std::ffi::OsStr]) -> Self {
+        let (models, state) = (&dirs.models, &dirs.state);
+        let mut child = Command::new(binary("corral"))
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--drain-timeout",
+                "5",
+                "--models-dir",
+            ])
+            .arg(models.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(extra_args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (address_tx, address_rx) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let address = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = address_tx.send(address.to_owned());
+                }
+                eprintln!("{line}");
+            }
+        });
+        let address = address_rx.recv_timeout(PATIENCE).expect("corral listens");
+        Self {
+            child,
+            base: format!("http://{address}"),
+            state_dir: state.path().to_path_buf(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> reqwest::blocking::Response {
+        client()
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .expect("request sent")
+    }
+
+    pub fn worker_pids(&self) -> Vec<u32> {
+        children_of(self.child.id())
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "corral did not exit");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap()
+}
+
+/// Child processes of `pid`, from /proc (procps's `pgrep` is not on every Linux machine).
+#[cfg(target_os = "linux")]
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut children: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The fields after the command name, which is in parentheses: state, then ppid.
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            let parent: u32 = after_name.split_whitespace().nth(1)?.parse().ok()?;
+            (parent == pid).then_some(child)
+        })
+        .collect();
+    children.sort_unstable();
+    children
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let output = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+pub fn alive(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+}
+
+pub fn chat(model: &str, max_tokens: u32, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+/// Reads SSE `data:` payloads as they arrive; `[DONE]` ends the stream.
+pub fn sse_events(response: reqwest::blocking::Response) -> impl Iterator<Item = String> {
+    BufReader::new(response)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| line.strip_prefix("data: ").map(str::to_owned))
+}

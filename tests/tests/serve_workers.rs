@@ -1,0 +1,246 @@
+//! `corral serve` end to end, around worker processes that misbehave or are looked at: a worker
+//! that never becomes ready, a stranger writing garbage to a worker socket, a worker's own
+//! counters through the admin API, and token log probabilities relayed from the worker.
+
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use corral::fixture::Arch;
+use corral_ipc::ToWorker;
+use corral_tests::binary;
+use corral_tests::server::{Dirs, PATIENCE, Server, chat, client, sse_events};
+use serde_json::{Value, json};
+
+fn write_config(dirs: &Dirs, text: &str) -> PathBuf {
+    let path = dirs.state.path().join("corral.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The worker sockets the supervisor is listening on right now.
+fn sockets(state_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(state_dir.join("run"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|ext| ext == "sock"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn admin_row(server: &Server, model: &str) -> Value {
+    let workers: Value = client()
+        .get(server.url("/admin/workers"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    workers["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["model"] == model)
+        .cloned()
+        .unwrap_or_else(|| panic!("no row for {model} in {workers}"))
+}
+
+#[test]
+fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_serve() {
+    let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
+    // A real worker that blocks forever in its model load: opening a FIFO waits for a writer.
+    let weights = dirs.models.path().join("qwen3/model.safetensors");
+    std::fs::remove_file(&weights).unwrap();
+    nix::unistd::mkfifo(&weights, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let config = write_config(&dirs, "worker_start_timeout_secs = 2\n");
+    let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
+
+    let started = Instant::now();
+    let response = server.post("/v1/chat/completions", &chat("qwen3", 2, false));
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: Value = response.json().unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("did not become ready within 2"),
+        "{message}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    // The hung worker was killed and reaped, not left behind.
+    assert!(
+        server.worker_pids().is_empty(),
+        "{:?}",
+        server.worker_pids()
+    );
+    assert_eq!(admin_row(&server, "qwen3")["state"], "failed");
+
+    assert_eq!(
+        server
+            .post("/v1/chat/completions", &chat("llama", 2, false))
+            .status(),
+        200
+    );
+}
+
+/// A worker executable that waits before becoming the real worker, which keeps the worker
+/// socket open long enough for the test to get there first.
+fn slow_starting_worker(dir: &Path) -> PathBuf {
+    let script = dir.join("slow-worker.sh");
+    let worker = binary("corral-worker");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nsleep 2\nexec '{}' \"$@\"\n", worker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn garbage_written_to_a_worker_socket_is_refused_and_the_worker_still_starts() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let script = slow_starting_worker(dirs.state.path());
+    let server = Server::start_with(&dirs, &[OsStr::new("--worker-binary"), script.as_os_str()]);
+    let base = server.url("");
+    let request = thread::spawn(move || {
+        client()
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&chat("llama", 2, false))
+            .send()
+            .unwrap()
+            .status()
+    });
+
+    let deadline = Instant::now() + PATIENCE;
+    let socket = loop {
+        if let Some(socket) = sockets(&server.state_dir).pop() {
+            break socket;
+        }
+        assert!(Instant::now() < deadline, "no worker socket appeared");
+        thread::sleep(Duration::from_millis(10));
+    };
+    let mut stranger = UnixStream::connect(&socket).unwrap();
+    stranger
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // A frame header announcing 5 bytes, then bytes that are no MessagePack message.
+    stranger
+        .write_all(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")
+        .unwrap();
+    let mut answer = Vec::new();
+    stranger.read_to_end(&mut answer).unwrap();
+    let (refusal, _) = corral_ipc::decode_frame::<ToWorker>(&answer)
+        .unwrap()
+        .expect("a whole frame");
+    let ToWorker::Refused { message } = refusal else {
+        panic!("expected Refused, got {refusal:?}");
+    };
+    assert!(message.contains("pid"), "{message}");
+
+    // The real worker connects after the stranger was turned away, and serves.
+    assert_eq!(request.join().unwrap(), 200);
+    assert_eq!(server.worker_pids().len(), 1);
+    // Once the worker is in, its socket is gone: nobody else can connect.
+    assert!(sockets(&server.state_dir).is_empty());
+}
+
+#[test]
+fn a_disconnected_stream_shows_as_cancelled_in_the_workers_own_stats() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let server = Server::start(&dirs);
+    let mut events = sse_events(server.post("/v1/chat/completions", &chat("llama", 4000, true)));
+    events.next().unwrap();
+    let busy = admin_row(&server, "llama");
+    assert_eq!(busy["state"], "ready");
+    assert_eq!(busy["leases"], 1);
+    assert_eq!(busy["stats"]["active_sequences"], 1);
+    drop(events);
+
+    // The next request runs only after the abandoned one has ended in the worker.
+    assert_eq!(
+        server
+            .post("/v1/chat/completions", &chat("llama", 2, false))
+            .status(),
+        200
+    );
+    let row = admin_row(&server, "llama");
+    assert_eq!(row["leases"], 0, "{row}");
+    assert_eq!(row["pid"], server.worker_pids()[0]);
+    let stats = &row["stats"];
+    assert_eq!(stats["cancelled"], 1, "{row}");
+    assert_eq!(stats["completed"], 1, "{row}");
+    assert_eq!(stats["active_sequences"], 0, "{row}");
+    assert_eq!(stats["queued_requests"], 0, "{row}");
+    assert!(stats["resident_bytes"].as_u64().unwrap() > 0, "{row}");
+}
+
+#[test]
+fn logprobs_come_through_in_both_openai_shapes() {
+    let dirs = Dirs::with_models(&[Arch::Qwen3]);
+    let server = Server::start(&dirs);
+    let mut request = chat("qwen3", 4, false);
+    request["logprobs"] = json!(true);
+    request["top_logprobs"] = json!(3);
+    let body: Value = server
+        .post("/v1/chat/completions", &request)
+        .json()
+        .unwrap();
+    let content = body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        content.len() as u64,
+        body["usage"]["completion_tokens"].as_u64().unwrap(),
+        "{body}"
+    );
+    for token in content {
+        let logprob = token["logprob"].as_f64().unwrap();
+        let top = token["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "{token}");
+        // Greedy decoding: the chosen token is the most likely one.
+        assert!(
+            (top[0]["logprob"].as_f64().unwrap() - logprob).abs() < 1e-4,
+            "{token}"
+        );
+        assert!(logprob <= 0.0);
+    }
+
+    request["stream"] = json!(true);
+    let streamed: Vec<Value> = sse_events(server.post("/v1/chat/completions", &request))
+        .filter(|event| event != "[DONE]")
+        .map(|event| serde_json::from_str(&event).unwrap())
+        .collect();
+    let streamed_tokens: Vec<&Value> = streamed
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(streamed_tokens.len(), content.len());
+    for (streamed, whole) in streamed_tokens.iter().zip(content) {
+        assert_eq!(streamed["token"], whole["token"]);
+    }
+
+    let body: Value = server
+        .post(
+            "/v1/completions",
+            &json!({"model": "qwen3", "prompt": "Once", "max_tokens": 3, "temperature": 0, "logprobs": 2}),
+        )
+        .json()
+        .unwrap();
+    let logprobs = &body["choices"][0]["logprobs"];
+    let tokens = logprobs["tokens"].as_array().unwrap();
+    assert_eq!(
+        logprobs["token_logprobs"].as_array().unwrap().len(),
+        tokens.len()
+    );
+    // Up to 2: two token ids can share one text, and a map keeps only one of them.
+    let top = logprobs["top_logprobs"][0].as_object().unwrap();
+    assert!((1..=2).contains(&top.len()), "{body}");
+    assert_eq!(logprobs["text_offset"][0], 0, "{body}");
+}
