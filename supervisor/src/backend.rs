@@ -11,6 +11,7 @@ use corral_ipc::{FromWorker, GenerateRequest};
 use tokio::sync::mpsc;
 
 use crate::api::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
+use crate::eviction::MemoryManager;
 use crate::pool::{AcquireError, Launcher, Lease, Pool};
 use crate::process::{RequestHandle, WorkerClient};
 use crate::registry::Registry;
@@ -21,11 +22,16 @@ const STREAM_BUFFER: usize = 256;
 pub struct PoolBackend<L: Launcher<Handle = Arc<WorkerClient>>> {
     registry: Arc<Registry>,
     pool: Pool<L>,
+    memory: Arc<MemoryManager<L>>,
 }
 
 impl<L: Launcher<Handle = Arc<WorkerClient>>> PoolBackend<L> {
-    pub fn new(registry: Arc<Registry>, pool: Pool<L>) -> Self {
-        Self { registry, pool }
+    pub fn new(registry: Arc<Registry>, pool: Pool<L>, memory: Arc<MemoryManager<L>>) -> Self {
+        Self {
+            registry,
+            pool,
+            memory,
+        }
     }
 }
 
@@ -49,6 +55,12 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
         model: &str,
         request: GenerateRequest,
     ) -> Result<GenerationStream, BackendError> {
+        self.memory
+            .admit(model)
+            .await
+            .map_err(|error| BackendError::InsufficientMemory {
+                message: error.to_string(),
+            })?;
         let lease = self.pool.acquire(model).await.map_err(unavailable)?;
         let client = lease.handle().clone();
         let mut handle =

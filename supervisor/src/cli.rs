@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use corral::config::Overrides;
 use corral::fixture::{self, Arch, Bits, Dtype, FixtureOptions, Size};
+use corral::memory::MemoryAmount;
 use corral::serve::{self, ServeOptions};
 
 #[derive(Debug, Parser)]
@@ -54,6 +55,20 @@ pub struct ServeArgs {
     /// The corral-worker executable to spawn (by default the one next to corral).
     #[arg(long, env = "CORRAL_WORKER_BINARY")]
     worker_binary: Option<PathBuf>,
+    /// Memory the workers may use together: bytes, with units (`6GiB`, `512MiB`, `8GB`) or a
+    /// share of RAM (`75%`). Default: total RAM minus max(2 GiB, 10%).
+    #[arg(long, env = "CORRAL_MEMORY_CEILING")]
+    memory_ceiling: Option<MemoryAmount>,
+    /// At most this many models loaded at once.
+    #[arg(long, env = "CORRAL_MAX_LOADED_MODELS")]
+    max_loaded_models: Option<usize>,
+    /// Seconds a worker may sit idle before it is stopped (default: never).
+    #[arg(long, env = "CORRAL_IDLE_TIMEOUT")]
+    idle_timeout: Option<u64>,
+    /// A model to start with the server and never evict (repeatable; the variable takes a
+    /// comma-separated list).
+    #[arg(long = "pin", env = "CORRAL_PIN", value_delimiter = ',')]
+    pinned: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +119,10 @@ impl Command {
                     drain_timeout_secs: args.drain_timeout,
                     state_dir: args.state_dir,
                     worker_binary: args.worker_binary,
+                    memory_ceiling: args.memory_ceiling,
+                    max_loaded_models: args.max_loaded_models,
+                    idle_timeout_secs: args.idle_timeout,
+                    pinned: args.pinned,
                 },
                 model: args.model,
             }),

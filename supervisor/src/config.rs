@@ -8,8 +8,11 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::Deserialize;
+
+use crate::memory::MemoryAmount;
+use crate::memory::budget::{DEFAULT_HARD_FRACTION, DEFAULT_SOFT_FRACTION};
 
 pub const DEFAULT_PORT: u16 = 8080;
 
@@ -29,6 +32,66 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// The `corral-worker` to spawn; by default the one installed next to `corral`.
     pub worker_binary: Option<PathBuf>,
+    pub memory: MemoryConfig,
+    /// Per-model settings, by model id.
+    pub models: BTreeMap<String, ModelSettings>,
+}
+
+/// The memory budget over the sum of worker footprints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryConfig {
+    /// `None`: total RAM minus a reserve.
+    pub ceiling: Option<MemoryAmount>,
+    /// Over this share of the ceiling, idle workers are stopped least recently used first.
+    pub soft_watermark: f64,
+    /// Over this share, new loads are refused and every idle unpinned worker is stopped.
+    pub hard_watermark: f64,
+    pub max_loaded_models: Option<usize>,
+    /// Idle workers are stopped after this long unused; `None` keeps them.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            ceiling: None,
+            soft_watermark: DEFAULT_SOFT_FRACTION,
+            hard_watermark: DEFAULT_HARD_FRACTION,
+            max_loaded_models: None,
+            idle_timeout: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Started with the server, never evicted or stopped for idleness, restarted after a crash.
+    #[serde(default)]
+    pub pinned: bool,
+    /// Overrides the global idle timeout for this model.
+    pub idle_timeout_secs: Option<u64>,
+}
+
+impl Config {
+    /// How long `model` may sit idle before it is stopped.
+    pub fn idle_timeout(&self, model: &str) -> Option<Duration> {
+        match self
+            .models
+            .get(model)
+            .and_then(|settings| settings.idle_timeout_secs)
+        {
+            Some(secs) => Some(Duration::from_secs(secs)),
+            None => self.memory.idle_timeout,
+        }
+    }
+
+    pub fn pinned_models(&self) -> impl Iterator<Item = &str> {
+        self.models
+            .iter()
+            .filter(|(_, settings)| settings.pinned)
+            .map(|(model, _)| model.as_str())
+    }
 }
 
 impl Default for Config {
@@ -43,6 +106,8 @@ impl Default for Config {
             worker_stop_grace: Duration::from_secs(5),
             state_dir: None,
             worker_binary: None,
+            memory: MemoryConfig::default(),
+            models: BTreeMap::new(),
         }
     }
 }
@@ -62,6 +127,13 @@ struct FileConfig {
     worker_stop_grace_secs: Option<u64>,
     state_dir: Option<PathBuf>,
     worker_binary: Option<PathBuf>,
+    memory_ceiling: Option<MemoryAmount>,
+    memory_soft_watermark: Option<f64>,
+    memory_hard_watermark: Option<f64>,
+    max_loaded_models: Option<usize>,
+    idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    models: BTreeMap<String, ModelSettings>,
 }
 
 /// Values given on the command line or in the environment.
@@ -73,6 +145,11 @@ pub struct Overrides {
     pub drain_timeout_secs: Option<u64>,
     pub state_dir: Option<PathBuf>,
     pub worker_binary: Option<PathBuf>,
+    pub memory_ceiling: Option<MemoryAmount>,
+    pub max_loaded_models: Option<usize>,
+    pub idle_timeout_secs: Option<u64>,
+    /// Models to pin, besides those the file pins.
+    pub pinned: Vec<String>,
 }
 
 impl Config {
@@ -94,6 +171,34 @@ impl Config {
         } else {
             overrides.models_dirs
         };
+        let memory = MemoryConfig {
+            ceiling: overrides.memory_ceiling.or(from_file.memory_ceiling),
+            soft_watermark: from_file
+                .memory_soft_watermark
+                .unwrap_or(DEFAULT_SOFT_FRACTION),
+            hard_watermark: from_file
+                .memory_hard_watermark
+                .unwrap_or(DEFAULT_HARD_FRACTION),
+            max_loaded_models: overrides.max_loaded_models.or(from_file.max_loaded_models),
+            idle_timeout: overrides
+                .idle_timeout_secs
+                .or(from_file.idle_timeout_secs)
+                .map(Duration::from_secs),
+        };
+        if !(0.0 < memory.soft_watermark
+            && memory.soft_watermark <= memory.hard_watermark
+            && memory.hard_watermark <= 1.0)
+        {
+            bail!(
+                "memory watermarks must satisfy 0 < soft ({}) <= hard ({}) <= 1",
+                memory.soft_watermark,
+                memory.hard_watermark
+            );
+        }
+        let mut models = from_file.models;
+        for model in overrides.pinned {
+            models.entry(model).or_default().pinned = true;
+        }
         Ok(Self {
             host: overrides.host.or(from_file.host).unwrap_or(defaults.host),
             port: overrides.port.or(from_file.port).unwrap_or(defaults.port),
@@ -112,6 +217,8 @@ impl Config {
             worker_stop_grace: secs(from_file.worker_stop_grace_secs, defaults.worker_stop_grace),
             state_dir: overrides.state_dir.or(from_file.state_dir),
             worker_binary: overrides.worker_binary.or(from_file.worker_binary),
+            memory,
+            models,
         })
     }
 }
@@ -148,6 +255,46 @@ mod tests {
         assert_eq!(config.models_dirs, [PathBuf::from("/models")]);
         assert_eq!(config.drain_timeout, Duration::from_secs(3));
         assert_eq!(config.aliases["fast"], "tiny");
+    }
+
+    #[test]
+    fn memory_settings_and_per_model_overrides_come_from_the_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        std::fs::write(
+            &file,
+            "memory_ceiling = \"6GiB\"\nidle_timeout_secs = 600\nmax_loaded_models = 3\n\
+             [models.big]\nidle_timeout_secs = 60\n[models.chat]\npinned = true\n",
+        )
+        .unwrap();
+        let config = Config::load(
+            Some(&file),
+            Overrides {
+                memory_ceiling: Some("50%".parse().unwrap()),
+                pinned: vec!["code".to_owned()],
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(config.memory.ceiling, Some("50%".parse().unwrap()));
+        assert_eq!(config.memory.max_loaded_models, Some(3));
+        assert_eq!(config.idle_timeout("big"), Some(Duration::from_secs(60)));
+        assert_eq!(config.idle_timeout("other"), Some(Duration::from_secs(600)));
+        let pinned: Vec<&str> = config.pinned_models().collect();
+        assert_eq!(pinned, ["chat", "code"]);
+    }
+
+    #[test]
+    fn watermarks_out_of_order_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        std::fs::write(
+            &file,
+            "memory_soft_watermark = 0.9\nmemory_hard_watermark = 0.8\n",
+        )
+        .unwrap();
+        let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains("watermarks"), "{error:#}");
     }
 
     #[test]

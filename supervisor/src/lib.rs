@@ -6,6 +6,7 @@ pub mod api;
 pub mod backend;
 pub mod config;
 pub mod default_model;
+pub mod eviction;
 pub mod fixture;
 pub mod memory;
 pub mod pool;

@@ -15,9 +15,13 @@ use tokio::sync::{mpsc, watch};
 use crate::admin::{self, Admin};
 use crate::backend::PoolBackend;
 use crate::config::{Config, Overrides};
+use crate::eviction::MemoryManager;
+use crate::memory::format_bytes;
+use crate::pool::ExitOutcome;
 use crate::pool::{Pool, StopReason};
 use crate::process::{
-    ProcessLauncher, RunDir, WORKER_BINARY_NAME, forward_exits, reap_orphans, stop_worker,
+    ProcessLauncher, RunDir, WORKER_BINARY_NAME, WorkerExit, WorkerMemoryLimits, reap_orphans,
+    stop_worker,
 };
 use crate::registry::{ModelEntry, Registry};
 use crate::{api, default_model, state_dir};
@@ -53,22 +57,54 @@ async fn serve(options: ServeOptions) -> Result<()> {
     }
     let registry = Arc::new(build_registry(&config, options.model, &state_dir)?);
 
+    let config = Arc::new(config);
     let (exits, exit_events) = mpsc::unbounded_channel();
     let lookup_registry = registry.clone();
+    let memory_limits = WorkerMemoryLimits::default();
     let launcher = ProcessLauncher::new(
         worker_binary(config.worker_binary.clone())?,
         run_dir,
         Box::new(move |id| lookup_registry.get(id).map(|entry| entry.dir.clone())),
         exits,
     )
-    .with_start_timeout(config.worker_start_timeout);
+    .with_start_timeout(config.worker_start_timeout)
+    .with_memory_limits(memory_limits.clone());
     let pool = Pool::new(launcher);
-    tokio::spawn(forward_exits(exit_events, pool.clone()));
+    let memory = Arc::new(MemoryManager::new(
+        pool.clone(),
+        registry.clone(),
+        config.clone(),
+        memory_limits,
+    ));
+    let budget = memory.budget();
+    tracing::info!(
+        ceiling = %format_bytes(budget.ceiling),
+        soft = %format_bytes(budget.soft),
+        hard = %format_bytes(budget.hard),
+        "memory budget for the workers"
+    );
+    let pinned = pin_models(&config, &registry, &pool);
+    tokio::spawn(follow_exits(
+        exit_events,
+        pool.clone(),
+        memory.clone(),
+        pinned.clone(),
+    ));
+    tokio::spawn(memory.clone().enforce());
+    for model in pinned {
+        let memory = memory.clone();
+        tokio::spawn(async move { memory.ensure_running(&model).await });
+    }
 
-    let backend = Arc::new(PoolBackend::new(registry.clone(), pool.clone()));
+    let backend = Arc::new(PoolBackend::new(
+        registry.clone(),
+        pool.clone(),
+        memory.clone(),
+    ));
     let admin = Arc::new(Admin {
         pool: pool.clone(),
         registry: registry.clone(),
+        memory,
     });
     let app = api::router(backend).merge(admin::router(admin));
     let address = (config.host, config.port);
@@ -96,6 +132,48 @@ async fn serve(options: ServeOptions) -> Result<()> {
     stop_all(&pool, &registry, config.worker_stop_grace).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Marks the configured pinned models in the pool; returns their canonical ids. A pinned name
+/// that is no model is logged and skipped.
+fn pin_models(config: &Config, registry: &Registry, pool: &Pool<ProcessLauncher>) -> Vec<String> {
+    let mut pinned = Vec::new();
+    for name in config.pinned_models() {
+        match registry.resolve(name) {
+            Some(id) => {
+                pool.set_pinned(id, true);
+                pinned.push(id.to_owned());
+            }
+            None => tracing::warn!(
+                model = name,
+                "a pinned model that does not exist is ignored"
+            ),
+        }
+    }
+    pinned
+}
+
+/// Feeds every worker exit to the pool, and restarts a pinned model whose worker crashed once
+/// its backoff allows.
+async fn follow_exits(
+    mut exits: mpsc::UnboundedReceiver<WorkerExit>,
+    pool: Pool<ProcessLauncher>,
+    memory: Arc<MemoryManager<ProcessLauncher>>,
+    pinned: Vec<String>,
+) {
+    while let Some(exit) = exits.recv().await {
+        let outcome = pool.on_exit(&exit.model, exit.pid, exit.status);
+        if let ExitOutcome::Crashed { backoff } = outcome
+            && pinned.contains(&exit.model)
+        {
+            let memory = memory.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(backoff.unwrap_or_default()).await;
+                tracing::info!(model = %exit.model, "restarting a pinned model after its crash");
+                memory.ensure_running(&exit.model).await;
+            });
+        }
+    }
 }
 
 fn build_registry(

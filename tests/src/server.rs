@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ pub struct Server {
     pub child: Child,
     base: String,
     pub state_dir: PathBuf,
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 /// Generated tiny models and a state directory, kept for as long as the test needs them.
@@ -32,10 +33,15 @@ pub struct Dirs {
 impl Dirs {
     /// Tiny models named after `archs` ("llama", "qwen3", ...).
     pub fn with_models(archs: &[Arch]) -> Self {
+        Self::with_sized_models(Size::Tiny, archs)
+    }
+
+    /// Models of one size named after `archs`.
+    pub fn with_sized_models(size: Size, archs: &[Arch]) -> Self {
         let models = tempfile::tempdir().unwrap();
         for &arch in archs {
             let options = FixtureOptions {
-                size: Size::Tiny,
+                size,
                 arch,
                 dtype: Dtype::F32,
                 quantize: None,
@@ -78,6 +84,8 @@ impl Server {
             .spawn()
             .unwrap();
         let (address_tx, address_rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let log_writer = log.clone();
         let stderr = child.stderr.take().unwrap();
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -86,6 +94,7 @@ impl Server {
                     let _ = address_tx.send(address.to_owned());
                 }
                 eprintln!("{line}");
+                log_writer.lock().unwrap().push(line);
             }
         });
         let address = address_rx.recv_timeout(PATIENCE).expect("corral listens");
@@ -93,7 +102,22 @@ impl Server {
             child,
             base: format!("http://{address}"),
             state_dir: state.path().to_path_buf(),
+            log,
         }
+    }
+
+    /// Every line the server has logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn get_json(&self, path: &str) -> Value {
+        client()
+            .get(self.url(path))
+            .send()
+            .expect("request sent")
+            .json()
+            .expect("a JSON body")
     }
 
     pub fn url(&self, path: &str) -> String {

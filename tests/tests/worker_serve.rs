@@ -26,6 +26,10 @@ struct Worker {
 
 impl Worker {
     fn spawn(model: &Path, token: &str) -> (Self, UnixListener) {
+        Self::spawn_with(model, token, &[])
+    }
+
+    fn spawn_with(model: &Path, token: &str, extra_args: &[&str]) -> (Self, UnixListener) {
         let socket_dir = tempfile::tempdir().unwrap();
         let socket = socket_dir.path().join("worker.sock");
         let listener = UnixListener::bind(&socket).unwrap();
@@ -35,6 +39,7 @@ impl Worker {
             .arg(model)
             .arg("--socket")
             .arg(&socket)
+            .args(extra_args)
             .env(corral_ipc::WORKER_TOKEN_ENV, token)
             .kill_on_drop(true)
             .spawn()
@@ -60,7 +65,11 @@ async fn accept(listener: &UnixListener) -> UnixStream {
 
 /// A worker that passed the handshake and reported Ready.
 async fn ready_worker(model: &Path) -> (Worker, SupervisorConnection) {
-    let (worker, listener) = Worker::spawn(model, TOKEN);
+    ready_worker_with(model, &[]).await
+}
+
+async fn ready_worker_with(model: &Path, extra_args: &[&str]) -> (Worker, SupervisorConnection) {
+    let (worker, listener) = Worker::spawn_with(model, TOKEN, extra_args);
     let stream = accept(&listener).await;
     let mut connection = supervisor_accept(stream, TOKEN, worker.child.id(), PATIENCE)
         .await
@@ -240,6 +249,87 @@ async fn a_prompt_over_the_context_is_rejected_before_any_token() {
         recv(&mut connection).await,
         FromWorker::Accepted { id: 4, .. }
     ));
+}
+
+/// The tiny Llama fixture holds about 11 MiB of f32 weights. By the guard's estimate a short chat
+/// prompt adds about 1.3 MiB at its prefill peak and 2000 tokens add 77.5 MiB (mostly one chunk's
+/// attention scores), so 32 MiB admits the first and refuses the second with wide margins, while
+/// 2000 tokens stay well inside the 8192-token context and prefill in seconds on a CPU.
+const TINY_MEMORY_LIMIT: &str = "33554432";
+const LONG_PROMPT_TOKENS: usize = 2000;
+
+fn long_prompt() -> GenerateRequest {
+    let mut request = chat(1, None);
+    request.prompt = Prompt::Tokens(vec![5; LONG_PROMPT_TOKENS]);
+    request
+}
+
+/// Sends `request` and reads its frames to `Done`, which must follow an `Accepted`.
+async fn run_to_done(connection: &mut SupervisorConnection, id: u64, request: GenerateRequest) {
+    connection
+        .send(&ToWorker::Generate { id, request })
+        .await
+        .unwrap();
+    match recv(connection).await {
+        FromWorker::Accepted { id: accepted, .. } => assert_eq!(accepted, id),
+        other => panic!("expected Accepted, got {other:?}"),
+    }
+    loop {
+        match recv(connection).await {
+            FromWorker::Delta { id: delta, .. } => assert_eq!(delta, id),
+            FromWorker::Done { id: done, .. } => break assert_eq!(done, id),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_prefill_over_the_memory_limit_is_refused_before_any_compute() {
+    let model = tiny_model(Arch::Llama);
+    let (_worker, mut connection) =
+        ready_worker_with(model.path(), &["--memory-limit", TINY_MEMORY_LIMIT]).await;
+    let before = stats(&mut connection).await;
+    connection
+        .send(&ToWorker::Generate {
+            id: 1,
+            request: long_prompt(),
+        })
+        .await
+        .unwrap();
+    match recv(&mut connection).await {
+        FromWorker::Rejected {
+            id: 1,
+            kind,
+            message,
+        } => {
+            assert_eq!(kind, corral_ipc::RejectKind::PrefillMemory);
+            // The estimate is the guard's formula for this shape; the memory in use varies.
+            for part in [
+                "prefill of 2000 prompt tokens needs about 77.5 MiB on top of ",
+                " MiB in use, over this worker's memory limit of 32.0 MiB",
+            ] {
+                assert!(message.contains(part), "{message}");
+            }
+        }
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+    // No sequence ran: nothing counted, and MLX never allocated past its peak from loading.
+    let after = stats(&mut connection).await;
+    assert_eq!((after.completed, after.cancelled), (0, 0));
+    assert_eq!((after.active_sequences, after.queued_requests), (0, 0));
+    assert_eq!(after.mlx_peak_bytes, before.mlx_peak_bytes);
+
+    // The worker keeps serving what fits.
+    run_to_done(&mut connection, 2, chat(2, None)).await;
+    assert_eq!(stats(&mut connection).await.completed, 1);
+}
+
+#[tokio::test]
+async fn without_a_memory_limit_the_same_long_prompt_is_served() {
+    let model = tiny_model(Arch::Llama);
+    let (_worker, mut connection) = ready_worker(model.path()).await;
+    run_to_done(&mut connection, 1, long_prompt()).await;
+    assert_eq!(stats(&mut connection).await.completed, 1);
 }
 
 #[tokio::test]

@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// The Unix socket the supervisor listens on for this worker.
     #[arg(long)]
     pub socket: PathBuf,
+    /// This worker's share of the memory budget, in bytes: a request whose prefill would take
+    /// MLX's memory in use past it is refused before any compute. Without it, no such check.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub memory_limit: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -84,6 +84,15 @@ pub enum EngineError {
 impl Engine {
     /// Starts the engine thread and loads the model on it; returns once loading ended.
     pub fn start(model_dir: PathBuf) -> Result<Self, EngineError> {
+        Self::start_with_memory_limit(model_dir, None)
+    }
+
+    /// As [`Engine::start`], refusing each request whose prefill would take MLX's active memory
+    /// past `memory_limit` bytes (see `prefill_guard`).
+    pub fn start_with_memory_limit(
+        model_dir: PathBuf,
+        memory_limit: Option<u64>,
+    ) -> Result<Self, EngineError> {
         let (jobs, job_queue) = mpsc::channel::<Job>();
         let (loaded_tx, loaded_rx) = mpsc::channel();
         let memory = Arc::new(MemoryGauges::default());
@@ -98,14 +107,15 @@ impl Engine {
                         return;
                     }
                 };
+                // Published before the load is reported, so stats asked for after Ready show it.
+                gauges.publish();
                 let _ = loaded_tx.send(Ok(ModelInfo {
                     dir: loaded.dir.clone(),
                     weight_bytes: loaded.model.weight_bytes(),
                     context_length: loaded.model.config.max_position_embeddings,
                     load_time: loaded.load_time,
                 }));
-                gauges.publish();
-                run_jobs(&loaded, job_queue, &gauges);
+                run_jobs(&loaded, memory_limit, job_queue, &gauges);
             })
             .map_err(EngineError::Spawn)?;
         let info = loaded_rx.recv().map_err(|_| EngineError::Stopped)??;
@@ -170,9 +180,14 @@ impl Drop for Engine {
     }
 }
 
-fn run_jobs(loaded: &LoadedModel, jobs: mpsc::Receiver<Job>, gauges: &MemoryGauges) {
+fn run_jobs(
+    loaded: &LoadedModel,
+    memory_limit: Option<u64>,
+    jobs: mpsc::Receiver<Job>,
+    gauges: &MemoryGauges,
+) {
     for mut job in jobs {
-        let result = generate(loaded, &job.request, &job.cancel, |event| {
+        let result = generate(loaded, &job.request, memory_limit, &job.cancel, |event| {
             (job.sink)(Ok(event))
         });
         if let Err(error) = result {

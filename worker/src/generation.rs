@@ -15,11 +15,12 @@ use crate::chat_template::ChatTemplateError;
 use crate::detokenizer::Detokenizer;
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
+use crate::prefill_guard::{self, PrefillTooLarge};
 use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
 use crate::stop_strings::StopStrings;
 
 /// Prompt positions computed per forward pass: bounds the activation memory of long prompts.
-const PREFILL_CHUNK: usize = 512;
+pub(crate) const PREFILL_CHUNK: usize = 512;
 
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -93,6 +94,8 @@ pub enum RejectReason {
     EmptyPrompt,
     #[error("the prompt has {prompt} tokens; the model's context holds {context}")]
     PromptTooLong { prompt: usize, context: usize },
+    #[error(transparent)]
+    PrefillMemory(#[from] PrefillTooLarge),
     #[error("the model has no chat template; send a plain completion instead")]
     NoChatTemplate,
     #[error(transparent)]
@@ -117,10 +120,12 @@ pub enum GenerateError {
     Detokenize(String),
 }
 
-/// Runs `request` to its end, reporting events; `cancel` is checked before each token.
+/// Runs `request` to its end, reporting events; `cancel` is checked before each token. With a
+/// `memory_limit`, a prompt whose prefill would not fit under it is refused before any compute.
 pub fn generate(
     loaded: &LoadedModel,
     request: &GenerateRequest,
+    memory_limit: Option<u64>,
     cancel: &AtomicBool,
     mut emit: impl FnMut(Event),
 ) -> Result<(), GenerateError> {
@@ -145,6 +150,11 @@ pub fn generate(
             context,
         }
         .into());
+    }
+    if let Some(limit) = memory_limit {
+        let model = &loaded.model;
+        prefill_guard::admit(&model.config, model.dtype(), prompt.len(), limit)
+            .map_err(RejectReason::from)?;
     }
     let mut sampler = Sampler::new(request.sampling.clone()).map_err(RejectReason::from)?;
     emit(Event::Accepted {

@@ -11,6 +11,7 @@ pub mod loaded;
 pub mod model;
 pub mod model_json;
 pub mod one_shot;
+pub mod prefill_guard;
 mod process_memory;
 pub mod sampling;
 pub mod serve;

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
                 .with_writer(std::io::stderr)
                 .with_ansi(false)
                 .init();
-            corral_worker::serve::run(args.model, args.socket)
+            corral_worker::serve::run(args.model, args.socket, args.memory_limit)
         }
     };
     match result {

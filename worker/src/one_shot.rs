@@ -43,6 +43,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     generate(
         &loaded,
         &request,
+        None,
         &AtomicBool::new(false),
         |event| match event {
             Event::Delta { text, .. } => {

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::engine::Engine;
 use crate::process_memory::peak_resident_bytes;
-use crate::wire::{to_generate_request, to_wire_event};
+use crate::wire::{Ending, to_generate_request, to_wire_event};
 
 /// Requests waiting beyond this are refused as `Overloaded` rather than queued without bound.
 const MAX_QUEUED: usize = 64;
@@ -28,7 +28,7 @@ const MAX_QUEUED: usize = 64;
 /// How long the writer may take to flush the last frames once serving has ended.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn run(model: PathBuf, socket: PathBuf) -> Result<()> {
+pub fn run(model: PathBuf, socket: PathBuf, memory_limit: Option<u64>) -> Result<()> {
     exit_with_parent();
     let token = std::env::var(WORKER_TOKEN_ENV)
         .with_context(|| format!("{WORKER_TOKEN_ENV} is not set"))?;
@@ -36,7 +36,7 @@ pub fn run(model: PathBuf, socket: PathBuf) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the I/O runtime")?;
-    runtime.block_on(serve(model, socket, token))
+    runtime.block_on(serve(model, socket, token, memory_limit))
 }
 
 /// On Linux the kernel also ends the worker if the supervisor dies without closing the socket
@@ -56,7 +56,12 @@ struct Sequences {
     cancelled: AtomicU64,
 }
 
-async fn serve(model: PathBuf, socket: PathBuf, token: String) -> Result<()> {
+async fn serve(
+    model: PathBuf,
+    socket: PathBuf,
+    token: String,
+    memory_limit: Option<u64>,
+) -> Result<()> {
     let stream = UnixStream::connect(&socket)
         .await
         .with_context(|| format!("connecting to {}", socket.display()))?;
@@ -66,9 +71,11 @@ async fn serve(model: PathBuf, socket: PathBuf, token: String) -> Result<()> {
     let (mut reader, mut writer) = connection.into_split();
 
     let model_dir = model.clone();
-    let started = tokio::task::spawn_blocking(move || Engine::start(model_dir))
-        .await
-        .context("the model loader panicked")?;
+    let started = tokio::task::spawn_blocking(move || {
+        Engine::start_with_memory_limit(model_dir, memory_limit)
+    })
+    .await
+    .context("the model loader panicked")?;
     let engine = match started {
         Ok(engine) => engine,
         Err(error) => {
@@ -92,7 +99,7 @@ async fn serve(model: PathBuf, socket: PathBuf, token: String) -> Result<()> {
         })
         .await
         .context("reporting ready")?;
-    tracing::info!(model = %model.display(), "ready");
+    tracing::info!(model = %model.display(), ?memory_limit, "ready");
 
     let (outbox, mut outgoing) = mpsc::unbounded_channel::<FromWorker>();
     let writer_task = tokio::spawn(async move {
@@ -174,15 +181,17 @@ fn submit(
     let sink_outbox = outbox.clone();
     let sink_sequences = sequences.clone();
     let sink = Box::new(move |event| {
-        let (message, finished) = to_wire_event(id, event);
-        if let Some(cancelled) = finished {
+        let (message, ending) = to_wire_event(id, event);
+        if let Some(ending) = ending {
             lock(&sink_sequences.cancel_flags).remove(&id);
-            let counter = if cancelled {
-                &sink_sequences.cancelled
-            } else {
-                &sink_sequences.completed
+            let counter = match ending {
+                Ending::Completed => Some(&sink_sequences.completed),
+                Ending::Cancelled => Some(&sink_sequences.cancelled),
+                Ending::Rejected => None,
             };
-            counter.fetch_add(1, Ordering::Relaxed);
+            if let Some(counter) = counter {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let _ = sink_outbox.send(message);
     });

@@ -35,8 +35,18 @@ pub fn to_generate_request(request: WireRequest) -> GenerateRequest {
     }
 }
 
-/// The frame for one engine event, and, for the request's last event, whether it was cancelled.
-pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorker, Option<bool>) {
+/// How a request's last frame ended it, for the worker's stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// It ran: to `Done`, or to an error mid-generation.
+    Completed,
+    Cancelled,
+    /// It was refused before any compute, so no sequence ran.
+    Rejected,
+}
+
+/// The frame for one engine event, and, for the request's last event, how it ended.
+pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorker, Option<Ending>) {
     match event {
         Ok(Event::Accepted { prompt_tokens }) => (
             FromWorker::Accepted {
@@ -63,7 +73,11 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
             finish_reason,
             timings,
         }) => {
-            let cancelled = finish_reason == FinishReason::Cancelled;
+            let ending = if finish_reason == FinishReason::Cancelled {
+                Ending::Cancelled
+            } else {
+                Ending::Completed
+            };
             let frame = FromWorker::Done {
                 id,
                 finish_reason: match finish_reason {
@@ -80,19 +94,23 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                     decode_ms: timings.decode.as_millis() as u64,
                 },
             };
-            (frame, Some(cancelled))
+            (frame, Some(ending))
         }
         Err(GenerateError::Rejected(reason)) => {
             let kind = match reason {
                 RejectReason::PromptTooLong { .. } => RejectKind::PromptTooLong,
+                RejectReason::PrefillMemory(_) => RejectKind::PrefillMemory,
                 _ => RejectKind::InvalidRequest,
             };
             let message = reason.to_string();
-            (FromWorker::Rejected { id, kind, message }, Some(false))
+            (
+                FromWorker::Rejected { id, kind, message },
+                Some(Ending::Rejected),
+            )
         }
         Err(error) => {
             let message = format!("{error}: {}", source_chain(&error));
-            (FromWorker::Error { id, message }, Some(false))
+            (FromWorker::Error { id, message }, Some(Ending::Completed))
         }
     }
 }

@@ -260,6 +260,12 @@ impl<H> PoolState<H> {
         idle
     }
 
+    pub fn phase(&self, model: &str) -> Phase {
+        self.entries
+            .get(model)
+            .map_or(Phase::NotRunning, |entry| entry.state.phase())
+    }
+
     pub fn snapshot(&self) -> Vec<EntrySnapshot> {
         self.entries
             .iter()
@@ -331,20 +337,42 @@ impl<H: Clone> PoolState<H> {
             }
             EntryState::Failed { attempts, .. } => *attempts,
         };
+        let (generation, done) = self.enter_starting(model, attempts, now);
+        AcquireStep::Launch { generation, done }
+    }
+
+    /// NotRunning, or Failed past its backoff -> Starting, without a lease: the generation to
+    /// launch, or `None` when the model is in any other state (it needs no start, or may not
+    /// start yet).
+    pub fn start(&mut self, model: &str, now: Instant) -> Option<u64> {
+        let entry = self.entries.entry(model.to_owned()).or_default();
+        let attempts = match &entry.state {
+            EntryState::NotRunning => 0,
+            EntryState::Failed {
+                attempts, retry_at, ..
+            } if *retry_at <= now => *attempts,
+            _ => return None,
+        };
+        Some(self.enter_starting(model, attempts, now).0)
+    }
+
+    fn enter_starting(
+        &mut self,
+        model: &str,
+        attempts: u32,
+        now: Instant,
+    ) -> (u64, watch::Receiver<()>) {
         self.generation += 1;
         let waiters = Waiters::default();
         let done = waiters.subscribe();
-        entry.state = EntryState::Starting {
+        self.entries.entry(model.to_owned()).or_default().state = EntryState::Starting {
             generation: self.generation,
             started_at: now,
             attempts,
             waiters,
             early_exit: None,
         };
-        AcquireStep::Launch {
-            generation: self.generation,
-            done,
-        }
+        (self.generation, done)
     }
 
     /// Ready with zero leases -> Stopping, and the worker to stop; `None` for a leased, busy,

@@ -132,6 +132,21 @@ impl<L: Launcher> Pool<L> {
         lock(&self.state).snapshot()
     }
 
+    /// Starts `model`'s worker without leasing it, if it is not running (or failed and past its
+    /// backoff); returns at once. `acquire` then waits for the start like any other.
+    pub fn start(&self, model: &str) -> bool {
+        let generation = lock(&self.state).start(model, Instant::now());
+        if let Some(generation) = generation {
+            self.spawn_launch(model, generation);
+        }
+        generation.is_some()
+    }
+
+    /// The state `model` is in now.
+    pub fn phase(&self, model: &str) -> Phase {
+        lock(&self.state).phase(model)
+    }
+
     /// `model`'s worker if it is ready, without taking a lease.
     pub fn ready_worker(&self, model: &str) -> Option<Worker<L::Handle>> {
         lock(&self.state).ready_worker(model)

@@ -7,9 +7,10 @@
 //! `LoadFailed`. A failed launch kills and reaps its process before returning, as the
 //! `Launcher` contract asks.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use corral_ipc::{FromWorker, HANDSHAKE_TIMEOUT, SupervisorConnection, supervisor_accept};
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 use super::client::WorkerClient;
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::run_dir::{RunDir, SlotName};
-use crate::pool::{LaunchError, LaunchedWorker, Launcher, Pool};
+use crate::pool::{LaunchError, LaunchedWorker, Launcher};
 
 /// How long a worker may take from spawn to `Ready`; loading a large model from a cold disk
 /// takes a while.
@@ -31,16 +32,37 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Model id → model directory, from the registry.
 pub type ModelLookup = Box<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
 
+/// Each model's share of the memory budget, set by admission and handed to its next worker
+/// (`--memory-limit`), which refuses prefills that would not fit in it.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerMemoryLimits(Arc<Mutex<HashMap<String, u64>>>);
+
+impl WorkerMemoryLimits {
+    pub fn set(&self, model: &str, bytes: u64) {
+        self.lock().insert(model.to_owned(), bytes);
+    }
+
+    pub fn get(&self, model: &str) -> Option<u64> {
+        self.lock().get(model).copied()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+        // Single inserts and reads: consistent under any panic point.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 pub struct ProcessLauncher {
     binary: PathBuf,
     run_dir: RunDir,
     lookup: ModelLookup,
     start_timeout: Duration,
     exits: mpsc::UnboundedSender<WorkerExit>,
+    memory_limits: WorkerMemoryLimits,
 }
 
 impl ProcessLauncher {
-    /// Every worker exit is sent to `exits`; drain it into the pool with [`forward_exits`]
+    /// Every worker exit is sent to `exits`; drain it into the pool with `Pool::on_exit`
     /// (the pool is built from this launcher, so it cannot be handed in here).
     pub fn new(
         binary: PathBuf,
@@ -54,7 +76,13 @@ impl ProcessLauncher {
             lookup,
             start_timeout: DEFAULT_START_TIMEOUT,
             exits,
+            memory_limits: WorkerMemoryLimits::default(),
         }
+    }
+
+    pub fn with_memory_limits(mut self, memory_limits: WorkerMemoryLimits) -> Self {
+        self.memory_limits = memory_limits;
+        self
     }
 
     pub fn with_start_timeout(mut self, start_timeout: Duration) -> Self {
@@ -78,12 +106,17 @@ impl ProcessLauncher {
             .run_dir
             .bind(&SlotName::for_model(model))
             .map_err(|err| spawn_error(std::io::Error::other(err)))?;
-        let spawned = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .arg("serve")
             .arg("--model")
             .arg(&dir)
             .arg("--socket")
-            .arg(&socket)
+            .arg(&socket);
+        if let Some(limit) = self.memory_limits.get(model) {
+            command.arg("--memory-limit").arg(limit.to_string());
+        }
+        let spawned = command
             .env(corral_ipc::WORKER_TOKEN_ENV, &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -154,16 +187,6 @@ impl Launcher for ProcessLauncher {
 
     async fn launch(&self, model: &str) -> Result<LaunchedWorker<Self::Handle>, LaunchError> {
         self.start(model).await
-    }
-}
-
-/// Feeds every worker exit to the pool; runs until the launcher (the last sender) is gone.
-pub async fn forward_exits(
-    mut exits: mpsc::UnboundedReceiver<WorkerExit>,
-    pool: Pool<ProcessLauncher>,
-) {
-    while let Some(exit) = exits.recv().await {
-        pool.on_exit(&exit.model, exit.pid, exit.status);
     }
 }
 

@@ -21,7 +21,7 @@ mod run_dir_tests;
 mod stop_tests;
 
 pub use client::{ClientError, RequestHandle, STATS_TIMEOUT, WorkerClient};
-pub use launcher::{DEFAULT_START_TIMEOUT, ModelLookup, ProcessLauncher, forward_exits};
+pub use launcher::{DEFAULT_START_TIMEOUT, ModelLookup, ProcessLauncher, WorkerMemoryLimits};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};
 pub use stop::{StopStep, Stopped, kill_now, stop_worker};

@@ -6,7 +6,8 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::{IndexOp, TryIndexMutOp};
 use mlx_rs::ops::{self, zeros_dtype};
 
-const STEP: i32 = 256;
+/// Positions added each time a layer's buffer grows (the prefill guard sizes the cache with it).
+pub const STEP: i32 = 256;
 
 #[derive(Default)]
 pub struct KvCache {

@@ -14,7 +14,7 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
 pub use config::{Architecture, ModelConfig, Quantization};
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
 use layers::{Embedding, Linear};
 use rope::Rope;
 use transformer::{Block, RmsNorm};

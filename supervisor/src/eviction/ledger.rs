@@ -1,0 +1,91 @@
+//! What evictions did: one record per stopped worker, kept for the admin API and logs, with
+//! running totals per reason for metrics.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::memory::format_bytes;
+use crate::pool::StopReason;
+use crate::process::StopStep;
+
+/// How many recent evictions the admin API shows.
+const RECENT: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictionRecord {
+    pub model: String,
+    pub pid: u32,
+    pub reason: StopReason,
+    /// Whether `Shutdown` was enough or signals were needed.
+    pub step: StopStep,
+    /// The worker's footprint when the stop was decided.
+    pub freed_bytes: u64,
+    /// From the decision to the reaped process.
+    pub duration: Duration,
+    pub available_before: u64,
+    pub available_after: u64,
+}
+
+impl EvictionRecord {
+    pub fn log(&self) {
+        tracing::info!(
+            model = %self.model,
+            pid = self.pid,
+            reason = ?self.reason,
+            step = ?self.step,
+            freed = %format_bytes(self.freed_bytes),
+            duration_ms = self.duration.as_millis() as u64,
+            available_before = %format_bytes(self.available_before),
+            available_after = %format_bytes(self.available_after),
+            "worker stopped to free memory or for idleness"
+        );
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EvictionTotals {
+    pub count: u64,
+    pub freed_bytes: u64,
+    pub duration: Duration,
+}
+
+#[derive(Debug, Default)]
+pub struct Ledger {
+    recent: VecDeque<EvictionRecord>,
+    totals: BTreeMap<&'static str, EvictionTotals>,
+    /// Over the hard watermark at the last check: loads are refused until it clears.
+    pub refuse_loads: bool,
+}
+
+impl Ledger {
+    pub fn record(&mut self, record: EvictionRecord) {
+        let totals = self.totals.entry(reason_name(record.reason)).or_default();
+        totals.count += 1;
+        totals.freed_bytes += record.freed_bytes;
+        totals.duration += record.duration;
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(record);
+    }
+
+    /// Oldest first.
+    pub fn recent(&self) -> impl Iterator<Item = &EvictionRecord> {
+        self.recent.iter()
+    }
+
+    /// By reason name (`evicted`, `idle`, ...).
+    pub fn totals(&self) -> &BTreeMap<&'static str, EvictionTotals> {
+        &self.totals
+    }
+}
+
+pub fn reason_name(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Evicted => "evicted",
+        StopReason::Idle => "idle",
+        StopReason::Shutdown => "shutdown",
+        StopReason::Killed => "killed",
+        StopReason::Unload => "unload",
+    }
+}
