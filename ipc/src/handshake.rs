@@ -8,9 +8,10 @@
 
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use crate::codec::CodecError;
+use crate::codec::{CodecError, encode_frame};
 use crate::connection::{SupervisorConnection, WorkerConnection};
 use crate::message::{FromWorker, PROTOCOL_VERSION, ToWorker};
 
@@ -109,20 +110,16 @@ pub async fn supervisor_accept(
         .peer_cred()
         .map_err(HandshakeError::PeerCredentials)?;
     let peer_pid = credentials.pid().and_then(|pid| u32::try_from(pid).ok());
-    let mut conn = SupervisorConnection::new(stream);
     // Another process that found the socket is refused before anything it sent is read, so
     // neither garbage nor silence from it can hold up the real worker's connection.
     if let (Some(expected), Some(got)) = (expected_pid, peer_pid)
         && expected != got
     {
         let refusal = HandshakeError::PidMismatch { expected, got };
-        let _ = conn
-            .send(&ToWorker::Refused {
-                message: refusal.to_string(),
-            })
-            .await;
+        refuse_stranger(stream, refusal.to_string()).await;
         return Err(refusal);
     }
+    let mut conn = SupervisorConnection::new(stream);
     let hello = tokio::time::timeout(timeout, conn.recv())
         .await
         .map_err(|_| HandshakeError::Timeout {
@@ -143,6 +140,33 @@ pub async fn supervisor_accept(
             Err(refusal)
         }
     }
+}
+
+/// How long a refused stranger's bytes are drained before the socket closes, and how many.
+const STRANGER_LINGER: Duration = Duration::from_millis(100);
+const STRANGER_DISCARD_LIMIT: usize = 1 << 20;
+
+/// Answers with `Refused`, then discards what the peer sent for a moment before closing:
+/// closing a Unix socket with unread bytes resets it, and the peer would lose the answer.
+async fn refuse_stranger(mut stream: UnixStream, message: String) {
+    let Ok(frame) = encode_frame(&ToWorker::Refused { message }) else {
+        return;
+    };
+    if stream.write_all(&frame).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(STRANGER_LINGER, async {
+        let mut sink = [0u8; 4096];
+        let mut discarded = 0;
+        while discarded < STRANGER_DISCARD_LIMIT {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => discarded += read,
+            }
+        }
+    })
+    .await;
 }
 
 /// Version first, so a worker from another build learns that and not a confusing token error.
@@ -190,8 +214,9 @@ fn check_hello(
 }
 
 /// Compares without stopping at the first differing byte, so response timing does not tell a
-/// local attacker how much of a guessed token was right. Length is not secret.
-fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
+/// local attacker how much of a guessed token was right. Length is not secret. The supervisor's
+/// API-key check uses it too.
+pub fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
     let diff = given
         .iter()
         .zip(expected)

@@ -14,6 +14,7 @@ pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
-    HANDSHAKE_TIMEOUT, HandshakeError, WORKER_TOKEN_ENV, supervisor_accept, worker_handshake,
+    HANDSHAKE_TIMEOUT, HandshakeError, WORKER_TOKEN_ENV, supervisor_accept, tokens_match,
+    worker_handshake,
 };
 pub use message::*;

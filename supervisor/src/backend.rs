@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
 use crate::eviction::MemoryManager;
+use crate::metrics::{GenerationMetrics, Metrics};
 use crate::pool::{AcquireError, Launcher, Lease, Pool};
 use crate::process::{RequestHandle, WorkerClient};
 use crate::registry::Registry;
@@ -23,14 +24,21 @@ pub struct PoolBackend<L: Launcher<Handle = Arc<WorkerClient>>> {
     registry: Arc<Registry>,
     pool: Pool<L>,
     memory: Arc<MemoryManager<L>>,
+    metrics: Arc<Metrics>,
 }
 
 impl<L: Launcher<Handle = Arc<WorkerClient>>> PoolBackend<L> {
-    pub fn new(registry: Arc<Registry>, pool: Pool<L>, memory: Arc<MemoryManager<L>>) -> Self {
+    pub fn new(
+        registry: Arc<Registry>,
+        pool: Pool<L>,
+        memory: Arc<MemoryManager<L>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             registry,
             pool,
             memory,
+            metrics,
         }
     }
 }
@@ -55,6 +63,8 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
         model: &str,
         request: GenerateRequest,
     ) -> Result<GenerationStream, BackendError> {
+        // Counts as queued from here until the worker accepts; dropped on every early return.
+        let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
         self.memory
             .admit(model)
             .await
@@ -94,9 +104,10 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
                 });
             }
         };
+        observed.accepted(prompt_tokens);
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
         let _ = events.send(StreamEvent::Accepted { prompt_tokens }).await;
-        tokio::spawn(relay(handle, events, lease));
+        tokio::spawn(relay(handle, events, lease, observed));
         Ok(GenerationStream::new(receiver, cancel))
     }
 }
@@ -119,6 +130,7 @@ async fn relay(
     mut handle: RequestHandle,
     events: mpsc::Sender<StreamEvent>,
     lease: Lease<Arc<WorkerClient>>,
+    mut observed: GenerationMetrics,
 ) {
     let mut client_gone = false;
     while let Some(frame) = handle.events.recv().await {
@@ -128,14 +140,17 @@ async fn relay(
                 token_count,
                 logprobs,
                 ..
-            } => (
-                StreamEvent::Delta {
-                    text,
-                    token_count,
-                    logprobs,
-                },
-                false,
-            ),
+            } => {
+                observed.tokens(token_count);
+                (
+                    StreamEvent::Delta {
+                        text,
+                        token_count,
+                        logprobs,
+                    },
+                    false,
+                )
+            }
             FromWorker::Done {
                 finish_reason,
                 usage,

@@ -2,9 +2,12 @@
 //! library call. Kept apart from `main.rs` so that adding a subcommand touches only this file and
 //! the module that implements it.
 
+mod service;
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use corral::client::{self, Operation};
 use corral::config::Overrides;
 use corral::fixture::{self, Arch, Bits, Dtype, FixtureOptions, Size};
 use corral::memory::MemoryAmount;
@@ -21,12 +24,43 @@ pub struct Cli {
     pub command: Command,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Cli {
+    /// Only `serve` logs much; every other command writes text.
+    pub fn log_format(&self) -> LogFormat {
+        match &self.command {
+            Command::Serve(args) => args.log_format,
+            _ => LogFormat::Text,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Write a deterministic random-weight model directory (Hugging Face layout) for tests.
     Fixture(FixtureArgs),
     /// Serve the OpenAI API on local models, one worker process per model.
     Serve(ServeArgs),
+    /// List the running workers: pid, state, footprint, leases, uptime, last exit.
+    Ps(OutputArgs),
+    /// List the models the server knows, loaded or not.
+    Models(OutputArgs),
+    /// Whether the server is up, its memory budget and its workers.
+    Status(OutputArgs),
+    /// End a model's worker now (SIGKILL unless --signal), or after its requests with --drain.
+    Kill(KillArgs),
+    /// Start a model's worker and wait until it is ready.
+    Load(ModelArgs),
+    /// Stop a model's worker once its requests have finished.
+    Unload(ModelArgs),
+    /// Install and control `corral serve` as a per-user service (launchd on macOS, systemd on
+    /// Linux).
+    Service(service::ServiceArgs),
 }
 
 #[derive(Debug, Args)]
@@ -69,6 +103,85 @@ pub struct ServeArgs {
     /// comma-separated list).
     #[arg(long = "pin", env = "CORRAL_PIN", value_delimiter = ',')]
     pinned: Vec<String>,
+    /// An API key clients must send (repeatable; the variable takes a comma-separated list).
+    /// Prefer the variable or the config file: arguments show in `ps`.
+    #[arg(
+        long = "api-key",
+        env = "CORRAL_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// The key for the operator routes (/admin, load, unload, /metrics).
+    #[arg(long, env = "CORRAL_ADMIN_KEY", hide_env_values = true)]
+    admin_key: Option<String>,
+    /// Listen on a non-loopback address even without an API key.
+    #[arg(long = "allow-unauthenticated-remote")]
+    allow_remote_without_key: bool,
+    /// `text` for people, `json` (one object per line) for log collectors.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How the operator commands find the server (the same configuration as `serve`).
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// The server's base URL, e.g. http://127.0.0.1:8080 (default: from the configuration).
+    #[arg(long, env = "CORRAL_URL", global = true)]
+    url: Option<String>,
+    /// The TOML configuration `serve` reads, for its host and port.
+    #[arg(long, env = "CORRAL_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    #[arg(long, env = "CORRAL_HOST", global = true, hide = true)]
+    host: Option<std::net::IpAddr>,
+    #[arg(long, env = "CORRAL_PORT", global = true, hide = true)]
+    port: Option<u16>,
+    /// The admin key, when the server has one.
+    #[arg(long, env = "CORRAL_ADMIN_KEY", global = true, hide_env_values = true)]
+    admin_key: Option<String>,
+}
+
+impl TargetArgs {
+    fn target(self) -> client::Target {
+        client::Target {
+            url: self.url,
+            config_file: self.config,
+            host: self.host,
+            port: self.port,
+            key: self.admin_key,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Print the server's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// The model id or alias.
+    model: String,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    /// The model id or alias.
+    model: String,
+    /// The signal to send instead of SIGKILL (SIGTERM, SIGINT, ...).
+    #[arg(long)]
+    signal: Option<String>,
+    /// Let the requests in flight finish, then stop the worker gracefully.
+    #[arg(long, conflicts_with = "signal")]
+    drain: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -110,22 +223,49 @@ impl Command {
                 );
                 Ok(())
             }
-            Command::Serve(args) => serve::run(ServeOptions {
-                config_file: args.config,
-                overrides: Overrides {
-                    host: args.host,
-                    port: args.port,
-                    models_dirs: args.models_dirs,
-                    drain_timeout_secs: args.drain_timeout,
-                    state_dir: args.state_dir,
-                    worker_binary: args.worker_binary,
-                    memory_ceiling: args.memory_ceiling,
-                    max_loaded_models: args.max_loaded_models,
-                    idle_timeout_secs: args.idle_timeout,
-                    pinned: args.pinned,
+            Command::Serve(args) => serve::run(args.into_options()),
+            Command::Ps(args) => operate(args, Operation::Ps),
+            Command::Models(args) => operate(args, Operation::Models),
+            Command::Status(args) => operate(args, Operation::Status),
+            Command::Kill(args) => operate(
+                args.output,
+                Operation::Kill {
+                    model: args.model,
+                    signal: args.signal,
+                    drain: args.drain,
                 },
-                model: args.model,
-            }),
+            ),
+            Command::Load(args) => operate(args.output, Operation::Load { model: args.model }),
+            Command::Unload(args) => operate(args.output, Operation::Unload { model: args.model }),
+            Command::Service(args) => args.run(),
         }
     }
+}
+
+impl ServeArgs {
+    fn into_options(self) -> ServeOptions {
+        ServeOptions {
+            config_file: self.config,
+            overrides: Overrides {
+                host: self.host,
+                port: self.port,
+                models_dirs: self.models_dirs,
+                drain_timeout_secs: self.drain_timeout,
+                state_dir: self.state_dir,
+                worker_binary: self.worker_binary,
+                memory_ceiling: self.memory_ceiling,
+                max_loaded_models: self.max_loaded_models,
+                idle_timeout_secs: self.idle_timeout,
+                pinned: self.pinned,
+                api_keys: self.api_keys,
+                admin_key: self.admin_key,
+                allow_remote_without_key: self.allow_remote_without_key,
+            },
+            model: self.model,
+        }
+    }
+}
+
+fn operate(args: OutputArgs, operation: Operation) -> anyhow::Result<()> {
+    client::run(args.target.target(), operation, args.json)
 }

@@ -35,6 +35,12 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// Per-model settings, by model id.
     pub models: BTreeMap<String, ModelSettings>,
+    /// Keys clients must present; none means the API is open (and loopback-only by default).
+    pub api_keys: Vec<String>,
+    /// The key for the operator routes (`/admin/*`, load, unload, `/metrics`).
+    pub admin_key: Option<String>,
+    /// Listen beyond loopback without an API key.
+    pub allow_remote_without_key: bool,
 }
 
 /// The memory budget over the sum of worker footprints.
@@ -108,6 +114,9 @@ impl Default for Config {
             worker_binary: None,
             memory: MemoryConfig::default(),
             models: BTreeMap::new(),
+            api_keys: Vec::new(),
+            admin_key: None,
+            allow_remote_without_key: false,
         }
     }
 }
@@ -134,6 +143,10 @@ struct FileConfig {
     idle_timeout_secs: Option<u64>,
     #[serde(default)]
     models: BTreeMap<String, ModelSettings>,
+    #[serde(default)]
+    api_keys: Vec<String>,
+    admin_key: Option<String>,
+    allow_remote_without_key: Option<bool>,
 }
 
 /// Values given on the command line or in the environment.
@@ -150,6 +163,10 @@ pub struct Overrides {
     pub idle_timeout_secs: Option<u64>,
     /// Models to pin, besides those the file pins.
     pub pinned: Vec<String>,
+    /// Replace the file's API keys when not empty.
+    pub api_keys: Vec<String>,
+    pub admin_key: Option<String>,
+    pub allow_remote_without_key: bool,
 }
 
 impl Config {
@@ -219,6 +236,14 @@ impl Config {
             worker_binary: overrides.worker_binary.or(from_file.worker_binary),
             memory,
             models,
+            api_keys: if overrides.api_keys.is_empty() {
+                from_file.api_keys
+            } else {
+                overrides.api_keys
+            },
+            admin_key: overrides.admin_key.or(from_file.admin_key),
+            allow_remote_without_key: overrides.allow_remote_without_key
+                || from_file.allow_remote_without_key.unwrap_or(false),
         })
     }
 }

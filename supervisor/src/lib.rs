@@ -3,14 +3,18 @@
 
 pub mod admin;
 pub mod api;
+pub mod auth;
 pub mod backend;
+pub mod client;
 pub mod config;
 pub mod default_model;
 pub mod eviction;
 pub mod fixture;
 pub mod memory;
+pub mod metrics;
 pub mod pool;
 pub mod process;
 pub mod registry;
 pub mod serve;
+pub mod service;
 pub mod state_dir;

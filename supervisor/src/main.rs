@@ -8,14 +8,18 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let cli = cli::Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
-    match cli::Cli::parse().command.run() {
+        .with_writer(std::io::stderr);
+    match cli.log_format() {
+        cli::LogFormat::Text => logs.init(),
+        cli::LogFormat::Json => logs.json().init(),
+    }
+    match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // `{:#}` prints the whole cause chain on one line, without a backtrace.

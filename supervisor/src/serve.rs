@@ -13,10 +13,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, Admin};
+use crate::auth::{self, Keys};
 use crate::backend::PoolBackend;
 use crate::config::{Config, Overrides};
 use crate::eviction::MemoryManager;
 use crate::memory::format_bytes;
+use crate::metrics::{self, Metrics, Scrape};
 use crate::pool::ExitOutcome;
 use crate::pool::{Pool, StopReason};
 use crate::process::{
@@ -46,6 +48,19 @@ pub fn run(options: ServeOptions) -> Result<()> {
 
 async fn serve(options: ServeOptions) -> Result<()> {
     let config = Config::load(options.config_file.as_deref(), options.overrides)?;
+    if !config.host.is_loopback() && config.api_keys.is_empty() && !config.allow_remote_without_key
+    {
+        bail!(
+            "refusing to listen on {} without an API key: anyone on the network could use the \
+             models; set CORRAL_API_KEYS (or api_keys in the config), or opt in with \
+             --allow-unauthenticated-remote",
+            config.host
+        );
+    }
+    let keys = Arc::new(Keys {
+        api_keys: config.api_keys.clone(),
+        admin_key: config.admin_key.clone(),
+    });
     let state_dir = match &config.state_dir {
         Some(dir) => dir.clone(),
         None => state_dir::state_dir()?,
@@ -70,11 +85,13 @@ async fn serve(options: ServeOptions) -> Result<()> {
     .with_start_timeout(config.worker_start_timeout)
     .with_memory_limits(memory_limits.clone());
     let pool = Pool::new(launcher);
+    let metrics = Arc::new(Metrics::new());
     let memory = Arc::new(MemoryManager::new(
         pool.clone(),
         registry.clone(),
         config.clone(),
         memory_limits,
+        metrics.clone(),
     ));
     let budget = memory.budget();
     tracing::info!(
@@ -89,6 +106,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
         pool.clone(),
         memory.clone(),
         pinned.clone(),
+        metrics.clone(),
     ));
     tokio::spawn(memory.clone().enforce());
     for model in pinned {
@@ -100,13 +118,32 @@ async fn serve(options: ServeOptions) -> Result<()> {
         registry.clone(),
         pool.clone(),
         memory.clone(),
+        metrics.clone(),
     ));
+    let scrape = Arc::new(Scrape {
+        metrics: metrics.clone(),
+        pool: pool.clone(),
+        models: registry.clone(),
+        memory: memory.clone(),
+    });
     let admin = Arc::new(Admin {
         pool: pool.clone(),
         registry: registry.clone(),
         memory,
+        config: config.clone(),
     });
-    let app = api::router(backend).merge(admin::router(admin));
+    let app = api::router(backend)
+        .merge(admin::router(admin))
+        .merge(metrics::router(scrape))
+        .layer(axum::middleware::from_fn_with_state(
+            keys,
+            auth::require_key,
+        ))
+        // Outermost, so every answer counts, whichever layer gave it.
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            metrics::track_requests,
+        ));
     let address = (config.host, config.port);
     let listener = TcpListener::bind(address)
         .await
@@ -160,9 +197,11 @@ async fn follow_exits(
     pool: Pool<ProcessLauncher>,
     memory: Arc<MemoryManager<ProcessLauncher>>,
     pinned: Vec<String>,
+    metrics: Arc<Metrics>,
 ) {
     while let Some(exit) = exits.recv().await {
         let outcome = pool.on_exit(&exit.model, exit.pid, exit.status);
+        metrics.record_exit(&exit.model, exit.status, outcome);
         if let ExitOutcome::Crashed { backoff } = outcome
             && pinned.contains(&exit.model)
         {

@@ -90,8 +90,12 @@ impl Server {
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let address = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = address_tx.send(address.to_owned());
+                    // Text logs end the address with a space, JSON logs with a quote.
+                    let address: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || ".:[]".contains(*c))
+                        .collect();
+                    let _ = address_tx.send(address);
                 }
                 eprintln!("{line}");
                 log_writer.lock().unwrap().push(line);

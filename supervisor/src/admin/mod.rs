@@ -1,17 +1,22 @@
-//! The operators' JSON API under `/admin`: what each model's worker is doing right now.
+//! The operators' JSON API: what each model's worker is doing (`/admin/workers`), the memory
+//! budget (`/admin/memory`), and starting and stopping models on request (`control.rs`).
 //!
-//! It reads the pool's snapshot and asks each ready worker for its own counters over the
-//! worker's connection, without taking a lease, so looking never keeps a worker from being
-//! stopped.
+//! Looking never takes a lease, so it never keeps a worker from being stopped. Model names in
+//! paths are only looked up in the registry.
 
+mod control;
+mod error;
 mod memory;
 mod workers;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 
+pub use error::AdminError;
+
+use crate::config::Config;
 use crate::eviction::MemoryManager;
 use crate::pool::Pool;
 use crate::process::ProcessLauncher;
@@ -21,11 +26,36 @@ pub struct Admin {
     pub pool: Pool<ProcessLauncher>,
     pub registry: Arc<Registry>,
     pub memory: Arc<MemoryManager<ProcessLauncher>>,
+    pub config: Arc<Config>,
 }
 
+impl Admin {
+    /// The canonical id of a model name or alias from a path.
+    fn resolve(&self, name: &str) -> Result<String, AdminError> {
+        self.registry
+            .resolve(name)
+            .map(str::to_owned)
+            .ok_or_else(|| AdminError::UnknownModel(name.to_owned()))
+    }
+}
+
+/// The routes that need the admin key when one is configured.
 pub fn router(admin: Arc<Admin>) -> Router {
     Router::new()
         .route("/admin/workers", get(workers::list))
         .route("/admin/memory", get(memory::show))
+        .route("/admin/workers/{model}/kill", post(control::kill))
+        .route(
+            "/admin/workers/{org}/{name}/kill",
+            post(control::kill_scoped),
+        )
+        .route("/v1/models/status", get(control::status))
+        .route("/v1/models/{model}/load", post(control::load))
+        .route("/v1/models/{org}/{name}/load", post(control::load_scoped))
+        .route("/v1/models/{model}/unload", post(control::unload))
+        .route(
+            "/v1/models/{org}/{name}/unload",
+            post(control::unload_scoped),
+        )
         .with_state(admin)
 }

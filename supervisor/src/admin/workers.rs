@@ -10,6 +10,8 @@ use corral_ipc::WorkerStats;
 use serde::Serialize;
 
 use super::Admin;
+use crate::eviction::ledger::reason_name;
+use crate::memory::process_footprint;
 use crate::pool::{EntrySnapshot, Phase};
 
 #[derive(Debug, Serialize)]
@@ -30,6 +32,14 @@ pub struct WorkerRow {
     pub restarts: u64,
     /// Seconds since the current start, readiness or stop began.
     pub state_secs: Option<f64>,
+    /// Seconds the ready worker has been up.
+    pub uptime_secs: Option<f64>,
+    /// Seconds since the ready worker last began or finished a request.
+    pub idle_secs: Option<f64>,
+    /// The process footprint now (RSS on Linux, `phys_footprint` on macOS).
+    pub footprint_bytes: Option<u64>,
+    /// How the model's previous worker ended, or why its last start failed.
+    pub last_exit: Option<String>,
     /// The worker's own counters; absent unless it is ready and answered in time.
     pub stats: Option<WorkerStats>,
     /// Why `stats` is absent although the worker is ready.
@@ -57,6 +67,17 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
     })
 }
 
+/// The state names the admin API and metrics use.
+pub fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::NotRunning => "not_running",
+        Phase::Starting => "starting",
+        Phase::Ready => "ready",
+        Phase::Stopping(_) => "stopping",
+        Phase::Failed => "failed",
+    }
+}
+
 fn row(
     model: &str,
     snapshot: Option<&EntrySnapshot>,
@@ -65,24 +86,34 @@ fn row(
     stats_error: Option<String>,
 ) -> WorkerRow {
     let phase = snapshot.map_or(Phase::NotRunning, |snapshot| snapshot.phase);
-    let (state, stop_reason) = match phase {
-        Phase::NotRunning => ("not_running", None),
-        Phase::Starting => ("starting", None),
-        Phase::Ready => ("ready", None),
-        Phase::Stopping(reason) => ("stopping", Some(format!("{reason:?}").to_lowercase())),
-        Phase::Failed => ("failed", None),
+    let stop_reason = match phase {
+        Phase::Stopping(reason) => Some(reason_name(reason).to_owned()),
+        _ => None,
     };
+    let seconds_since = |at: Instant| now.saturating_duration_since(at).as_secs_f64();
+    let pid = snapshot.and_then(|snapshot| snapshot.pid);
     WorkerRow {
         model: model.to_owned(),
-        state,
+        state: phase_name(phase),
         stop_reason,
-        pid: snapshot.and_then(|snapshot| snapshot.pid),
+        pid,
         leases: snapshot.map_or(0, |snapshot| snapshot.leases),
         pinned: snapshot.is_some_and(|snapshot| snapshot.pinned),
         restarts: snapshot.map_or(0, |snapshot| snapshot.restarts),
         state_secs: snapshot
             .and_then(|snapshot| snapshot.since)
-            .map(|since| now.saturating_duration_since(since).as_secs_f64()),
+            .map(seconds_since),
+        uptime_secs: snapshot
+            .filter(|snapshot| snapshot.phase == Phase::Ready)
+            .and_then(|snapshot| snapshot.since)
+            .map(seconds_since),
+        idle_secs: snapshot
+            .and_then(|snapshot| snapshot.last_used)
+            .map(seconds_since),
+        footprint_bytes: pid.and_then(|pid| process_footprint(pid).ok()),
+        last_exit: snapshot
+            .and_then(|snapshot| snapshot.last_exit.as_ref())
+            .map(ToString::to_string),
         stats,
         stats_error,
     }

@@ -17,6 +17,7 @@ use super::extract::ApiJson;
 use super::generation;
 use super::messages;
 use super::sampling::{self, SamplingParams};
+use super::served_model::ServedModel;
 use super::sse;
 
 #[derive(Debug, Deserialize)]
@@ -52,10 +53,16 @@ impl ChatRequest {
     }
 }
 
+/// Answers like `respond`, tagged with the requested model for the metrics.
 pub async fn handler<B: Backend>(
     State(backend): State<Arc<B>>,
     ApiJson(body): ApiJson<ChatRequest>,
-) -> Result<Response, ApiError> {
+) -> Response {
+    let served = ServedModel::resolve(backend.as_ref(), &body.params.model);
+    served.attach(respond(backend, body).await)
+}
+
+async fn respond<B: Backend>(backend: Arc<B>, body: ChatRequest) -> Result<Response, ApiError> {
     let name = body.params.model.clone();
     let stream = body.params.stream();
     let include_usage = body.params.include_usage();

@@ -17,6 +17,7 @@ use super::extract::ApiJson;
 use super::generation::{self, Collected};
 use super::logprobs::{self, CompletionLogprobs};
 use super::sampling::{self, SamplingParams};
+use super::served_model::ServedModel;
 use super::sse::{self, ChunkFormat};
 use super::types::{UsageBody, finish_reason, response_id, unix_now};
 
@@ -74,9 +75,18 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
+/// Answers like `respond`, tagged with the requested model for the metrics.
 pub async fn handler<B: Backend>(
     State(backend): State<Arc<B>>,
     ApiJson(body): ApiJson<CompletionRequest>,
+) -> Response {
+    let served = ServedModel::resolve(backend.as_ref(), &body.params.model);
+    served.attach(respond(backend, body).await)
+}
+
+async fn respond<B: Backend>(
+    backend: Arc<B>,
+    body: CompletionRequest,
 ) -> Result<Response, ApiError> {
     let name = body.params.model.clone();
     let stream = body.params.stream();

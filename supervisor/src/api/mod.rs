@@ -18,6 +18,7 @@ mod messages;
 mod models;
 mod router;
 mod sampling;
+mod served_model;
 mod sse;
 mod types;
 
@@ -27,3 +28,4 @@ mod tests;
 pub use backend::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
 pub use router::{MAX_BODY_BYTES, router};
 pub use sampling::DEFAULT_MAX_TOKENS;
+pub use served_model::ServedModel;

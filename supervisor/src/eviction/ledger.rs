@@ -1,10 +1,12 @@
 //! What evictions did: one record per stopped worker, kept for the admin API and logs, with
-//! running totals per reason for metrics.
+//! running totals per reason; each record also feeds the Prometheus families.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::memory::format_bytes;
+use crate::metrics::Metrics;
 use crate::pool::StopReason;
 use crate::process::StopStep;
 
@@ -37,7 +39,7 @@ impl EvictionRecord {
             duration_ms = self.duration.as_millis() as u64,
             available_before = %format_bytes(self.available_before),
             available_after = %format_bytes(self.available_after),
-            "worker stopped to free memory or for idleness"
+            "worker stopped"
         );
     }
 }
@@ -49,17 +51,31 @@ pub struct EvictionTotals {
     pub duration: Duration,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Ledger {
     recent: VecDeque<EvictionRecord>,
     totals: BTreeMap<&'static str, EvictionTotals>,
     /// Over the hard watermark at the last check: loads are refused until it clears.
     pub refuse_loads: bool,
+    /// Every record feeds the Prometheus families too, whichever path stopped the worker.
+    metrics: Arc<Metrics>,
 }
 
 impl Ledger {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            recent: VecDeque::new(),
+            totals: BTreeMap::new(),
+            refuse_loads: false,
+            metrics,
+        }
+    }
+
     pub fn record(&mut self, record: EvictionRecord) {
-        let totals = self.totals.entry(reason_name(record.reason)).or_default();
+        let reason = reason_name(record.reason);
+        self.metrics
+            .record_eviction(reason, record.freed_bytes, record.duration);
+        let totals = self.totals.entry(reason).or_default();
         totals.count += 1;
         totals.freed_bytes += record.freed_bytes;
         totals.duration += record.duration;

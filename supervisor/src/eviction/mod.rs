@@ -9,6 +9,7 @@
 mod admission;
 mod enforcer;
 pub mod ledger;
+mod operator;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,9 +17,11 @@ use std::time::{Duration, Instant};
 
 pub use admission::AdmissionError;
 pub use ledger::{EvictionRecord, EvictionTotals, Ledger};
+pub use operator::OperatorError;
 
 use crate::config::Config;
 use crate::memory::{Budget, estimate_model_bytes, process_footprint, system_memory};
+use crate::metrics::Metrics;
 use crate::pool::{Launcher, Phase, Pool, StopReason};
 use crate::process::{WorkerClient, WorkerMemoryLimits, stop_worker};
 use crate::registry::Registry;
@@ -50,6 +53,7 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
         registry: Arc<Registry>,
         config: Arc<Config>,
         limits: WorkerMemoryLimits,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let total = system_memory().total;
         let ceiling = config.memory.ceiling.map_or_else(
@@ -69,7 +73,7 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
             gate: tokio::sync::Mutex::new(()),
             estimates: Mutex::new(HashMap::new()),
             limits,
-            ledger: Mutex::new(Ledger::default()),
+            ledger: Mutex::new(Ledger::new(metrics)),
         }
     }
 

@@ -87,6 +87,9 @@ pub struct EntrySnapshot {
     pub restarts: u64,
     /// When a `Failed` model may start again.
     pub retry_at: Option<Instant>,
+    /// When a ready worker last finished or began a request.
+    pub last_used: Option<Instant>,
+    pub last_exit: Option<ExitInfo>,
 }
 
 impl<H> PoolState<H> {
@@ -126,11 +129,9 @@ impl<H> PoolState<H> {
             && pid == launched.pid
         {
             entry.restarts += 1;
-            entry.state = failed(
-                ExitInfo::Exited { pid, status },
-                attempts.saturating_add(1),
-                now,
-            );
+            let exit = ExitInfo::Exited { pid, status };
+            entry.last_exit = Some(exit.clone());
+            entry.state = failed(exit, attempts.saturating_add(1), now);
             return false;
         }
         entry.state = EntryState::Ready {
@@ -160,11 +161,9 @@ impl<H> PoolState<H> {
             && *starting == generation
         {
             entry.restarts += 1;
-            entry.state = failed(
-                ExitInfo::LaunchFailed { message },
-                attempts.saturating_add(1),
-                now,
-            );
+            let exit = ExitInfo::LaunchFailed { message };
+            entry.last_exit = Some(exit.clone());
+            entry.state = failed(exit, attempts.saturating_add(1), now);
         }
     }
 
@@ -208,6 +207,7 @@ impl<H> PoolState<H> {
                 ExitOutcome::DuringStart
             }
             EntryState::Stopping { pid: stopping, .. } if *stopping == pid => {
+                entry.last_exit = Some(ExitInfo::Exited { pid, status });
                 entry.state = EntryState::NotRunning;
                 ExitOutcome::Stopped
             }
@@ -218,6 +218,7 @@ impl<H> PoolState<H> {
                 ..
             } if worker.pid == pid => {
                 entry.restarts += 1;
+                entry.last_exit = Some(ExitInfo::Exited { pid, status });
                 if now.saturating_duration_since(*ready_since) >= STABLE_AFTER {
                     entry.state = EntryState::NotRunning;
                     return ExitOutcome::Crashed { backoff: None };
@@ -284,6 +285,11 @@ impl<H> PoolState<H> {
                     EntryState::Failed { retry_at, .. } => Some(*retry_at),
                     _ => None,
                 },
+                last_used: match &entry.state {
+                    EntryState::Ready { last_used, .. } => Some(*last_used),
+                    _ => None,
+                },
+                last_exit: entry.last_exit.clone(),
             })
             .collect()
     }
@@ -373,6 +379,23 @@ impl<H: Clone> PoolState<H> {
             early_exit: None,
         };
         (self.generation, done)
+    }
+
+    /// Ready, leased or not -> Stopping(Killed), and the worker to end: an operator's kill,
+    /// which fails the requests in flight. `None` when no ready worker exists.
+    pub fn begin_kill(&mut self, model: &str, now: Instant) -> Option<Worker<H>> {
+        let entry = self.entries.get_mut(model)?;
+        let EntryState::Ready { worker, .. } = &entry.state else {
+            return None;
+        };
+        let worker = worker.clone();
+        entry.state = EntryState::Stopping {
+            pid: worker.pid,
+            reason: StopReason::Killed,
+            since: now,
+            waiters: Waiters::default(),
+        };
+        Some(worker)
     }
 
     /// Ready with zero leases -> Stopping, and the worker to stop; `None` for a leased, busy,

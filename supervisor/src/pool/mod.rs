@@ -118,6 +118,12 @@ impl<L: Launcher> Pool<L> {
         lock(&self.state).begin_stop(model, reason, Instant::now())
     }
 
+    /// Moves `model`'s ready worker to Stopping even while it serves (an operator's kill) and
+    /// returns it; the caller signals it and the reaper completes the stop.
+    pub fn begin_kill(&self, model: &str) -> Option<Worker<L::Handle>> {
+        lock(&self.state).begin_kill(model, Instant::now())
+    }
+
     /// Pinned models are never evicted or stopped for idleness.
     pub fn set_pinned(&self, model: &str, pinned: bool) {
         lock(&self.state).set_pinned(model, pinned);

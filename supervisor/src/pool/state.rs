@@ -204,6 +204,8 @@ pub struct Entry<H> {
     pub pinned: bool,
     /// Unexpected exits and failed starts since the supervisor started, for metrics.
     pub restarts: u64,
+    /// How the last worker of this model ended (or failed to start), for the admin API.
+    pub last_exit: Option<ExitInfo>,
 }
 
 impl<H> Default for Entry<H> {
@@ -212,6 +214,7 @@ impl<H> Default for Entry<H> {
             state: EntryState::NotRunning,
             pinned: false,
             restarts: 0,
+            last_exit: None,
         }
     }
 }

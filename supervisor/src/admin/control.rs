@@ -1,0 +1,239 @@
+//! Starting and stopping models on an operator's request: `POST /admin/workers/{model}/kill`,
+//! `POST /v1/models/{model}/load` and `/unload` (the routes oMLX clients call), and
+//! `GET /v1/models/status`. Hugging Face ids hold a slash, so each route also takes the id as two
+//! segments (`org/name`); either way the name is only looked up in the registry.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+
+use super::Admin;
+use super::error::AdminError;
+use crate::eviction::EvictionRecord;
+use crate::memory::format_bytes;
+use crate::pool::{Phase, StopReason};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct KillParams {
+    /// A signal name (`SIGTERM`, `TERM`); SIGKILL when absent.
+    signal: Option<String>,
+    /// Let the requests in flight finish, then stop gracefully, instead of signalling now.
+    #[serde(default)]
+    drain: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Stopped {
+    pub model: String,
+    pub pid: u32,
+    /// `graceful`, `terminated` or `killed`.
+    pub step: String,
+    pub freed_bytes: u64,
+    pub duration_ms: f64,
+}
+
+impl From<EvictionRecord> for Stopped {
+    fn from(record: EvictionRecord) -> Self {
+        Stopped {
+            model: record.model,
+            pid: record.pid,
+            step: format!("{:?}", record.step).to_lowercase(),
+            freed_bytes: record.freed_bytes,
+            duration_ms: record.duration.as_secs_f64() * 1e3,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Loaded {
+    pub model: String,
+    pub status: &'static str,
+    pub pid: Option<u32>,
+}
+
+pub async fn kill(
+    State(admin): State<Arc<Admin>>,
+    Path(model): Path<String>,
+    Query(params): Query<KillParams>,
+) -> Result<Json<Stopped>, AdminError> {
+    kill_model(&admin, &model, params).await
+}
+
+pub async fn kill_scoped(
+    State(admin): State<Arc<Admin>>,
+    Path((org, name)): Path<(String, String)>,
+    Query(params): Query<KillParams>,
+) -> Result<Json<Stopped>, AdminError> {
+    kill_model(&admin, &format!("{org}/{name}"), params).await
+}
+
+async fn kill_model(
+    admin: &Admin,
+    name: &str,
+    params: KillParams,
+) -> Result<Json<Stopped>, AdminError> {
+    let model = admin.resolve(name)?;
+    let record = if params.drain {
+        admin
+            .memory
+            .unload(&model, StopReason::Killed, admin.config.drain_timeout)
+            .await?
+    } else {
+        let signal = match params.signal.as_deref() {
+            None => Signal::SIGKILL,
+            Some(name) => parse_signal(name)?,
+        };
+        admin.memory.kill(&model, signal).await?
+    };
+    Ok(Json(record.into()))
+}
+
+pub async fn load(
+    State(admin): State<Arc<Admin>>,
+    Path(model): Path<String>,
+) -> Result<Json<Loaded>, AdminError> {
+    load_model(&admin, &model).await
+}
+
+pub async fn load_scoped(
+    State(admin): State<Arc<Admin>>,
+    Path((org, name)): Path<(String, String)>,
+) -> Result<Json<Loaded>, AdminError> {
+    load_model(&admin, &format!("{org}/{name}")).await
+}
+
+/// Starts the model's worker (through admission, like a request) and waits until it is ready.
+async fn load_model(admin: &Admin, name: &str) -> Result<Json<Loaded>, AdminError> {
+    let model = admin.resolve(name)?;
+    admin.memory.admit(&model).await?;
+    let lease = admin.pool.acquire(&model).await?;
+    Ok(Json(Loaded {
+        status: "loaded",
+        pid: Some(lease.pid()),
+        model,
+    }))
+}
+
+pub async fn unload(
+    State(admin): State<Arc<Admin>>,
+    Path(model): Path<String>,
+) -> Result<Json<Stopped>, AdminError> {
+    unload_model(&admin, &model).await
+}
+
+pub async fn unload_scoped(
+    State(admin): State<Arc<Admin>>,
+    Path((org, name)): Path<(String, String)>,
+) -> Result<Json<Stopped>, AdminError> {
+    unload_model(&admin, &format!("{org}/{name}")).await
+}
+
+/// Lets the requests in flight finish (up to the drain timeout), then stops the worker.
+async fn unload_model(admin: &Admin, name: &str) -> Result<Json<Stopped>, AdminError> {
+    let model = admin.resolve(name)?;
+    let record = admin
+        .memory
+        .unload(&model, StopReason::Unload, admin.config.drain_timeout)
+        .await?;
+    Ok(Json(record.into()))
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModelsStatus {
+    pub object: &'static str,
+    pub data: Vec<ModelStatus>,
+    pub memory: MemorySummary,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModelStatus {
+    pub id: String,
+    pub loaded: bool,
+    pub state: &'static str,
+    pub pid: Option<u32>,
+    pub pinned: bool,
+    pub memory_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemorySummary {
+    pub ceiling_bytes: u64,
+    pub used_bytes: u64,
+    pub ceiling: String,
+    pub used: String,
+}
+
+pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
+    let snapshots = admin.pool.snapshot();
+    let usage = admin.memory.usage();
+    let data = admin
+        .registry
+        .entries()
+        .map(|entry| {
+            let snapshot = snapshots.iter().find(|snapshot| snapshot.model == entry.id);
+            let phase = snapshot.map_or(Phase::NotRunning, |snapshot| snapshot.phase);
+            ModelStatus {
+                id: entry.id.clone(),
+                loaded: phase == Phase::Ready,
+                state: super::workers::phase_name(phase),
+                pid: snapshot.and_then(|snapshot| snapshot.pid),
+                pinned: snapshot.is_some_and(|snapshot| snapshot.pinned),
+                memory_bytes: usage
+                    .iter()
+                    .find(|worker| worker.model == entry.id)
+                    .map(|worker| worker.bytes),
+            }
+        })
+        .collect();
+    let ceiling = admin.memory.budget().ceiling;
+    let used = usage.iter().map(|worker| worker.bytes).sum();
+    Json(ModelsStatus {
+        object: "list",
+        data,
+        memory: MemorySummary {
+            ceiling_bytes: ceiling,
+            used_bytes: used,
+            ceiling: format_bytes(ceiling),
+            used: format_bytes(used),
+        },
+    })
+}
+
+/// `SIGTERM`, `TERM` or `sigterm`; only signals that end or poke a process.
+fn parse_signal(name: &str) -> Result<Signal, AdminError> {
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    match full.as_str() {
+        "SIGKILL" => Ok(Signal::SIGKILL),
+        "SIGTERM" => Ok(Signal::SIGTERM),
+        "SIGINT" => Ok(Signal::SIGINT),
+        "SIGHUP" => Ok(Signal::SIGHUP),
+        "SIGQUIT" => Ok(Signal::SIGQUIT),
+        "SIGUSR1" => Ok(Signal::SIGUSR1),
+        "SIGUSR2" => Ok(Signal::SIGUSR2),
+        _ => Err(AdminError::UnknownSignal(name.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_are_named_with_or_without_the_prefix_in_any_case() {
+        assert_eq!(parse_signal("SIGTERM").unwrap(), Signal::SIGTERM);
+        assert_eq!(parse_signal("term").unwrap(), Signal::SIGTERM);
+        assert_eq!(parse_signal("Kill").unwrap(), Signal::SIGKILL);
+        assert!(matches!(
+            parse_signal("SIGSTOP"),
+            Err(AdminError::UnknownSignal(_))
+        ));
+    }
+}

@@ -1,0 +1,177 @@
+//! The human-readable output of the operator commands: aligned columns like `ollama ps`.
+
+use serde_json::Value;
+
+use crate::memory::format_bytes;
+
+pub fn ps(workers: &Value) -> String {
+    let mut rows = vec![
+        [
+            "NAME",
+            "PID",
+            "STATE",
+            "FOOTPRINT",
+            "MLX ACTIVE",
+            "LEASES",
+            "QUEUED",
+            "UPTIME",
+            "IDLE",
+            "RESTARTS",
+            "LAST EXIT",
+        ]
+        .map(str::to_owned),
+    ];
+    for worker in list(workers) {
+        // A model that never ran has nothing to show; one that ran and ended shows its exit.
+        if worker["state"] == "not_running" && worker["last_exit"].is_null() {
+            continue;
+        }
+        let stats = &worker["stats"];
+        rows.push([
+            text(&worker["model"]),
+            text(&worker["pid"]),
+            text(&worker["state"]),
+            bytes(&worker["footprint_bytes"]),
+            bytes(&stats["mlx_active_bytes"]),
+            text(&worker["leases"]),
+            text(&stats["queued_requests"]),
+            seconds(&worker["uptime_secs"]),
+            seconds(&worker["idle_secs"]),
+            text(&worker["restarts"]),
+            text(&worker["last_exit"]),
+        ]);
+    }
+    align(&rows)
+}
+
+pub fn models(status: &Value) -> String {
+    let mut rows = vec![["ID", "STATE", "PID", "MEMORY", "PINNED"].map(str::to_owned)];
+    for model in list(status) {
+        rows.push([
+            text(&model["id"]),
+            text(&model["state"]),
+            text(&model["pid"]),
+            bytes(&model["memory_bytes"]),
+            if model["pinned"] == true { "yes" } else { "" }.to_owned(),
+        ]);
+    }
+    align(&rows)
+}
+
+pub fn status(url: &str, memory: &Value, workers: &Value) -> String {
+    let count = |state: &str| {
+        list(workers)
+            .iter()
+            .filter(|worker| worker["state"] == state)
+            .count()
+    };
+    format!(
+        "corral is up at {url}\n\
+         memory: {} used of a {} ceiling (soft {}, hard {}){}\n\
+         system: {} available of {}\n\
+         workers: {} ready, {} starting, {} stopping, {} failed, of {} models\n",
+        bytes(&memory["used_bytes"]),
+        bytes(&memory["ceiling_bytes"]),
+        bytes(&memory["soft_watermark_bytes"]),
+        bytes(&memory["hard_watermark_bytes"]),
+        if memory["refusing_loads"] == true {
+            "; refusing new loads"
+        } else {
+            ""
+        },
+        bytes(&memory["system_available_bytes"]),
+        bytes(&memory["system_total_bytes"]),
+        count("ready"),
+        count("starting"),
+        count("stopping"),
+        count("failed"),
+        list(workers).len(),
+    )
+}
+
+pub fn stopped(verb: &str, stopped: &Value) -> String {
+    format!(
+        "{verb} {} (pid {}, {}) in {:.0} ms, freeing {}\n",
+        text(&stopped["model"]),
+        text(&stopped["pid"]),
+        text(&stopped["step"]),
+        stopped["duration_ms"].as_f64().unwrap_or(0.0),
+        bytes(&stopped["freed_bytes"]),
+    )
+}
+
+fn list(value: &Value) -> Vec<Value> {
+    value["data"].as_array().cloned().unwrap_or_default()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn bytes(value: &Value) -> String {
+    value.as_u64().map_or_else(|| "-".to_owned(), format_bytes)
+}
+
+fn seconds(value: &Value) -> String {
+    let Some(secs) = value.as_f64() else {
+        return "-".to_owned();
+    };
+    let secs = secs as u64;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{}s", secs / 60, secs % 60),
+        _ => format!("{}h{}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+fn align<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn ps_shows_running_and_ended_workers_in_aligned_columns() {
+        let workers = json!({"data": [
+            {"model": "llama", "pid": 41, "state": "ready", "footprint_bytes": 41943040,
+             "leases": 1, "uptime_secs": 75.2, "idle_secs": 0.5, "restarts": 0,
+             "last_exit": null, "stats": {"mlx_active_bytes": 1048576, "queued_requests": 0}},
+            {"model": "qwen", "pid": null, "state": "not_running", "restarts": 1,
+             "last_exit": "worker pid 7 ended with signal 9", "stats": null},
+            {"model": "never", "pid": null, "state": "not_running", "last_exit": null},
+        ]});
+        let table = ps(&workers);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("NAME   PID  STATE"), "{table}");
+        assert!(
+            lines[1].contains("40.0 MiB") && lines[1].contains("1m15s"),
+            "{table}"
+        );
+        assert!(
+            lines[2].ends_with("worker pid 7 ended with signal 9"),
+            "{table}"
+        );
+    }
+}

@@ -1,0 +1,528 @@
+//! What an eviction costs, on the `small` fixture (f32, about 400 MiB resident per worker).
+//!
+//! Part one plays supervisor with the library's own launcher and stop code: it starts a worker,
+//! runs one short generation so it is warm, and times `stop_worker` (graceful: `Shutdown`, then
+//! SIGTERM, then SIGKILL) and `kill_now` (forced) from the call to the reaped exit status. Next to
+//! the times it puts the worker's footprint just before the stop and how much the system's
+//! available memory grew, at the reap and 200 ms later. Available memory is machine-wide, so other
+//! work on the machine shows up in that column.
+//!
+//! Part two goes through `corral serve` with a 600 MiB ceiling, which holds one `small` worker but
+//! not two, and times streamed chat requests to their first content chunk: a request to the model
+//! that is already loaded, and one to the other model, which must evict the loaded worker and
+//! start its own. It ends with the eviction totals from `GET /admin/memory`, the server's own
+//! decision-to-reaped times for those swaps.
+//!
+//! Run it with release binaries in place (plain cargo cannot link MLX on Linux):
+//!
+//! ```text
+//! cargo xtask cargo build --release --bins
+//! cargo xtask cargo bench -p corral-tests --bench eviction
+//! ```
+//!
+//! `CORRAL_BENCH_ITERATIONS` sets the number of stops of each kind and of requests per case
+//! (default 5). Only 127.0.0.1 is contacted.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use corral::fixture::{Arch, Size};
+use corral::memory::{process_footprint, system_memory};
+use corral::pool::Launcher;
+use corral::process::{ProcessLauncher, RunDir, StopStep, WorkerClient, kill_now, stop_worker};
+use corral_ipc::{FromWorker, GenerateRequest, Prompt};
+use corral_tests::server::Dirs;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+const DEFAULT_ITERATIONS: usize = 5;
+const ITERATIONS_ENV: &str = "CORRAL_BENCH_ITERATIONS";
+/// The fixtures, named after their architectures; both are `small`.
+const MODELS: [&str; 2] = ["llama", "qwen3"];
+/// Holds one `small` worker (about 400 MiB resident) but not two.
+const ONE_SMALL_MODEL: &str = "600MiB";
+/// Each step of `stop_worker`, as the server's default.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long after the reap available memory is sampled again.
+const SETTLE: Duration = Duration::from_millis(200);
+/// Startup, shutdown and any single request; generous, since the machine may be busy.
+const PATIENCE: Duration = Duration::from_secs(120);
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn main() {
+    let iterations = iterations();
+    let dirs = Dirs::with_sized_models(Size::Small, &[Arch::Llama, Arch::Qwen3]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime");
+    let stops = runtime.block_on(measure_stops(dirs.models.path(), iterations));
+    drop(runtime);
+
+    let corral = Corral::start(&dirs);
+    let first_tokens = measure_first_tokens(&corral, iterations);
+    let memory = corral.get("/admin/memory");
+    drop(corral);
+
+    let cores = thread::available_parallelism().map_or(0, usize::from);
+    let total = system_memory().total as f64 / MIB;
+    println!("cores available: {cores}, total RAM: {total:.0} MiB");
+    println!("\nstopping a warm `small` worker, {iterations} times each\n");
+    print_stops(&stops);
+    println!(
+        "\ntime to first content chunk through corral serve (ceiling {ONE_SMALL_MODEL}), \
+         {iterations} requests per case\n"
+    );
+    print_first_tokens(&first_tokens);
+    println!("\nevictions reported by GET /admin/memory (whole run, warm-up included)\n");
+    print_evictions(&memory);
+}
+
+fn iterations() -> usize {
+    match std::env::var(ITERATIONS_ENV) {
+        Ok(value) => value.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
+            panic!("{ITERATIONS_ENV} must be a positive integer, got {value:?}")
+        }),
+        Err(_) => DEFAULT_ITERATIONS,
+    }
+}
+
+/// A binary from `cargo xtask cargo build --release --bins`, one level above the bench's `deps/`.
+fn built_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the bench executable's path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the bench executable is in target/<profile>/deps")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing; build it first with `cargo xtask cargo build --release --bins`",
+        path.display()
+    );
+    path
+}
+
+/// Nearest-rank percentile of samples, in milliseconds.
+fn percentile(samples: &[Duration], p: usize) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = (sorted.len() * p).div_ceil(100).max(1);
+    sorted[rank - 1].as_secs_f64() * 1e3
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+// Part one: stops on the library.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum StopKind {
+    /// `stop_worker`: `Shutdown`, then SIGTERM, then SIGKILL, each after the grace.
+    Graceful,
+    /// `kill_now`: SIGKILL at once.
+    Forced,
+}
+
+struct StopSample {
+    /// From the stop call to the reaped exit status.
+    elapsed: Duration,
+    step: StopStep,
+    footprint: u64,
+    /// Growth of the system's available memory, at the reap and `SETTLE` later.
+    freed_at_reap: f64,
+    freed_settled: f64,
+}
+
+/// Stops of each kind, interleaved so that load from elsewhere lands on both alike. On a panic,
+/// dropping the runtime drops each worker's `Child`, which the launcher spawns with
+/// `kill_on_drop`.
+async fn measure_stops(models: &Path, n: usize) -> BTreeMap<StopKind, Vec<StopSample>> {
+    let state = tempfile::tempdir().expect("temporary state directory");
+    let run_dir = RunDir::create(state.path()).expect("creating the run directory");
+    let models = models.to_path_buf();
+    // Exit reports are for a pool; the stops here wait on the reaper directly.
+    let (exits, _) = tokio::sync::mpsc::unbounded_channel();
+    let launcher = ProcessLauncher::new(
+        built_binary("corral-worker"),
+        run_dir,
+        Box::new(move |model| Some(models.join(model))),
+        exits,
+    );
+    let mut samples: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for _ in 0..n {
+        for kind in [StopKind::Graceful, StopKind::Forced] {
+            let sample = stop_once(&launcher, kind).await;
+            samples.entry(kind).or_default().push(sample);
+        }
+    }
+    samples
+}
+
+async fn stop_once(launcher: &ProcessLauncher, kind: StopKind) -> StopSample {
+    let worker = launcher
+        .launch(MODELS[0])
+        .await
+        .unwrap_or_else(|error| panic!("starting a worker: {error}"));
+    let handle = worker.handle;
+    warm_up(&handle).await;
+    let footprint = process_footprint(worker.pid).expect("reading the worker's footprint");
+    let before = system_memory().available as f64;
+    let started = Instant::now();
+    let step = match kind {
+        StopKind::Graceful => stop_worker(&handle, STOP_GRACE).await.step,
+        StopKind::Forced => {
+            kill_now(&handle);
+            handle.process().wait().await;
+            StopStep::Killed
+        }
+    };
+    let elapsed = started.elapsed();
+    let at_reap = system_memory().available as f64;
+    tokio::time::sleep(SETTLE).await;
+    let settled = system_memory().available as f64;
+    StopSample {
+        elapsed,
+        step,
+        footprint,
+        freed_at_reap: at_reap - before,
+        freed_settled: settled - before,
+    }
+}
+
+/// One short generation, so the stop meets a worker that has run the model.
+async fn warm_up(worker: &WorkerClient) {
+    let request = GenerateRequest {
+        prompt: Prompt::Text("Once upon a time".to_owned()),
+        max_tokens: 2,
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: 0,
+        min_p: 0.0,
+        repetition_penalty: 1.0,
+        seed: None,
+        stop: Vec::new(),
+        logprobs: None,
+    };
+    let mut handle = worker
+        .generate(request)
+        .await
+        .expect("sending a request to the worker");
+    while let Some(frame) = handle.events.recv().await {
+        match frame {
+            FromWorker::Done { .. } => return,
+            FromWorker::Rejected { message, .. } | FromWorker::Error { message, .. } => {
+                panic!("the worker failed the warm-up request: {message}");
+            }
+            _ => {}
+        }
+    }
+    panic!("the worker's stream ended without Done");
+}
+
+fn print_stops(stops: &BTreeMap<StopKind, Vec<StopSample>>) {
+    println!(
+        "| kind | median ms | max ms | footprint before (MiB) | available increase at reap, \
+         median (min..max) MiB | available increase +200 ms, median (min..max) MiB | step |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    for (kind, samples) in stops {
+        let elapsed: Vec<_> = samples.iter().map(|s| s.elapsed).collect();
+        let mib = |value: fn(&StopSample) -> f64| {
+            mib_spread(&samples.iter().map(value).collect::<Vec<_>>())
+        };
+        println!(
+            "| {} | {:.1} | {:.1} | {} | {} | {} | {} |",
+            format!("{kind:?}").to_lowercase(),
+            percentile(&elapsed, 50),
+            percentile(&elapsed, 100),
+            mib(|s| s.footprint as f64),
+            mib(|s| s.freed_at_reap),
+            mib(|s| s.freed_settled),
+            step_counts(
+                samples
+                    .iter()
+                    .map(|s| format!("{:?}", s.step).to_lowercase())
+            )
+        );
+    }
+}
+
+/// Byte counts in MiB: the median, and the range where the samples differ.
+fn mib_spread(bytes: &[f64]) -> String {
+    // Adding 0.0 turns a rounded -0 into 0.
+    let mib = |b: f64| (b / MIB).round() + 0.0;
+    let (low, high) = bytes.iter().fold((f64::MAX, f64::MIN), |(low, high), &b| {
+        (low.min(mib(b)), high.max(mib(b)))
+    });
+    let median = mib(median(bytes));
+    if low == high {
+        format!("{median}")
+    } else {
+        format!("{median} ({low}..{high})")
+    }
+}
+
+/// "graceful ×4, killed ×1".
+fn step_counts(steps: impl Iterator<Item = String>) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for step in steps {
+        *counts.entry(step).or_default() += 1;
+    }
+    let counts: Vec<_> = counts
+        .iter()
+        .map(|(step, n)| format!("{step} ×{n}"))
+        .collect();
+    counts.join(", ")
+}
+
+// Part two: time to first token through `corral serve`.
+
+/// `corral serve` as a child process, stopped (SIGTERM, which drains and stops its workers, then
+/// SIGKILL) and reaped when dropped, panics included.
+struct Corral {
+    child: Child,
+    base: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Corral {
+    fn start(dirs: &Dirs) -> Self {
+        let mut child = Command::new(built_binary("corral"))
+            .args(["serve", "--port", "0", "--drain-timeout", "5"])
+            .args(["--memory-ceiling", ONE_SMALL_MODEL, "--models-dir"])
+            .arg(dirs.models.path())
+            .arg("--state-dir")
+            .arg(dirs.state.path())
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning corral serve");
+        let stderr = child.stderr.take().expect("corral's piped stderr");
+        let address = listening_address(stderr);
+        let http = reqwest::blocking::Client::builder()
+            .timeout(PATIENCE)
+            // A proxy from the environment must not see (or slow down) loopback traffic.
+            .no_proxy()
+            .build()
+            .expect("building the HTTP client");
+        Self {
+            child,
+            base: format!("http://{address}"),
+            http,
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .expect("sending a request to corral")
+            .json()
+            .expect("corral's response is JSON")
+    }
+
+    /// Workers stopped to make room so far.
+    fn evictions(&self) -> u64 {
+        self.get("/admin/memory")["evictions"]["evicted"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// A streamed chat request, from sending it to the first chunk with content; the rest of the
+    /// stream is read to `[DONE]` untimed.
+    fn first_token(&self, model: &str) -> Duration {
+        let body = json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": 2,
+            "temperature": 0,
+            "stream": true,
+        });
+        let started = Instant::now();
+        let response = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body)
+            .send()
+            .expect("sending a request to corral");
+        let status = response.status();
+        assert!(status.is_success(), "{model}: corral answered {status}");
+        let mut first = None;
+        for line in BufReader::new(response).lines() {
+            let line = line.expect("reading corral's event stream");
+            let now = Instant::now();
+            let Some(data) = line.strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                return first.unwrap_or_else(|| panic!("{model}: corral streamed no content"));
+            }
+            let chunk: Value = serde_json::from_str(data).expect("an SSE chunk is JSON");
+            assert!(chunk.get("error").is_none(), "{model}: {chunk}");
+            let content = chunk["choices"][0]["delta"]["content"].as_str();
+            if first.is_none() && content.is_some_and(|text| !text.is_empty()) {
+                first = Some(now - started);
+            }
+        }
+        panic!("{model}: corral's event stream ended without [DONE]");
+    }
+
+    /// `first_token`, checking that it evicted `expected_evictions` workers.
+    fn first_token_evicting(&self, model: &str, expected_evictions: u64) -> Duration {
+        let before = self.evictions();
+        let elapsed = self.first_token(model);
+        let evicted = self.evictions() - before;
+        assert_eq!(
+            evicted, expected_evictions,
+            "evictions for a request to {model}"
+        );
+        elapsed
+    }
+}
+
+impl Drop for Corral {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads corral's log until it names its address; the rest is drained on a thread (a full pipe
+/// would block corral). The lines before go into the panic message if the address never comes.
+fn listening_address(stderr: ChildStderr) -> String {
+    let (lines_tx, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + PATIENCE;
+    let mut log = Vec::new();
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            let address = rest.split_whitespace().next().unwrap_or_default();
+            return address.to_owned();
+        }
+        log.push(line);
+    }
+    panic!(
+        "corral did not start listening; its log:\n{}",
+        log.join("\n")
+    );
+}
+
+struct FirstTokens {
+    no_swap: Vec<Duration>,
+    swap: Vec<Duration>,
+}
+
+/// (a) the same model twice in a row, the second timed; (b) alternating models, each request
+/// evicting the other's worker. Both models are loaded once first, untimed.
+fn measure_first_tokens(corral: &Corral, n: usize) -> FirstTokens {
+    for model in MODELS {
+        corral.first_token(model);
+    }
+    let mut no_swap = Vec::with_capacity(n);
+    for round in 0..n {
+        let model = MODELS[round % 2];
+        corral.first_token(model);
+        no_swap.push(corral.first_token_evicting(model, 0));
+    }
+    // The last pair left MODELS[(n - 1) % 2] loaded.
+    let swap = (0..n)
+        .map(|round| corral.first_token_evicting(MODELS[(n + round) % 2], 1))
+        .collect();
+    FirstTokens { no_swap, swap }
+}
+
+fn print_first_tokens(first_tokens: &FirstTokens) {
+    println!("| case | median ms | p90 ms | min ms | max ms |");
+    println!("|---|---:|---:|---:|---:|");
+    let cases = [
+        ("no swap (model loaded)", &first_tokens.no_swap),
+        ("swap (evict the other, start own)", &first_tokens.swap),
+    ];
+    for (case, samples) in cases {
+        println!(
+            "| {case} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            percentile(samples, 50),
+            percentile(samples, 90),
+            percentile(samples, 0),
+            percentile(samples, 100)
+        );
+    }
+}
+
+/// The totals per reason, then each reason's recent records: decision-to-reaped times, and the
+/// growth of available memory across each stop next to the footprint it freed.
+fn print_evictions(memory: &Value) {
+    println!(
+        "| reason | count | freed MiB (total) | freed MiB (mean) | decision-to-reaped ms (total) \
+         | mean ms | median ms (recent) | max ms (recent) | available increase, median \
+         (min..max) MiB (recent) | steps (recent) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let totals = memory["evictions"].as_object().expect("eviction totals");
+    let recent = memory["recent_evictions"]
+        .as_array()
+        .expect("recent evictions");
+    for (reason, total) in totals {
+        let count = total["count"].as_u64().unwrap_or(0);
+        let freed = total["freed_bytes"].as_f64().unwrap_or(0.0) / MIB;
+        let duration = total["duration_ms"].as_f64().unwrap_or(0.0);
+        let records: Vec<_> = recent.iter().filter(|r| r["reason"] == *reason).collect();
+        let field = |record: &Value, name: &str| record[name].as_f64().unwrap_or(0.0);
+        let durations: Vec<_> = records
+            .iter()
+            .map(|r| Duration::from_secs_f64(field(r, "duration_ms") / 1e3))
+            .collect();
+        let available: Vec<_> = records
+            .iter()
+            .map(|r| field(r, "available_after_bytes") - field(r, "available_before_bytes"))
+            .collect();
+        let (median_ms, max_ms, available) = if records.is_empty() {
+            (f64::NAN, f64::NAN, "-".to_owned())
+        } else {
+            let spread = mib_spread(&available);
+            (
+                percentile(&durations, 50),
+                percentile(&durations, 100),
+                spread,
+            )
+        };
+        let steps = step_counts(
+            records
+                .iter()
+                .map(|r| r["step"].as_str().unwrap_or("?").to_owned()),
+        );
+        let per = count.max(1) as f64;
+        println!(
+            "| {reason} | {count} | {freed:.0} | {:.0} | {duration:.1} | {:.1} | {median_ms:.1} \
+             | {max_ms:.1} | {available} | {steps} |",
+            freed / per,
+            duration / per,
+        );
+    }
+}
