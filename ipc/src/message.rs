@@ -178,6 +178,9 @@ pub struct TopLogprob {
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Prompt tokens restored from the prefix cache instead of prefilled.
+    #[serde(default)]
+    pub cached_tokens: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,6 +202,31 @@ pub struct WorkerStats {
     pub mlx_cache_bytes: u64,
     pub mlx_peak_bytes: u64,
     pub resident_bytes: u64,
+    /// Absent when the worker runs without a prefix cache.
+    #[serde(default)]
+    pub prefix_cache: Option<PrefixCacheStats>,
+}
+
+/// The prefix cache's counters. `saves_enqueued - saves_persisted - save_drops` is the SSD
+/// writer's backlog.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixCacheStats {
+    pub hit_blocks: u64,
+    pub miss_blocks: u64,
+    pub hit_tokens: u64,
+    pub miss_tokens: u64,
+    pub ram_bytes: u64,
+    pub ram_evictions: u64,
+    pub saves_enqueued: u64,
+    /// Written and renamed into place.
+    pub saves_persisted: u64,
+    /// Dropped: the writer's queue stayed full, or the disk was full.
+    pub save_drops: u64,
+    pub disk_evictions: u64,
+    pub disk_bytes: u64,
+    pub disk_files: u64,
+    /// Block files that failed their checks on load (and were deleted).
+    pub load_errors: u64,
 }
 
 impl ToWorker {

@@ -118,6 +118,9 @@ pub struct ServeArgs {
     /// Listen on a non-loopback address even without an API key.
     #[arg(long = "allow-unauthenticated-remote")]
     allow_remote_without_key: bool,
+    /// Where workers keep prefix KV blocks on SSD (default: <state dir>/kv-cache).
+    #[arg(long, env = "CORRAL_PREFIX_CACHE_DIR")]
+    prefix_cache_dir: Option<PathBuf>,
     /// `text` for people, `json` (one object per line) for log collectors.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -260,6 +263,7 @@ impl ServeArgs {
                 api_keys: self.api_keys,
                 admin_key: self.admin_key,
                 allow_remote_without_key: self.allow_remote_without_key,
+                prefix_cache_dir: self.prefix_cache_dir,
             },
             model: self.model,
         }

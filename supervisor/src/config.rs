@@ -41,6 +41,33 @@ pub struct Config {
     pub admin_key: Option<String>,
     /// Listen beyond loopback without an API key.
     pub allow_remote_without_key: bool,
+    pub prefix_cache: PrefixCacheConfig,
+}
+
+/// The workers' prefix KV cache; the file's `[prefix_cache]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrefixCacheConfig {
+    pub enabled: bool,
+    /// The SSD tier's root; `None`: `<state dir>/kv-cache`.
+    pub dir: Option<PathBuf>,
+    /// RAM for blocks, per worker.
+    pub ram: MemoryAmount,
+    /// The SSD tier's limit, per model.
+    pub disk: MemoryAmount,
+    pub block_tokens: usize,
+}
+
+impl Default for PrefixCacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: None,
+            ram: MemoryAmount::Bytes(1 << 30),
+            disk: MemoryAmount::Bytes(10 << 30),
+            block_tokens: 256,
+        }
+    }
 }
 
 /// The memory budget over the sum of worker footprints.
@@ -117,6 +144,7 @@ impl Default for Config {
             api_keys: Vec::new(),
             admin_key: None,
             allow_remote_without_key: false,
+            prefix_cache: PrefixCacheConfig::default(),
         }
     }
 }
@@ -147,6 +175,8 @@ struct FileConfig {
     api_keys: Vec<String>,
     admin_key: Option<String>,
     allow_remote_without_key: Option<bool>,
+    #[serde(default)]
+    prefix_cache: PrefixCacheConfig,
 }
 
 /// Values given on the command line or in the environment.
@@ -167,6 +197,7 @@ pub struct Overrides {
     pub api_keys: Vec<String>,
     pub admin_key: Option<String>,
     pub allow_remote_without_key: bool,
+    pub prefix_cache_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -244,6 +275,10 @@ impl Config {
             admin_key: overrides.admin_key.or(from_file.admin_key),
             allow_remote_without_key: overrides.allow_remote_without_key
                 || from_file.allow_remote_without_key.unwrap_or(false),
+            prefix_cache: PrefixCacheConfig {
+                dir: overrides.prefix_cache_dir.or(from_file.prefix_cache.dir),
+                ..from_file.prefix_cache
+            },
         })
     }
 }

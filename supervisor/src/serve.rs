@@ -83,7 +83,8 @@ async fn serve(options: ServeOptions) -> Result<()> {
         exits,
     )
     .with_start_timeout(config.worker_start_timeout)
-    .with_memory_limits(memory_limits.clone());
+    .with_memory_limits(memory_limits.clone())
+    .with_worker_args(prefix_cache_args(&config, &state_dir));
     let pool = Pool::new(launcher);
     let metrics = Arc::new(Metrics::new());
     let memory = Arc::new(MemoryManager::new(
@@ -169,6 +170,30 @@ async fn serve(options: ServeOptions) -> Result<()> {
     stop_all(&pool, &registry, config.worker_stop_grace).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The prefix cache's settings as `corral-worker serve` options; the SSD tier lives under the
+/// state directory unless configured elsewhere.
+fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let cache = &config.prefix_cache;
+    if !cache.enabled {
+        return vec!["--no-prefix-cache".into()];
+    }
+    let total = crate::memory::system_memory().total;
+    let dir = cache
+        .dir
+        .clone()
+        .unwrap_or_else(|| state_dir.join("kv-cache"));
+    vec![
+        "--prefix-cache-dir".into(),
+        dir.into_os_string(),
+        "--prefix-cache-ram".into(),
+        cache.ram.resolve(total).to_string().into(),
+        "--prefix-cache-disk".into(),
+        cache.disk.resolve(total).to_string().into(),
+        "--prefix-block-tokens".into(),
+        cache.block_tokens.to_string().into(),
+    ]
 }
 
 /// Marks the configured pinned models in the pool; returns their canonical ids. A pinned name

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use crate::engine::EngineOptions;
+use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, PrefixCacheOptions};
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -36,6 +39,37 @@ pub struct ServeArgs {
     /// MLX's memory in use past it is refused before any compute. Without it, no such check.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     pub memory_limit: Option<u64>,
+    /// The prefix cache's SSD root: this model's blocks go in a subdirectory named by its
+    /// fingerprint, and survive the worker. Without it, blocks are kept in RAM only.
+    #[arg(long, value_name = "DIR")]
+    pub prefix_cache_dir: Option<PathBuf>,
+    /// Bytes of prefix blocks kept in RAM.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    pub prefix_cache_ram: u64,
+    /// Bytes of prefix blocks kept on SSD (the directory's limit).
+    #[arg(long, value_name = "BYTES", default_value_t = 10 << 30)]
+    pub prefix_cache_disk: u64,
+    /// Tokens per prefix block.
+    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_BLOCK_TOKENS,
+          value_parser = clap::value_parser!(u64).range(1..=65536).map(|tokens| tokens as usize))]
+    pub prefix_block_tokens: usize,
+    /// Serve without a prefix cache.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+}
+
+impl ServeArgs {
+    pub fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            memory_limit: self.memory_limit,
+            prefix_cache: (!self.no_prefix_cache).then(|| PrefixCacheOptions {
+                block_tokens: self.prefix_block_tokens,
+                ram_bytes: self.prefix_cache_ram,
+                disk_root: self.prefix_cache_dir.clone(),
+                disk_bytes: self.prefix_cache_disk,
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

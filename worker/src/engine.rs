@@ -9,8 +9,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
-use crate::generation::{Event, GenerateError, GenerateRequest, generate};
+use corral_ipc::PrefixCacheStats;
+
+use crate::generation::{Event, GenerateError, GenerateRequest, Limits, generate};
 use crate::loaded::{LoadError, LoadedModel};
+use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
+
+/// How long the engine waits at shutdown for the SSD writer to persist queued blocks.
+const SHUTDOWN_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a worker runs with besides its model.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Refuse prefills that would take MLX's active memory past this many bytes.
+    pub memory_limit: Option<u64>,
+    pub prefix_cache: Option<PrefixCacheOptions>,
+}
 
 /// What the engine tells about a loaded model.
 #[derive(Debug, Clone)]
@@ -61,6 +75,7 @@ impl MemoryGauges {
 pub struct Engine {
     jobs: mpsc::Sender<Job>,
     memory: Arc<MemoryGauges>,
+    prefix: Option<Arc<PrefixCounters>>,
     thread: Option<thread::JoinHandle<()>>,
     pub info: ModelInfo,
 }
@@ -84,19 +99,19 @@ pub enum EngineError {
 impl Engine {
     /// Starts the engine thread and loads the model on it; returns once loading ended.
     pub fn start(model_dir: PathBuf) -> Result<Self, EngineError> {
-        Self::start_with_memory_limit(model_dir, None)
+        Self::start_with(model_dir, EngineOptions::default())
     }
 
-    /// As [`Engine::start`], refusing each request whose prefill would take MLX's active memory
-    /// past `memory_limit` bytes (see `prefill_guard`).
-    pub fn start_with_memory_limit(
-        model_dir: PathBuf,
-        memory_limit: Option<u64>,
-    ) -> Result<Self, EngineError> {
+    /// As [`Engine::start`], with a memory limit for prefills (see `prefill_guard`) and a prefix
+    /// cache.
+    pub fn start_with(model_dir: PathBuf, options: EngineOptions) -> Result<Self, EngineError> {
         let (jobs, job_queue) = mpsc::channel::<Job>();
         let (loaded_tx, loaded_rx) = mpsc::channel();
         let memory = Arc::new(MemoryGauges::default());
         let gauges = memory.clone();
+        let prefix_counters = Arc::new(PrefixCounters::default());
+        let counters = prefix_counters.clone();
+        let prefix_enabled = options.prefix_cache.is_some();
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
@@ -107,6 +122,13 @@ impl Engine {
                         return;
                     }
                 };
+                let mut prefix = options.prefix_cache.as_ref().and_then(|prefix_options| {
+                    PrefixCache::open(&loaded, prefix_options, counters)
+                        .inspect_err(|error| {
+                            tracing::warn!(%error, "prefix cache unavailable; serving without it");
+                        })
+                        .ok()
+                });
                 // Published before the load is reported, so stats asked for after Ready show it.
                 gauges.publish();
                 let _ = loaded_tx.send(Ok(ModelInfo {
@@ -115,16 +137,33 @@ impl Engine {
                     context_length: loaded.model.config.max_position_embeddings,
                     load_time: loaded.load_time,
                 }));
-                run_jobs(&loaded, memory_limit, job_queue, &gauges);
+                run_jobs(
+                    &loaded,
+                    options.memory_limit,
+                    prefix.as_mut(),
+                    job_queue,
+                    &gauges,
+                );
+                if let Some(prefix) = &prefix
+                    && !prefix.flush(SHUTDOWN_FLUSH)
+                {
+                    tracing::warn!("prefix cache: the SSD writer did not finish within the bound");
+                }
             })
             .map_err(EngineError::Spawn)?;
         let info = loaded_rx.recv().map_err(|_| EngineError::Stopped)??;
         Ok(Self {
             jobs,
             memory,
+            prefix: prefix_enabled.then_some(prefix_counters),
             thread: Some(thread),
             info,
         })
+    }
+
+    /// The prefix cache's counters, when it has one.
+    pub fn prefix_stats(&self) -> Option<PrefixCacheStats> {
+        self.prefix.as_ref().map(|counters| counters.snapshot())
     }
 
     pub fn memory(&self) -> MemorySnapshot {
@@ -183,11 +222,16 @@ impl Drop for Engine {
 fn run_jobs(
     loaded: &LoadedModel,
     memory_limit: Option<u64>,
+    mut prefix: Option<&mut PrefixCache>,
     jobs: mpsc::Receiver<Job>,
     gauges: &MemoryGauges,
 ) {
     for mut job in jobs {
-        let result = generate(loaded, &job.request, memory_limit, &job.cancel, |event| {
+        let limits = Limits {
+            memory: memory_limit,
+            prefix: prefix.as_deref_mut(),
+        };
+        let result = generate(loaded, &job.request, limits, &job.cancel, |event| {
             (job.sink)(Ok(event))
         });
         if let Err(error) = result {

@@ -16,6 +16,7 @@ use crate::detokenizer::Detokenizer;
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
 use crate::prefill_guard::{self, PrefillTooLarge};
+use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
 use crate::stop_strings::StopStrings;
 
@@ -65,6 +66,8 @@ pub enum FinishReason {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timings {
     pub prompt_tokens: usize,
+    /// Of those, restored from the prefix cache rather than prefilled.
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub prefill: Duration,
     pub decode: Duration,
@@ -120,12 +123,20 @@ pub enum GenerateError {
     Detokenize(String),
 }
 
-/// Runs `request` to its end, reporting events; `cancel` is checked before each token. With a
-/// `memory_limit`, a prompt whose prefill would not fit under it is refused before any compute.
+/// What bounds and speeds up one generation besides its request.
+#[derive(Default)]
+pub struct Limits<'a> {
+    /// A prompt whose prefill would not fit under this is refused before any compute.
+    pub memory: Option<u64>,
+    /// Restores a cached prompt prefix and keeps the prompt's blocks.
+    pub prefix: Option<&'a mut PrefixCache>,
+}
+
+/// Runs `request` to its end, reporting events; `cancel` is checked before each token.
 pub fn generate(
     loaded: &LoadedModel,
     request: &GenerateRequest,
-    memory_limit: Option<u64>,
+    limits: Limits<'_>,
     cancel: &AtomicBool,
     mut emit: impl FnMut(Event),
 ) -> Result<(), GenerateError> {
@@ -136,6 +147,7 @@ pub fn generate(
             finish_reason: FinishReason::Cancelled,
             timings: Timings {
                 prompt_tokens: prompt.len(),
+                cached_tokens: 0,
                 completion_tokens: 0,
                 prefill: Duration::ZERO,
                 decode: Duration::ZERO,
@@ -151,7 +163,7 @@ pub fn generate(
         }
         .into());
     }
-    if let Some(limit) = memory_limit {
+    if let Some(limit) = limits.memory {
         let model = &loaded.model;
         prefill_guard::admit(&model.config, model.dtype(), prompt.len(), limit)
             .map_err(RejectReason::from)?;
@@ -162,8 +174,15 @@ pub fn generate(
     });
 
     let started = Instant::now();
-    let mut cache = loaded.model.new_cache();
-    let mut logits = prefill(loaded, &prompt, &mut cache)?;
+    let mut prefix = limits.prefix;
+    let (mut cache, cached_tokens) = match prefix.as_deref_mut() {
+        Some(prefix) => prefix.restore(&prompt, || loaded.model.new_cache()),
+        None => (loaded.model.new_cache(), 0),
+    };
+    let mut logits = prefill(loaded, &prompt[cached_tokens..], &mut cache)?;
+    if let Some(prefix) = prefix {
+        prefix.store(&prompt, &cache);
+    }
     let prefill_time = started.elapsed();
 
     let decode_started = Instant::now();
@@ -220,6 +239,7 @@ pub fn generate(
         finish_reason,
         timings: Timings {
             prompt_tokens: prompt.len(),
+            cached_tokens,
             completion_tokens: generated,
             prefill: prefill_time,
             decode: decode_started.elapsed(),

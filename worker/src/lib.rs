@@ -12,6 +12,7 @@ pub mod model;
 pub mod model_json;
 pub mod one_shot;
 pub mod prefill_guard;
+pub mod prefix_cache;
 mod process_memory;
 pub mod sampling;
 pub mod serve;

@@ -17,7 +17,8 @@ fn main() -> ExitCode {
                 .with_writer(std::io::stderr)
                 .with_ansi(false)
                 .init();
-            corral_worker::serve::run(args.model, args.socket, args.memory_limit)
+            let options = args.engine_options();
+            corral_worker::serve::run(args.model, args.socket, options)
         }
     };
     match result {

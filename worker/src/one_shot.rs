@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 
 use crate::cli::GenerateArgs;
-use crate::generation::{Event, GenerateRequest, Prompt, Timings, generate};
+use crate::generation::{Event, GenerateRequest, Limits, Prompt, Timings, generate};
 use crate::loaded::LoadedModel;
 use crate::process_memory::peak_resident_bytes;
 use crate::sampling::SamplingParams;
@@ -43,7 +43,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     generate(
         &loaded,
         &request,
-        None,
+        Limits::default(),
         &AtomicBool::new(false),
         |event| match event {
             Event::Delta { text, .. } => {

@@ -18,7 +18,7 @@ use corral_ipc::{
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineOptions};
 use crate::process_memory::peak_resident_bytes;
 use crate::wire::{Ending, to_generate_request, to_wire_event};
 
@@ -28,7 +28,7 @@ const MAX_QUEUED: usize = 64;
 /// How long the writer may take to flush the last frames once serving has ended.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn run(model: PathBuf, socket: PathBuf, memory_limit: Option<u64>) -> Result<()> {
+pub fn run(model: PathBuf, socket: PathBuf, options: EngineOptions) -> Result<()> {
     exit_with_parent();
     let token = std::env::var(WORKER_TOKEN_ENV)
         .with_context(|| format!("{WORKER_TOKEN_ENV} is not set"))?;
@@ -36,7 +36,7 @@ pub fn run(model: PathBuf, socket: PathBuf, memory_limit: Option<u64>) -> Result
         .enable_all()
         .build()
         .context("starting the I/O runtime")?;
-    runtime.block_on(serve(model, socket, token, memory_limit))
+    runtime.block_on(serve(model, socket, token, options))
 }
 
 /// On Linux the kernel also ends the worker if the supervisor dies without closing the socket
@@ -60,7 +60,7 @@ async fn serve(
     model: PathBuf,
     socket: PathBuf,
     token: String,
-    memory_limit: Option<u64>,
+    options: EngineOptions,
 ) -> Result<()> {
     let stream = UnixStream::connect(&socket)
         .await
@@ -71,11 +71,10 @@ async fn serve(
     let (mut reader, mut writer) = connection.into_split();
 
     let model_dir = model.clone();
-    let started = tokio::task::spawn_blocking(move || {
-        Engine::start_with_memory_limit(model_dir, memory_limit)
-    })
-    .await
-    .context("the model loader panicked")?;
+    let memory_limit = options.memory_limit;
+    let started = tokio::task::spawn_blocking(move || Engine::start_with(model_dir, options))
+        .await
+        .context("the model loader panicked")?;
     let engine = match started {
         Ok(engine) => engine,
         Err(error) => {
@@ -221,6 +220,7 @@ fn stats(engine: &Engine, sequences: &Sequences) -> WorkerStats {
         mlx_cache_bytes: memory.cache,
         mlx_peak_bytes: memory.peak,
         resident_bytes: peak_resident_bytes().unwrap_or(0),
+        prefix_cache: engine.prefix_stats(),
     }
 }
 

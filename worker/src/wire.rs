@@ -88,6 +88,7 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                 usage: Usage {
                     prompt_tokens: saturate(timings.prompt_tokens),
                     completion_tokens: saturate(timings.completion_tokens),
+                    cached_tokens: saturate(timings.cached_tokens),
                 },
                 timings: WireTimings {
                     prefill_ms: timings.prefill.as_millis() as u64,

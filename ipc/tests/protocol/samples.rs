@@ -145,6 +145,7 @@ pub fn from_worker() -> Vec<FromWorker> {
             usage: Usage {
                 prompt_tokens: 17,
                 completion_tokens: 4,
+                cached_tokens: 0,
             },
             timings: Timings {
                 prefill_ms: 12,
@@ -157,6 +158,7 @@ pub fn from_worker() -> Vec<FromWorker> {
             usage: Usage {
                 prompt_tokens: 0,
                 completion_tokens: u32::MAX,
+                cached_tokens: 0,
             },
             timings: Timings {
                 prefill_ms: 0,
@@ -169,6 +171,7 @@ pub fn from_worker() -> Vec<FromWorker> {
             usage: Usage {
                 prompt_tokens: 1,
                 completion_tokens: 0,
+                cached_tokens: 0,
             },
             timings: Timings {
                 prefill_ms: 1,
@@ -189,6 +192,7 @@ pub fn from_worker() -> Vec<FromWorker> {
             mlx_cache_bytes: 1 << 30,
             mlx_peak_bytes: 6 << 30,
             resident_bytes: 7 << 30,
+            prefix_cache: None,
         }),
     ]
 }

@@ -39,6 +39,7 @@ async fn fake_worker(path: std::path::PathBuf) {
                     usage: Usage {
                         prompt_tokens: 4,
                         completion_tokens: 2,
+                        cached_tokens: 0,
                     },
                     timings: Timings {
                         prefill_ms: 1,

@@ -39,6 +39,13 @@ pub struct UsageBody {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's breakdown of the prompt: how much of it came from the prefix cache.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
 }
 
 impl From<Usage> for UsageBody {
@@ -47,6 +54,9 @@ impl From<Usage> for UsageBody {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             total_tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: usage.cached_tokens,
+            },
         }
     }
 }

@@ -18,6 +18,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use corral_ipc::PrefixCacheStats;
+
 use super::{Metrics, ModelLabels};
 use crate::eviction::{MemoryManager, WorkerUsage};
 use crate::pool::{EntrySnapshot, Phase, Pool};
@@ -53,7 +55,17 @@ async fn show(State(scrape): State<Arc<Scrape>>) -> Response {
         .entries()
         .map(|entry| entry.id.clone())
         .collect();
-    let workers = workers(&models, &scrape.pool.snapshot(), &scrape.memory.usage());
+    let mut workers = workers(&models, &scrape.pool.snapshot(), &scrape.memory.usage());
+    let mut prefix_stats = Vec::new();
+    for model in &models {
+        if let Some(worker) = scrape.pool.ready_worker(model)
+            && let Ok(stats) = worker.handle.stats().await
+            && let Some(prefix) = stats.prefix_cache
+        {
+            prefix_stats.push((model.clone(), prefix));
+        }
+    }
+    register_prefix_cache(&mut workers, &prefix_stats);
     match scrape.metrics.encode(&workers) {
         Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
         Err(error) => {
@@ -107,6 +119,103 @@ fn workers(models: &[String], snapshot: &[EntrySnapshot], usage: &[WorkerUsage])
         restarts,
     );
     registry
+}
+
+type PrefixCounter = (&'static str, &'static str, fn(&PrefixCacheStats) -> u64);
+
+/// The prefix cache counters, as the running worker of each model reports them (they start
+/// again from zero with a new worker, which Prometheus reads as a counter reset).
+const PREFIX_COUNTERS: [PrefixCounter; 10] = [
+    (
+        "corral_prefix_cache_hit_blocks",
+        "Prompt blocks restored from the prefix cache",
+        |s| s.hit_blocks,
+    ),
+    (
+        "corral_prefix_cache_miss_blocks",
+        "Whole prompt blocks that had to be prefilled",
+        |s| s.miss_blocks,
+    ),
+    (
+        "corral_prefix_cache_hit_tokens",
+        "Prompt tokens restored from the prefix cache",
+        |s| s.hit_tokens,
+    ),
+    (
+        "corral_prefix_cache_miss_tokens",
+        "Prompt tokens prefilled",
+        |s| s.miss_tokens,
+    ),
+    (
+        "corral_prefix_cache_ram_evictions",
+        "Blocks evicted from the RAM tier",
+        |s| s.ram_evictions,
+    ),
+    (
+        "corral_prefix_cache_saves_enqueued",
+        "Blocks queued for the SSD writer",
+        |s| s.saves_enqueued,
+    ),
+    (
+        "corral_prefix_cache_saves_persisted",
+        "Blocks written and renamed into place on SSD",
+        |s| s.saves_persisted,
+    ),
+    (
+        "corral_prefix_cache_save_drops",
+        "Blocks not saved: the writer's queue stayed full or the disk was full",
+        |s| s.save_drops,
+    ),
+    (
+        "corral_prefix_cache_disk_evictions",
+        "Block files removed for the directory's size limit",
+        |s| s.disk_evictions,
+    ),
+    (
+        "corral_prefix_cache_load_errors",
+        "Block files that failed their checks on load and were deleted",
+        |s| s.load_errors,
+    ),
+];
+
+type PrefixGauge = (&'static str, &'static str, fn(&PrefixCacheStats) -> u64);
+
+const PREFIX_GAUGES: [PrefixGauge; 3] = [
+    (
+        "corral_prefix_cache_ram_bytes",
+        "Bytes of blocks in the RAM tier",
+        |s| s.ram_bytes,
+    ),
+    (
+        "corral_prefix_cache_disk_bytes",
+        "Bytes of block files on SSD",
+        |s| s.disk_bytes,
+    ),
+    (
+        "corral_prefix_cache_disk_files",
+        "Block files on SSD",
+        |s| s.disk_files,
+    ),
+];
+
+fn register_prefix_cache(registry: &mut Registry, stats: &[(String, PrefixCacheStats)]) {
+    let labels = |model: &String| ModelLabels {
+        model: model.clone(),
+    };
+    for (name, help, read) in PREFIX_COUNTERS {
+        let family = Family::<ModelLabels, Counter>::default();
+        for (model, stats) in stats {
+            family.get_or_create(&labels(model)).inc_by(read(stats));
+        }
+        registry.register(name, help, family);
+    }
+    for (name, help, read) in PREFIX_GAUGES {
+        let family = Family::<ModelLabels, Gauge<u64, AtomicU64>>::default();
+        for (model, stats) in stats {
+            family.get_or_create(&labels(model)).set(read(stats));
+        }
+        registry.register(name, help, family);
+    }
 }
 
 fn state_name(phase: Phase) -> &'static str {

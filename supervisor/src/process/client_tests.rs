@@ -61,6 +61,7 @@ fn done(id: u64) -> FromWorker {
         usage: Usage {
             prompt_tokens: 1,
             completion_tokens: 1,
+            cached_tokens: 0,
         },
         timings: Timings {
             prefill_ms: 0,
@@ -168,6 +169,7 @@ async fn cancel_and_stats_go_to_the_worker_and_stats_come_back() {
         mlx_cache_bytes: 20,
         mlx_peak_bytes: 30,
         resident_bytes: 40,
+        prefix_cache: None,
     };
     let fake = tokio::spawn(async move {
         assert_eq!(peer.recv().await.unwrap(), Some(ToWorker::GetStats));

@@ -59,6 +59,8 @@ pub struct ProcessLauncher {
     start_timeout: Duration,
     exits: mpsc::UnboundedSender<WorkerExit>,
     memory_limits: WorkerMemoryLimits,
+    /// Passed to every worker after its own arguments (prefix cache settings).
+    worker_args: Vec<std::ffi::OsString>,
 }
 
 impl ProcessLauncher {
@@ -77,7 +79,13 @@ impl ProcessLauncher {
             start_timeout: DEFAULT_START_TIMEOUT,
             exits,
             memory_limits: WorkerMemoryLimits::default(),
+            worker_args: Vec::new(),
         }
+    }
+
+    pub fn with_worker_args(mut self, worker_args: Vec<std::ffi::OsString>) -> Self {
+        self.worker_args = worker_args;
+        self
     }
 
     pub fn with_memory_limits(mut self, memory_limits: WorkerMemoryLimits) -> Self {
@@ -116,6 +124,7 @@ impl ProcessLauncher {
         if let Some(limit) = self.memory_limits.get(model) {
             command.arg("--memory-limit").arg(limit.to_string());
         }
+        command.args(&self.worker_args);
         let spawned = command
             .env(corral_ipc::WORKER_TOKEN_ENV, &token)
             .stdin(Stdio::null())

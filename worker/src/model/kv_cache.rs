@@ -17,6 +17,28 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// A cache that already holds `keys` and `values` (`[batch, kv_heads, positions, head_dim]`),
+    /// e.g. a prompt prefix restored from the prefix cache.
+    pub fn from_prefix(keys: Array, values: Array) -> Self {
+        let offset = keys.dim(2);
+        Self {
+            keys: Some(keys),
+            values: Some(values),
+            offset,
+        }
+    }
+
+    /// Keys and values of positions `start..end`, as views of the buffers.
+    pub fn positions(&self, start: i32, end: i32) -> Option<(Array, Array)> {
+        let (keys, values) = (self.keys.as_ref()?, self.values.as_ref()?);
+        (end <= self.offset).then(|| {
+            (
+                keys.index((.., .., start..end, ..)),
+                values.index((.., .., start..end, ..)),
+            )
+        })
+    }
+
     /// Positions already cached: the rotary offset of the next input.
     pub fn offset(&self) -> i32 {
         self.offset

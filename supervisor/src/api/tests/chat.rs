@@ -27,7 +27,8 @@ async fn chat_answers_in_the_openai_completion_shape() {
     );
     assert_eq!(
         json["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+        json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(
         backend.cancels(),

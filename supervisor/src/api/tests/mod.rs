@@ -136,6 +136,7 @@ fn done(reason: FinishReason) -> StreamEvent {
         usage: Usage {
             prompt_tokens: 3,
             completion_tokens: 2,
+            cached_tokens: 0,
         },
     }
 }

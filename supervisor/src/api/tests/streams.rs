@@ -42,7 +42,8 @@ async fn chat_stream_sends_role_deltas_finish_usage_then_done() {
     assert_eq!(chunks[4]["choices"], json!([]));
     assert_eq!(
         chunks[4]["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+        json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(backend.cancels(), 0, "a finished stream is not cancelled");
 }

@@ -1,0 +1,250 @@
+//! The prefix KV cache: a prompt's tokens in fixed-size blocks, each block's keys and values
+//! kept under a key chained over the model and every token before it, so a request that repeats
+//! a prefix restores it instead of prefilling it again.
+//!
+//! Two tiers: MLX arrays in RAM (`ram.rs`, shared by every sequence that uses them, LRU under a
+//! byte budget) and one file per block on SSD (`disk/`, written by a background thread), which
+//! outlives the worker: a restarted worker indexes the directory and serves from it. A block
+//! that fails its checks on load is deleted, never served. The cache lives on the engine thread;
+//! its counters are atomics the serve loop reads for stats.
+
+pub mod blocks;
+pub mod disk;
+mod key;
+mod ram;
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use corral_ipc::PrefixCacheStats;
+use mlx_rs::Dtype;
+
+use crate::loaded::LoadedModel;
+use crate::model::KvCache;
+use blocks::{Block, cut, dtype_tag, from_payload, join, to_payload};
+use disk::{BlockShape, DiskTier, Fingerprint};
+use ram::RamTier;
+
+/// Tokens per block unless configured: small enough that a changed tail wastes little,
+/// large enough that per-block overhead (a file, a hash, a concatenation) stays small.
+pub const DEFAULT_BLOCK_TOKENS: usize = 256;
+
+#[derive(Debug, Clone)]
+pub struct PrefixCacheOptions {
+    pub block_tokens: usize,
+    pub ram_bytes: u64,
+    /// The cache root; the model's blocks go in a subdirectory named by its fingerprint.
+    /// `None`: RAM tier only.
+    pub disk_root: Option<PathBuf>,
+    pub disk_bytes: u64,
+}
+
+/// What the cache has done, shared with the serve loop.
+#[derive(Debug, Default)]
+pub struct PrefixCounters {
+    hit_blocks: AtomicU64,
+    miss_blocks: AtomicU64,
+    hit_tokens: AtomicU64,
+    miss_tokens: AtomicU64,
+    ram_bytes: AtomicU64,
+    ram_evictions: AtomicU64,
+    disk: std::sync::Mutex<Option<Arc<disk::DiskCounters>>>,
+}
+
+impl PrefixCounters {
+    pub fn snapshot(&self) -> PrefixCacheStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let disk = self
+            .disk
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|disk| disk.snapshot())
+            .unwrap_or_default();
+        PrefixCacheStats {
+            hit_blocks: load(&self.hit_blocks),
+            miss_blocks: load(&self.miss_blocks),
+            hit_tokens: load(&self.hit_tokens),
+            miss_tokens: load(&self.miss_tokens),
+            ram_bytes: load(&self.ram_bytes),
+            ram_evictions: load(&self.ram_evictions),
+            saves_enqueued: disk.saves_enqueued,
+            saves_persisted: disk.saves_persisted,
+            save_drops: disk.save_drops,
+            disk_evictions: disk.evictions,
+            disk_bytes: disk.bytes_on_disk,
+            disk_files: disk.files,
+            load_errors: disk.load_errors,
+        }
+    }
+
+    fn add(counter: &AtomicU64, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+}
+
+pub struct PrefixCache {
+    block_tokens: usize,
+    fingerprint: Fingerprint,
+    shape: BlockShape,
+    dtype: Dtype,
+    ram: RamTier,
+    disk: Option<DiskTier>,
+    counters: Arc<PrefixCounters>,
+}
+
+impl PrefixCache {
+    /// The cache for `loaded`; a disk tier that cannot be opened is logged and left out.
+    pub fn open(
+        loaded: &LoadedModel,
+        options: &PrefixCacheOptions,
+        counters: Arc<PrefixCounters>,
+    ) -> std::io::Result<Self> {
+        let config = &loaded.model.config;
+        let dtype = loaded.model.dtype();
+        let fingerprint = key::fingerprint(&loaded.dir)?;
+        let shape = BlockShape {
+            layers: config.num_layers as u32,
+            kv_heads: config.num_kv_heads as u32,
+            block_tokens: options.block_tokens as u32,
+            head_dim: config.head_dim as u32,
+            dtype: dtype_tag(dtype),
+        };
+        let disk = options.disk_root.as_ref().and_then(|root| {
+            let dir = root.join(hex(&fingerprint));
+            match DiskTier::open(&dir, fingerprint, shape, options.disk_bytes) {
+                Ok(disk) => Some(disk),
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), %error, "prefix cache: no SSD tier");
+                    None
+                }
+            }
+        });
+        if let Some(disk) = &disk {
+            *counters
+                .disk
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(disk.counters_handle());
+        }
+        Ok(Self {
+            block_tokens: options.block_tokens,
+            fingerprint,
+            shape,
+            dtype,
+            ram: RamTier::new(options.ram_bytes),
+            disk,
+            counters,
+        })
+    }
+
+    /// A cache holding the longest run of cached blocks at the start of `prompt`, leaving at least
+    /// one token to prefill (its logits start the generation), and how many tokens it holds.
+    /// Any failure only costs the reuse: the sequence then starts cold.
+    pub fn restore(
+        &mut self,
+        prompt: &[u32],
+        cold: impl Fn() -> Vec<KvCache>,
+    ) -> (Vec<KvCache>, usize) {
+        let usable = prompt.len().saturating_sub(1) / self.block_tokens;
+        let keys = key::block_keys(
+            &self.fingerprint,
+            &prompt[..usable * self.block_tokens],
+            self.block_tokens,
+        );
+        let mut found: Vec<Rc<Block>> = Vec::new();
+        for key in keys {
+            match self.ram.get(&key).or_else(|| self.load_from_disk(key)) {
+                Some(block) => found.push(block),
+                None => break,
+            }
+        }
+        let hit_tokens = found.len() * self.block_tokens;
+        let counters = &self.counters;
+        PrefixCounters::add(&counters.hit_blocks, found.len() as u64);
+        PrefixCounters::add(
+            &counters.miss_blocks,
+            (prompt.len() / self.block_tokens - found.len()) as u64,
+        );
+        PrefixCounters::add(&counters.hit_tokens, hit_tokens as u64);
+        PrefixCounters::add(&counters.miss_tokens, (prompt.len() - hit_tokens) as u64);
+        if found.is_empty() {
+            return (cold(), 0);
+        }
+        match join(&found, self.shape.layers as usize) {
+            Ok(cache) => (cache, hit_tokens),
+            Err(error) => {
+                tracing::warn!(%error, "prefix cache: cannot restore blocks; prefilling cold");
+                (cold(), 0)
+            }
+        }
+    }
+
+    /// Keeps the whole blocks of `prompt` that `cache` now holds and the cache does not.
+    pub fn store(&mut self, prompt: &[u32], cache: &[KvCache]) {
+        let keys = key::block_keys(&self.fingerprint, prompt, self.block_tokens);
+        for (index, key) in keys.into_iter().enumerate() {
+            if self.ram.get(&key).is_some() {
+                continue;
+            }
+            let start = (index * self.block_tokens) as i32;
+            let layers = match cut(cache, start, start + self.block_tokens as i32) {
+                Ok(layers) => layers,
+                Err(error) => {
+                    tracing::warn!(%error, "prefix cache: cannot keep a block");
+                    return;
+                }
+            };
+            let block = Rc::new(Block::new(key, layers));
+            if let Some(disk) = &self.disk
+                && !disk.contains(&key)
+            {
+                match to_payload(&block.layers) {
+                    Ok(payload) => disk.save(key, Arc::new(payload)),
+                    Err(error) => tracing::warn!(%error, "prefix cache: cannot save a block"),
+                }
+            }
+            let evicted = self.ram.insert(block);
+            PrefixCounters::add(&self.counters.ram_evictions, evicted);
+        }
+        self.counters
+            .ram_bytes
+            .store(self.ram.bytes(), Ordering::Relaxed);
+    }
+
+    /// A block from the SSD tier, into RAM; a payload that does not fit the model is forgotten.
+    fn load_from_disk(&mut self, key: disk::BlockKey) -> Option<Rc<Block>> {
+        let disk = self.disk.as_ref()?;
+        if !disk.contains(&key) {
+            return None;
+        }
+        let payload = disk.load(&key)?;
+        match from_payload(&payload, &self.shape, self.dtype) {
+            Ok(Some(layers)) => {
+                let block = Rc::new(Block::new(key, layers));
+                let evicted = self.ram.insert(block.clone());
+                PrefixCounters::add(&self.counters.ram_evictions, evicted);
+                Some(block)
+            }
+            Ok(None) => {
+                tracing::warn!(key = %hex(&key), "prefix cache: a block of the wrong size; forgotten");
+                disk.forget(&[key]);
+                None
+            }
+            Err(error) => {
+                tracing::warn!(%error, "prefix cache: cannot rebuild a block");
+                None
+            }
+        }
+    }
+
+    /// Lets the writer finish what is queued, up to `bound` (at shutdown).
+    pub fn flush(&self, bound: std::time::Duration) -> bool {
+        self.disk.as_ref().is_none_or(|disk| disk.flush(bound))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
