@@ -178,7 +178,7 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
             ModelStatus {
                 id: entry.id.clone(),
                 loaded: phase == Phase::Ready,
-                state: super::workers::phase_name(phase),
+                state: phase.name(),
                 pid: snapshot.and_then(|snapshot| snapshot.pid),
                 pinned: snapshot.is_some_and(|snapshot| snapshot.pinned),
                 memory_bytes: usage

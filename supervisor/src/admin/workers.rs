@@ -67,17 +67,6 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
     })
 }
 
-/// The state names the admin API and metrics use.
-pub fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::NotRunning => "not_running",
-        Phase::Starting => "starting",
-        Phase::Ready => "ready",
-        Phase::Stopping(_) => "stopping",
-        Phase::Failed => "failed",
-    }
-}
-
 fn row(
     model: &str,
     snapshot: Option<&EntrySnapshot>,
@@ -94,7 +83,7 @@ fn row(
     let pid = snapshot.and_then(|snapshot| snapshot.pid);
     WorkerRow {
         model: model.to_owned(),
-        state: phase_name(phase),
+        state: phase.name(),
         stop_reason,
         pid,
         leases: snapshot.map_or(0, |snapshot| snapshot.leases),

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::memory::format_bytes;
+use crate::memory::{format_bytes, system_memory};
 use crate::metrics::Metrics;
 use crate::pool::StopReason;
 use crate::process::StopStep;
@@ -26,6 +26,42 @@ pub struct EvictionRecord {
     pub duration: Duration,
     pub available_before: u64,
     pub available_after: u64,
+}
+
+/// What is measured when a stop is decided; `finish` completes the record once the process is
+/// reaped.
+pub struct StopStarted {
+    decided: Instant,
+    available_before: u64,
+}
+
+impl StopStarted {
+    pub fn now() -> Self {
+        Self {
+            decided: Instant::now(),
+            available_before: system_memory().available,
+        }
+    }
+
+    pub fn finish(
+        self,
+        model: &str,
+        pid: u32,
+        reason: StopReason,
+        step: StopStep,
+        freed_bytes: u64,
+    ) -> EvictionRecord {
+        EvictionRecord {
+            model: model.to_owned(),
+            pid,
+            reason,
+            step,
+            freed_bytes,
+            duration: self.decided.elapsed(),
+            available_before: self.available_before,
+            available_after: system_memory().available,
+        }
+    }
 }
 
 impl EvictionRecord {

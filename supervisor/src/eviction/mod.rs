@@ -13,10 +13,10 @@ mod operator;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use admission::AdmissionError;
-pub use ledger::{EvictionRecord, EvictionTotals, Ledger};
+pub use ledger::{EvictionRecord, EvictionTotals, Ledger, StopStarted};
 pub use operator::OperatorError;
 
 use crate::config::Config;
@@ -136,24 +136,24 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
     /// until it is reaped, and records what that freed. `None` when the pool refused: the
     /// worker is leased, not ready, or pinned.
     pub async fn evict(&self, model: &str, reason: StopReason) -> Option<EvictionRecord> {
-        let decided = Instant::now();
-        let available_before = system_memory().available;
+        let started = StopStarted::now();
         let worker = self.pool.begin_stop(model, reason)?;
         let footprint_before = footprint(worker.pid);
         let stopped = stop_worker(&worker.handle, self.config.worker_stop_grace).await;
-        let record = EvictionRecord {
-            model: model.to_owned(),
-            pid: worker.pid,
+        Some(self.remember(started.finish(
+            model,
+            worker.pid,
             reason,
-            step: stopped.step,
-            freed_bytes: footprint_before,
-            duration: decided.elapsed(),
-            available_before,
-            available_after: system_memory().available,
-        };
+            stopped.step,
+            footprint_before,
+        )))
+    }
+
+    /// Logs and counts a finished stop.
+    fn remember(&self, record: EvictionRecord) -> EvictionRecord {
         record.log();
         self.ledger().record(record.clone());
-        Some(record)
+        record
     }
 
     /// Starts `model` (a pinned one) through admission and waits until it is ready, holding no

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::{EvictionRecord, MemoryManager, footprint};
-use crate::memory::system_memory;
+use super::{EvictionRecord, MemoryManager, StopStarted, footprint};
 use crate::pool::{Launcher, Phase, StopReason};
 use crate::process::{StopStep, WorkerClient};
 
@@ -58,8 +57,7 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
     /// its exit), and waits for the reap; a worker still alive a grace period after a softer
     /// signal gets SIGKILL.
     pub async fn kill(&self, model: &str, signal: Signal) -> Result<EvictionRecord, OperatorError> {
-        let decided = Instant::now();
-        let available_before = system_memory().available;
+        let started = StopStarted::now();
         let worker = self
             .pool
             .begin_kill(model)
@@ -83,18 +81,12 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
             process.wait().await;
             StopStep::Killed
         };
-        let record = EvictionRecord {
-            model: model.to_owned(),
-            pid: worker.pid,
-            reason: StopReason::Killed,
+        Ok(self.remember(started.finish(
+            model,
+            worker.pid,
+            StopReason::Killed,
             step,
-            freed_bytes: footprint_before,
-            duration: decided.elapsed(),
-            available_before,
-            available_after: system_memory().available,
-        };
-        record.log();
-        self.ledger().record(record.clone());
-        Ok(record)
+            footprint_before,
+        )))
     }
 }

@@ -82,7 +82,7 @@ fn workers(models: &[String], snapshot: &[EntrySnapshot], usage: &[WorkerUsage])
     let restarts = Family::<ModelLabels, Counter>::default();
     for model in models {
         let entry = snapshot.iter().find(|entry| &entry.model == model);
-        let current = state_name(entry.map_or(Phase::NotRunning, |entry| entry.phase));
+        let current = entry.map_or(Phase::NotRunning, |entry| entry.phase).name();
         for state in STATES {
             let labels = StateLabels {
                 model: model.clone(),
@@ -215,16 +215,6 @@ fn register_prefix_cache(registry: &mut Registry, stats: &[(String, PrefixCacheS
             family.get_or_create(&labels(model)).set(read(stats));
         }
         registry.register(name, help, family);
-    }
-}
-
-fn state_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::NotRunning => "not_running",
-        Phase::Starting => "starting",
-        Phase::Ready => "ready",
-        Phase::Stopping(_) => "stopping",
-        Phase::Failed => "failed",
     }
 }
 

@@ -196,6 +196,19 @@ pub enum Phase {
     Failed,
 }
 
+impl Phase {
+    /// The name the admin API and metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::NotRunning => "not_running",
+            Phase::Starting => "starting",
+            Phase::Ready => "ready",
+            Phase::Stopping(_) => "stopping",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
 /// One model's entry: its state plus what outlives any one worker.
 #[derive(Debug)]
 pub struct Entry<H> {
