@@ -203,8 +203,19 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Whether `pid` still runs. A zombie has exited and holds nothing: whether it is reaped at once
+/// depends on the machine's init (some container inits reap late), so it counts as gone.
 pub fn alive(pid: u32) -> bool {
-    kill(Pid::from_raw(pid as i32), None).is_ok()
+    if kill(Pid::from_raw(pid as i32), None).is_err() {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        && let Some(after_name) = stat.rfind(')').map(|end| &stat[end + 1..])
+    {
+        return !matches!(after_name.split_whitespace().next(), Some("Z" | "X"));
+    }
+    true
 }
 
 pub fn chat(model: &str, max_tokens: u32, stream: bool) -> Value {
