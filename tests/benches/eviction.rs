@@ -24,25 +24,20 @@
 //! (default 5). Only 127.0.0.1 is contacted.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use corral::fixture::{Arch, Size};
 use corral::memory::{process_footprint, system_memory};
 use corral::pool::Launcher;
-use corral::process::{ProcessLauncher, RunDir, StopStep, WorkerClient, kill_now, stop_worker};
-use corral_ipc::{FromWorker, GenerateRequest, Prompt};
-use corral_tests::server::Dirs;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use corral::process::{ProcessLauncher, StopStep, WorkerClient, kill_now, stop_worker};
+use corral_ipc::FromWorker;
+use corral_tests::bench::{self, CorralServer};
+use corral_tests::server::{Dirs, sse_events};
 use serde_json::{Value, json};
 
 const DEFAULT_ITERATIONS: usize = 5;
-const ITERATIONS_ENV: &str = "CORRAL_BENCH_ITERATIONS";
 /// The fixtures, named after their architectures; both are `small`.
 const MODELS: [&str; 2] = ["llama", "qwen3"];
 /// Holds one `small` worker (about 400 MiB resident) but not two.
@@ -56,7 +51,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 const MIB: f64 = (1u64 << 20) as f64;
 
 fn main() {
-    let iterations = iterations();
+    let iterations = bench::iterations(DEFAULT_ITERATIONS);
     let dirs = Dirs::with_sized_models(Size::Small, &[Arch::Llama, Arch::Qwen3]);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -82,31 +77,6 @@ fn main() {
     print_first_tokens(&first_tokens);
     println!("\nevictions reported by GET /admin/memory (whole run, warm-up included)\n");
     print_evictions(&memory);
-}
-
-fn iterations() -> usize {
-    match std::env::var(ITERATIONS_ENV) {
-        Ok(value) => value.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
-            panic!("{ITERATIONS_ENV} must be a positive integer, got {value:?}")
-        }),
-        Err(_) => DEFAULT_ITERATIONS,
-    }
-}
-
-/// A binary from `cargo xtask cargo build --release --bins`, one level above the bench's `deps/`.
-fn built_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the bench executable's path");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the bench executable is in target/<profile>/deps")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing; build it first with `cargo xtask cargo build --release --bins`",
-        path.display()
-    );
-    path
 }
 
 /// Nearest-rank percentile of samples, in milliseconds.
@@ -148,16 +118,7 @@ struct StopSample {
 /// `kill_on_drop`.
 async fn measure_stops(models: &Path, n: usize) -> BTreeMap<StopKind, Vec<StopSample>> {
     let state = tempfile::tempdir().expect("temporary state directory");
-    let run_dir = RunDir::create(state.path()).expect("creating the run directory");
-    let models = models.to_path_buf();
-    // Exit reports are for a pool; the stops here wait on the reaper directly.
-    let (exits, _) = tokio::sync::mpsc::unbounded_channel();
-    let launcher = ProcessLauncher::new(
-        built_binary("corral-worker"),
-        run_dir,
-        Box::new(move |model| Some(models.join(model))),
-        exits,
-    );
+    let launcher = bench::launcher(models, state.path());
     let mut samples: BTreeMap<_, Vec<_>> = BTreeMap::new();
     for _ in 0..n {
         for kind in [StopKind::Graceful, StopKind::Forced] {
@@ -201,18 +162,7 @@ async fn stop_once(launcher: &ProcessLauncher, kind: StopKind) -> StopSample {
 
 /// One short generation, so the stop meets a worker that has run the model.
 async fn warm_up(worker: &WorkerClient) {
-    let request = GenerateRequest {
-        prompt: Prompt::Text("Once upon a time".to_owned()),
-        max_tokens: 2,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        repetition_penalty: 1.0,
-        seed: None,
-        stop: Vec::new(),
-        logprobs: None,
-    };
+    let request = bench::generate_request("Once upon a time", 2);
     let mut handle = worker
         .generate(request)
         .await
@@ -290,46 +240,20 @@ fn step_counts(steps: impl Iterator<Item = String>) -> String {
 /// `corral serve` as a child process, stopped (SIGTERM, which drains and stops its workers, then
 /// SIGKILL) and reaped when dropped, panics included.
 struct Corral {
-    child: Child,
-    base: String,
-    http: reqwest::blocking::Client,
+    server: CorralServer,
 }
 
 impl Corral {
     fn start(dirs: &Dirs) -> Self {
-        let mut child = Command::new(built_binary("corral"))
-            .args(["serve", "--port", "0", "--drain-timeout", "5"])
-            .args(["--memory-ceiling", ONE_SMALL_MODEL, "--models-dir"])
-            .arg(dirs.models.path())
-            .arg("--state-dir")
-            .arg(dirs.state.path())
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning corral serve");
-        let stderr = child.stderr.take().expect("corral's piped stderr");
-        let address = listening_address(stderr);
-        let http = reqwest::blocking::Client::builder()
-            .timeout(PATIENCE)
-            // A proxy from the environment must not see (or slow down) loopback traffic.
-            .no_proxy()
-            .build()
-            .expect("building the HTTP client");
+        let (models, state) = (dirs.models.path(), dirs.state.path());
+        let limit = ["--memory-ceiling", ONE_SMALL_MODEL];
         Self {
-            child,
-            base: format!("http://{address}"),
-            http,
+            server: CorralServer::start(models, state, &limit, PATIENCE),
         }
     }
 
     fn get(&self, path: &str) -> Value {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .expect("sending a request to corral")
-            .json()
-            .expect("corral's response is JSON")
+        self.server.get_json(path)
     }
 
     /// Workers stopped to make room so far.
@@ -350,25 +274,13 @@ impl Corral {
             "stream": true,
         });
         let started = Instant::now();
-        let response = self
-            .http
-            .post(format!("{}/v1/chat/completions", self.base))
-            .json(&body)
-            .send()
-            .expect("sending a request to corral");
-        let status = response.status();
-        assert!(status.is_success(), "{model}: corral answered {status}");
         let mut first = None;
-        for line in BufReader::new(response).lines() {
-            let line = line.expect("reading corral's event stream");
+        for data in sse_events(self.server.post("/v1/chat/completions", &body)) {
             let now = Instant::now();
-            let Some(data) = line.strip_prefix("data: ") else {
-                continue;
-            };
             if data == "[DONE]" {
                 return first.unwrap_or_else(|| panic!("{model}: corral streamed no content"));
             }
-            let chunk: Value = serde_json::from_str(data).expect("an SSE chunk is JSON");
+            let chunk: Value = serde_json::from_str(&data).expect("an SSE chunk is JSON");
             assert!(chunk.get("error").is_none(), "{model}: {chunk}");
             let content = chunk["choices"][0]["delta"]["content"].as_str();
             if first.is_none() && content.is_some_and(|text| !text.is_empty()) {
@@ -389,48 +301,6 @@ impl Corral {
         );
         elapsed
     }
-}
-
-impl Drop for Corral {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Reads corral's log until it names its address; the rest is drained on a thread (a full pipe
-/// would block corral). The lines before go into the panic message if the address never comes.
-fn listening_address(stderr: ChildStderr) -> String {
-    let (lines_tx, lines) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + PATIENCE;
-    let mut log = Vec::new();
-    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            let address = rest.split_whitespace().next().unwrap_or_default();
-            return address.to_owned();
-        }
-        log.push(line);
-    }
-    panic!(
-        "corral did not start listening; its log:\n{}",
-        log.join("\n")
-    );
 }
 
 struct FirstTokens {

@@ -38,16 +38,16 @@ mod through_corral;
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
 use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_tests::bench;
 
 use through_corral::{Corral, FirstEvent, FirstToken};
 
 const DEFAULT_ITERATIONS: usize = 3;
-const ITERATIONS_ENV: &str = "CORRAL_BENCH_ITERATIONS";
 /// The fixture's directory name, which is its model id.
 const MODEL: &str = "small";
 /// Sentences in the user message; the fixture tokenizer makes about 4000 tokens of them.
@@ -59,7 +59,7 @@ const PROMPT_TOKENS: RangeInclusive<u64> = 3500..=4500;
 const PATIENCE: Duration = Duration::from_secs(300);
 
 fn main() {
-    let iterations = iterations();
+    let iterations = bench::iterations(DEFAULT_ITERATIONS);
     let models = tempfile::tempdir().expect("temporary models directory");
     let state = tempfile::tempdir().expect("temporary state directory");
     generate_model(models.path());
@@ -80,15 +80,6 @@ fn main() {
     print_table(&rounds);
 }
 
-fn iterations() -> usize {
-    match std::env::var(ITERATIONS_ENV) {
-        Ok(value) => value.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
-            panic!("{ITERATIONS_ENV} must be a positive integer, got {value:?}")
-        }),
-        Err(_) => DEFAULT_ITERATIONS,
-    }
-}
-
 fn generate_model(models: &Path) {
     let options = FixtureOptions {
         size: Size::Small,
@@ -97,22 +88,6 @@ fn generate_model(models: &Path) {
         quantize: None,
     };
     corral::fixture::generate(&options, &models.join(MODEL)).expect("generating the fixture");
-}
-
-/// A binary from `cargo xtask cargo build --release --bins`, one level above the bench's `deps/`.
-fn built_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the bench executable's path");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the bench executable is in target/<profile>/deps")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing; build it first with `cargo xtask cargo build --release --bins`",
-        path.display()
-    );
-    path
 }
 
 /// A long user message starting with `nonce`: the nonce lands in the first block, so prompts

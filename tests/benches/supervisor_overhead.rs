@@ -22,18 +22,17 @@ mod direct;
 #[path = "supervisor_overhead/through_corral.rs"]
 mod through_corral;
 
-use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
 
 use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_tests::bench;
 use tokio::runtime::Runtime;
 
 use direct::Direct;
 use through_corral::Corral;
 
 const DEFAULT_ITERATIONS: usize = 200;
-const ITERATIONS_ENV: &str = "CORRAL_BENCH_ITERATIONS";
 /// Untimed requests per path first: the first ones pay for lazy loading and cold caches.
 const WARMUP: usize = 10;
 const STREAM_MAX_TOKENS: u32 = 256;
@@ -44,7 +43,7 @@ const SIZES: [Size; 2] = [Size::Tiny, Size::Small];
 const PATIENCE: Duration = Duration::from_secs(60);
 
 fn main() {
-    let iterations = iterations();
+    let iterations = bench::iterations(DEFAULT_ITERATIONS);
     let models = generate_models();
     let corral = Corral::start(models.path());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -72,15 +71,6 @@ fn main() {
     print_throughput(&throughput);
 }
 
-fn iterations() -> usize {
-    match std::env::var(ITERATIONS_ENV) {
-        Ok(value) => value.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
-            panic!("{ITERATIONS_ENV} must be a positive integer, got {value:?}")
-        }),
-        Err(_) => DEFAULT_ITERATIONS,
-    }
-}
-
 /// One fixture per size, in subdirectories named after it, which become the model ids.
 fn generate_models() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory for the models");
@@ -95,23 +85,6 @@ fn generate_models() -> tempfile::TempDir {
             .expect("generating the fixture model");
     }
     dir
-}
-
-/// A binary from `cargo xtask cargo build --release --bins`. The bench runs from
-/// `target/release/deps/`, and the binaries sit one level up.
-fn built_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the bench executable's path");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the bench executable is in target/<profile>/deps")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing; build it first with `cargo xtask cargo build --release --bins`",
-        path.display()
-    );
-    path
 }
 
 /// One generation as timed by the caller: the whole request, and the decode part of it (first

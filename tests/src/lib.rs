@@ -1,5 +1,7 @@
-//! Helpers for the end-to-end tests in `tests/`: the built binaries and generated fixture models.
+//! Helpers for the end-to-end tests in `tests/`: the built binaries and generated fixture models;
+//! `bench` holds what the benches in `benches/` share.
 
+pub mod bench;
 pub mod server;
 
 use std::path::{Path, PathBuf};

@@ -7,27 +7,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use corral::pool::Launcher;
-use corral::process::{ProcessLauncher, RunDir, WorkerClient, stop_worker};
-use corral_ipc::{FromWorker, GenerateRequest, Prompt};
+use corral::process::{WorkerClient, stop_worker};
+use corral_ipc::FromWorker;
+use corral_tests::bench;
 
-use super::{PATIENCE, PROMPT, SIZES, Timed, built_binary};
-
-/// What `/v1/completions` sends the worker for `through_corral::completion`'s body: the prompt
-/// as text, and OpenAI's neutral defaults for every field the body leaves out.
-fn generate_request(max_tokens: u32) -> GenerateRequest {
-    GenerateRequest {
-        prompt: Prompt::Text(PROMPT.to_owned()),
-        max_tokens,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        repetition_penalty: 1.0,
-        seed: None,
-        stop: Vec::new(),
-        logprobs: None,
-    }
-}
+use super::{PATIENCE, PROMPT, SIZES, Timed};
 
 /// One worker per fixture, launched and stopped by the library. On a panic, dropping the
 /// runtime drops each worker's `Child`, which the launcher spawns with `kill_on_drop`.
@@ -39,16 +23,7 @@ pub struct Direct {
 impl Direct {
     pub async fn launch(models: &Path) -> Self {
         let state = tempfile::tempdir().expect("temporary state directory");
-        let run_dir = RunDir::create(state.path()).expect("creating the run directory");
-        let models = models.to_path_buf();
-        // Exit reports are for a pool; `stop_worker` waits on the reaper directly.
-        let (exits, _) = tokio::sync::mpsc::unbounded_channel();
-        let launcher = ProcessLauncher::new(
-            built_binary("corral-worker"),
-            run_dir,
-            Box::new(move |model| Some(models.join(model))),
-            exits,
-        );
+        let launcher = bench::launcher(models, state.path());
         let mut workers = BTreeMap::new();
         for size in SIZES {
             let launched = launcher
@@ -67,7 +42,8 @@ impl Direct {
     pub async fn generate(&self, model: &str, max_tokens: u32) -> Timed {
         let started = Instant::now();
         let mut handle = self.workers[model]
-            .generate(generate_request(max_tokens))
+            // What `/v1/completions` sends for `through_corral::completion`'s body.
+            .generate(bench::generate_request(PROMPT, max_tokens))
             .await
             .expect("sending a request to the worker");
         let mut first_text = None;
