@@ -54,6 +54,33 @@ impl Dirs {
             state: tempfile::tempdir().unwrap(),
         }
     }
+
+    /// One generated llama model under each of `names`, its files hard-linked so that the disk
+    /// holds the weights once: `small` weights are 367 MB, and CI machines can be short of disk.
+    pub fn with_shared_weights(size: Size, names: &[&str]) -> Self {
+        let models = tempfile::tempdir().unwrap();
+        let options = FixtureOptions {
+            size,
+            arch: Arch::Llama,
+            dtype: Dtype::F32,
+            quantize: None,
+        };
+        let (first, others) = names.split_first().expect("at least one model name");
+        let generated = models.path().join(first);
+        corral::fixture::generate(&options, &generated).unwrap();
+        for name in others {
+            let linked = models.path().join(name);
+            std::fs::create_dir(&linked).unwrap();
+            for entry in std::fs::read_dir(&generated).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::hard_link(entry.path(), linked.join(entry.file_name())).unwrap();
+            }
+        }
+        Self {
+            models,
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
 }
 
 impl Server {

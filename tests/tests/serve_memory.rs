@@ -39,12 +39,12 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn alternating_models_that_fit_one_at_a_time_swap_and_each_old_worker_is_reaped_first() {
-    let dirs = Dirs::with_sized_models(Size::Small, &[Arch::Llama, Arch::Qwen3]);
+    let dirs = Dirs::with_shared_weights(Size::Small, &["alpha", "beta"]);
     let server = Server::start_with(
         &dirs,
         &[OsStr::new("--memory-ceiling"), OsStr::new(ONE_SMALL_MODEL)],
     );
-    let order = ["llama", "qwen3", "llama", "qwen3"];
+    let order = ["alpha", "beta", "alpha", "beta"];
     let mut previous_pid: Option<u64> = None;
     for (swaps, model) in order.into_iter().enumerate() {
         let response = server.post("/v1/chat/completions", &chat(model, 2, false));
@@ -76,23 +76,23 @@ fn alternating_models_that_fit_one_at_a_time_swap_and_each_old_worker_is_reaped_
 
 #[test]
 fn a_streaming_worker_is_never_evicted_and_the_other_model_gets_507_until_it_ends() {
-    let dirs = Dirs::with_sized_models(Size::Small, &[Arch::Llama, Arch::Qwen3]);
+    let dirs = Dirs::with_shared_weights(Size::Small, &["alpha", "beta"]);
     let server = Server::start_with(
         &dirs,
         &[OsStr::new("--memory-ceiling"), OsStr::new(ONE_SMALL_MODEL)],
     );
-    let mut stream = sse_events(server.post("/v1/chat/completions", &chat("llama", 60, true)));
+    let mut stream = sse_events(server.post("/v1/chat/completions", &chat("alpha", 60, true)));
     stream.next().unwrap();
     let streaming = server.worker_pids();
     assert_eq!(streaming.len(), 1);
 
     for _ in 0..2 {
-        let response = server.post("/v1/chat/completions", &chat("qwen3", 2, false));
+        let response = server.post("/v1/chat/completions", &chat("beta", 2, false));
         assert_eq!(response.status(), 507);
         let body: Value = response.json().unwrap();
         let message = body["error"]["message"].as_str().unwrap();
         assert!(
-            message.contains("qwen3") && message.contains("600.0 MiB"),
+            message.contains("beta") && message.contains("600.0 MiB"),
             "{message}"
         );
         assert_eq!(body["error"]["code"], "insufficient_memory");
@@ -101,7 +101,7 @@ fn a_streaming_worker_is_never_evicted_and_the_other_model_gets_507_until_it_end
     assert!(evictions(&server).is_empty());
     assert_eq!(stream.last().as_deref(), Some("[DONE]"));
 
-    let response = server.post("/v1/chat/completions", &chat("qwen3", 2, false));
+    let response = server.post("/v1/chat/completions", &chat("beta", 2, false));
     assert_eq!(response.status(), 200);
     assert!(!alive(streaming[0]));
     assert_eq!(evictions(&server).len(), 1);
