@@ -60,54 +60,65 @@ pub fn join(blocks: &[Rc<Block>], layers: usize) -> Result<Vec<KvCache>, Excepti
         .collect()
 }
 
-/// The SSD payload: every layer's keys then values, as little-endian f32 (exact for f16, bf16
-/// and f32 caches alike, so one format serves every model).
-pub fn to_payload(layers: &[(Array, Array)]) -> Result<Vec<u8>, Exception> {
+/// The SSD payload: every layer's keys then values in the cache's own element type (f16 and
+/// bf16 as they are, anything else as f32), in the machine's byte order, which is little-endian
+/// on every platform MLX runs on. A half-precision model's blocks take half the disk an f32
+/// encoding would.
+pub fn to_payload(layers: &[(Array, Array)], dtype: Dtype) -> Result<Vec<u8>, Exception> {
+    let stored = stored_dtype(dtype);
     let mut payload = Vec::new();
     for (keys, values) in layers {
         for array in [keys, values] {
-            let floats = array.as_dtype(Dtype::Float32)?.contiguous()?;
-            floats.eval()?;
-            for value in floats
-                .try_as_slice::<f32>()
-                .map_err(|error| Exception::custom(format!("reading a cache block: {error}")))?
-            {
-                payload.extend_from_slice(&value.to_le_bytes());
-            }
+            let bytes = array
+                .as_dtype(stored)?
+                .contiguous()?
+                .view_dtype(Dtype::Uint8)?;
+            bytes.eval()?;
+            let slice = bytes
+                .try_as_slice::<u8>()
+                .map_err(|error| Exception::custom(format!("reading a cache block: {error}")))?;
+            payload.extend_from_slice(slice);
         }
     }
     Ok(payload)
 }
 
-/// The inverse of [`to_payload`], back in the cache's `dtype`; `None` when the payload's size does
-/// not fit `shape`.
+/// The inverse of [`to_payload`]; `None` when the payload's size does not fit `shape` in `dtype`.
 pub fn from_payload(
     payload: &[u8],
     shape: &BlockShape,
     dtype: Dtype,
 ) -> Result<Option<Vec<(Array, Array)>>, Exception> {
-    let dims = [
+    let stored = stored_dtype(dtype);
+    let width = if stored == Dtype::Float32 { 4 } else { 2 };
+    let per_array = (shape.kv_heads * shape.block_tokens * shape.head_dim) as usize * width;
+    if payload.len() != per_array * 2 * shape.layers as usize {
+        return Ok(None);
+    }
+    let byte_dims = [
         1,
         shape.kv_heads as i32,
         shape.block_tokens as i32,
-        shape.head_dim as i32,
+        (shape.head_dim as usize * width) as i32,
     ];
-    let per_array = (shape.kv_heads * shape.block_tokens * shape.head_dim) as usize;
-    if payload.len() != per_array * 4 * 2 * shape.layers as usize {
-        return Ok(None);
-    }
-    let floats: Vec<f32> = payload
-        .chunks_exact(4)
-        .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-        .collect();
-    let array = |index: usize| -> Result<Array, Exception> {
-        let slice = &floats[index * per_array..(index + 1) * per_array];
-        Array::from_slice(slice, &dims).as_dtype(dtype)
+    let array = |bytes: &[u8]| -> Result<Array, Exception> {
+        Array::from_slice(bytes, &byte_dims)
+            .view_dtype(stored)?
+            .as_dtype(dtype)
     };
-    (0..shape.layers as usize)
-        .map(|layer| Ok((array(2 * layer)?, array(2 * layer + 1)?)))
-        .collect::<Result<Vec<_>, Exception>>()
-        .map(Some)
+    let mut arrays = payload.chunks_exact(per_array);
+    let mut layers = Vec::with_capacity(shape.layers as usize);
+    while let (Some(keys), Some(values)) = (arrays.next(), arrays.next()) {
+        layers.push((array(keys)?, array(values)?));
+    }
+    Ok(Some(layers))
+}
+
+fn stored_dtype(dtype: Dtype) -> Dtype {
+    match dtype {
+        Dtype::Float16 | Dtype::Bfloat16 => dtype,
+        _ => Dtype::Float32,
+    }
 }
 
 /// The tag the SSD header stores for a cache dtype.
@@ -116,5 +127,69 @@ pub fn dtype_tag(dtype: Dtype) -> u8 {
         Dtype::Float16 => 1,
         Dtype::Bfloat16 => 2,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_rs::random;
+
+    use super::*;
+
+    const SHAPE: BlockShape = BlockShape {
+        layers: 2,
+        kv_heads: 2,
+        block_tokens: 4,
+        head_dim: 8,
+        dtype: 0,
+    };
+
+    fn layers(dtype: Dtype) -> Vec<(Array, Array)> {
+        let dims = [1, 2, 4, 8];
+        (0..SHAPE.layers)
+            .map(|_| {
+                let keys = random::normal::<f32>(&dims, None, None, None).unwrap();
+                let values = random::normal::<f32>(&dims, None, None, None).unwrap();
+                (
+                    keys.as_dtype(dtype).unwrap(),
+                    values.as_dtype(dtype).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_cache_dtype_round_trips_exactly_at_its_own_width() {
+        for (dtype, width) in [
+            (Dtype::Float16, 2),
+            (Dtype::Bfloat16, 2),
+            (Dtype::Float32, 4),
+        ] {
+            let original = layers(dtype);
+            let payload = to_payload(&original, dtype).unwrap();
+            assert_eq!(payload.len(), 2 * 2 * 2 * 4 * 8 * width, "{dtype:?}");
+            let restored = from_payload(&payload, &SHAPE, dtype).unwrap().unwrap();
+            for ((keys, values), (restored_keys, restored_values)) in original.iter().zip(&restored)
+            {
+                assert_eq!(restored_keys.dtype(), dtype);
+                assert!(keys.eq_values(restored_keys).unwrap());
+                assert!(values.eq_values(restored_values).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn a_payload_of_another_width_is_refused() {
+        let payload = to_payload(&layers(Dtype::Float32), Dtype::Float32).unwrap();
+        assert!(
+            from_payload(&payload, &SHAPE, Dtype::Float16)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            from_payload(&payload[1..], &SHAPE, Dtype::Float32)
+                .unwrap()
+                .is_none()
+        );
     }
 }

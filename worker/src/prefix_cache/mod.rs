@@ -200,7 +200,7 @@ impl PrefixCache {
             if let Some(disk) = &self.disk
                 && !disk.contains(&key)
             {
-                match to_payload(&block.layers) {
+                match to_payload(&block.layers, self.dtype) {
                     Ok(payload) => disk.save(key, Arc::new(payload)),
                     Err(error) => tracing::warn!(%error, "prefix cache: cannot save a block"),
                 }

@@ -15,7 +15,7 @@ pub type Fingerprint = [u8; 32];
 
 pub const MAGIC: [u8; 4] = *b"CKVB";
 /// Bumped whenever the layout or the payload encoding changes; older files are then deleted.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 132;
 
 /// What one block holds, as the caller lays it out; a file whose shape differs is not served.
