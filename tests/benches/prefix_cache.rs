@@ -1,5 +1,5 @@
 //! What the prefix KV cache saves: time to first token for a long prompt (about 4000 tokens) on
-//! the `small` fixture (f32), cold, with the worker's RAM tier warm, and with only the SSD tier
+//! the `small` fixture, cold, with the worker's RAM tier warm, and with only the SSD tier
 //! warm after the worker was killed and started again.
 //!
 //! It starts `corral serve` with the default prefix cache (blocks of 256 tokens, the SSD tier
@@ -29,8 +29,9 @@
 //! cargo xtask cargo bench -p corral-tests --bench prefix_cache
 //! ```
 //!
-//! `CORRAL_BENCH_ITERATIONS` sets the number of repetitions (default 3). Only 127.0.0.1 is
-//! contacted; the temporary models and state directories are removed at the end.
+//! `CORRAL_BENCH_ITERATIONS` sets the number of repetitions (default 3), and
+//! `CORRAL_BENCH_DTYPE` the fixture's weights and so its KV cache (`f32`, the default, `f16` or
+//! `bf16`). Only 127.0.0.1 is contacted; the temporary models and state directories are removed at the end.
 
 // A bench's root is its crate root, so its modules need their path spelled out.
 #[path = "prefix_cache/through_corral.rs"]
@@ -42,6 +43,7 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
+use clap::ValueEnum;
 use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
 use corral_tests::bench;
 
@@ -60,13 +62,15 @@ const PATIENCE: Duration = Duration::from_secs(300);
 
 fn main() {
     let iterations = bench::iterations(DEFAULT_ITERATIONS);
+    let dtype = dtype();
     let models = tempfile::tempdir().expect("temporary models directory");
     let state = tempfile::tempdir().expect("temporary state directory");
-    generate_model(models.path());
+    generate_model(models.path(), dtype);
     let corral = Corral::start(models.path(), state.path());
     corral.load(MODEL);
     corral.first_token(MODEL, &prompt("warmup"));
     let rounds: Vec<Round> = (0..iterations).map(|i| measure_round(&corral, i)).collect();
+    let stats = corral.prefix_stats(MODEL);
     drop(corral);
 
     let cores = thread::available_parallelism().map_or(0, usize::from);
@@ -76,15 +80,34 @@ fn main() {
         "prompt tokens: {}, block size: {block_tokens} tokens, {iterations} repetitions",
         spread(rounds.iter().map(|round| round.cold.prompt_tokens))
     );
-    println!("\ntime to first token for a long prompt through corral serve (`small`, f32)\n");
+    println!(
+        "SSD tier: {} bytes per block file ({} files, {} bytes)",
+        stats.disk_bytes / stats.disk_files.max(1),
+        stats.disk_files,
+        stats.disk_bytes
+    );
+    println!(
+        "\ntime to first token for a long prompt through corral serve (`small`, {})\n",
+        dtype.name()
+    );
     print_table(&rounds);
 }
 
-fn generate_model(models: &Path) {
+/// `CORRAL_BENCH_DTYPE` when set, else f32.
+fn dtype() -> Dtype {
+    match std::env::var("CORRAL_BENCH_DTYPE") {
+        Ok(value) => Dtype::from_str(&value, true).unwrap_or_else(|_| {
+            panic!("CORRAL_BENCH_DTYPE must be f32, f16 or bf16, got {value:?}")
+        }),
+        Err(_) => Dtype::F32,
+    }
+}
+
+fn generate_model(models: &Path, dtype: Dtype) {
     let options = FixtureOptions {
         size: Size::Small,
         arch: Arch::Llama,
-        dtype: Dtype::F32,
+        dtype,
         quantize: None,
     };
     corral::fixture::generate(&options, &models.join(MODEL)).expect("generating the fixture");
