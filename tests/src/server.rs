@@ -38,15 +38,19 @@ impl Dirs {
 
     /// Models of one size named after `archs`.
     pub fn with_sized_models(size: Size, archs: &[Arch]) -> Self {
+        Self::generated(archs.iter().map(|&arch| FixtureOptions {
+            size,
+            arch,
+            dtype: Dtype::F32,
+            quantize: None,
+        }))
+    }
+
+    /// One model per fixture, named after its architecture.
+    pub fn generated(fixtures: impl IntoIterator<Item = FixtureOptions>) -> Self {
         let models = tempfile::tempdir().unwrap();
-        for &arch in archs {
-            let options = FixtureOptions {
-                size,
-                arch,
-                dtype: Dtype::F32,
-                quantize: None,
-            };
-            let name = format!("{arch:?}").to_lowercase();
+        for options in fixtures {
+            let name = format!("{:?}", options.arch).to_lowercase();
             corral::fixture::generate(&options, &models.path().join(name)).unwrap();
         }
         Self {
