@@ -99,6 +99,10 @@ pub struct ServeArgs {
     /// Seconds a worker may sit idle before it is stopped (default: never).
     #[arg(long, env = "CORRAL_IDLE_TIMEOUT")]
     idle_timeout: Option<u64>,
+    /// Seconds a request for a model that does not fit in memory waits for room before it gets
+    /// 507 (default 30; 0 refuses at once).
+    #[arg(long, env = "CORRAL_ADMISSION_WAIT")]
+    admission_wait: Option<u64>,
     /// A model to start with the server and never evict (repeatable; the variable takes a
     /// comma-separated list).
     #[arg(long = "pin", env = "CORRAL_PIN", value_delimiter = ',')]
@@ -259,6 +263,7 @@ impl ServeArgs {
                 memory_ceiling: self.memory_ceiling,
                 max_loaded_models: self.max_loaded_models,
                 idle_timeout_secs: self.idle_timeout,
+                admission_wait_secs: self.admission_wait,
                 pinned: self.pinned,
                 api_keys: self.api_keys,
                 admin_key: self.admin_key,

@@ -15,6 +15,8 @@ use crate::memory::MemoryAmount;
 use crate::memory::budget::{DEFAULT_HARD_FRACTION, DEFAULT_SOFT_FRACTION};
 
 pub const DEFAULT_PORT: u16 = 8080;
+/// Long enough for another model's typical answer to finish, short of clients' own timeouts.
+const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -82,6 +84,9 @@ pub struct MemoryConfig {
     pub max_loaded_models: Option<usize>,
     /// Idle workers are stopped after this long unused; `None` keeps them.
     pub idle_timeout: Option<Duration>,
+    /// How long a request for a model that does not fit waits for room (a busy worker going
+    /// idle, a stop finishing) before it gets 507.
+    pub admission_wait: Duration,
 }
 
 impl Default for MemoryConfig {
@@ -92,6 +97,7 @@ impl Default for MemoryConfig {
             hard_watermark: DEFAULT_HARD_FRACTION,
             max_loaded_models: None,
             idle_timeout: None,
+            admission_wait: DEFAULT_ADMISSION_WAIT,
         }
     }
 }
@@ -169,6 +175,7 @@ struct FileConfig {
     memory_hard_watermark: Option<f64>,
     max_loaded_models: Option<usize>,
     idle_timeout_secs: Option<u64>,
+    admission_wait_secs: Option<u64>,
     #[serde(default)]
     models: BTreeMap<String, ModelSettings>,
     #[serde(default)]
@@ -191,6 +198,7 @@ pub struct Overrides {
     pub memory_ceiling: Option<MemoryAmount>,
     pub max_loaded_models: Option<usize>,
     pub idle_timeout_secs: Option<u64>,
+    pub admission_wait_secs: Option<u64>,
     /// Models to pin, besides those the file pins.
     pub pinned: Vec<String>,
     /// Replace the file's API keys when not empty.
@@ -232,6 +240,12 @@ impl Config {
                 .idle_timeout_secs
                 .or(from_file.idle_timeout_secs)
                 .map(Duration::from_secs),
+            admission_wait: secs(
+                overrides
+                    .admission_wait_secs
+                    .or(from_file.admission_wait_secs),
+                DEFAULT_ADMISSION_WAIT,
+            ),
         };
         if !(0.0 < memory.soft_watermark
             && memory.soft_watermark <= memory.hard_watermark
@@ -331,6 +345,7 @@ mod tests {
             Some(&file),
             Overrides {
                 memory_ceiling: Some("50%".parse().unwrap()),
+                admission_wait_secs: Some(5),
                 pinned: vec!["code".to_owned()],
                 ..Overrides::default()
             },
@@ -338,6 +353,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.memory.ceiling, Some("50%".parse().unwrap()));
         assert_eq!(config.memory.max_loaded_models, Some(3));
+        assert_eq!(config.memory.admission_wait, Duration::from_secs(5));
         assert_eq!(config.idle_timeout("big"), Some(Duration::from_secs(60)));
         assert_eq!(config.idle_timeout("other"), Some(Duration::from_secs(600)));
         let pinned: Vec<&str> = config.pinned_models().collect();

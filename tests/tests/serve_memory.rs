@@ -75,11 +75,16 @@ fn alternating_models_that_fit_one_at_a_time_swap_and_each_old_worker_is_reaped_
 }
 
 #[test]
-fn a_streaming_worker_is_never_evicted_and_the_other_model_gets_507_until_it_ends() {
+fn a_streaming_worker_is_never_evicted_and_without_an_admission_wait_the_other_model_gets_507() {
     let dirs = Dirs::with_shared_weights(Size::Small, &["alpha", "beta"]);
     let server = Server::start_with(
         &dirs,
-        &[OsStr::new("--memory-ceiling"), OsStr::new(ONE_SMALL_MODEL)],
+        &[
+            OsStr::new("--memory-ceiling"),
+            OsStr::new(ONE_SMALL_MODEL),
+            OsStr::new("--admission-wait"),
+            OsStr::new("0"),
+        ],
     );
     let mut stream = sse_events(server.post("/v1/chat/completions", &chat("alpha", 60, true)));
     stream.next().unwrap();
@@ -105,6 +110,36 @@ fn a_streaming_worker_is_never_evicted_and_the_other_model_gets_507_until_it_end
     assert_eq!(response.status(), 200);
     assert!(!alive(streaming[0]));
     assert_eq!(evictions(&server).len(), 1);
+}
+
+#[test]
+fn with_the_default_admission_wait_the_other_model_waits_for_the_stream_to_end_and_is_served() {
+    let dirs = Dirs::with_shared_weights(Size::Small, &["alpha", "beta"]);
+    let server = Server::start_with(
+        &dirs,
+        &[OsStr::new("--memory-ceiling"), OsStr::new(ONE_SMALL_MODEL)],
+    );
+    let mut stream = sse_events(server.post("/v1/chat/completions", &chat("alpha", 60, true)));
+    stream.next().unwrap();
+    let streaming = server.worker_pids();
+    assert_eq!(streaming.len(), 1);
+
+    let waited = thread::scope(|scope| {
+        let waiting = scope.spawn(|| server.post("/v1/chat/completions", &chat("beta", 2, false)));
+        wait_until("beta to wait for room", || {
+            log_index(&server.log_lines(), &["waiting for room to load", "beta"]).is_some()
+        });
+        assert!(evictions(&server).is_empty());
+        // The stream runs to its end, untouched, while beta waits.
+        let rest: Vec<String> = stream.collect();
+        assert_eq!(rest.last().map(String::as_str), Some("[DONE]"), "{rest:?}");
+        waiting.join().unwrap()
+    });
+    assert_eq!(waited.status(), 200);
+    let evictions = evictions(&server);
+    assert_eq!(evictions.len(), 1, "{evictions:?}");
+    assert_eq!(evictions[0]["pid"], u64::from(streaming[0]));
+    assert!(!alive(streaming[0]));
 }
 
 #[test]

@@ -14,6 +14,8 @@ use crate::process::WorkerClient;
 const PLAN_ATTEMPTS: usize = 3;
 /// How often to look again while a worker is stopping.
 const STOP_POLL: Duration = Duration::from_millis(20);
+/// How often a request that found no room plans again while it waits.
+const ROOM_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
@@ -37,11 +39,42 @@ pub enum AdmissionError {
     },
 }
 
+impl AdmissionError {
+    /// Whether room may still appear: not for a model bigger than the whole ceiling.
+    fn may_pass_later(&self) -> bool {
+        match self {
+            AdmissionError::NoRoom {
+                needed, ceiling, ..
+            } => needed <= ceiling,
+            AdmissionError::TooManyLoaded { .. } => true,
+        }
+    }
+}
+
 impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
     /// Makes sure `model` is starting or running when it returns `Ok`, stopping idle workers
     /// first if its estimate needs their memory. A model already running, starting, or failed
-    /// and in its backoff is left to `Pool::acquire`.
+    /// and in its backoff is left to `Pool::acquire`. Without room, it plans again until the
+    /// admission wait runs out: busy workers go idle, and idle ones can then be stopped.
     pub async fn admit(&self, model: &str) -> Result<(), AdmissionError> {
+        let deadline = Instant::now() + self.config.memory.admission_wait;
+        let mut waited = false;
+        loop {
+            match self.admit_once(model).await {
+                Err(error) if error.may_pass_later() && Instant::now() + ROOM_POLL <= deadline => {
+                    if !waited {
+                        tracing::info!(model, %error, "waiting for room to load");
+                        waited = true;
+                    }
+                    tokio::time::sleep(ROOM_POLL).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// One admission attempt, in turn with every other one.
+    async fn admit_once(&self, model: &str) -> Result<(), AdmissionError> {
         let _turn = self.gate.lock().await;
         if !self.needs_start(model).await {
             return Ok(());
@@ -166,5 +199,31 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> MemoryManager<L> {
                 (candidate.model, bytes)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AdmissionError;
+
+    fn no_room(needed: u64, ceiling: u64) -> AdmissionError {
+        AdmissionError::NoRoom {
+            model: "m".to_owned(),
+            needed,
+            used: ceiling,
+            ceiling,
+        }
+    }
+
+    #[test]
+    fn only_a_model_bigger_than_the_whole_ceiling_is_refused_without_waiting() {
+        assert!(no_room(100, 100).may_pass_later());
+        assert!(!no_room(101, 100).may_pass_later());
+        let too_many = AdmissionError::TooManyLoaded {
+            model: "m".to_owned(),
+            loaded: 2,
+            max: 2,
+        };
+        assert!(too_many.may_pass_later());
     }
 }
