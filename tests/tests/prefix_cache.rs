@@ -115,6 +115,26 @@ fn assert_only_new_tokens_prefilled(first: &Value, second: &Value) {
     );
 }
 
+/// Asks `second` of a new worker, whose RAM tier is empty: the first turn's `blocks` come from
+/// SSD, none fails to load, and the answer is a cold worker's.
+fn assert_second_turn_restored_from_ssd(
+    server: &Server,
+    dirs: &Dirs,
+    first_usage: &Value,
+    second: &Value,
+    blocks: u64,
+) {
+    let (text, usage) = ask(server, second);
+    assert_only_new_tokens_prefilled(first_usage, &usage);
+    let stats = prefix_stats(server);
+    assert!(
+        stats["hit_blocks"].as_u64().unwrap() >= blocks - 1,
+        "{stats}"
+    );
+    assert_eq!(stats["load_errors"], 0, "{stats}");
+    assert_eq!(text, cold_answer(dirs, second));
+}
+
 #[test]
 fn a_repeated_prefix_prefills_only_the_new_turn_and_answers_as_a_cold_worker_does() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
@@ -158,16 +178,8 @@ fn after_a_sigkill_the_new_worker_restores_the_prefix_from_ssd() {
         !alive(victim) && server.worker_pids().is_empty()
     });
 
-    let (text, usage) = ask(&server, &second);
+    assert_second_turn_restored_from_ssd(&server, &dirs, &first_usage, &second, blocks);
     assert_ne!(server.worker_pids(), [victim]);
-    assert_only_new_tokens_prefilled(&first_usage, &usage);
-    let stats = prefix_stats(&server);
-    assert!(
-        stats["hit_blocks"].as_u64().unwrap() >= blocks - 1,
-        "{stats}"
-    );
-    assert_eq!(stats["load_errors"], 0, "{stats}");
-    assert_eq!(text, cold_answer(&dirs, &second));
 }
 
 #[test]
@@ -201,15 +213,7 @@ fn a_bf16_models_blocks_take_half_the_f32_bytes_and_restore_from_ssd_after_a_sig
     assert_eq!(killed.status(), 200);
     assert!(!alive(victim));
 
-    let (text, usage) = ask(&server, &second);
-    assert_only_new_tokens_prefilled(&first_usage, &usage);
-    let stats = prefix_stats(&server);
-    assert!(
-        stats["hit_blocks"].as_u64().unwrap() >= blocks - 1,
-        "{stats}"
-    );
-    assert_eq!(stats["load_errors"], 0, "{stats}");
-    assert_eq!(text, cold_answer(&dirs, &second));
+    assert_second_turn_restored_from_ssd(&server, &dirs, &first_usage, &second, blocks);
 }
 
 /// The one model directory under the cache root.
