@@ -141,6 +141,26 @@ pub struct GenerateRequest {
     pub logprobs: Option<u32>,
 }
 
+impl GenerateRequest {
+    /// Greedy decoding of `prompt` with every other sampler off, no stop strings and no
+    /// logprobs: what `/v1/completions` sends for a body with only a prompt, `max_tokens` and
+    /// `temperature: 0`.
+    pub fn greedy(prompt: Prompt, max_tokens: u32) -> Self {
+        Self {
+            prompt,
+            max_tokens,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            seed: None,
+            stop: Vec::new(),
+            logprobs: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Prompt {
     /// A completion prompt, tokenized by the worker as is.

@@ -69,18 +69,7 @@ pub fn launcher(models: &Path, state: &Path) -> ProcessLauncher {
 /// A request for a worker's socket: `prompt` as text, greedy, and OpenAI's neutral defaults for
 /// everything else, which is what `/v1/completions` sends for a body with only these fields.
 pub fn generate_request(prompt: &str, max_tokens: u32) -> GenerateRequest {
-    GenerateRequest {
-        prompt: Prompt::Text(prompt.to_owned()),
-        max_tokens,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        repetition_penalty: 1.0,
-        seed: None,
-        stop: Vec::new(),
-        logprobs: None,
-    }
+    GenerateRequest::greedy(Prompt::Text(prompt.to_owned()), max_tokens)
 }
 
 /// `corral serve` as a child process on 127.0.0.1, with a keep-alive HTTP client. Dropping it,

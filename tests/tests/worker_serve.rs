@@ -97,20 +97,13 @@ async fn recv(connection: &mut SupervisorConnection) -> FromWorker {
 }
 
 fn chat(max_tokens: u32, logprobs: Option<u32>) -> GenerateRequest {
+    let prompt = Prompt::Chat {
+        messages: vec![serde_json::json!({"role": "user", "content": "Say something."})],
+        tools: None,
+    };
     GenerateRequest {
-        prompt: Prompt::Chat {
-            messages: vec![serde_json::json!({"role": "user", "content": "Say something."})],
-            tools: None,
-        },
-        max_tokens,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        repetition_penalty: 1.0,
-        seed: None,
-        stop: Vec::new(),
         logprobs,
+        ..GenerateRequest::greedy(prompt, max_tokens)
     }
 }
 

@@ -40,18 +40,7 @@ pub(super) fn connected(process: WorkerProcess) -> (WorkerClient, UnixStream) {
 }
 
 fn request() -> GenerateRequest {
-    GenerateRequest {
-        prompt: Prompt::Text("hi".into()),
-        max_tokens: 4,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        repetition_penalty: 1.0,
-        seed: None,
-        stop: Vec::new(),
-        logprobs: None,
-    }
+    GenerateRequest::greedy(Prompt::Text("hi".into()), 4)
 }
 
 fn done(id: u64) -> FromWorker {
