@@ -14,16 +14,15 @@ use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, Admin};
 use crate::auth::{self, Keys};
-use crate::backend::PoolBackend;
 use crate::config::{Config, Overrides};
-use crate::eviction::MemoryManager;
-use crate::memory::format_bytes;
-use crate::metrics::{self, Metrics, Scrape};
-use crate::pool::ExitOutcome;
-use crate::pool::{Pool, StopReason};
+use crate::dispatch::Dispatch;
+use crate::eviction::Enforcer;
+use crate::memory::{Budget, format_bytes, system_memory};
+use crate::metrics::{self, Metrics};
+use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    ProcessLauncher, RunDir, WORKER_BINARY_NAME, WorkerExit, WorkerMemoryLimits, reap_orphans,
-    stop_worker,
+    Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses,
+    reap_orphans,
 };
 use crate::registry::{ModelEntry, Registry};
 use crate::{api, default_model, state_dir};
@@ -73,28 +72,29 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let registry = Arc::new(build_registry(&config, options.model, &state_dir)?);
 
     let config = Arc::new(config);
+    let metrics = Arc::new(Metrics::new());
     let (exits, exit_events) = mpsc::unbounded_channel();
     let lookup_registry = registry.clone();
-    let memory_limits = WorkerMemoryLimits::default();
-    let launcher = ProcessLauncher::new(
+    let lookup: ModelLookup =
+        Arc::new(move |id| lookup_registry.get(id).map(|entry| entry.dir.clone()));
+    let spawner = Spawner::new(
         worker_binary(config.worker_binary.clone())?,
         run_dir,
-        Box::new(move |id| lookup_registry.get(id).map(|entry| entry.dir.clone())),
+        lookup.clone(),
         exits,
     )
     .with_start_timeout(config.worker_start_timeout)
-    .with_memory_limits(memory_limits.clone())
     .with_worker_args(prefix_cache_args(&config, &state_dir));
-    let pool = Pool::new(launcher);
-    let metrics = Arc::new(Metrics::new());
-    let memory = Arc::new(MemoryManager::new(
-        pool.clone(),
-        registry.clone(),
-        config.clone(),
-        memory_limits,
-        metrics.clone(),
-    ));
-    let budget = memory.budget();
+    let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
+    let processes = WorkerProcesses::new(spawner, lookup, config.worker_stop_grace, ledger);
+    let budget = budget(&config);
+    let pool = Pool::new(
+        processes,
+        Limits {
+            budget,
+            max_loaded_models: config.memory.max_loaded_models,
+        },
+    );
     tracing::info!(
         ceiling = %format_bytes(budget.ceiling),
         soft = %format_bytes(budget.soft),
@@ -105,37 +105,33 @@ async fn serve(options: ServeOptions) -> Result<()> {
     tokio::spawn(follow_exits(
         exit_events,
         pool.clone(),
-        memory.clone(),
         pinned.clone(),
+        config.memory.admission_wait,
         metrics.clone(),
     ));
-    tokio::spawn(memory.clone().enforce());
+    tokio::spawn(Enforcer::new(pool.clone(), config.clone()).run());
     for model in pinned {
-        let memory = memory.clone();
-        tokio::spawn(async move { memory.ensure_running(&model).await });
+        tokio::spawn(ensure_running(
+            pool.clone(),
+            model,
+            config.memory.admission_wait,
+        ));
     }
 
-    let backend = Arc::new(PoolBackend::new(
+    let backend = Arc::new(Dispatch::new(
         registry.clone(),
         pool.clone(),
-        memory.clone(),
+        config.memory.admission_wait,
         metrics.clone(),
     ));
-    let scrape = Arc::new(Scrape {
-        metrics: metrics.clone(),
-        pool: pool.clone(),
-        models: registry.clone(),
-        memory: memory.clone(),
-    });
     let admin = Arc::new(Admin {
         pool: pool.clone(),
         registry: registry.clone(),
-        memory,
         config: config.clone(),
+        metrics: metrics.clone(),
     });
     let app = api::router(backend)
         .merge(admin::router(admin))
-        .merge(metrics::router(scrape))
         .layer(axum::middleware::from_fn_with_state(
             keys,
             auth::require_key,
@@ -167,7 +163,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
             tokio::time::sleep(drain).await;
         } => tracing::warn!(?drain, "drain timeout: stopping workers with requests in flight"),
     }
-    stop_all(&pool, &registry, config.worker_stop_grace).await;
+    pool.stop_all().await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -196,9 +192,23 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
     ]
 }
 
+/// The memory budget the configuration asks for, on this machine.
+fn budget(config: &Config) -> Budget {
+    let total = system_memory().total;
+    let ceiling = config.memory.ceiling.map_or_else(
+        || Budget::for_total(total).ceiling,
+        |amount| amount.resolve(total),
+    );
+    Budget::new(
+        ceiling,
+        config.memory.soft_watermark,
+        config.memory.hard_watermark,
+    )
+}
+
 /// Marks the configured pinned models in the pool; returns their canonical ids. A pinned name
 /// that is no model is logged and skipped.
-fn pin_models(config: &Config, registry: &Registry, pool: &Pool<ProcessLauncher>) -> Vec<String> {
+fn pin_models(config: &Config, registry: &Registry, pool: &Pool<WorkerProcesses>) -> Vec<String> {
     let mut pinned = Vec::new();
     for name in config.pinned_models() {
         match registry.resolve(name) {
@@ -219,24 +229,32 @@ fn pin_models(config: &Config, registry: &Registry, pool: &Pool<ProcessLauncher>
 /// its backoff allows.
 async fn follow_exits(
     mut exits: mpsc::UnboundedReceiver<WorkerExit>,
-    pool: Pool<ProcessLauncher>,
-    memory: Arc<MemoryManager<ProcessLauncher>>,
+    pool: Pool<WorkerProcesses>,
     pinned: Vec<String>,
+    admission_wait: Duration,
     metrics: Arc<Metrics>,
 ) {
     while let Some(exit) = exits.recv().await {
         let outcome = pool.on_exit(&exit.model, exit.pid, exit.status);
-        metrics.record_exit(&exit.model, exit.status, outcome);
+        metrics.record_exit(&exit.model, outcome.cause(exit.status));
         if let ExitOutcome::Crashed { backoff } = outcome
             && pinned.contains(&exit.model)
         {
-            let memory = memory.clone();
+            let pool = pool.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(backoff.unwrap_or_default()).await;
                 tracing::info!(model = %exit.model, "restarting a pinned model after its crash");
-                memory.ensure_running(&exit.model).await;
+                ensure_running(pool, exit.model, admission_wait).await;
             });
         }
+    }
+}
+
+/// Starts `model` (a pinned one) through admission like any request and waits until it is
+/// ready, holding no lease afterwards. A failure is logged; the next request or crash tries again.
+async fn ensure_running(pool: Pool<WorkerProcesses>, model: String, admission_wait: Duration) {
+    if let Err(error) = pool.acquire(&model, admission_wait).await {
+        tracing::warn!(model, %error, "cannot start a pinned model");
     }
 }
 
@@ -270,40 +288,6 @@ fn build_registry(
         registry.alias(alias, target);
     }
     Ok(registry)
-}
-
-/// Idle workers stop gracefully; a worker still leased after the drain is killed.
-async fn stop_all(pool: &Pool<ProcessLauncher>, registry: &Registry, grace: Duration) {
-    let mut stops = Vec::new();
-    for entry in registry.entries() {
-        match pool.begin_stop(&entry.id, StopReason::Shutdown) {
-            Some(worker) => stops.push(tokio::spawn(async move {
-                stop_worker(&worker.handle, grace).await;
-            })),
-            None => {
-                if let Some(pid) = pool
-                    .snapshot()
-                    .into_iter()
-                    .find(|snapshot| snapshot.model == entry.id)
-                    .and_then(|snapshot| snapshot.pid)
-                {
-                    tracing::warn!(model = %entry.id, pid, "killing a worker that is still busy");
-                    kill_pid(pid);
-                }
-            }
-        }
-    }
-    for stop in stops {
-        let _ = stop.await;
-    }
-}
-
-fn kill_pid(pid: u32) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    if let Ok(pid) = i32::try_from(pid) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-    }
 }
 
 async fn shutdown_signal() {

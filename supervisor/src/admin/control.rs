@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Admin;
 use super::error::AdminError;
-use crate::eviction::EvictionRecord;
 use crate::memory::format_bytes;
 use crate::pool::{Phase, StopReason};
+use crate::process::StopRecord;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct KillParams {
@@ -35,8 +35,8 @@ pub struct Stopped {
     pub duration_ms: f64,
 }
 
-impl From<EvictionRecord> for Stopped {
-    fn from(record: EvictionRecord) -> Self {
+impl From<StopRecord> for Stopped {
+    fn from(record: StopRecord) -> Self {
         Stopped {
             model: record.model,
             pid: record.pid,
@@ -78,7 +78,7 @@ async fn kill_model(
     let model = admin.resolve(name)?;
     let record = if params.drain {
         admin
-            .memory
+            .pool
             .unload(&model, StopReason::Killed, admin.config.drain_timeout)
             .await?
     } else {
@@ -86,7 +86,7 @@ async fn kill_model(
             None => Signal::SIGKILL,
             Some(name) => parse_signal(name)?,
         };
-        admin.memory.kill(&model, signal).await?
+        admin.pool.kill(&model, signal).await?
     };
     Ok(Json(record.into()))
 }
@@ -108,8 +108,10 @@ pub async fn load_scoped(
 /// Starts the model's worker (through admission, like a request) and waits until it is ready.
 async fn load_model(admin: &Admin, name: &str) -> Result<Json<Loaded>, AdminError> {
     let model = admin.resolve(name)?;
-    admin.memory.admit(&model).await?;
-    let lease = admin.pool.acquire(&model).await?;
+    let lease = admin
+        .pool
+        .acquire(&model, admin.config.memory.admission_wait)
+        .await?;
     Ok(Json(Loaded {
         status: "loaded",
         pid: Some(lease.pid()),
@@ -135,7 +137,7 @@ pub async fn unload_scoped(
 async fn unload_model(admin: &Admin, name: &str) -> Result<Json<Stopped>, AdminError> {
     let model = admin.resolve(name)?;
     let record = admin
-        .memory
+        .pool
         .unload(&model, StopReason::Unload, admin.config.drain_timeout)
         .await?;
     Ok(Json(record.into()))
@@ -168,7 +170,7 @@ pub struct MemorySummary {
 
 pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
     let snapshots = admin.pool.snapshot();
-    let usage = admin.memory.usage();
+    let usage = admin.pool.usage();
     let data = admin
         .registry
         .entries()
@@ -188,7 +190,7 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
             }
         })
         .collect();
-    let ceiling = admin.memory.budget().ceiling;
+    let ceiling = admin.pool.limits().budget.ceiling;
     let used = usage.iter().map(|worker| worker.bytes).sum();
     Json(ModelsStatus {
         object: "list",

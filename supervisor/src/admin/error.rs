@@ -5,8 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::eviction::{AdmissionError, OperatorError};
-use crate::pool::AcquireError;
+use crate::pool::{AcquireError, StopError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -17,9 +16,7 @@ pub enum AdminError {
     )]
     UnknownSignal(String),
     #[error(transparent)]
-    Operator(#[from] OperatorError),
-    #[error(transparent)]
-    Admission(#[from] AdmissionError),
+    Stop(#[from] StopError),
     #[error(transparent)]
     Acquire(#[from] AcquireError),
 }
@@ -32,13 +29,13 @@ impl AdminError {
                 (StatusCode::NOT_FOUND, "not_found_error", "model_not_found")
             }
             AdminError::UnknownSignal(_) => (StatusCode::BAD_REQUEST, INVALID, "unknown_signal"),
-            AdminError::Operator(OperatorError::NotRunning { .. }) => {
+            AdminError::Stop(StopError::NotRunning { .. }) => {
                 (StatusCode::CONFLICT, INVALID, "model_not_running")
             }
-            AdminError::Operator(OperatorError::DrainTimeout { .. }) => {
+            AdminError::Stop(StopError::DrainTimeout { .. }) => {
                 (StatusCode::CONFLICT, INVALID, "drain_timeout")
             }
-            AdminError::Admission(_) => (
+            AdminError::Acquire(AcquireError::Refused { .. }) => (
                 StatusCode::INSUFFICIENT_STORAGE,
                 "server_error",
                 "insufficient_memory",

@@ -9,7 +9,6 @@ use axum::extract::State;
 use serde::Serialize;
 
 use super::Admin;
-use crate::eviction::ledger::reason_name;
 use crate::memory::system_memory;
 
 #[derive(Debug, Serialize)]
@@ -23,7 +22,7 @@ pub struct MemoryView {
     pub system_total_bytes: u64,
     pub system_available_bytes: u64,
     pub workers: Vec<WorkerMemory>,
-    pub evictions: BTreeMap<&'static str, EvictionTotalsView>,
+    pub evictions: BTreeMap<&'static str, StopTotalsView>,
     /// Oldest first.
     pub recent_evictions: Vec<EvictionView>,
 }
@@ -36,7 +35,7 @@ pub struct WorkerMemory {
 }
 
 #[derive(Debug, Serialize)]
-pub struct EvictionTotalsView {
+pub struct StopTotalsView {
     pub count: u64,
     pub freed_bytes: u64,
     pub duration_ms: f64,
@@ -56,16 +55,18 @@ pub struct EvictionView {
 }
 
 pub async fn show(State(admin): State<Arc<Admin>>) -> Json<MemoryView> {
-    let budget = admin.memory.budget();
-    let usage = admin.memory.usage();
+    let budget = admin.pool.limits().budget;
+    let usage = admin.pool.usage();
+    let used: u64 = usage.iter().map(|worker| worker.bytes).sum();
     let system = system_memory();
-    let ledger = admin.memory.ledger();
+    let ledger = admin.pool.processes().ledger();
     Json(MemoryView {
         ceiling_bytes: budget.ceiling,
         soft_watermark_bytes: budget.soft,
         hard_watermark_bytes: budget.hard,
-        used_bytes: usage.iter().map(|worker| worker.bytes).sum(),
-        refusing_loads: ledger.refuse_loads,
+        used_bytes: used,
+        // Admission's own rule: over the hard watermark nothing loads.
+        refusing_loads: used > budget.hard,
         system_total_bytes: system.total,
         system_available_bytes: system.available,
         workers: usage
@@ -82,7 +83,7 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Json<MemoryView> {
             .map(|(reason, totals)| {
                 (
                     *reason,
-                    EvictionTotalsView {
+                    StopTotalsView {
                         count: totals.count,
                         freed_bytes: totals.freed_bytes,
                         duration_ms: totals.duration.as_secs_f64() * 1e3,
@@ -95,7 +96,7 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Json<MemoryView> {
             .map(|record| EvictionView {
                 model: record.model.clone(),
                 pid: record.pid,
-                reason: reason_name(record.reason),
+                reason: record.reason.name(),
                 step: format!("{:?}", record.step).to_lowercase(),
                 freed_bytes: record.freed_bytes,
                 duration_ms: record.duration.as_secs_f64() * 1e3,

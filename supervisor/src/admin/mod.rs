@@ -1,5 +1,6 @@
-//! The operators' JSON API: what each model's worker is doing (`/admin/workers`), the memory
-//! budget (`/admin/memory`), and starting and stopping models on request (`control.rs`).
+//! The operators' API: what each model's worker is doing (`/admin/workers`), the memory budget
+//! (`/admin/memory`), starting and stopping models on request (`control.rs`), and the Prometheus
+//! scrape (`/metrics`, `scrape.rs`).
 //!
 //! Looking never takes a lease, so it never keeps a worker from being stopped. Model names in
 //! paths are only looked up in the registry.
@@ -7,6 +8,7 @@
 mod control;
 mod error;
 mod memory;
+mod scrape;
 mod workers;
 
 use std::sync::Arc;
@@ -17,16 +19,16 @@ use axum::routing::{get, post};
 pub use error::AdminError;
 
 use crate::config::Config;
-use crate::eviction::MemoryManager;
+use crate::metrics::Metrics;
 use crate::pool::Pool;
-use crate::process::ProcessLauncher;
+use crate::process::WorkerProcesses;
 use crate::registry::Registry;
 
 pub struct Admin {
-    pub pool: Pool<ProcessLauncher>,
+    pub pool: Pool<WorkerProcesses>,
     pub registry: Arc<Registry>,
-    pub memory: Arc<MemoryManager<ProcessLauncher>>,
     pub config: Arc<Config>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Admin {
@@ -44,6 +46,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
     Router::new()
         .route("/admin/workers", get(workers::list))
         .route("/admin/memory", get(memory::show))
+        .route("/metrics", get(scrape::show))
         .route("/admin/workers/{model}/kill", post(control::kill))
         .route(
             "/admin/workers/{org}/{name}/kill",

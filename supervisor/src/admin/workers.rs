@@ -10,7 +10,6 @@ use corral_ipc::WorkerStats;
 use serde::Serialize;
 
 use super::Admin;
-use crate::eviction::ledger::reason_name;
 use crate::memory::process_footprint;
 use crate::pool::{EntrySnapshot, Phase};
 
@@ -76,7 +75,7 @@ fn row(
 ) -> WorkerRow {
     let phase = snapshot.map_or(Phase::NotRunning, |snapshot| snapshot.phase);
     let stop_reason = match phase {
-        Phase::Stopping(reason) => Some(reason_name(reason).to_owned()),
+        Phase::Stopping(reason) => Some(reason.name().to_owned()),
         _ => None,
     };
     let seconds_since = |at: Instant| now.saturating_duration_since(at).as_secs_f64();

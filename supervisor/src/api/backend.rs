@@ -25,8 +25,8 @@ pub trait Backend: Send + Sync + 'static {
     fn resolve(&self, name: &str) -> Option<String>;
 
     /// Starts a generation on the canonical model `model`. Resolves once the worker has answered:
-    /// `Ok` when it accepted (the stream's first event is then [`StreamEvent::Accepted`]), `Err`
-    /// when it refused or could not be reached. If the future is dropped before it resolves (the
+    /// `Ok` when it accepted (the stream carries its prompt's token count), `Err` when it refused
+    /// or could not be reached. If the future is dropped before it resolves (the
     /// client went away while the model was loading or the worker deciding), the implementation
     /// cancels whatever it started: no [`CancelOnDrop`] exists yet to do it.
     fn generate(
@@ -44,13 +44,10 @@ pub struct ModelCard {
     pub created: u64,
 }
 
-/// What a generation reports, in order: `Accepted`, any number of `Delta`, then `Done` or
+/// What an accepted generation reports, in order: any number of `Delta`, then `Done` or
 /// `Failed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
-    Accepted {
-        prompt_tokens: u32,
-    },
     Delta {
         text: String,
         token_count: u32,
@@ -75,13 +72,23 @@ impl StreamEvent {
 /// The events of one accepted generation, and the guard that cancels it if they are abandoned.
 #[derive(Debug)]
 pub struct GenerationStream {
+    /// The prompt's length in tokens, as the worker counted it when it accepted.
+    pub prompt_tokens: u32,
     events: mpsc::Receiver<StreamEvent>,
     cancel: CancelOnDrop,
 }
 
 impl GenerationStream {
-    pub fn new(events: mpsc::Receiver<StreamEvent>, cancel: CancelOnDrop) -> Self {
-        GenerationStream { events, cancel }
+    pub fn new(
+        prompt_tokens: u32,
+        events: mpsc::Receiver<StreamEvent>,
+        cancel: CancelOnDrop,
+    ) -> Self {
+        GenerationStream {
+            prompt_tokens,
+            events,
+            cancel,
+        }
     }
 
     /// The next event, or `None` when the backend dropped its sender. A terminal event disarms

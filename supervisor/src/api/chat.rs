@@ -17,7 +17,7 @@ use super::extract::ApiJson;
 use super::generation;
 use super::messages;
 use super::sampling::{self, SamplingParams};
-use super::served_model::ServedModel;
+use super::served_model;
 use super::sse;
 
 #[derive(Debug, Deserialize)]
@@ -58,7 +58,7 @@ pub async fn handler<B: Backend>(
     State(backend): State<Arc<B>>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> Response {
-    let served = ServedModel::resolve(backend.as_ref(), &body.params.model);
+    let served = served_model::resolve(backend.as_ref(), &body.params.model);
     served.attach(respond(backend, body).await)
 }
 

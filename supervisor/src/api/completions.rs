@@ -17,7 +17,7 @@ use super::extract::ApiJson;
 use super::generation::{self, Collected};
 use super::logprobs::{self, CompletionLogprobs};
 use super::sampling::{self, SamplingParams};
-use super::served_model::ServedModel;
+use super::served_model;
 use super::sse::{self, ChunkFormat};
 use super::types::{UsageBody, finish_reason, response_id, unix_now};
 
@@ -80,7 +80,7 @@ pub async fn handler<B: Backend>(
     State(backend): State<Arc<B>>,
     ApiJson(body): ApiJson<CompletionRequest>,
 ) -> Response {
-    let served = ServedModel::resolve(backend.as_ref(), &body.params.model);
+    let served = served_model::resolve(backend.as_ref(), &body.params.model);
     served.attach(respond(backend, body).await)
 }
 

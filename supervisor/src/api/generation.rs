@@ -1,6 +1,6 @@
-//! Running one generation for a handler: resolve the model, start it on the backend, wait for
-//! the worker's acceptance (only then is the HTTP status known), and, for non-streaming
-//! responses, gather every event into one result.
+//! Running one generation for a handler: resolve the model, start it on the backend (which
+//! returns once the worker accepted: only then is the HTTP status known), and, for
+//! non-streaming responses, gather every event into one result.
 
 use corral_ipc::{FinishReason, GenerateRequest, TokenLogprob, Usage};
 
@@ -22,16 +22,8 @@ pub async fn start<B: Backend>(
     let model = backend
         .resolve(name)
         .ok_or_else(|| ApiError::ModelNotFound(name.to_owned()))?;
-    let mut events = backend.generate(&model, request).await?;
-    match events.next().await {
-        Some(StreamEvent::Accepted { .. }) => Ok(Started { model, events }),
-        Some(StreamEvent::Failed { message }) => Err(BackendError::WorkerFailed { message }.into()),
-        Some(other) => Err(BackendError::Internal {
-            message: format!("the backend for `{model}` sent {other:?} before Accepted"),
-        }
-        .into()),
-        None => Err(ended_early().into()),
-    }
+    let events = backend.generate(&model, request).await?;
+    Ok(Started { model, events })
 }
 
 /// The error for an event stream that closed before `Done` or `Failed`.
@@ -79,8 +71,6 @@ pub async fn collect(mut events: GenerationStream) -> Result<Collected, ApiError
             Some(StreamEvent::Failed { message }) => {
                 return Err(BackendError::WorkerFailed { message }.into());
             }
-            // A repeated acceptance carries nothing new.
-            Some(StreamEvent::Accepted { .. }) => {}
             None => return Err(ended_early().into()),
         }
     }

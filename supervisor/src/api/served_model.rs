@@ -1,22 +1,12 @@
-//! Which model a response answered for, attached to the response's extensions so the layers
-//! around the API (the metrics count requests by model) learn it without reading the body again.
+//! Which model a response answered for: the API resolves the requested name into a
+//! [`ServedModel`] (defined with the metrics, which read it from the response's extensions to
+//! count requests by model without reading the body again).
 
-use axum::response::{IntoResponse, Response};
+pub use crate::metrics::ServedModel;
 
 use super::backend::Backend;
 
-/// The canonical id of the requested model; `None` when the name is no model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServedModel(pub Option<String>);
-
-impl ServedModel {
-    pub fn resolve<B: Backend>(backend: &B, name: &str) -> Self {
-        ServedModel(backend.resolve(name))
-    }
-
-    pub fn attach(self, response: impl IntoResponse) -> Response {
-        let mut response = response.into_response();
-        response.extensions_mut().insert(self);
-        response
-    }
+/// The canonical id of the requested model; `ServedModel(None)` when the name is no model.
+pub fn resolve<B: Backend>(backend: &B, name: &str) -> ServedModel {
+    ServedModel(backend.resolve(name))
 }

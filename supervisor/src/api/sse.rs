@@ -96,7 +96,6 @@ impl<F: ChunkFormat> Relay<F> {
             Some(StreamEvent::Failed { message }) => {
                 self.fail(BackendError::WorkerFailed { message });
             }
-            Some(StreamEvent::Accepted { .. }) => {}
             None => self.fail(ended_early()),
         }
     }

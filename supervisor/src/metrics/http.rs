@@ -16,8 +16,22 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 
+use axum::response::IntoResponse;
+
 use super::{Metrics, UNKNOWN_MODEL};
-use crate::api::ServedModel;
+
+/// Which model a response answered for, attached to its extensions by the handler: the canonical
+/// id, or `None` when the requested name is no model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedModel(pub Option<String>);
+
+impl ServedModel {
+    pub fn attach(self, response: impl IntoResponse) -> Response {
+        let mut response = response.into_response();
+        response.extensions_mut().insert(self);
+        response
+    }
+}
 
 /// The route label of a request no route matched.
 const UNMATCHED: &str = "unmatched";

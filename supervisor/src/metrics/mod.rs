@@ -1,5 +1,9 @@
 //! Prometheus metrics: the counters, gauges and histograms the server updates as it works, and
-//! `GET /metrics`, which adds what is read from the pool and the memory manager when scraped.
+//! the exposition `GET /metrics` serves, which adds the families sampled at scrape time.
+//!
+//! A leaf: it depends on no other module of the supervisor. Its callers hand it plain labels
+//! and samples (`scrape.rs`), so the pool, the processes and the admin API can all feed it
+//! without a cycle.
 //!
 //! One [`Metrics`] (a prometheus-client registry: no global state, so each test gets its own) is
 //! shared as `Arc<Metrics>`. Label values stay bounded: a model is a registry id (a name that is
@@ -25,10 +29,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 pub use generation::GenerationMetrics;
-pub use http::track_requests;
-pub use scrape::{Scrape, router};
-
-use crate::pool::{ExitOutcome, ExitStatus};
+pub use http::{ServedModel, track_requests};
+pub use scrape::{ModelSample, STATES};
 
 /// The `model` label of a request that named a model the registry does not have.
 const UNKNOWN_MODEL: &str = "unknown";
@@ -200,21 +202,22 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// One reaped worker and what its exit did to the pool.
-    pub fn record_exit(&self, model: &str, status: ExitStatus, outcome: ExitOutcome) {
+    /// One reaped worker; `cause` is `stopped` for an exit the pool was waiting for, else its
+    /// status (`signal_9`, `exit_code_3`).
+    pub fn record_exit(&self, model: &str, cause: String) {
         let labels = ExitLabels {
             model: model.to_owned(),
-            cause: exit_cause(status, outcome),
+            cause,
         };
         self.worker_exits.get_or_create(&labels).inc();
     }
 
-    /// The registry's families, then `scraped` (families read at scrape time), as one
+    /// The registry's families, then those of `samples` (read at scrape time), as one
     /// OpenMetrics text exposition.
-    fn encode(&self, scraped: &Registry) -> Result<String, fmt::Error> {
+    pub fn exposition(&self, samples: &[ModelSample]) -> Result<String, fmt::Error> {
         let mut text = String::new();
         encode_registry(&mut text, &self.registry)?;
-        encode_registry(&mut text, scraped)?;
+        encode_registry(&mut text, &scrape::families(samples))?;
         encode_eof(&mut text)?;
         Ok(text)
     }
@@ -222,14 +225,4 @@ impl Metrics {
 
 fn seconds_histograms<L: Clone + std::hash::Hash + Eq>() -> HistogramFamily<L> {
     Family::new_with_constructor(|| Histogram::new(SECONDS_BUCKETS))
-}
-
-/// An exit the pool was waiting for is `stopped`, whatever signal it took; any other names its
-/// status, so crashes by signal and by exit code stay apart.
-fn exit_cause(status: ExitStatus, outcome: ExitOutcome) -> String {
-    match (outcome, status) {
-        (ExitOutcome::Stopped, _) => "stopped".to_owned(),
-        (_, ExitStatus::Code(code)) => format!("exit_code_{code}"),
-        (_, ExitStatus::Signal(signal)) => format!("signal_{signal}"),
-    }
 }

@@ -1,18 +1,13 @@
-//! `GET /metrics`: the recorded families, plus those read from the pool and the memory manager
-//! at scrape time (each model's state, each worker's footprint, restarts), in the OpenMetrics
-//! text format, which Prometheus asks for first and parses as its own text format.
+//! The families read at scrape time: each model's state, each worker's footprint, restarts and
+//! the prefix cache counters its worker reports. They come in as plain [`ModelSample`]s, so
+//! this module knows nothing of the pool or the workers: whoever serves `/metrics` gathers the
+//! samples (`admin/scrape.rs`).
 //!
 //! The scraped families are built fresh for every scrape, so a worker that is gone leaves no
 //! stale series behind.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,15 +15,10 @@ use prometheus_client::registry::Registry;
 
 use corral_ipc::PrefixCacheStats;
 
-use super::{Metrics, ModelLabels};
-use crate::eviction::{MemoryManager, WorkerUsage};
-use crate::pool::{EntrySnapshot, Phase, Pool};
-use crate::process::ProcessLauncher;
-
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use super::ModelLabels;
 
 /// Every state `corral_worker_state` reports, named as `/admin/workers` names them.
-const STATES: [&str; 5] = ["not_running", "starting", "ready", "stopping", "failed"];
+pub const STATES: [&str; 5] = ["not_running", "starting", "ready", "stopping", "failed"];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 struct StateLabels {
@@ -36,70 +26,40 @@ struct StateLabels {
     state: &'static str,
 }
 
-pub struct Scrape {
-    pub metrics: Arc<Metrics>,
-    pub pool: Pool<ProcessLauncher>,
-    pub models: Arc<crate::registry::Registry>,
-    pub memory: Arc<MemoryManager<ProcessLauncher>>,
+/// One registered model as a scrape sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSample {
+    pub model: String,
+    /// One of [`STATES`].
+    pub state: &'static str,
+    pub restarts: u64,
+    /// A live worker's footprint (a starting model at its estimate).
+    pub footprint: Option<u64>,
+    /// What the running worker reports of its prefix cache.
+    pub prefix_cache: Option<PrefixCacheStats>,
 }
 
-pub fn router(scrape: Arc<Scrape>) -> Router {
-    Router::new()
-        .route("/metrics", get(show))
-        .with_state(scrape)
-}
-
-async fn show(State(scrape): State<Arc<Scrape>>) -> Response {
-    let models: Vec<String> = scrape
-        .models
-        .entries()
-        .map(|entry| entry.id.clone())
-        .collect();
-    let mut workers = workers(&models, &scrape.pool.snapshot(), &scrape.memory.usage());
-    let mut prefix_stats = Vec::new();
-    for model in &models {
-        if let Some(worker) = scrape.pool.ready_worker(model)
-            && let Ok(stats) = worker.handle.stats().await
-            && let Some(prefix) = stats.prefix_cache
-        {
-            prefix_stats.push((model.clone(), prefix));
-        }
-    }
-    register_prefix_cache(&mut workers, &prefix_stats);
-    match scrape.metrics.encode(&workers) {
-        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
-        Err(error) => {
-            tracing::error!(%error, "cannot encode the metrics");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
-}
-
-/// The families read at scrape time, for every registered model.
-fn workers(models: &[String], snapshot: &[EntrySnapshot], usage: &[WorkerUsage]) -> Registry {
+/// The families read at scrape time, for every sampled model.
+pub(super) fn families(samples: &[ModelSample]) -> Registry {
     let states = Family::<StateLabels, Gauge>::default();
     let footprints = Family::<ModelLabels, Gauge<u64, AtomicU64>>::default();
     let restarts = Family::<ModelLabels, Counter>::default();
-    for model in models {
-        let entry = snapshot.iter().find(|entry| &entry.model == model);
-        let current = entry.map_or(Phase::NotRunning, |entry| entry.phase).name();
+    for sample in samples {
         for state in STATES {
             let labels = StateLabels {
-                model: model.clone(),
+                model: sample.model.clone(),
                 state,
             };
             states
                 .get_or_create(&labels)
-                .set(i64::from(state == current));
+                .set(i64::from(state == sample.state));
         }
         let labels = ModelLabels {
-            model: model.clone(),
+            model: sample.model.clone(),
         };
-        restarts
-            .get_or_create(&labels)
-            .inc_by(entry.map_or(0, |entry| entry.restarts));
-        if let Some(worker) = usage.iter().find(|worker| &worker.model == model) {
-            footprints.get_or_create(&labels).set(worker.bytes);
+        restarts.get_or_create(&labels).inc_by(sample.restarts);
+        if let Some(bytes) = sample.footprint {
+            footprints.get_or_create(&labels).set(bytes);
         }
     }
     let mut registry = Registry::default();
@@ -118,6 +78,7 @@ fn workers(models: &[String], snapshot: &[EntrySnapshot], usage: &[WorkerUsage])
         "Unexpected worker exits and failed starts, by model",
         restarts,
     );
+    register_prefix_cache(&mut registry, samples);
     registry
 }
 
@@ -198,20 +159,24 @@ const PREFIX_GAUGES: [PrefixGauge; 3] = [
     ),
 ];
 
-fn register_prefix_cache(registry: &mut Registry, stats: &[(String, PrefixCacheStats)]) {
+fn register_prefix_cache(registry: &mut Registry, samples: &[ModelSample]) {
+    let stats: Vec<(&String, &PrefixCacheStats)> = samples
+        .iter()
+        .filter_map(|sample| Some((&sample.model, sample.prefix_cache.as_ref()?)))
+        .collect();
     let labels = |model: &String| ModelLabels {
         model: model.clone(),
     };
     for (name, help, read) in PREFIX_COUNTERS {
         let family = Family::<ModelLabels, Counter>::default();
-        for (model, stats) in stats {
+        for (model, stats) in &stats {
             family.get_or_create(&labels(model)).inc_by(read(stats));
         }
         registry.register(name, help, family);
     }
     for (name, help, read) in PREFIX_GAUGES {
         let family = Family::<ModelLabels, Gauge<u64, AtomicU64>>::default();
-        for (model, stats) in stats {
+        for (model, stats) in &stats {
             family.get_or_create(&labels(model)).set(read(stats));
         }
         registry.register(name, help, family);
@@ -220,35 +185,26 @@ fn register_prefix_cache(registry: &mut Registry, stats: &[(String, PrefixCacheS
 
 #[cfg(test)]
 mod tests {
+    use super::super::Metrics;
     use super::*;
 
-    fn snapshot(model: &str, phase: Phase, restarts: u64) -> EntrySnapshot {
-        EntrySnapshot {
+    fn sample(model: &str, state: &'static str, restarts: u64, footprint: Option<u64>) -> ModelSample {
+        ModelSample {
             model: model.to_owned(),
-            phase,
-            pid: None,
-            since: None,
-            leases: 0,
-            pinned: false,
+            state,
             restarts,
-            retry_at: None,
-            last_used: None,
-            last_exit: None,
+            footprint,
+            prefix_cache: None,
         }
     }
 
     #[test]
     fn every_model_reports_one_state_its_restarts_and_a_live_workers_footprint() {
-        let models = ["llama".to_owned(), "qwen3".to_owned()];
-        let snapshots = [snapshot("llama", Phase::Ready, 2)];
-        let usage = [WorkerUsage {
-            model: "llama".to_owned(),
-            pid: Some(42),
-            bytes: 1 << 30,
-        }];
-        let text = Metrics::new()
-            .encode(&workers(&models, &snapshots, &usage))
-            .unwrap();
+        let samples = [
+            sample("llama", "ready", 2, Some(1 << 30)),
+            sample("qwen3", "not_running", 0, None),
+        ];
+        let text = Metrics::new().exposition(&samples).unwrap();
         for line in [
             r#"corral_worker_state{model="llama",state="ready"} 1"#,
             r#"corral_worker_state{model="llama",state="not_running"} 0"#,

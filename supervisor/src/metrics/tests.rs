@@ -7,14 +7,12 @@ use axum::extract::Path;
 use axum::http::{Request, StatusCode};
 use axum::middleware::from_fn_with_state;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
 use tower::ServiceExt;
 
 use super::*;
-use crate::api::ServedModel;
 
 fn text(metrics: &Metrics) -> String {
-    metrics.encode(&Registry::default()).unwrap()
+    metrics.exposition(&[]).unwrap()
 }
 
 /// The value of the sample `name{labels}` (labels as encoded), if present.
@@ -102,12 +100,11 @@ fn evictions_count_their_freed_bytes_and_durations_by_reason() {
 }
 
 #[test]
-fn an_awaited_exit_is_stopped_and_a_crash_names_its_signal_or_code() {
+fn worker_exits_are_counted_by_model_and_cause() {
     let metrics = Metrics::new();
-    let crashed = ExitOutcome::Crashed { backoff: None };
-    metrics.record_exit("llama", ExitStatus::Signal(15), ExitOutcome::Stopped);
-    metrics.record_exit("llama", ExitStatus::Signal(9), crashed);
-    metrics.record_exit("llama", ExitStatus::Code(3), ExitOutcome::DuringStart);
+    for cause in ["stopped", "signal_9", "exit_code_3"] {
+        metrics.record_exit("llama", cause.to_owned());
+    }
     let text = text(&metrics);
     for cause in ["stopped", "signal_9", "exit_code_3"] {
         let series = format!(r#"corral_worker_exits_total{{model="llama",cause="{cause}"}}"#);

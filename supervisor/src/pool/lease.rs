@@ -17,6 +17,7 @@ pub struct Lease<H> {
     state: Arc<Mutex<PoolState<H>>>,
     model: String,
     worker: Worker<H>,
+    completed: bool,
 }
 
 impl<H> Lease<H> {
@@ -26,7 +27,14 @@ impl<H> Lease<H> {
             state,
             model: model.to_owned(),
             worker,
+            completed: false,
         }
+    }
+
+    /// Ends the lease after its request ran to its end on this worker: the worker has shown it
+    /// can serve, which ends the model's crash-loop streak (see `state.rs`).
+    pub fn complete(mut self) {
+        self.completed = true;
     }
 
     pub fn model(&self) -> &str {
@@ -49,7 +57,12 @@ impl<H> Lease<H> {
 
 impl<H> Drop for Lease<H> {
     fn drop(&mut self) {
-        lock(&self.state).release(&self.model, self.worker.generation, Instant::now());
+        lock(&self.state).release(
+            &self.model,
+            self.worker.generation,
+            self.completed,
+            Instant::now(),
+        );
     }
 }
 

@@ -3,18 +3,22 @@
 //!
 //! Nothing here awaits, spawns or reads the clock: the caller holds the pool's one
 //! `std::sync::Mutex` around each call and passes `now`. That keeps each transition atomic (no
-//! lease can be taken between "looks idle" and "is stopping") and lets the tests drive the
-//! machine through any schedule they like, with a clock they control.
+//! lease can be taken between "looks idle" and "is stopping", no two admissions count on the same
+//! free memory) and lets the tests drive the machine through any schedule they like, with a
+//! clock they control. Every transition bumps one pool-wide version (`changes`), so a task that
+//! waits for the pool to move on subscribes under the lock and cannot miss the change.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
-use super::launcher::LaunchedWorker;
+use super::admission::Limits;
+use super::processes::LaunchedWorker;
 use super::state::{
-    Entry, EntryState, ExitInfo, ExitStatus, Phase, STABLE_AFTER, StopReason, Waiters, Worker,
+    CRASH_LOOP_STREAK, Entry, EntryState, ExitInfo, ExitStatus, Phase, StopReason, Worker,
     backoff,
 };
 
@@ -27,29 +31,12 @@ pub(super) fn lock<H>(state: &Mutex<PoolState<H>>) -> MutexGuard<'_, PoolState<H
 
 #[derive(Debug)]
 pub(super) struct PoolState<H> {
-    entries: BTreeMap<String, Entry<H>>,
+    pub(super) entries: BTreeMap<String, Entry<H>>,
     /// The last generation handed out; every start gets the next one.
     generation: u64,
-}
-
-/// What `acquire` must do next, decided under the lock.
-#[derive(Debug)]
-pub(super) enum AcquireStep<H> {
-    /// A lease was counted on this worker; the caller wraps it in a `Lease`.
-    Leased(Worker<H>),
-    /// A start or stop is under way; wait for `changed()` and ask again.
-    Wait(watch::Receiver<()>),
-    /// The caller must launch generation `generation`, then wait like `Wait`.
-    Launch {
-        generation: u64,
-        done: watch::Receiver<()>,
-    },
-    /// The model is in its crash-loop backoff.
-    CrashLooping {
-        last_exit: ExitInfo,
-        attempts: u32,
-        retry_after: Duration,
-    },
+    pub(super) limits: Limits,
+    /// Bumped by every transition; see [`PoolState::subscribe`].
+    changes: watch::Sender<u64>,
 }
 
 /// What an exit reported by the reaper did to the pool.
@@ -57,13 +44,27 @@ pub(super) enum AcquireStep<H> {
 pub enum ExitOutcome {
     /// A stopping worker was reaped; the model is `NotRunning`.
     Stopped,
-    /// A ready worker died. `backoff` is `None` when it had run long enough to count as stable,
-    /// so the next request starts it at once.
-    Crashed { backoff: Option<Duration> },
+    /// A ready worker died. `backoff` is `None` when the next start may come at once.
+    Crashed {
+        backoff: Option<std::time::Duration>,
+    },
     /// The model is starting; the exit is kept in case it is the pid the launch returns.
     DuringStart,
     /// Not this model's current worker: a duplicate or late report, ignored.
     Stale,
+}
+
+impl ExitOutcome {
+    /// The exit's cause as metrics label it: an exit the pool was waiting for is `stopped`,
+    /// whatever signal it took; any other names its status, so crashes by signal and by exit
+    /// code stay apart.
+    pub fn cause(self, status: ExitStatus) -> String {
+        match (self, status) {
+            (ExitOutcome::Stopped, _) => "stopped".to_owned(),
+            (_, ExitStatus::Code(code)) => format!("exit_code_{code}"),
+            (_, ExitStatus::Signal(signal)) => format!("signal_{signal}"),
+        }
+    }
 }
 
 /// A worker eviction may stop: ready, unleased, not pinned.
@@ -93,11 +94,29 @@ pub struct EntrySnapshot {
 }
 
 impl<H> PoolState<H> {
-    pub fn new() -> Self {
+    pub fn new(limits: Limits) -> Self {
         Self {
             entries: BTreeMap::new(),
             generation: 0,
+            limits,
+            changes: watch::channel(0).0,
         }
+    }
+
+    /// A receiver whose `changed()` resolves at the next transition. Taken under the lock, after
+    /// the look at the state it will wait on, so no transition in between can be missed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The pool-wide version, for the tests' check that every change is announced.
+    #[cfg(test)]
+    pub fn version(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
+    pub(super) fn changed(&self) {
+        self.changes.send_modify(|version| *version = version.wrapping_add(1));
     }
 
     /// The launch of `generation` returned a worker: Starting -> Ready, unless the reaper has
@@ -114,7 +133,6 @@ impl<H> PoolState<H> {
         };
         let EntryState::Starting {
             generation: starting,
-            attempts,
             early_exit,
             ..
         } = &entry.state
@@ -124,73 +142,77 @@ impl<H> PoolState<H> {
         if *starting != generation {
             return false;
         }
-        let attempts = *attempts;
-        if let Some((pid, status)) = *early_exit
-            && pid == launched.pid
-        {
-            entry.restarts += 1;
-            let exit = ExitInfo::Exited { pid, status };
-            entry.last_exit = Some(exit.clone());
-            entry.state = failed(exit, attempts.saturating_add(1), now);
-            return false;
-        }
-        entry.state = EntryState::Ready {
-            worker: Worker {
-                pid: launched.pid,
-                generation,
-                handle: launched.handle,
-            },
-            leases: 0,
-            last_used: now,
-            ready_since: now,
-            attempts,
+        let ready = match *early_exit {
+            Some((pid, status)) if pid == launched.pid => {
+                start_failed(entry, ExitInfo::Exited { pid, status }, now);
+                false
+            }
+            _ => {
+                entry.state = EntryState::Ready {
+                    worker: Worker {
+                        pid: launched.pid,
+                        generation,
+                        handle: launched.handle,
+                    },
+                    leases: 0,
+                    last_used: now,
+                    ready_since: now,
+                    served: false,
+                };
+                true
+            }
         };
-        true
+        self.changed();
+        ready
     }
 
-    /// The launch of `generation` failed: Starting -> Failed, with the next backoff.
+    /// The launch of `generation` failed: Starting -> Failed.
     pub fn launch_failed(&mut self, model: &str, generation: u64, message: String, now: Instant) {
         let Some(entry) = self.entries.get_mut(model) else {
             return;
         };
         if let EntryState::Starting {
             generation: starting,
-            attempts,
             ..
         } = &entry.state
             && *starting == generation
         {
-            entry.restarts += 1;
-            let exit = ExitInfo::LaunchFailed { message };
-            entry.last_exit = Some(exit.clone());
-            entry.state = failed(exit, attempts.saturating_add(1), now);
+            start_failed(entry, ExitInfo::LaunchFailed { message }, now);
+            self.changed();
         }
     }
 
-    /// A lease ended. Only the generation it was taken on is touched: a lease that outlived its
-    /// worker finds another generation (or none) and changes nothing.
-    pub fn release(&mut self, model: &str, generation: u64, now: Instant) {
-        let Some(Entry {
-            state:
-                EntryState::Ready {
-                    worker,
-                    leases,
-                    last_used,
-                    ..
-                },
+    /// A lease ended; `completed` when its request ran to its end on this worker, which ends
+    /// the model's failure streak. Only the generation it was taken on is touched: a lease that
+    /// outlived its worker finds another generation (or none) and changes nothing.
+    pub fn release(&mut self, model: &str, generation: u64, completed: bool, now: Instant) {
+        let Some(entry) = self.entries.get_mut(model) else {
+            return;
+        };
+        let EntryState::Ready {
+            worker,
+            leases,
+            last_used,
+            served,
             ..
-        }) = self.entries.get_mut(model)
+        } = &mut entry.state
         else {
             return;
         };
-        if worker.generation == generation {
-            *leases = leases.saturating_sub(1);
-            *last_used = now;
+        if worker.generation != generation {
+            return;
         }
+        *leases = leases.saturating_sub(1);
+        *last_used = now;
+        if completed {
+            *served = true;
+            entry.streak = 0;
+        }
+        self.changed();
     }
 
-    /// The reaper saw `pid` end. Stopping -> NotRunning; Ready -> NotRunning (it had been
-    /// stable) or Failed (it died soon after a start); anything else leaves the entry as it is.
+    /// The reaper saw `pid` end. Stopping -> NotRunning; Ready -> NotRunning, or Failed when the
+    /// crash-loop rule says so; anything else leaves the entry as it is.
     pub fn on_exit(
         &mut self,
         model: &str,
@@ -201,40 +223,29 @@ impl<H> PoolState<H> {
         let Some(entry) = self.entries.get_mut(model) else {
             return ExitOutcome::Stale;
         };
-        match &mut entry.state {
+        let outcome = match &mut entry.state {
             EntryState::Starting { early_exit, .. } => {
                 *early_exit = Some((pid, status));
-                ExitOutcome::DuringStart
+                return ExitOutcome::DuringStart;
             }
             EntryState::Stopping { pid: stopping, .. } if *stopping == pid => {
                 entry.last_exit = Some(ExitInfo::Exited { pid, status });
                 entry.state = EntryState::NotRunning;
                 ExitOutcome::Stopped
             }
-            EntryState::Ready {
-                worker,
-                ready_since,
-                attempts,
-                ..
-            } if worker.pid == pid => {
-                entry.restarts += 1;
-                entry.last_exit = Some(ExitInfo::Exited { pid, status });
-                if now.saturating_duration_since(*ready_since) >= STABLE_AFTER {
-                    entry.state = EntryState::NotRunning;
-                    return ExitOutcome::Crashed { backoff: None };
-                }
-                let attempts = attempts.saturating_add(1);
-                entry.state = failed(ExitInfo::Exited { pid, status }, attempts, now);
-                ExitOutcome::Crashed {
-                    backoff: Some(backoff(attempts)),
-                }
+            EntryState::Ready { worker, served, .. } if worker.pid == pid => {
+                let served = *served;
+                ready_worker_died(entry, pid, status, served, now)
             }
-            _ => ExitOutcome::Stale,
-        }
+            _ => return ExitOutcome::Stale,
+        };
+        self.changed();
+        outcome
     }
 
     pub fn set_pinned(&mut self, model: &str, pinned: bool) {
         self.entries.entry(model.to_owned()).or_default().pinned = pinned;
+        self.changed();
     }
 
     /// Ready, unleased, unpinned workers, least recently used first.
@@ -299,6 +310,19 @@ impl<H> PoolState<H> {
     pub fn state(&self, model: &str) -> Option<&EntryState<H>> {
         self.entries.get(model).map(|entry| &entry.state)
     }
+
+    /// NotRunning, or Failed past its backoff -> Starting: the new generation.
+    pub(super) fn enter_starting(&mut self, model: &str, estimate: u64, now: Instant) -> u64 {
+        self.generation += 1;
+        self.entries.entry(model.to_owned()).or_default().state = EntryState::Starting {
+            generation: self.generation,
+            started_at: now,
+            estimate,
+            early_exit: None,
+        };
+        self.changed();
+        self.generation
+    }
 }
 
 impl<H: Clone> PoolState<H> {
@@ -311,78 +335,9 @@ impl<H: Clone> PoolState<H> {
         }
     }
 
-    /// Leases a ready worker, or says how to get one: NotRunning and an expired Failed start a
-    /// new generation; Starting and Stopping are waited on; Failed in backoff refuses.
-    pub fn acquire(&mut self, model: &str, now: Instant) -> AcquireStep<H> {
-        let entry = self.entries.entry(model.to_owned()).or_default();
-        let attempts = match &mut entry.state {
-            EntryState::NotRunning => 0,
-            EntryState::Starting { waiters, .. } | EntryState::Stopping { waiters, .. } => {
-                return AcquireStep::Wait(waiters.subscribe());
-            }
-            EntryState::Ready {
-                worker,
-                leases,
-                last_used,
-                ..
-            } => {
-                *leases += 1;
-                *last_used = now;
-                return AcquireStep::Leased(worker.clone());
-            }
-            EntryState::Failed {
-                exit,
-                attempts,
-                retry_at,
-            } if *retry_at > now => {
-                return AcquireStep::CrashLooping {
-                    last_exit: exit.clone(),
-                    attempts: *attempts,
-                    retry_after: *retry_at - now,
-                };
-            }
-            EntryState::Failed { attempts, .. } => *attempts,
-        };
-        let (generation, done) = self.enter_starting(model, attempts, now);
-        AcquireStep::Launch { generation, done }
-    }
-
-    /// NotRunning, or Failed past its backoff -> Starting, without a lease: the generation to
-    /// launch, or `None` when the model is in any other state (it needs no start, or may not
-    /// start yet).
-    pub fn start(&mut self, model: &str, now: Instant) -> Option<u64> {
-        let entry = self.entries.entry(model.to_owned()).or_default();
-        let attempts = match &entry.state {
-            EntryState::NotRunning => 0,
-            EntryState::Failed {
-                attempts, retry_at, ..
-            } if *retry_at <= now => *attempts,
-            _ => return None,
-        };
-        Some(self.enter_starting(model, attempts, now).0)
-    }
-
-    fn enter_starting(
-        &mut self,
-        model: &str,
-        attempts: u32,
-        now: Instant,
-    ) -> (u64, watch::Receiver<()>) {
-        self.generation += 1;
-        let waiters = Waiters::default();
-        let done = waiters.subscribe();
-        self.entries.entry(model.to_owned()).or_default().state = EntryState::Starting {
-            generation: self.generation,
-            started_at: now,
-            attempts,
-            waiters,
-            early_exit: None,
-        };
-        (self.generation, done)
-    }
-
-    /// Ready, leased or not -> Stopping(Killed), and the worker to end: an operator's kill,
-    /// which fails the requests in flight. `None` when no ready worker exists.
+    /// Ready, leased or not -> Stopping(Killed), and the worker to end: an operator's kill (or
+    /// the end of a drain), which fails the requests in flight. `None` when no ready worker
+    /// exists.
     pub fn begin_kill(&mut self, model: &str, now: Instant) -> Option<Worker<H>> {
         let entry = self.entries.get_mut(model)?;
         let EntryState::Ready { worker, .. } = &entry.state else {
@@ -393,14 +348,14 @@ impl<H: Clone> PoolState<H> {
             pid: worker.pid,
             reason: StopReason::Killed,
             since: now,
-            waiters: Waiters::default(),
         };
+        self.changed();
         Some(worker)
     }
 
     /// Ready with zero leases -> Stopping, and the worker to stop; `None` for a leased, busy,
-    /// absent or (for eviction and idleness) pinned worker. The caller sends `Shutdown` and
-    /// escalates; the reaper's `on_exit` completes the stop.
+    /// absent or (for eviction and idleness) pinned worker. The caller runs the stop; the
+    /// reaper's `on_exit` completes it.
     pub fn begin_stop(
         &mut self,
         model: &str,
@@ -422,16 +377,49 @@ impl<H: Clone> PoolState<H> {
             pid: worker.pid,
             reason,
             since: now,
-            waiters: Waiters::default(),
         };
+        self.changed();
         Some(worker)
     }
 }
 
-fn failed<H>(exit: ExitInfo, attempts: u32, now: Instant) -> EntryState<H> {
-    EntryState::Failed {
+/// A start failed before `Ready`: one more failure in the streak.
+fn start_failed<H>(entry: &mut Entry<H>, exit: ExitInfo, now: Instant) {
+    entry.restarts += 1;
+    entry.streak = entry.streak.saturating_add(1);
+    entry.last_exit = Some(exit.clone());
+    entry.state = EntryState::Failed {
         exit,
-        attempts,
-        retry_at: now + backoff(attempts),
+        retry_at: now + backoff(entry.streak),
+    };
+}
+
+/// A ready worker died: the crash-loop rule of `state.rs` decides whether the next start waits.
+fn ready_worker_died<H>(
+    entry: &mut Entry<H>,
+    pid: u32,
+    status: ExitStatus,
+    served: bool,
+    now: Instant,
+) -> ExitOutcome {
+    entry.restarts += 1;
+    let exit = ExitInfo::Exited { pid, status };
+    entry.last_exit = Some(exit.clone());
+    let killed_from_outside = status == ExitStatus::Signal(Signal::SIGKILL as i32);
+    // A worker that finished a request has already reset the streak.
+    if !served && !killed_from_outside {
+        entry.streak = entry.streak.saturating_add(1);
+    }
+    if killed_from_outside || entry.streak < CRASH_LOOP_STREAK {
+        entry.state = EntryState::NotRunning;
+        return ExitOutcome::Crashed { backoff: None };
+    }
+    let wait = backoff(entry.streak);
+    entry.state = EntryState::Failed {
+        exit,
+        retry_at: now + wait,
+    };
+    ExitOutcome::Crashed {
+        backoff: Some(wait),
     }
 }

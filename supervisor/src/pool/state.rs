@@ -2,32 +2,41 @@
 //!
 //! ```text
 //! NotRunning -> Starting -> Ready(pid, leases, last_used) -> Stopping(reason) -> NotRunning (reaped)
-//!                   \-> Failed(exit, backoff) -> Starting (once the backoff has passed)
+//!                   \-> Failed(exit, retry_at) -> Starting (once its backoff has passed)
 //! ```
 //!
 //! These are plain values; every transition is one method on `PoolState` (`machine.rs`), called
 //! under the pool's one lock. The lease count lives in `Ready` itself, so there is no state in
 //! which a leased worker can look idle, and `Stopping` has no count at all: a worker is only
 //! stopped once its count is zero.
+//!
+//! The crash-loop rule: an entry's `streak` counts its failures in a row. A start that fails
+//! before `Ready` is one; so is a ready worker that dies by itself (an exit code, or any signal
+//! but SIGKILL) before it has finished a single request. A finished request resets the streak.
+//! A worker ended by SIGKILL from outside (an operator's `kill -9`, the OOM killer, jetsam) is
+//! not the model's failure and leaves the streak as it was. Only from [`CRASH_LOOP_STREAK`]
+//! failures on does the next start wait out a backoff; before that, and always after a ready
+//! worker was killed, the next request starts a new worker at once.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
-
-/// The first retry waits this long; each further failure in a row doubles it.
+/// Failures in a row from which a model waits out a backoff before its next start.
+pub const CRASH_LOOP_STREAK: u32 = 3;
+/// The first backoff; each further failure in a row doubles it.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// The longest a crash-looping model waits before its next start.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
-/// A worker that was ready at least this long before it died counts as having recovered: its
-/// crash starts a new streak instead of lengthening the backoff of the old one.
-pub const STABLE_AFTER: Duration = Duration::from_secs(60);
 
-/// How long to wait before the next start after `attempts` failures in a row (1 s, 2 s, 4 s ...
-/// up to [`BACKOFF_CAP`]).
-pub fn backoff(attempts: u32) -> Duration {
-    let doublings = attempts.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_CAP)
+/// How long to wait before the next start after `streak` failures in a row: nothing below
+/// [`CRASH_LOOP_STREAK`], then 1 s, 2 s, 4 s ... up to [`BACKOFF_CAP`].
+pub fn backoff(streak: u32) -> Duration {
+    let Some(over) = streak.checked_sub(CRASH_LOOP_STREAK) else {
+        return Duration::ZERO;
+    };
+    BACKOFF_BASE
+        .saturating_mul(1 << over.min(16))
+        .min(BACKOFF_CAP)
 }
 
 /// Why a worker is being stopped; kept for logs, metrics and the admin API.
@@ -46,6 +55,17 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// The name logs, metrics and the admin API use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Evicted => "evicted",
+            StopReason::Idle => "idle",
+            StopReason::Shutdown => "shutdown",
+            StopReason::Killed => "killed",
+            StopReason::Unload => "unload",
+        }
+    }
+
     /// Whether a pinned model may be stopped for this reason: pinned models are never evicted,
     /// but an operator or a shutdown still stops them.
     pub fn applies_to_pinned(self) -> bool {
@@ -91,26 +111,6 @@ impl fmt::Display for ExitInfo {
     }
 }
 
-/// The tasks waiting for a `Starting` or `Stopping` entry to move on. Nothing is ever sent:
-/// the sender is dropped with the state it belongs to, and every receiver's `changed()` then
-/// returns, so no transition can forget to wake its waiters.
-#[derive(Debug)]
-pub struct Waiters(watch::Sender<()>);
-
-impl Default for Waiters {
-    fn default() -> Self {
-        Self(watch::channel(()).0)
-    }
-}
-
-impl Waiters {
-    /// A receiver whose `changed()` resolves once this state has been left. Taken under the
-    /// lock, so the wake-up cannot be missed.
-    pub fn subscribe(&self) -> watch::Receiver<()> {
-        self.0.subscribe()
-    }
-}
-
 /// A ready worker: what a lease hands to its holder and what a stop order carries.
 #[derive(Debug, Clone)]
 pub struct Worker<H> {
@@ -120,16 +120,15 @@ pub struct Worker<H> {
     pub handle: H,
 }
 
-/// One model's state. `attempts` counts the failed starts and early crashes in a row that led
-/// here, for the backoff.
+/// One model's state.
 #[derive(Debug)]
 pub enum EntryState<H> {
     NotRunning,
     Starting {
         generation: u64,
         started_at: Instant,
-        attempts: u32,
-        waiters: Waiters,
+        /// What admission counted this start at until the worker has a footprint.
+        estimate: u64,
         /// An exit the reaper reported before the launch returned: if it is the launched pid,
         /// the worker is dead on arrival and must not become `Ready`.
         early_exit: Option<(u32, ExitStatus)>,
@@ -139,17 +138,16 @@ pub enum EntryState<H> {
         leases: u32,
         last_used: Instant,
         ready_since: Instant,
-        attempts: u32,
+        /// Whether this worker has finished a request (its death then starts no crash loop).
+        served: bool,
     },
     Stopping {
         pid: u32,
         reason: StopReason,
         since: Instant,
-        waiters: Waiters,
     },
     Failed {
         exit: ExitInfo,
-        attempts: u32,
         retry_at: Instant,
     },
 }
@@ -219,6 +217,8 @@ pub struct Entry<H> {
     pub restarts: u64,
     /// How the last worker of this model ended (or failed to start), for the admin API.
     pub last_exit: Option<ExitInfo>,
+    /// Failures in a row, for the crash-loop rule (see the module's documentation).
+    pub streak: u32,
 }
 
 impl<H> Default for Entry<H> {
@@ -228,6 +228,7 @@ impl<H> Default for Entry<H> {
             pinned: false,
             restarts: 0,
             last_exit: None,
+            streak: 0,
         }
     }
 }
@@ -237,9 +238,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_from_one_second_and_caps_at_thirty() {
-        let secs: Vec<u64> = (1..=8).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
+    fn backoff_starts_at_the_third_failure_doubles_from_one_second_and_caps_at_thirty() {
+        let secs: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, [0, 0, 1, 2, 4, 8, 16, 30, 30, 30]);
         assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
     }
 

@@ -52,7 +52,7 @@ async fn length_and_cancelled_map_to_openai_finish_reasons() {
         (FinishReason::Length, "length"),
         (FinishReason::Cancelled, "stop"),
     ] {
-        let backend = FakeBackend::replying(vec![accepted(), delta("x"), done(reason)]);
+        let backend = FakeBackend::replying(vec![delta("x"), done(reason)]);
         let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]});
         let reply = post(&backend, "/v1/chat/completions", body).await;
         assert_eq!(reply.json()["choices"][0]["finish_reason"], expected);
@@ -148,7 +148,6 @@ async fn chat_logprobs_come_in_the_openai_shape() {
         ],
     };
     let events = vec![
-        accepted(),
         StreamEvent::Delta {
             text: "Hi".to_owned(),
             token_count: 1,

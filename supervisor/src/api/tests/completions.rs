@@ -84,7 +84,6 @@ fn token(text: &str, logprob: f32) -> TokenLogprob {
 #[tokio::test]
 async fn completion_logprobs_are_parallel_arrays_with_text_offsets() {
     let events = vec![
-        accepted(),
         StreamEvent::Delta {
             text: "Hé".to_owned(),
             token_count: 2,

@@ -114,12 +114,8 @@ impl Backend for FakeBackend {
         let guard = CancelOnDrop::new(move || {
             cancels.fetch_add(1, Ordering::SeqCst);
         });
-        Ok(GenerationStream::new(receiver, guard))
+        Ok(GenerationStream::new(3, receiver, guard))
     }
-}
-
-fn accepted() -> StreamEvent {
-    StreamEvent::Accepted { prompt_tokens: 3 }
 }
 
 fn delta(text: &str) -> StreamEvent {
@@ -141,10 +137,9 @@ fn done(reason: FinishReason) -> StreamEvent {
     }
 }
 
-/// Accepted, "Hello", " world", stopped.
+/// "Hello", " world", stopped.
 fn hello_world() -> Vec<StreamEvent> {
     vec![
-        accepted(),
         delta("Hello"),
         delta(" world"),
         done(FinishReason::Stop),

@@ -60,7 +60,7 @@ async fn chat_stream_without_include_usage_has_no_usage_chunk() {
 
 #[tokio::test]
 async fn completion_stream_sends_text_chunks_finish_usage_then_done() {
-    let backend = FakeBackend::replying(vec![accepted(), delta("Hi"), done(FinishReason::Length)]);
+    let backend = FakeBackend::replying(vec![delta("Hi"), done(FinishReason::Length)]);
     let body = json!({
         "model": "tiny", "prompt": "x", "stream": true,
         "stream_options": {"include_usage": true},
@@ -88,7 +88,7 @@ async fn a_worker_dying_mid_stream_ends_it_with_an_error_event() {
     let failed = StreamEvent::Failed {
         message: "worker for tiny exited with status 134".to_owned(),
     };
-    let backend = FakeBackend::replying(vec![accepted(), delta("Hel"), failed]);
+    let backend = FakeBackend::replying(vec![delta("Hel"), failed]);
     let reply = post(&backend, "/v1/chat/completions", chat_stream(true)).await;
     assert_eq!(
         reply.status,
@@ -111,7 +111,7 @@ async fn a_worker_dying_mid_stream_ends_it_with_an_error_event() {
 
 #[tokio::test]
 async fn a_stream_closed_without_done_ends_with_an_error_event() {
-    let backend = FakeBackend::replying(vec![accepted(), delta("Hel")]);
+    let backend = FakeBackend::replying(vec![delta("Hel")]);
     let reply = post(
         &backend,
         "/v1/completions",
@@ -126,7 +126,7 @@ async fn a_stream_closed_without_done_ends_with_an_error_event() {
 #[tokio::test]
 async fn a_client_disconnect_cancels_the_generation() {
     let backend = FakeBackend::new(Script::Events {
-        events: vec![accepted(), delta("Hel")],
+        events: vec![delta("Hel")],
         hold: true,
     });
     let request = post_raw(
@@ -151,7 +151,7 @@ async fn a_client_disconnect_cancels_the_generation() {
 #[tokio::test]
 async fn a_client_leaving_before_a_whole_answer_cancels_the_generation() {
     let backend = FakeBackend::new(Script::Events {
-        events: vec![accepted(), delta("Hel")],
+        events: vec![delta("Hel")],
         hold: true,
     });
     let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]});
@@ -175,7 +175,6 @@ async fn streamed_chat_chunks_carry_their_logprobs() {
         top_logprobs: Vec::new(),
     };
     let events = vec![
-        accepted(),
         StreamEvent::Delta {
             text: "Hi".to_owned(),
             token_count: 1,

@@ -6,19 +6,19 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::launcher::{ModelLookup, ProcessLauncher};
-use super::run_dir::RunDir;
-use crate::pool::{LaunchError, Launcher};
+use super::super::spawn::{ModelLookup, Spawner};
+use super::super::run_dir::RunDir;
+use crate::pool::LaunchError;
 
 fn launcher(
     binary: &str,
     state: &tempfile::TempDir,
-) -> (ProcessLauncher, mpsc::UnboundedReceiver<super::WorkerExit>) {
+) -> (Spawner, mpsc::UnboundedReceiver<super::super::WorkerExit>) {
     let run_dir = RunDir::create(state.path()).unwrap();
     let lookup: ModelLookup =
-        Box::new(|model| (model == "known").then(|| PathBuf::from("/nowhere")));
+        std::sync::Arc::new(|model| (model == "known").then(|| PathBuf::from("/nowhere")));
     let (exits, exit_rx) = mpsc::unbounded_channel();
-    let launcher = ProcessLauncher::new(binary.into(), run_dir, lookup, exits)
+    let launcher = Spawner::new(binary.into(), run_dir, lookup, exits)
         .with_start_timeout(Duration::from_secs(10));
     (launcher, exit_rx)
 }
@@ -27,7 +27,7 @@ fn launcher(
 async fn an_unknown_model_is_not_spawned() {
     let state = tempfile::tempdir().unwrap();
     let (launcher, _exits) = launcher("/bin/sh", &state);
-    let err = launcher.launch("unknown").await.unwrap_err();
+    let err = launcher.launch("unknown", u64::MAX).await.unwrap_err();
     assert!(matches!(err, LaunchError::Spawn { .. }), "{err}");
 }
 
@@ -35,7 +35,7 @@ async fn an_unknown_model_is_not_spawned() {
 async fn a_missing_binary_fails_to_spawn_and_leaves_no_socket() {
     let state = tempfile::tempdir().unwrap();
     let (launcher, _exits) = launcher("/nonexistent/corral-worker", &state);
-    let err = launcher.launch("known").await.unwrap_err();
+    let err = launcher.launch("known", u64::MAX).await.unwrap_err();
     assert!(matches!(err, LaunchError::Spawn { .. }), "{err}");
     let run = state.path().join("run");
     assert_eq!(
@@ -49,7 +49,7 @@ async fn a_missing_binary_fails_to_spawn_and_leaves_no_socket() {
 async fn a_worker_that_exits_before_connecting_is_reported_and_its_record_removed() {
     let state = tempfile::tempdir().unwrap();
     let (launcher, mut exits) = launcher("/bin/sh", &state);
-    let err = launcher.launch("known").await.unwrap_err();
+    let err = launcher.launch("known", u64::MAX).await.unwrap_err();
     let LaunchError::Exited { model, pid, .. } = err else {
         panic!("expected Exited, got {err}");
     };

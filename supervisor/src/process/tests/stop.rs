@@ -1,5 +1,5 @@
 //! The stop protocol's escalation, against real processes: one that exits on `Shutdown`, one
-//! that only SIGTERM ends, and one that ignores SIGTERM.
+//! that only SIGTERM ends, and one that ignores SIGTERM; and an operator's signals.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -9,11 +9,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use super::client_tests::{connected, spawn_watched};
-use super::reaper::WorkerProcess;
-use super::stop::{StopStep, Stopped, kill_now, stop_worker};
-use crate::pool::ExitStatus;
+use nix::sys::signal::Signal;
 
+use super::super::reaper::WorkerProcess;
+use super::super::stop::{StopStep, Stopped, stop};
+use super::client::{connected, spawn_watched};
+use crate::pool::{ExitStatus, StopOrder, StopReason};
+
+const GRACEFUL: StopOrder = StopOrder::Graceful(StopReason::Unload);
 const GRACE: Duration = Duration::from_millis(300);
 
 /// Reads and ignores every frame, as a worker stuck in a GPU call would.
@@ -45,7 +48,7 @@ async fn a_worker_that_obeys_shutdown_stops_gracefully() {
         }
     });
 
-    let stopped = stop_worker(&client, Duration::from_secs(5)).await;
+    let stopped = stop(&client, GRACEFUL, Duration::from_secs(5)).await;
     assert_eq!(
         stopped,
         Stopped {
@@ -61,7 +64,7 @@ async fn a_worker_that_ignores_shutdown_is_terminated() {
     let (client, theirs) = connected(process);
     deaf_peer(theirs);
 
-    let stopped = stop_worker(&client, GRACE).await;
+    let stopped = stop(&client, GRACEFUL, GRACE).await;
     assert_eq!(
         stopped,
         Stopped {
@@ -78,7 +81,7 @@ async fn a_worker_that_ignores_sigterm_is_killed() {
     let (client, theirs) = connected(process);
     deaf_peer(theirs);
 
-    let stopped = stop_worker(&client, GRACE).await;
+    let stopped = stop(&client, GRACEFUL, GRACE).await;
     assert_eq!(
         stopped,
         Stopped {
@@ -89,14 +92,51 @@ async fn a_worker_that_ignores_sigterm_is_killed() {
 }
 
 #[tokio::test]
-async fn kill_now_ends_the_worker_with_sigkill() {
+async fn an_operators_sigkill_ends_the_worker_at_once() {
     let (process, mut exits) = spawn_watched("sleep", &["60"]);
     let pid = process.pid();
-    let (client, _theirs) = connected(process);
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
 
-    kill_now(&client);
+    let stopped = stop(&client, StopOrder::Signal(Signal::SIGKILL), Duration::from_secs(60)).await;
 
+    assert_eq!(stopped.step, StopStep::Killed);
     let exit = exits.recv().await.unwrap();
     assert_eq!((exit.pid, exit.status), (pid, ExitStatus::Signal(9)));
     assert_eq!(client.process().exited(), Some(ExitStatus::Signal(9)));
+}
+
+#[tokio::test]
+async fn an_operators_signal_that_does_not_end_the_worker_is_followed_by_sigkill() {
+    let (process, _exits) = spawn_watched("sleep", &["60"]);
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
+
+    // SIGCONT does nothing to a running process, whatever the timing.
+    let stopped = stop(&client, StopOrder::Signal(Signal::SIGCONT), GRACE).await;
+
+    assert_eq!(
+        stopped,
+        Stopped {
+            step: StopStep::Killed,
+            status: ExitStatus::Signal(9)
+        }
+    );
+}
+
+#[tokio::test]
+async fn an_operators_sigterm_that_works_is_reported_as_terminated() {
+    let (process, _exits) = spawn_watched("sleep", &["60"]);
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
+
+    let stopped = stop(&client, StopOrder::Signal(Signal::SIGTERM), Duration::from_secs(60)).await;
+
+    assert_eq!(
+        stopped,
+        Stopped {
+            step: StopStep::Terminated,
+            status: ExitStatus::Signal(15)
+        }
+    );
 }

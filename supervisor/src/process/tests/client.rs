@@ -14,8 +14,8 @@ use tokio::net::UnixStream;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use super::client::{ClientError, WorkerClient};
-use super::reaper::{WorkerExit, WorkerProcess};
+use super::super::client::{ClientError, WorkerClient};
+use super::super::reaper::{WorkerExit, WorkerProcess};
 use corral_ipc::SupervisorConnection;
 
 pub(super) fn spawn_watched(

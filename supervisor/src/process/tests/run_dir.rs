@@ -6,7 +6,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use super::run_dir::{RunDir, RunDirError, SlotName, reap_orphans};
+use super::super::run_dir::{RunDir, RunDirError, SlotName, reap_orphans};
 
 fn mode(path: &std::path::Path) -> u32 {
     fs::metadata(path)

@@ -1,4 +1,5 @@
-//! The HTTP layer's `Backend`, made of the registry, the worker pool and worker connections.
+//! Dispatching a generation to a worker: the HTTP layer's `Backend` over the registry, the
+//! worker pool and the worker connections.
 //!
 //! A request holds a lease from `acquire` until its worker confirms the end of the sequence
 //! (`Done` or `Error`), also when the client left earlier: the cancel guard sends `Cancel`, and
@@ -6,44 +7,45 @@
 //! never considered idle while it still computes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use corral_ipc::{FromWorker, GenerateRequest};
 use tokio::sync::mpsc;
 
 use crate::api::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
-use crate::eviction::MemoryManager;
 use crate::metrics::{GenerationMetrics, Metrics};
-use crate::pool::{AcquireError, Launcher, Lease, Pool};
-use crate::process::{RequestHandle, WorkerClient};
+use crate::pool::{AcquireError, Lease, Pool};
+use crate::process::{RequestHandle, WorkerClient, WorkerProcesses};
 use crate::registry::Registry;
 
 /// Events buffered between a worker and a slow client before the relay waits.
 const STREAM_BUFFER: usize = 256;
 
-pub struct PoolBackend<L: Launcher<Handle = Arc<WorkerClient>>> {
+pub struct Dispatch {
     registry: Arc<Registry>,
-    pool: Pool<L>,
-    memory: Arc<MemoryManager<L>>,
+    pool: Pool<WorkerProcesses>,
+    /// How long a request may wait for room or a backoff before its model starts.
+    admission_wait: Duration,
     metrics: Arc<Metrics>,
 }
 
-impl<L: Launcher<Handle = Arc<WorkerClient>>> PoolBackend<L> {
+impl Dispatch {
     pub fn new(
         registry: Arc<Registry>,
-        pool: Pool<L>,
-        memory: Arc<MemoryManager<L>>,
+        pool: Pool<WorkerProcesses>,
+        admission_wait: Duration,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             registry,
             pool,
-            memory,
+            admission_wait,
             metrics,
         }
     }
 }
 
-impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
+impl Backend for Dispatch {
     fn models(&self) -> Vec<ModelCard> {
         self.registry
             .entries()
@@ -65,13 +67,11 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
     ) -> Result<GenerationStream, BackendError> {
         // Counts as queued from here until the worker accepts; dropped on every early return.
         let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
-        self.memory
-            .admit(model)
+        let lease = self
+            .pool
+            .acquire(model, self.admission_wait)
             .await
-            .map_err(|error| BackendError::InsufficientMemory {
-                message: error.to_string(),
-            })?;
-        let lease = self.pool.acquire(model).await.map_err(unavailable)?;
+            .map_err(unavailable)?;
         let client = lease.handle().clone();
         let mut handle =
             client
@@ -106,9 +106,8 @@ impl<L: Launcher<Handle = Arc<WorkerClient>>> Backend for PoolBackend<L> {
         };
         observed.accepted(prompt_tokens);
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
-        let _ = events.send(StreamEvent::Accepted { prompt_tokens }).await;
         tokio::spawn(relay(handle, events, lease, observed));
-        Ok(GenerationStream::new(receiver, cancel))
+        Ok(GenerationStream::new(prompt_tokens, receiver, cancel))
     }
 }
 
@@ -118,14 +117,19 @@ fn cancel_guard(client: &Arc<WorkerClient>, id: u64) -> CancelOnDrop {
 }
 
 fn unavailable(error: AcquireError) -> BackendError {
-    let AcquireError::CrashLooping { retry_after, .. } = &error;
-    BackendError::Unavailable {
-        message: error.to_string(),
-        retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+    match error.retry_after() {
+        None => BackendError::InsufficientMemory {
+            message: error.to_string(),
+        },
+        Some(retry_after) => BackendError::Unavailable {
+            message: error.to_string(),
+            retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        },
     }
 }
 
-/// Forwards the worker's frames to the HTTP stream until the sequence ends, then drops the lease.
+/// Forwards the worker's frames to the HTTP stream until the sequence ends, then ends the lease
+/// (completed when the worker finished the sequence, whether or not the client stayed).
 async fn relay(
     mut handle: RequestHandle,
     events: mpsc::Sender<StreamEvent>,
@@ -134,7 +138,7 @@ async fn relay(
 ) {
     let mut client_gone = false;
     while let Some(frame) = handle.events.recv().await {
-        let (event, last) = match frame {
+        let event = match frame {
             FromWorker::Delta {
                 text,
                 token_count,
@@ -142,27 +146,21 @@ async fn relay(
                 ..
             } => {
                 observed.tokens(token_count);
-                (
-                    StreamEvent::Delta {
-                        text,
-                        token_count,
-                        logprobs,
-                    },
-                    false,
-                )
+                StreamEvent::Delta {
+                    text,
+                    token_count,
+                    logprobs,
+                }
             }
             FromWorker::Done {
                 finish_reason,
                 usage,
                 ..
-            } => (
-                StreamEvent::Done {
-                    finish_reason,
-                    usage,
-                },
-                true,
-            ),
-            FromWorker::Error { message, .. } => (StreamEvent::Failed { message }, true),
+            } => StreamEvent::Done {
+                finish_reason,
+                usage,
+            },
+            FromWorker::Error { message, .. } => StreamEvent::Failed { message },
             other => {
                 tracing::warn!(
                     model = lease.model(),
@@ -173,8 +171,14 @@ async fn relay(
                 continue;
             }
         };
+        let finished = matches!(event, StreamEvent::Done { .. });
+        let last = finished || matches!(event, StreamEvent::Failed { .. });
         if !client_gone && events.send(event).await.is_err() {
             client_gone = true;
+        }
+        if finished {
+            lease.complete();
+            return;
         }
         if last {
             return;

@@ -1,5 +1,6 @@
-//! What evictions did: one record per stopped worker, kept for the admin API and logs, with
-//! running totals per reason; each record also feeds the Prometheus families.
+//! What stops did: one record per stopped worker, whatever stopped it (eviction, idleness, an
+//! operator, the shutdown), kept for the admin API and logs, with running totals per reason; each
+//! record also feeds the Prometheus families.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -8,13 +9,13 @@ use std::time::{Duration, Instant};
 use crate::memory::{format_bytes, system_memory};
 use crate::metrics::Metrics;
 use crate::pool::StopReason;
-use crate::process::StopStep;
+use super::stop::StopStep;
 
 /// How many recent evictions the admin API shows.
 const RECENT: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictionRecord {
+pub struct StopRecord {
     pub model: String,
     pub pid: u32,
     pub reason: StopReason,
@@ -50,8 +51,8 @@ impl StopStarted {
         reason: StopReason,
         step: StopStep,
         freed_bytes: u64,
-    ) -> EvictionRecord {
-        EvictionRecord {
+    ) -> StopRecord {
+        StopRecord {
             model: model.to_owned(),
             pid,
             reason,
@@ -64,7 +65,7 @@ impl StopStarted {
     }
 }
 
-impl EvictionRecord {
+impl StopRecord {
     pub fn log(&self) {
         tracing::info!(
             model = %self.model,
@@ -81,7 +82,7 @@ impl EvictionRecord {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EvictionTotals {
+pub struct StopTotals {
     pub count: u64,
     pub freed_bytes: u64,
     pub duration: Duration,
@@ -89,10 +90,8 @@ pub struct EvictionTotals {
 
 #[derive(Debug)]
 pub struct Ledger {
-    recent: VecDeque<EvictionRecord>,
-    totals: BTreeMap<&'static str, EvictionTotals>,
-    /// Over the hard watermark at the last check: loads are refused until it clears.
-    pub refuse_loads: bool,
+    recent: VecDeque<StopRecord>,
+    totals: BTreeMap<&'static str, StopTotals>,
     /// Every record feeds the Prometheus families too, whichever path stopped the worker.
     metrics: Arc<Metrics>,
 }
@@ -102,13 +101,12 @@ impl Ledger {
         Self {
             recent: VecDeque::new(),
             totals: BTreeMap::new(),
-            refuse_loads: false,
             metrics,
         }
     }
 
-    pub fn record(&mut self, record: EvictionRecord) {
-        let reason = reason_name(record.reason);
+    pub fn record(&mut self, record: StopRecord) {
+        let reason = record.reason.name();
         self.metrics
             .record_eviction(reason, record.freed_bytes, record.duration);
         let totals = self.totals.entry(reason).or_default();
@@ -122,22 +120,12 @@ impl Ledger {
     }
 
     /// Oldest first.
-    pub fn recent(&self) -> impl Iterator<Item = &EvictionRecord> {
+    pub fn recent(&self) -> impl Iterator<Item = &StopRecord> {
         self.recent.iter()
     }
 
     /// By reason name (`evicted`, `idle`, ...).
-    pub fn totals(&self) -> &BTreeMap<&'static str, EvictionTotals> {
+    pub fn totals(&self) -> &BTreeMap<&'static str, StopTotals> {
         &self.totals
-    }
-}
-
-pub fn reason_name(reason: StopReason) -> &'static str {
-    match reason {
-        StopReason::Evicted => "evicted",
-        StopReason::Idle => "idle",
-        StopReason::Shutdown => "shutdown",
-        StopReason::Killed => "killed",
-        StopReason::Unload => "unload",
     }
 }

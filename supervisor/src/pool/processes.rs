@@ -1,6 +1,7 @@
-//! How the pool gets a worker process, behind a trait so the state machine can be tested with a
-//! simulated launcher and the real one (spawn `corral-worker serve`, socket, handshake, reaper)
-//! can land on its own.
+//! What the pool needs from the world outside its state machine, behind one trait so that the
+//! machine and its async driver can be tested with simulated processes: launching a worker,
+//! stopping one, and measuring one. The real implementation (spawn `corral-worker serve`,
+//! socket, handshake, reaper, the stop protocol) is `crate::process::WorkerProcesses`.
 //!
 //! Contract for an implementation:
 //! - `launch` returns once the worker is ready to serve (its `Ready` frame came), or fails. It
@@ -9,12 +10,16 @@
 //!   `Pool::on_exit`, even if the exit comes before `launch` has returned (the pool keeps such an
 //!   early exit and refuses the dead worker). A process of a failed launch is killed and reaped
 //!   before `launch` returns its error.
-//! - `launch` runs in its own task, so a request that stops waiting does not cancel a start
-//!   that other requests may be waiting on.
+//! - `stop` returns once the process has been reaped; the reaper's `Pool::on_exit` is what
+//!   completes the stop in the pool.
+//! - `launch` and `stop` run in tasks of their own, so a request that stops waiting cancels
+//!   neither a start other requests wait on nor a stop that admission counts on.
 
 use std::future::Future;
 
-use super::state::ExitStatus;
+use nix::sys::signal::Signal;
+
+use super::state::{ExitStatus, StopReason, Worker};
 
 /// A worker that finished starting: its pid and whatever the pool hands to lease holders (the
 /// real launcher's connection handle; a test's token).
@@ -24,14 +29,49 @@ pub struct LaunchedWorker<H> {
     pub handle: H,
 }
 
-pub trait Launcher: Send + Sync + 'static {
+/// How to stop a worker: the graceful protocol (`Shutdown`, then SIGTERM, then SIGKILL), or a
+/// signal now (an operator's kill; SIGKILL follows a grace period after a softer one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOrder {
+    Graceful(StopReason),
+    Signal(Signal),
+}
+
+impl StopOrder {
+    pub fn reason(self) -> StopReason {
+        match self {
+            StopOrder::Graceful(reason) => reason,
+            StopOrder::Signal(_) => StopReason::Killed,
+        }
+    }
+}
+
+pub trait Processes: Send + Sync + 'static {
     /// Shared by every lease on one worker, so cheap to clone (an `Arc` in practice).
     type Handle: Clone + Send + Sync + 'static;
+    /// What a finished stop reports (the real one: the ledger's record).
+    type Stopped: Send + 'static;
 
+    /// Starts `model`'s worker with `memory_limit` bytes as its share of the budget.
     fn launch(
         &self,
         model: &str,
+        memory_limit: u64,
     ) -> impl Future<Output = Result<LaunchedWorker<Self::Handle>, LaunchError>> + Send;
+
+    /// Ends `worker` as `order` says and returns once it has been reaped.
+    fn stop(
+        &self,
+        model: &str,
+        worker: Worker<Self::Handle>,
+        order: StopOrder,
+    ) -> impl Future<Output = Self::Stopped> + Send;
+
+    /// What the process `pid` holds now; 0 once it is gone.
+    fn footprint(&self, pid: u32) -> u64;
+
+    /// What `model` is expected to hold once loaded, for admission.
+    fn estimate(&self, model: &str) -> u64;
 }
 
 /// Why a worker could not be started. The cause is part of the message (not a `source`), so a

@@ -1,16 +1,15 @@
-//! `ProcessLauncher`: the pool's `Launcher` for real `corral-worker serve` processes.
+//! `Spawner`: starting real `corral-worker serve` processes for the pool.
 //!
 //! One launch: bind the model's socket in the run directory, spawn the worker with a one-time
 //! token in its environment (never in argv, where `ps` shows it), hand the child to its reaper
 //! at once (so an exit at any moment reaches the pool), forward its output to our log, then,
 //! under one start timeout, accept its connection, check the handshake and read `Ready` or
 //! `LoadFailed`. A failed launch kills and reaps its process before returning, as the
-//! `Launcher` contract asks.
+//! `Processes` contract asks.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use corral_ipc::{FromWorker, HANDSHAKE_TIMEOUT, SupervisorConnection, supervisor_accept};
@@ -23,47 +22,26 @@ use tokio::sync::mpsc;
 use super::client::WorkerClient;
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::run_dir::{RunDir, SlotName};
-use crate::pool::{LaunchError, LaunchedWorker, Launcher};
+use crate::pool::{LaunchError, LaunchedWorker};
 
 /// How long a worker may take from spawn to `Ready`; loading a large model from a cold disk
 /// takes a while.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Model id → model directory, from the registry.
-pub type ModelLookup = Box<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
+pub type ModelLookup = Arc<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
 
-/// Each model's share of the memory budget, set by admission and handed to its next worker
-/// (`--memory-limit`), which refuses prefills that would not fit in it.
-#[derive(Debug, Clone, Default)]
-pub struct WorkerMemoryLimits(Arc<Mutex<HashMap<String, u64>>>);
-
-impl WorkerMemoryLimits {
-    pub fn set(&self, model: &str, bytes: u64) {
-        self.lock().insert(model.to_owned(), bytes);
-    }
-
-    pub fn get(&self, model: &str) -> Option<u64> {
-        self.lock().get(model).copied()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, u64>> {
-        // Single inserts and reads: consistent under any panic point.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-pub struct ProcessLauncher {
+pub struct Spawner {
     binary: PathBuf,
     run_dir: RunDir,
     lookup: ModelLookup,
     start_timeout: Duration,
     exits: mpsc::UnboundedSender<WorkerExit>,
-    memory_limits: WorkerMemoryLimits,
     /// Passed to every worker after its own arguments (prefix cache settings).
     worker_args: Vec<std::ffi::OsString>,
 }
 
-impl ProcessLauncher {
+impl Spawner {
     /// Every worker exit is sent to `exits`; drain it into the pool with `Pool::on_exit`
     /// (the pool is built from this launcher, so it cannot be handed in here).
     pub fn new(
@@ -78,7 +56,6 @@ impl ProcessLauncher {
             lookup,
             start_timeout: DEFAULT_START_TIMEOUT,
             exits,
-            memory_limits: WorkerMemoryLimits::default(),
             worker_args: Vec::new(),
         }
     }
@@ -88,17 +65,18 @@ impl ProcessLauncher {
         self
     }
 
-    pub fn with_memory_limits(mut self, memory_limits: WorkerMemoryLimits) -> Self {
-        self.memory_limits = memory_limits;
-        self
-    }
-
     pub fn with_start_timeout(mut self, start_timeout: Duration) -> Self {
         self.start_timeout = start_timeout;
         self
     }
 
-    async fn start(&self, model: &str) -> Result<LaunchedWorker<Arc<WorkerClient>>, LaunchError> {
+    /// Spawns `model`'s worker with `memory_limit` bytes as its share of the budget and waits
+    /// until it is ready; a failed launch has killed and reaped its process.
+    pub async fn launch(
+        &self,
+        model: &str,
+        memory_limit: u64,
+    ) -> Result<LaunchedWorker<Arc<WorkerClient>>, LaunchError> {
         let spawn_error = |error| LaunchError::Spawn {
             model: model.to_owned(),
             error,
@@ -121,9 +99,7 @@ impl ProcessLauncher {
             .arg(&dir)
             .arg("--socket")
             .arg(&socket);
-        if let Some(limit) = self.memory_limits.get(model) {
-            command.arg("--memory-limit").arg(limit.to_string());
-        }
+        command.arg("--memory-limit").arg(memory_limit.to_string());
         command.args(&self.worker_args);
         let spawned = command
             .env(corral_ipc::WORKER_TOKEN_ENV, &token)
@@ -188,14 +164,6 @@ impl ProcessLauncher {
                 tracing::warn!(pid = process.pid(), %error, "cannot remove the worker's pid record");
             }
         });
-    }
-}
-
-impl Launcher for ProcessLauncher {
-    type Handle = Arc<WorkerClient>;
-
-    async fn launch(&self, model: &str) -> Result<LaunchedWorker<Self::Handle>, LaunchError> {
-        self.start(model).await
     }
 }
 
