@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use corral::client::{self, Operation};
 use corral::config::Overrides;
-use corral::fixture::{self, Arch, Bits, Dtype, FixtureOptions, Size};
 use corral::memory::MemoryAmount;
 use corral::serve::{self, ServeOptions};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -220,7 +220,7 @@ impl Command {
                     dtype: args.dtype,
                     quantize: args.quantize,
                 };
-                let summary = fixture::generate(&options, &args.out)?;
+                let summary = corral_fixture::generate(&options, &args.out)?;
                 println!(
                     "wrote {} ({} parameters, vocab {}) to {}",
                     options,

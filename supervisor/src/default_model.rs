@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-
-use crate::fixture::{self, Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 
 const NAME: &str = "corral-small";
 
@@ -26,7 +25,7 @@ pub fn ensure(state_dir: &Path) -> Result<PathBuf> {
         quantize: None,
     };
     tracing::info!(model = %dir.display(), "no model configured; generating the default model ({options}) once");
-    fixture::generate(&options, &staging)?;
+    corral_fixture::generate(&options, &staging)?;
     std::fs::rename(&staging, &dir)
         .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))?;
     Ok(dir)

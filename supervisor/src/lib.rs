@@ -9,7 +9,6 @@ pub mod client;
 pub mod config;
 pub mod default_model;
 pub mod eviction;
-pub mod fixture;
 pub mod memory;
 pub mod metrics;
 pub mod pool;

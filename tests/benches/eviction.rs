@@ -28,10 +28,10 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::fixture::{Arch, Size};
 use corral::memory::{process_footprint, system_memory};
 use corral::pool::Launcher;
 use corral::process::{ProcessLauncher, StopStep, WorkerClient, kill_now, stop_worker};
+use corral_fixture::{Arch, Size};
 use corral_ipc::FromWorker;
 use corral_tests::bench::{self, CorralServer};
 use corral_tests::server::{Dirs, sse_events};

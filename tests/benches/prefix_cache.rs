@@ -44,7 +44,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 use corral_tests::bench;
 
 use through_corral::{Corral, FirstEvent, FirstToken};
@@ -110,7 +110,7 @@ fn generate_model(models: &Path, dtype: Dtype) {
         dtype,
         quantize: None,
     };
-    corral::fixture::generate(&options, &models.join(MODEL)).expect("generating the fixture");
+    corral_fixture::generate(&options, &models.join(MODEL)).expect("generating the fixture");
 }
 
 /// A long user message starting with `nonce`: the nonce lands in the first block, so prompts

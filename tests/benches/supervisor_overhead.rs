@@ -25,7 +25,7 @@ mod through_corral;
 use std::thread;
 use std::time::Duration;
 
-use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 use corral_tests::bench;
 use tokio::runtime::Runtime;
 
@@ -81,7 +81,7 @@ fn generate_models() -> tempfile::TempDir {
             dtype: Dtype::F32,
             quantize: None,
         };
-        corral::fixture::generate(&options, &dir.path().join(size.name()))
+        corral_fixture::generate(&options, &dir.path().join(size.name()))
             .expect("generating the fixture model");
     }
     dir

@@ -6,7 +6,7 @@ pub mod server;
 
 use std::path::{Path, PathBuf};
 
-use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 
 /// A binary of this workspace, next to the test executable's `deps/` directory.
 /// `cargo xtask test` builds every binary before the tests run.
@@ -34,6 +34,6 @@ pub fn tiny_model(arch: Arch) -> tempfile::TempDir {
         dtype: Dtype::F32,
         quantize: None,
     };
-    corral::fixture::generate(&options, dir.path()).expect("generating the fixture");
+    corral_fixture::generate(&options, dir.path()).expect("generating the fixture");
     dir
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -51,7 +51,7 @@ impl Dirs {
         let models = tempfile::tempdir().unwrap();
         for options in fixtures {
             let name = format!("{:?}", options.arch).to_lowercase();
-            corral::fixture::generate(&options, &models.path().join(name)).unwrap();
+            corral_fixture::generate(&options, &models.path().join(name)).unwrap();
         }
         Self {
             models,
@@ -71,7 +71,7 @@ impl Dirs {
         };
         let (first, others) = names.split_first().expect("at least one model name");
         let generated = models.path().join(first);
-        corral::fixture::generate(&options, &generated).unwrap();
+        corral_fixture::generate(&options, &generated).unwrap();
         for name in others {
             let linked = models.path().join(name);
             std::fs::create_dir(&linked).unwrap();

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_tests::tiny_model;
 use corral_worker::engine::{Engine, EngineError};
 use corral_worker::generation::{Event, FinishReason, GenerateRequest, Prompt};

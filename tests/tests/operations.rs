@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::thread;
 use std::time::Duration;
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_tests::binary;
 use corral_tests::server::{Dirs, Server, alive, chat, sse_events};
 use serde_json::Value;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 use corral_tests::server::{Dirs, PATIENCE, Server, alive};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use clap::ValueEnum;
-use corral::fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
 use corral_worker::model::Model;
 use mlx_rs::Dtype as MlxDtype;
 use serde_json::Value;
@@ -133,7 +133,7 @@ fn check(name: &str) {
         .map(|token| token.as_u64().unwrap() as u32)
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    corral::fixture::generate(&options, dir.path()).unwrap();
+    corral_fixture::generate(&options, dir.path()).unwrap();
     let model = Model::load(Path::new(dir.path())).unwrap();
     let tol = tolerance(options.dtype);
     assert_agrees(

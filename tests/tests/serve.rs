@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_tests::server::{Dirs, Server, alive, chat, client, sse_events};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

@@ -3,7 +3,7 @@
 use std::ffi::OsStr;
 use std::process::Command;
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_tests::binary;
 use corral_tests::server::{Dirs, Server, chat, client};
 use serde_json::Value;

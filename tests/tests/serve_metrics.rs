@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_tests::server::{Dirs, PATIENCE, Server, chat, client, sse_events};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

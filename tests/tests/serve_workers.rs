@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_ipc::ToWorker;
 use corral_tests::binary;
 use corral_tests::server::{Dirs, PATIENCE, Server, chat, client, sse_events};

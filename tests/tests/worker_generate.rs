@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use corral::fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
 use corral_tests::{binary, tiny_model};
 use safetensors::SafeTensors;
 
@@ -126,7 +126,7 @@ fn bad_quantization_configs_are_refused() {
         dtype: Dtype::F32,
         quantize: Some(Bits::Four),
     };
-    corral::fixture::generate(&options, dir.path()).unwrap();
+    corral_fixture::generate(&options, dir.path()).unwrap();
 
     edit_config(dir.path(), |config| {
         config["quantization"]["bits"] = 8.into()

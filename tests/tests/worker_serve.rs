@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use corral::fixture::Arch;
+use corral_fixture::Arch;
 use corral_ipc::{
     FinishReason, FromWorker, GenerateRequest, HandshakeError, Prompt, SupervisorConnection,
     ToWorker, supervisor_accept,

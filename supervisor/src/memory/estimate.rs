@@ -116,7 +116,7 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixture::{self, Arch, Dtype, FixtureOptions, Size};
+    use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
 
     fn tiny(arch: Arch, dtype: Dtype) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -126,7 +126,7 @@ mod tests {
             dtype,
             quantize: None,
         };
-        fixture::generate(&options, dir.path()).unwrap();
+        corral_fixture::generate(&options, dir.path()).unwrap();
         dir
     }
 
