@@ -237,14 +237,16 @@ async fn follow_exits(
     while let Some(exit) = exits.recv().await {
         let outcome = pool.on_exit(&exit.model, exit.pid, exit.status);
         metrics.record_exit(&exit.model, outcome.cause(exit.status));
+        let (model, status) = (exit.model.clone(), exit.status);
+        exit.noted();
         if let ExitOutcome::Crashed { backoff } = outcome
-            && pinned.contains(&exit.model)
+            && pinned.contains(&model)
         {
             let pool = pool.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(backoff.unwrap_or_default()).await;
-                tracing::info!(model = %exit.model, "restarting a pinned model after its crash");
-                ensure_running(pool, exit.model, admission_wait).await;
+                tracing::info!(model, %status, "restarting a pinned model after its crash");
+                ensure_running(pool, model, admission_wait).await;
             });
         }
     }

@@ -1,8 +1,8 @@
 //! What an eviction costs, on the `small` fixture (f32, about 400 MiB resident per worker).
 //!
 //! Part one plays supervisor with the library's own launcher and stop code: it starts a worker,
-//! runs one short generation so it is warm, and times `stop_worker` (graceful: `Shutdown`, then
-//! SIGTERM, then SIGKILL) and `kill_now` (forced) from the call to the reaped exit status. Next to
+//! runs one short generation so it is warm, and times `process::stop` gracefully (`Shutdown`,
+//! then SIGTERM, then SIGKILL) and forced (an operator's SIGKILL) from the call to the reaped exit status. Next to
 //! the times it puts the worker's footprint just before the stop and how much the system's
 //! available memory grew, at the reap and 200 ms later. Available memory is machine-wide, so other
 //! work on the machine shows up in that column.
@@ -29,8 +29,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use corral::memory::{process_footprint, system_memory};
-use corral::pool::Launcher;
-use corral::process::{ProcessLauncher, StopStep, WorkerClient, kill_now, stop_worker};
+use corral::pool::{StopOrder, StopReason};
+use corral::process::{Spawner, StopStep, WorkerClient, stop};
+use nix::sys::signal::Signal;
 use corral_fixture::{Arch, Size};
 use corral_ipc::FromWorker;
 use corral_tests::bench::{self, CorralServer};
@@ -42,7 +43,7 @@ const DEFAULT_ITERATIONS: usize = 5;
 const MODELS: [&str; 2] = ["llama", "qwen3"];
 /// Holds one `small` worker (about 400 MiB resident) but not two.
 const ONE_SMALL_MODEL: &str = "600MiB";
-/// Each step of `stop_worker`, as the server's default.
+/// Each step of a graceful stop, as the server's default.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long after the reap available memory is sampled again.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -97,9 +98,9 @@ fn median(values: &[f64]) -> f64 {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum StopKind {
-    /// `stop_worker`: `Shutdown`, then SIGTERM, then SIGKILL, each after the grace.
+    /// `Shutdown`, then SIGTERM, then SIGKILL, each after the grace.
     Graceful,
-    /// `kill_now`: SIGKILL at once.
+    /// SIGKILL at once, as `corral kill` sends it.
     Forced,
 }
 
@@ -129,9 +130,9 @@ async fn measure_stops(models: &Path, n: usize) -> BTreeMap<StopKind, Vec<StopSa
     samples
 }
 
-async fn stop_once(launcher: &ProcessLauncher, kind: StopKind) -> StopSample {
+async fn stop_once(launcher: &Spawner, kind: StopKind) -> StopSample {
     let worker = launcher
-        .launch(MODELS[0])
+        .launch(MODELS[0], u64::MAX)
         .await
         .unwrap_or_else(|error| panic!("starting a worker: {error}"));
     let handle = worker.handle;
@@ -139,14 +140,11 @@ async fn stop_once(launcher: &ProcessLauncher, kind: StopKind) -> StopSample {
     let footprint = process_footprint(worker.pid).expect("reading the worker's footprint");
     let before = system_memory().available as f64;
     let started = Instant::now();
-    let step = match kind {
-        StopKind::Graceful => stop_worker(&handle, STOP_GRACE).await.step,
-        StopKind::Forced => {
-            kill_now(&handle);
-            handle.process().wait().await;
-            StopStep::Killed
-        }
+    let order = match kind {
+        StopKind::Graceful => StopOrder::Graceful(StopReason::Evicted),
+        StopKind::Forced => StopOrder::Signal(Signal::SIGKILL),
     };
+    let step = stop(&handle, order, STOP_GRACE).await.step;
     let elapsed = started.elapsed();
     let at_reap = system_memory().available as f64;
     tokio::time::sleep(SETTLE).await;

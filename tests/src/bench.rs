@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral::process::{ProcessLauncher, RunDir};
+use corral::process::{RunDir, Spawner};
 use corral_ipc::{GenerateRequest, Prompt};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -50,18 +50,18 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// The launcher `corral serve` would build, for benches that play supervisor themselves: workers
+/// The spawner `corral serve` would build, for benches that play supervisor themselves: workers
 /// of the release `corral-worker`, each model in the subdirectory of `models` named after it, and
-/// the run directory under `state`. Exit reports are for a pool and go nowhere; `stop_worker` and
-/// `kill_now` wait on the reaper directly.
-pub fn launcher(models: &Path, state: &Path) -> ProcessLauncher {
+/// the run directory under `state`. Exit reports are for a pool and go nowhere; `process::stop`
+/// waits on the reaper directly.
+pub fn launcher(models: &Path, state: &Path) -> Spawner {
     let run_dir = RunDir::create(state).expect("creating the run directory");
     let models = models.to_path_buf();
     let (exits, _) = tokio::sync::mpsc::unbounded_channel();
-    ProcessLauncher::new(
+    Spawner::new(
         binary("corral-worker"),
         run_dir,
-        Box::new(move |model| Some(models.join(model))),
+        std::sync::Arc::new(move |model| Some(models.join(model))),
         exits,
     )
 }

@@ -8,16 +8,26 @@ use std::os::unix::process::ExitStatusExt;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Child;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::pool::ExitStatus;
 
-/// A worker ended: what the caller feeds to `Pool::on_exit`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A worker ended: what the caller feeds to `Pool::on_exit`, then acknowledges with `noted`.
+#[derive(Debug)]
 pub struct WorkerExit {
     pub model: String,
     pub pid: u32,
     pub status: ExitStatus,
+    ack: oneshot::Sender<()>,
+}
+
+impl WorkerExit {
+    /// The pool has applied this exit: only now do the waiters on the exit status (the worker's
+    /// connection failing its requests, a stop) go on. Dropping it unacknowledged lets them go
+    /// on too.
+    pub fn noted(self) {
+        let _ = self.ack.send(());
+    }
 }
 
 /// A handle on a spawned process: its exit status once reaped, and a way to signal it that
@@ -49,9 +59,19 @@ impl WorkerProcess {
                 }
             };
             tracing::info!(model, pid, %status, "worker exited");
-            exit_tx.send_replace(Some(status));
+            // The pool hears of the exit before anyone who waits on the status: a client whose
+            // stream failed with it, and sends its next request, then finds the model not running
+            // rather than the dead worker still ready.
+            let (ack, noted) = oneshot::channel();
             // The pool may be gone (supervisor shutting down); nobody is left to tell.
-            let _ = exits.send(WorkerExit { model, pid, status });
+            let _ = exits.send(WorkerExit {
+                model,
+                pid,
+                status,
+                ack,
+            });
+            let _ = noted.await;
+            exit_tx.send_replace(Some(status));
         });
         WorkerProcess { pid, signals, exit }
     }

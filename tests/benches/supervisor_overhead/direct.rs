@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use corral::pool::Launcher;
-use corral::process::{WorkerClient, stop_worker};
+use corral::pool::{StopOrder, StopReason};
+use corral::process::{WorkerClient, stop};
 use corral_ipc::FromWorker;
 use corral_tests::bench;
 
@@ -27,7 +27,7 @@ impl Direct {
         let mut workers = BTreeMap::new();
         for size in SIZES {
             let launched = launcher
-                .launch(size.name())
+                .launch(size.name(), u64::MAX)
                 .await
                 .unwrap_or_else(|error| panic!("starting a worker: {error}"));
             workers.insert(size.name(), launched.handle);
@@ -71,7 +71,7 @@ impl Direct {
 
     pub async fn stop(self) {
         for client in self.workers.values() {
-            stop_worker(client, PATIENCE).await;
+            stop(client, StopOrder::Graceful(StopReason::Shutdown), PATIENCE).await;
         }
     }
 }

@@ -1,0 +1,109 @@
+//! `WorkerProcesses`: the pool's [`Processes`] for real workers. It launches through the
+//! [`Spawner`], stops through the one stop protocol (`stop.rs`) and records every stop in the
+//! ledger, measures footprints (RSS on Linux, `phys_footprint` on macOS) and estimates what a
+//! model will need from its files.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::client::WorkerClient;
+use super::ledger::{Ledger, StopRecord, StopStarted};
+use super::spawn::{ModelLookup, Spawner};
+use super::stop::stop;
+use crate::memory::{estimate_model_bytes, process_footprint};
+use crate::pool::{LaunchError, LaunchedWorker, Processes, StopOrder, Worker};
+
+pub struct WorkerProcesses {
+    spawner: Spawner,
+    /// Where each model's files are, for its estimate.
+    lookup: ModelLookup,
+    /// Each step of a graceful stop waits this long before the next.
+    stop_grace: Duration,
+    estimates: Mutex<HashMap<String, u64>>,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl WorkerProcesses {
+    pub fn new(
+        spawner: Spawner,
+        lookup: ModelLookup,
+        stop_grace: Duration,
+        ledger: Arc<Mutex<Ledger>>,
+    ) -> Self {
+        Self {
+            spawner,
+            lookup,
+            stop_grace,
+            estimates: Mutex::new(HashMap::new()),
+            ledger,
+        }
+    }
+
+    /// The record of every stop so far.
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        // Plain counters and a list: consistent under any panic point.
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Processes for WorkerProcesses {
+    type Handle = Arc<WorkerClient>;
+    type Stopped = StopRecord;
+
+    async fn launch(
+        &self,
+        model: &str,
+        memory_limit: u64,
+    ) -> Result<LaunchedWorker<Self::Handle>, LaunchError> {
+        self.spawner.launch(model, memory_limit).await
+    }
+
+    async fn stop(&self, model: &str, worker: Worker<Self::Handle>, order: StopOrder) -> StopRecord {
+        let started = StopStarted::now();
+        let footprint_before = self.footprint(worker.pid);
+        let stopped = stop(&worker.handle, order, self.stop_grace).await;
+        let record = started.finish(
+            model,
+            worker.pid,
+            order.reason(),
+            stopped.step,
+            footprint_before,
+        );
+        record.log();
+        self.ledger().record(record.clone());
+        record
+    }
+
+    fn footprint(&self, pid: u32) -> u64 {
+        process_footprint(pid).unwrap_or_else(|error| {
+            tracing::debug!(pid, %error, "no footprint");
+            0
+        })
+    }
+
+    /// 0 (logged) when the model's files cannot be read, in which case its worker will fail to
+    /// load anyway.
+    fn estimate(&self, model: &str) -> u64 {
+        let mut estimates = self
+            .estimates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(&bytes) = estimates.get(model) {
+            return bytes;
+        }
+        let Some(dir) = (self.lookup)(model) else {
+            return 0;
+        };
+        match estimate_model_bytes(&dir) {
+            Ok(estimate) => {
+                estimates.insert(model.to_owned(), estimate.total());
+                estimate.total()
+            }
+            Err(error) => {
+                tracing::warn!(model, %error, "cannot estimate the model's memory");
+                0
+            }
+        }
+    }
+}
