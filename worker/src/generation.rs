@@ -15,13 +15,10 @@ use crate::chat_template::ChatTemplateError;
 use crate::detokenizer::Detokenizer;
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
-use crate::prefill_guard::{self, PrefillTooLarge};
+use crate::prefill_guard::{self, PREFILL_CHUNK, PrefillTooLarge};
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
 use crate::stop_strings::StopStrings;
-
-/// Prompt positions computed per forward pass: bounds the activation memory of long prompts.
-pub(crate) const PREFILL_CHUNK: usize = 512;
 
 #[derive(Debug, Clone)]
 pub enum Prompt {

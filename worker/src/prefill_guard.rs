@@ -8,8 +8,12 @@
 
 use mlx_rs::Dtype;
 
-use crate::generation::PREFILL_CHUNK;
 use crate::model::{KV_CACHE_STEP, ModelConfig};
+
+/// Prompt positions computed per forward pass: bounds the activation memory of long prompts.
+/// Defined here, not in `generation`, because the estimate below is only right for the chunk size
+/// generation actually uses; generation depends on this module, never the other way round.
+pub(crate) const PREFILL_CHUNK: usize = 512;
 
 /// A prefill that does not fit under the worker's memory limit, with the numbers behind it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
