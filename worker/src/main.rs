@@ -1,3 +1,4 @@
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -8,14 +9,18 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => corral_worker::one_shot::run(args),
         Command::Serve(args) => {
-            // The supervisor forwards the worker's stderr into its own log.
+            // The supervisor reads the worker's stderr through a pipe and forwards each line
+            // into its own log, where colour codes would be noise; a worker run by hand on a
+            // terminal keeps them. NO_COLOR (no-color.org) still wins, as in tracing's default.
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .with_writer(std::io::stderr)
-                .with_ansi(false)
+                .with_ansi(colour)
                 .init();
             let options = args.engine_options();
             corral_worker::serve::run(args.model, args.socket, options)
