@@ -1,12 +1,18 @@
-//! Helpers for the end-to-end tests in `tests/`: the built binaries and generated fixture models;
-//! `bench` holds what the benches in `benches/` share.
+//! Helpers for the end-to-end tests in `tests/e2e/`: the built binaries, generated fixture models
+//! and waiting on a condition; `server` is a running `corral serve`, and `bench` holds what the
+//! benches in `benches/` share.
 
 pub mod bench;
 pub mod server;
 
 use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+
+/// How long a test waits for anything before it gives up.
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A binary of this workspace, next to the test executable's `deps/` directory.
 /// `cargo xtask test` builds every binary before the tests run.
@@ -36,4 +42,13 @@ pub fn tiny_model(arch: Arch) -> tempfile::TempDir {
     };
     corral_fixture::generate(&options, dir.path()).expect("generating the fixture");
     dir
+}
+
+/// Polls `done` until it holds; `what` names the condition when it does not within `PATIENCE`.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
 }

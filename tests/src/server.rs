@@ -13,9 +13,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::binary;
-
-pub const PATIENCE: Duration = Duration::from_secs(30);
+use crate::{PATIENCE, binary};
 
 pub struct Server {
     pub child: Child,

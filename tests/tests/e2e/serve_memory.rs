@@ -3,10 +3,10 @@
 
 use std::ffi::OsStr;
 use std::thread;
-use std::time::{Duration, Instant};
 
 use corral_fixture::{Arch, Size};
-use corral_tests::server::{Dirs, PATIENCE, Server, alive, chat, sse_events};
+use corral_tests::server::{Dirs, Server, alive, chat, sse_events};
+use corral_tests::wait_until;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -27,14 +27,6 @@ fn log_index(lines: &[String], parts: &[&str]) -> Option<usize> {
     lines
         .iter()
         .position(|line| parts.iter().all(|part| line.contains(part)))
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

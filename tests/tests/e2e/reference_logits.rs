@@ -13,8 +13,8 @@ use corral_worker::model::Model;
 use mlx_rs::Dtype as MlxDtype;
 use serde_json::Value;
 
-const REFERENCE: &str = include_str!("../data/reference_logits.json");
-const FIXTURES: &str = include_str!("../../scripts/reference/fixtures.txt");
+const REFERENCE: &str = include_str!("../../data/reference_logits.json");
+const FIXTURES: &str = include_str!("../../../scripts/reference/fixtures.txt");
 
 /// Logit tolerance (absolute). Logits here reach about 20 in magnitude; f32 differs from the
 /// reference only by summation order, bf16 by the rounding of every intermediate activation.

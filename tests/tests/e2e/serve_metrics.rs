@@ -6,7 +6,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use corral_fixture::Arch;
-use corral_tests::server::{Dirs, PATIENCE, Server, chat, client, sse_events};
+use corral_tests::PATIENCE;
+use corral_tests::server::{Dirs, Server, chat, client, sse_events};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use prometheus_parse::{LineInfo, Scrape, Value};

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use corral_fixture::Arch;
 use corral_ipc::ToWorker;
-use corral_tests::binary;
-use corral_tests::server::{Dirs, PATIENCE, Server, chat, client, sse_events};
+use corral_tests::server::{Dirs, Server, chat, client, sse_events};
+use corral_tests::{PATIENCE, binary};
 use serde_json::{Value, json};
 
 fn write_config(dirs: &Dirs, text: &str) -> PathBuf {

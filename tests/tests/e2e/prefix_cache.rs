@@ -8,7 +8,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
-use corral_tests::server::{Dirs, PATIENCE, Server, alive};
+use corral_tests::server::{Dirs, Server, alive};
+use corral_tests::{PATIENCE, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -64,14 +65,6 @@ fn ask(server: &Server, messages: &Value) -> (String, Value) {
 
 fn prefix_stats(server: &Server) -> Value {
     server.get_json("/admin/workers")["data"][0]["stats"]["prefix_cache"].clone()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// What a worker without any cache answers.

@@ -1,0 +1,17 @@
+//! corral's end-to-end tests, in one binary so that MLX is linked once instead of once per file:
+//! the real `corral` and `corral-worker` binaries on generated models, the engine in this
+//! process, and its agreement with mlx-lm's logits. What the modules share (the binaries, the
+//! generated models, a running `corral serve`) is the `corral-tests` library in `tests/src/`.
+
+mod engine;
+mod operations;
+mod prefix_cache;
+mod reference_logits;
+mod serve;
+mod serve_auth;
+mod serve_memory;
+mod serve_metrics;
+mod serve_workers;
+mod service;
+mod worker_generate;
+mod worker_serve;
