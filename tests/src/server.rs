@@ -94,15 +94,11 @@ impl Server {
     pub fn start_with(dirs: &Dirs, extra_args: &[&std::ffi::OsStr]) -> Self {
         let (models, state) = (&dirs.models, &dirs.state);
         let mut child = Command::new(binary("corral"))
-            .args([
-                "serve",
-                "--port",
-                "0",
-                "--drain-timeout",
-                "5",
-                "--models-dir",
-            ])
+            .args(["serve", "--port", "0", "--models-dir"])
             .arg(models.path())
+            // An unload waits this long for the requests in flight, whose pace is the machine's.
+            .arg("--drain-timeout")
+            .arg(PATIENCE.as_secs().to_string())
             .arg("--state-dir")
             .arg(state.path())
             .args(extra_args)
@@ -195,8 +191,15 @@ impl Drop for Server {
 }
 
 pub fn client() -> reqwest::blocking::Client {
+    client_outlasting(Duration::ZERO)
+}
+
+/// A client for requests that the server may hold for up to `server_wait` on purpose (an
+/// admission wait, a start timeout): its own timeout is `PATIENCE` longer, so the answer is
+/// always the server's, never a client timeout racing the server's clock.
+pub fn client_outlasting(server_wait: Duration) -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
-        .timeout(PATIENCE)
+        .timeout(server_wait + PATIENCE)
         .build()
         .unwrap()
 }

@@ -5,8 +5,8 @@ use std::ffi::OsStr;
 use std::thread;
 
 use corral_fixture::{Arch, Size};
-use corral_tests::server::{Dirs, Server, alive, chat, sse_events};
-use corral_tests::wait_until;
+use corral_tests::server::{Dirs, Server, alive, chat, client_outlasting, sse_events};
+use corral_tests::{PATIENCE, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -105,11 +105,19 @@ fn a_streaming_worker_is_never_evicted_and_without_an_admission_wait_the_other_m
 }
 
 #[test]
-fn with_the_default_admission_wait_the_other_model_waits_for_the_stream_to_end_and_is_served() {
+fn with_an_admission_wait_the_other_model_waits_for_the_stream_to_end_and_is_served() {
     let dirs = Dirs::with_shared_weights(Size::Small, &["alpha", "beta"]);
+    // Longer than any stream here takes, however busy the machine (the default, 30 s, is not:
+    // a 60-token stream of the small model can take longer on a machine that is also compiling).
+    let admission_wait = PATIENCE;
     let server = Server::start_with(
         &dirs,
-        &[OsStr::new("--memory-ceiling"), OsStr::new(ONE_SMALL_MODEL)],
+        &[
+            OsStr::new("--memory-ceiling"),
+            OsStr::new(ONE_SMALL_MODEL),
+            OsStr::new("--admission-wait"),
+            OsStr::new(&admission_wait.as_secs().to_string()),
+        ],
     );
     let mut stream = sse_events(server.post("/v1/chat/completions", &chat("alpha", 60, true)));
     stream.next().unwrap();
@@ -117,7 +125,13 @@ fn with_the_default_admission_wait_the_other_model_waits_for_the_stream_to_end_a
     assert_eq!(streaming.len(), 1);
 
     let waited = thread::scope(|scope| {
-        let waiting = scope.spawn(|| server.post("/v1/chat/completions", &chat("beta", 2, false)));
+        let waiting = scope.spawn(|| {
+            client_outlasting(admission_wait)
+                .post(server.url("/v1/chat/completions"))
+                .json(&chat("beta", 2, false))
+                .send()
+                .expect("the server answers within the admission wait")
+        });
         wait_until("beta to wait for room", || {
             log_index(&server.log_lines(), &["waiting for room to load", "beta"]).is_some()
         });

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use corral_fixture::Arch;
 use corral_ipc::ToWorker;
-use corral_tests::server::{Dirs, Server, chat, client, sse_events};
+use corral_tests::server::{Dirs, Server, chat, client, client_outlasting, sse_events};
 use corral_tests::{PATIENCE, binary};
 use serde_json::{Value, json};
 
@@ -51,27 +51,44 @@ fn admin_row(server: &Server, model: &str) -> Value {
         .unwrap_or_else(|| panic!("no row for {model} in {workers}"))
 }
 
+/// A start timeout that llama's worker meets however busy the machine is: ten times what a
+/// server took here just now to start it and answer, and at least 2 s.
+fn start_timeout_for_llama(dirs: &Dirs) -> Duration {
+    let server = Server::start(dirs);
+    let started = Instant::now();
+    let response = server.post("/v1/chat/completions", &chat("llama", 2, false));
+    assert_eq!(response.status(), 200);
+    let generous = (started.elapsed() * 10).as_secs_f64().ceil();
+    Duration::from_secs(generous as u64).max(Duration::from_secs(2))
+}
+
 #[test]
 fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_serve() {
     let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
+    let start_timeout = start_timeout_for_llama(&dirs);
     // A real worker that blocks forever in its model load: opening a FIFO waits for a writer.
     let weights = dirs.models.path().join("qwen3/model.safetensors");
     std::fs::remove_file(&weights).unwrap();
     nix::unistd::mkfifo(&weights, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    let config = write_config(&dirs, "worker_start_timeout_secs = 2\n");
+    let config = write_config(
+        &dirs,
+        &format!("worker_start_timeout_secs = {}\n", start_timeout.as_secs()),
+    );
     let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
 
     let started = Instant::now();
-    let response = server.post("/v1/chat/completions", &chat("qwen3", 2, false));
+    let response = client_outlasting(start_timeout)
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat("qwen3", 2, false))
+        .send()
+        .unwrap();
     assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
     let body: Value = response.json().unwrap();
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("did not become ready within 2"),
-        "{message}"
-    );
-    assert!(started.elapsed() >= Duration::from_secs(2));
+    let expected = format!("did not become ready within {}", start_timeout.as_secs());
+    assert!(message.contains(&expected), "{message}");
+    assert!(started.elapsed() >= start_timeout);
     // The hung worker was killed and reaped, not left behind.
     assert!(
         server.worker_pids().is_empty(),
@@ -88,14 +105,21 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_s
     );
 }
 
-/// A worker executable that waits before becoming the real worker, which keeps the worker
-/// socket open long enough for the test to get there first.
-fn slow_starting_worker(dir: &Path) -> PathBuf {
-    let script = dir.join("slow-worker.sh");
+/// A worker executable that becomes the real worker only once the file `go` exists, which keeps
+/// the worker socket open until the test has been there first, however long that takes. It
+/// gives up if its parent (corral) is gone, so a failed test leaves no loop behind.
+fn held_worker(dir: &Path, go: &Path) -> PathBuf {
+    let script = dir.join("held-worker.sh");
     let worker = binary("corral-worker");
     std::fs::write(
         &script,
-        format!("#!/bin/sh\nsleep 2\nexec '{}' \"$@\"\n", worker.display()),
+        format!(
+            "#!/bin/sh\n\
+             while [ ! -e '{}' ]; do kill -0 $PPID 2>/dev/null || exit 1; sleep 0.05; done\n\
+             exec '{}' \"$@\"\n",
+            go.display(),
+            worker.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -105,7 +129,8 @@ fn slow_starting_worker(dir: &Path) -> PathBuf {
 #[test]
 fn garbage_written_to_a_worker_socket_is_refused_and_the_worker_still_starts() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
-    let script = slow_starting_worker(dirs.state.path());
+    let go = dirs.state.path().join("go");
+    let script = held_worker(dirs.state.path(), &go);
     let server = Server::start_with(&dirs, &[OsStr::new("--worker-binary"), script.as_os_str()]);
     let base = server.url("");
     let request = thread::spawn(move || {
@@ -126,9 +151,7 @@ fn garbage_written_to_a_worker_socket_is_refused_and_the_worker_still_starts() {
         thread::sleep(Duration::from_millis(10));
     };
     let mut stranger = UnixStream::connect(&socket).unwrap();
-    stranger
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    stranger.set_read_timeout(Some(PATIENCE)).unwrap();
     // A frame header announcing 5 bytes, then bytes that are no MessagePack message.
     stranger
         .write_all(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")
@@ -144,6 +167,7 @@ fn garbage_written_to_a_worker_socket_is_refused_and_the_worker_still_starts() {
     assert!(message.contains("pid"), "{message}");
 
     // The real worker connects after the stranger was turned away, and serves.
+    std::fs::write(&go, "").unwrap();
     assert_eq!(request.join().unwrap(), 200);
     assert_eq!(server.worker_pids().len(), 1);
     // Once the worker is in, its socket is gone: nobody else can connect.

@@ -4,20 +4,18 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitStatus;
-use std::time::Duration;
 
 use corral_fixture::Arch;
 use corral_ipc::{
     FinishReason, FromWorker, GenerateRequest, HandshakeError, Prompt, SupervisorConnection,
     ToWorker, supervisor_accept,
 };
-use corral_tests::{binary, tiny_model};
+use corral_tests::{PATIENCE, binary, tiny_model};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
 use tokio::time::timeout;
 
 const TOKEN: &str = "one-time-token-for-this-test";
-const PATIENCE: Duration = Duration::from_secs(20);
 
 struct Worker {
     child: Child,
