@@ -7,9 +7,9 @@ mod service;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use corral::client::{self, Operation};
 use corral::config::Overrides;
 use corral::memory::MemoryAmount;
+use corral::ops::{self, Operation};
 use corral::serve::{self, ServeOptions};
 use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
 
@@ -149,8 +149,8 @@ pub struct TargetArgs {
 }
 
 impl TargetArgs {
-    fn target(self) -> client::Target {
-        client::Target {
+    fn target(self) -> ops::Target {
+        ops::Target {
             url: self.url,
             config_file: self.config,
             host: self.host,
@@ -276,5 +276,5 @@ impl ServeArgs {
 }
 
 fn operate(args: OutputArgs, operation: Operation) -> anyhow::Result<()> {
-    client::run(args.target.target(), operation, args.json)
+    ops::run(args.target.target(), operation, args.json)
 }

@@ -47,23 +47,23 @@ pub enum Operation {
 }
 
 pub fn run(target: Target, operation: Operation, json: bool) -> Result<()> {
-    let client = Client::new(target)?;
+    let server = Server::new(target)?;
     match operation {
         Operation::Ps => {
-            let workers = client.get("/admin/workers")?;
+            let workers = server.get("/admin/workers")?;
             print(json, &workers, || tables::ps(&workers));
         }
         Operation::Models => {
-            let status = client.get("/v1/models/status")?;
+            let status = server.get("/v1/models/status")?;
             print(json, &status, || tables::models(&status));
         }
         Operation::Status => {
-            let memory = client.get("/admin/memory")?;
-            let workers = client.get("/admin/workers")?;
+            let memory = server.get("/admin/memory")?;
+            let workers = server.get("/admin/workers")?;
             let view =
-                serde_json::json!({"url": client.base, "memory": memory, "workers": workers});
+                serde_json::json!({"url": server.base, "memory": memory, "workers": workers});
             print(json, &view, || {
-                tables::status(&client.base, &memory, &workers)
+                tables::status(&server.base, &memory, &workers)
             });
         }
         Operation::Kill {
@@ -78,11 +78,11 @@ pub fn run(target: Target, operation: Operation, json: bool) -> Result<()> {
             if drain {
                 query.push(("drain", "true".to_owned()));
             }
-            let stopped = client.post(&format!("/admin/workers/{model}/kill"), &query)?;
+            let stopped = server.post(&format!("/admin/workers/{model}/kill"), &query)?;
             print(json, &stopped, || tables::stopped("killed", &stopped));
         }
         Operation::Load { model } => {
-            let loaded = client.post(&format!("/v1/models/{model}/load"), &[])?;
+            let loaded = server.post(&format!("/v1/models/{model}/load"), &[])?;
             print(json, &loaded, || {
                 format!(
                     "loaded {} (pid {})\n",
@@ -92,7 +92,7 @@ pub fn run(target: Target, operation: Operation, json: bool) -> Result<()> {
             });
         }
         Operation::Unload { model } => {
-            let stopped = client.post(&format!("/v1/models/{model}/unload"), &[])?;
+            let stopped = server.post(&format!("/v1/models/{model}/unload"), &[])?;
             print(json, &stopped, || tables::stopped("unloaded", &stopped));
         }
     }
@@ -107,13 +107,14 @@ fn print(json: bool, value: &Value, text: impl FnOnce() -> String) {
     }
 }
 
-struct Client {
+/// The running `corral serve` these commands talk to.
+struct Server {
     base: String,
     key: Option<String>,
     http: reqwest::blocking::Client,
 }
 
-impl Client {
+impl Server {
     fn new(target: Target) -> Result<Self> {
         let base = match target.url {
             Some(url) => url.trim_end_matches('/').to_owned(),
