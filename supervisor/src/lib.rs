@@ -4,9 +4,9 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
-pub mod backend;
 pub mod config;
 pub mod default_model;
+pub mod dispatch;
 pub mod eviction;
 pub mod memory;
 pub mod metrics;

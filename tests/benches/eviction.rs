@@ -31,11 +31,11 @@ use std::time::{Duration, Instant};
 use corral::memory::{process_footprint, system_memory};
 use corral::pool::{StopOrder, StopReason};
 use corral::process::{Spawner, StopStep, WorkerClient, stop};
-use nix::sys::signal::Signal;
 use corral_fixture::{Arch, Size};
 use corral_ipc::FromWorker;
 use corral_tests::bench::{self, CorralServer};
 use corral_tests::server::{Dirs, sse_events};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 const DEFAULT_ITERATIONS: usize = 5;

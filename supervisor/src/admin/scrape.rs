@@ -19,7 +19,9 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
     let usage = admin.pool.usage();
     let mut samples = Vec::new();
     for entry in admin.registry.entries() {
-        let pool_entry = snapshot.iter().find(|pool_entry| pool_entry.model == entry.id);
+        let pool_entry = snapshot
+            .iter()
+            .find(|pool_entry| pool_entry.model == entry.id);
         let prefix_cache = match admin.pool.ready_worker(&entry.id) {
             Some(worker) => worker
                 .handle
@@ -31,7 +33,9 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
         };
         samples.push(ModelSample {
             model: entry.id.clone(),
-            state: pool_entry.map_or(Phase::NotRunning, |pool_entry| pool_entry.phase).name(),
+            state: pool_entry
+                .map_or(Phase::NotRunning, |pool_entry| pool_entry.phase)
+                .name(),
             restarts: pool_entry.map_or(0, |pool_entry| pool_entry.restarts),
             footprint: usage
                 .iter()

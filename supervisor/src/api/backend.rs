@@ -58,9 +58,7 @@ pub enum StreamEvent {
         usage: Usage,
     },
     /// The request was accepted but could not finish (the worker died or reported an error).
-    Failed {
-        message: String,
-    },
+    Failed { message: String },
 }
 
 impl StreamEvent {

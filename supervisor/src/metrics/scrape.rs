@@ -188,7 +188,12 @@ mod tests {
     use super::super::Metrics;
     use super::*;
 
-    fn sample(model: &str, state: &'static str, restarts: u64, footprint: Option<u64>) -> ModelSample {
+    fn sample(
+        model: &str,
+        state: &'static str,
+        restarts: u64,
+        footprint: Option<u64>,
+    ) -> ModelSample {
         ModelSample {
             model: model.to_owned(),
             state,

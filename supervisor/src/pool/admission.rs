@@ -29,7 +29,11 @@ pub enum Refusal {
         "it needs about {}, workers hold {} of the {} ceiling, and no idle worker can be stopped to make room",
         format_bytes(*.needed), format_bytes(*.used), format_bytes(*.ceiling)
     )]
-    NoRoom { needed: u64, used: u64, ceiling: u64 },
+    NoRoom {
+        needed: u64,
+        used: u64,
+        ceiling: u64,
+    },
     #[error("{loaded} models are loaded (max_loaded_models is {max}) and none of them is idle")]
     TooManyLoaded { loaded: usize, max: usize },
 }

@@ -18,8 +18,7 @@ use tokio::sync::watch;
 use super::admission::Limits;
 use super::processes::LaunchedWorker;
 use super::state::{
-    CRASH_LOOP_STREAK, Entry, EntryState, ExitInfo, ExitStatus, Phase, StopReason, Worker,
-    backoff,
+    CRASH_LOOP_STREAK, Entry, EntryState, ExitInfo, ExitStatus, Phase, StopReason, Worker, backoff,
 };
 
 /// Locks the pool. A poisoned lock is taken anyway: every transition leaves its entry in a valid
@@ -116,7 +115,8 @@ impl<H> PoolState<H> {
     }
 
     pub(super) fn changed(&self) {
-        self.changes.send_modify(|version| *version = version.wrapping_add(1));
+        self.changes
+            .send_modify(|version| *version = version.wrapping_add(1));
     }
 
     /// The launch of `generation` returned a worker: Starting -> Ready, unless the reaper has

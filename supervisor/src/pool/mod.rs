@@ -110,7 +110,11 @@ impl<P: Processes> Pool<P> {
     /// callers share one start; a caller that finds the model stopping waits for the stop, then
     /// starts it anew. Room that is missing, or a backoff, is waited for up to `wait`. Dropping
     /// the future stops waiting but never cancels a start or a stop.
-    pub async fn acquire(&self, model: &str, wait: Duration) -> Result<Lease<P::Handle>, AcquireError> {
+    pub async fn acquire(
+        &self,
+        model: &str,
+        wait: Duration,
+    ) -> Result<Lease<P::Handle>, AcquireError> {
         let deadline = Instant::now() + wait;
         let estimate = self.processes.estimate(model);
         let footprint = |pid| self.processes.footprint(pid);
@@ -119,7 +123,8 @@ impl<P: Processes> Pool<P> {
         loop {
             let (step, mut changed) = {
                 let mut state = lock(&self.state);
-                let step = state.acquire(model, Instant::now(), estimate, &footprint, waited_on_start);
+                let step =
+                    state.acquire(model, Instant::now(), estimate, &footprint, waited_on_start);
                 (step, state.subscribe())
             };
             match step {
@@ -139,11 +144,26 @@ impl<P: Processes> Pool<P> {
                     let _ = changed.changed().await;
                 }
                 AcquireStep::Evict(victims) => {
-                    for (victim, worker) in victims {
-                        tracing::info!(model, victim, pid = worker.pid, "stopping an idle worker to make room");
-                        self.spawn_stop(victim, worker, StopOrder::Graceful(StopReason::Evicted));
+                    let stops: Vec<_> = victims
+                        .into_iter()
+                        .map(|(victim, worker)| {
+                            tracing::info!(
+                                model,
+                                victim,
+                                pid = worker.pid,
+                                "stopping an idle worker to make room"
+                            );
+                            self.spawn_stop(
+                                victim,
+                                worker,
+                                StopOrder::Graceful(StopReason::Evicted),
+                            )
+                        })
+                        .collect();
+                    // Plan again once they are reaped and recorded.
+                    for stop in stops {
+                        let _ = stop.await;
                     }
-                    let _ = changed.changed().await;
                 }
                 AcquireStep::NoRoom(refusal) => {
                     let refused = || AcquireError::Refused {
@@ -268,7 +288,11 @@ impl<P: Processes> Pool<P> {
                 if let Some(worker) = state.begin_stop(&model, StopReason::Shutdown, now) {
                     (worker, StopOrder::Graceful(StopReason::Shutdown))
                 } else if let Some(worker) = state.begin_kill(&model, now) {
-                    tracing::warn!(model, pid = worker.pid, "killing a worker that is still busy");
+                    tracing::warn!(
+                        model,
+                        pid = worker.pid,
+                        "killing a worker that is still busy"
+                    );
                     (worker, StopOrder::Signal(Signal::SIGKILL))
                 } else {
                     continue;
@@ -348,11 +372,16 @@ impl<P: Processes> Pool<P> {
 
     /// Runs a stop in its own task: the worker is `Stopping` already, and admission counts on
     /// its reap even if the request that decided it goes away.
-    fn spawn_stop(&self, model: String, worker: Worker<P::Handle>, order: StopOrder) {
+    fn spawn_stop(
+        &self,
+        model: String,
+        worker: Worker<P::Handle>,
+        order: StopOrder,
+    ) -> tokio::task::JoinHandle<()> {
         let processes = Arc::clone(&self.processes);
         tokio::spawn(async move {
             processes.stop(&model, worker, order).await;
-        });
+        })
     }
 }
 

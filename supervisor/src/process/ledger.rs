@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::stop::StopStep;
 use crate::memory::{format_bytes, system_memory};
 use crate::metrics::Metrics;
 use crate::pool::StopReason;
-use super::stop::StopStep;
 
 /// How many recent evictions the admin API shows.
 const RECENT: usize = 64;

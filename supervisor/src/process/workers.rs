@@ -59,7 +59,12 @@ impl Processes for WorkerProcesses {
         self.spawner.launch(model, memory_limit).await
     }
 
-    async fn stop(&self, model: &str, worker: Worker<Self::Handle>, order: StopOrder) -> StopRecord {
+    async fn stop(
+        &self,
+        model: &str,
+        worker: Worker<Self::Handle>,
+        order: StopOrder,
+    ) -> StopRecord {
         let started = StopStarted::now();
         let footprint_before = self.footprint(worker.pid);
         let stopped = stop(&worker.handle, order, self.stop_grace).await;

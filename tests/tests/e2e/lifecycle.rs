@@ -78,12 +78,19 @@ fn fifty_sigkills_of_a_streaming_worker_each_get_a_new_worker_and_the_other_mode
     let mut killed = HashSet::new();
     for round in 0..50 {
         let response = server.post("/v1/chat/completions", &chat("llama", 500, true));
-        assert_eq!(response.status(), 200, "round {round}: refused after a kill");
+        assert_eq!(
+            response.status(),
+            200,
+            "round {round}: refused after a kill"
+        );
         let mut events = sse_events(response);
         let first = events.next().unwrap();
         assert!(first.contains("\"delta\""), "{first}");
         let pid = ready_pid(&server, "llama");
-        assert!(killed.insert(pid), "round {round}: pid {pid} served again after its kill");
+        assert!(
+            killed.insert(pid),
+            "round {round}: pid {pid} served again after its kill"
+        );
         signal(pid, Signal::SIGKILL);
         let rest: Vec<String> = events.collect();
         let last = rest.last().map_or("", String::as_str);
@@ -93,7 +100,11 @@ fn fifty_sigkills_of_a_streaming_worker_each_get_a_new_worker_and_the_other_mode
         );
 
         let response = server.post("/v1/chat/completions", &chat("llama", 2, false));
-        assert_eq!(response.status(), 200, "round {round}: refused after a kill");
+        assert_eq!(
+            response.status(),
+            200,
+            "round {round}: refused after a kill"
+        );
         assert!(!killed.contains(&ready_pid(&server, "llama")));
     }
     done.store(true, Ordering::SeqCst);
@@ -126,7 +137,8 @@ fn error_of(response: reqwest::blocking::Response) -> (u16, u64, String) {
 }
 
 #[test]
-fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_wait_when_they_can() {
+fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_wait_when_they_can()
+{
     let dirs = Dirs::with_models(&[Arch::Llama]);
     let broken = dirs.models.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
@@ -140,14 +152,20 @@ fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_
     for attempt in 1..=6 {
         let (status, retry_after, message) = error_of(request());
         assert_eq!(status, 503, "{message}");
-        assert!(message.contains("could not start"), "attempt {attempt}: {message}");
+        assert!(
+            message.contains("could not start"),
+            "attempt {attempt}: {message}"
+        );
         assert!(retry_after >= 1);
         assert_eq!(restarts(&server, "broken"), attempt);
     }
     // Failure 6 started a backoff of 8 s, longer than the wait: refused at once, nothing started.
     let (status, retry_after, message) = error_of(request());
     assert_eq!(status, 503);
-    assert!(message.contains("crash-looping (6 failures in a row"), "{message}");
+    assert!(
+        message.contains("crash-looping (6 failures in a row"),
+        "{message}"
+    );
     assert!((4..=8).contains(&retry_after), "Retry-After {retry_after}");
     assert_eq!(restarts(&server, "broken"), 6);
     assert_eq!(worker_row(&server, "broken")["state"], "failed");

@@ -280,11 +280,7 @@ async fn a_worker_dying_mid_request_is_a_502() {
     let failed = StreamEvent::Failed {
         message: "worker for tiny killed by signal 9".to_owned(),
     };
-    for events in [
-        vec![delta("Hel"), failed.clone()],
-        vec![failed],
-        vec![],
-    ] {
+    for events in [vec![delta("Hel"), failed.clone()], vec![failed], vec![]] {
         let backend = FakeBackend::replying(events);
         let reply = post(&backend, "/v1/chat/completions", chat_body()).await;
         assert_eq!(reply.status, StatusCode::BAD_GATEWAY);

@@ -139,11 +139,7 @@ fn done(reason: FinishReason) -> StreamEvent {
 
 /// "Hello", " world", stopped.
 fn hello_world() -> Vec<StreamEvent> {
-    vec![
-        delta("Hello"),
-        delta(" world"),
-        done(FinishReason::Stop),
-    ]
+    vec![delta("Hello"), delta(" world"), done(FinishReason::Stop)]
 }
 
 fn app(backend: &Arc<FakeBackend>) -> Router {

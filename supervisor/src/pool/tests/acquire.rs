@@ -113,12 +113,16 @@ async fn a_ready_worker_killed_from_outside_is_replaced_by_the_next_request_ever
         let lease = pool.acquire("m", NO_WAIT).await.unwrap();
         let pid = lease.pid();
         pids.push(pid);
-        sim.exit("m", pid, ExitStatus::Signal(9));
+        sim.exit("m", pid, ExitStatus::Signal(9)).await.unwrap();
         drop(lease);
         wait_for_phase(&pool, "m", Phase::NotRunning).await;
     }
     pids.dedup();
-    assert_eq!(pids.len(), 10, "every request after a kill got a new worker");
+    assert_eq!(
+        pids.len(),
+        10,
+        "every request after a kill got a new worker"
+    );
 }
 
 #[tokio::test]
@@ -127,7 +131,9 @@ async fn a_ready_worker_that_keeps_crashing_before_finishing_a_request_starts_a_
     let pool = sim.pool(roomy());
     for round in 1..=3 {
         let lease = pool.acquire("m", NO_WAIT).await.unwrap();
-        sim.exit("m", lease.pid(), ExitStatus::Signal(11));
+        sim.exit("m", lease.pid(), ExitStatus::Signal(11))
+            .await
+            .unwrap();
         drop(lease);
         let expected = if round < 3 {
             Phase::NotRunning
@@ -137,7 +143,10 @@ async fn a_ready_worker_that_keeps_crashing_before_finishing_a_request_starts_a_
         wait_for_phase(&pool, "m", expected).await;
     }
     let refused = pool.acquire("m", NO_WAIT).await;
-    assert!(matches!(refused, Err(AcquireError::CrashLooping { streak: 3, .. })));
+    assert!(matches!(
+        refused,
+        Err(AcquireError::CrashLooping { streak: 3, .. })
+    ));
 }
 
 #[tokio::test]
@@ -146,13 +155,15 @@ async fn a_finished_request_ends_the_streak_of_crashes() {
     let pool = sim.pool(roomy());
     for _ in 0..5 {
         let lease = pool.acquire("m", NO_WAIT).await.unwrap();
-        sim.exit("m", lease.pid(), ExitStatus::Code(1));
+        sim.exit("m", lease.pid(), ExitStatus::Code(1))
+            .await
+            .unwrap();
         drop(lease);
         wait_for_phase(&pool, "m", Phase::NotRunning).await;
         let lease = pool.acquire("m", NO_WAIT).await.unwrap();
         let pid = lease.pid();
         lease.complete();
-        sim.exit("m", pid, ExitStatus::Code(1));
+        sim.exit("m", pid, ExitStatus::Code(1)).await.unwrap();
         wait_for_phase(&pool, "m", Phase::NotRunning).await;
     }
 }
@@ -175,7 +186,7 @@ async fn a_request_for_a_stopping_model_waits_for_the_stop_then_starts_anew() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(!waiting.is_finished());
     assert_eq!(sim.launches(), 1);
-    sim.exit("m", first, ExitStatus::Code(0));
+    sim.exit("m", first, ExitStatus::Code(0)).await.unwrap();
     let second = waiting.await.unwrap().unwrap();
     assert_ne!(second, first);
     assert_eq!(sim.launches(), 2);
@@ -205,15 +216,23 @@ async fn a_ready_model_and_one_that_fits_never_wait_on_another_models_stuck_stop
 #[tokio::test]
 async fn admission_stops_the_least_recently_used_idle_worker_and_starts_after_its_reap() {
     let sim = SimProcesses::default();
-    sim.estimate_of("a", 400).estimate_of("b", 400).estimate_of("c", 400);
+    sim.estimate_of("a", 400)
+        .estimate_of("b", 400)
+        .estimate_of("c", 400);
     let pool = sim.pool(ceiling(1000));
     let a = pool.acquire("a", NO_WAIT).await.unwrap().pid();
     drop(pool.acquire("b", NO_WAIT).await.unwrap());
     pool.acquire("c", NO_WAIT).await.unwrap();
     let events = sim.events();
-    let stop = events.iter().position(|e| *e == SimEvent::StopOrdered("a".into(), a));
-    let exit = events.iter().position(|e| *e == SimEvent::Exited("a".into(), a));
-    let launch = events.iter().position(|e| *e == SimEvent::Launched("c".into()));
+    let stop = events
+        .iter()
+        .position(|e| *e == SimEvent::StopOrdered("a".into(), a));
+    let exit = events
+        .iter()
+        .position(|e| *e == SimEvent::Exited("a".into(), a));
+    let launch = events
+        .iter()
+        .position(|e| *e == SimEvent::Launched("c".into()));
     assert!(stop < exit && exit < launch, "{events:?}");
     assert_eq!(pool.phase("b"), Phase::Ready);
 }
@@ -248,7 +267,8 @@ async fn a_model_bigger_than_the_whole_ceiling_is_refused_without_waiting() {
     let sim = SimProcesses::default();
     sim.estimate_of("huge", 2000);
     let pool = sim.pool(ceiling(1000));
-    let refused = tokio::time::timeout(Duration::from_secs(60), pool.acquire("huge", PATIENT)).await;
+    let refused =
+        tokio::time::timeout(Duration::from_secs(60), pool.acquire("huge", PATIENT)).await;
     assert!(matches!(refused, Ok(Err(AcquireError::Refused { .. }))));
     assert_eq!(sim.launches(), 0);
 }
@@ -285,7 +305,9 @@ async fn unload_waits_for_the_request_in_flight_and_kill_does_not() {
     let sim = SimProcesses::default();
     let pool = sim.pool(roomy());
     let lease = pool.acquire("m", NO_WAIT).await.unwrap();
-    let timed_out = pool.unload("m", StopReason::Unload, Duration::from_millis(20)).await;
+    let timed_out = pool
+        .unload("m", StopReason::Unload, Duration::from_millis(20))
+        .await;
     assert!(timed_out.is_err());
     let unload = tokio::spawn({
         let pool = pool.clone();
@@ -298,7 +320,9 @@ async fn unload_waits_for_the_request_in_flight_and_kill_does_not() {
     wait_for_phase(&pool, "m", Phase::NotRunning).await;
 
     let _serving = pool.acquire("m", NO_WAIT).await.unwrap();
-    pool.kill("m", nix::sys::signal::Signal::SIGKILL).await.unwrap();
+    pool.kill("m", nix::sys::signal::Signal::SIGKILL)
+        .await
+        .unwrap();
     wait_for_phase(&pool, "m", Phase::NotRunning).await;
     assert!(lock(&pool.state).snapshot()[0].last_exit.is_some());
 }

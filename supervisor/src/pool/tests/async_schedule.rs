@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::super::{
-    ExitStatus, LaunchError, LaunchedWorker, Limits, Phase, Pool, Processes, StopOrder,
-    StopReason, Worker,
+    ExitStatus, LaunchError, LaunchedWorker, Limits, Phase, Pool, Processes, StopOrder, StopReason,
+    Worker,
 };
 use super::sim::Rng;
 use crate::memory::Budget;
@@ -38,12 +38,15 @@ struct World {
     violations: Vec<String>,
 }
 
+/// Where a reaped process's model and pid go.
+type ExitSender = tokio::sync::mpsc::UnboundedSender<(String, u32)>;
+
 #[derive(Clone)]
 struct TrackingProcesses {
     world: Arc<Mutex<World>>,
     seed: u64,
     /// Where exits go, as the reaper's do; set once the pool exists.
-    exits: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<(String, u32)>>>>,
+    exits: Arc<Mutex<Option<ExitSender>>>,
 }
 
 async fn yields(n: usize) {

@@ -257,9 +257,15 @@ fn every_transition_bumps_the_pool_version() {
 #[test]
 fn an_exit_awaited_by_the_pool_is_stopped_and_a_crash_names_its_signal_or_code() {
     let crashed = ExitOutcome::Crashed { backoff: None };
-    assert_eq!(ExitOutcome::Stopped.cause(ExitStatus::Signal(15)), "stopped");
+    assert_eq!(
+        ExitOutcome::Stopped.cause(ExitStatus::Signal(15)),
+        "stopped"
+    );
     assert_eq!(crashed.cause(KILLED), "signal_9");
-    assert_eq!(ExitOutcome::DuringStart.cause(ExitStatus::Code(3)), "exit_code_3");
+    assert_eq!(
+        ExitOutcome::DuringStart.cause(ExitStatus::Code(3)),
+        "exit_code_3"
+    );
 }
 
 #[test]

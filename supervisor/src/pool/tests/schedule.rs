@@ -134,7 +134,13 @@ impl World {
         let mut pool = lock(&pool);
         let held_before = self.held(&pool);
         let footprint = |pid| self.footprint(pid);
-        let step = pool.acquire(model, self.now, estimate(model), &footprint, waited_on_start);
+        let step = pool.acquire(
+            model,
+            self.now,
+            estimate(model),
+            &footprint,
+            waited_on_start,
+        );
         drop(pool);
         match step {
             AcquireStep::Leased(worker) => {
@@ -210,7 +216,8 @@ impl World {
             _ => {
                 let worker = LaunchedWorker { pid, handle: pid };
                 assert!(pool.launched(model, generation, worker, self.now));
-                let footprint = estimate(model) / 2 + self.rng.below(estimate(model) as usize / 2) as u64;
+                let footprint =
+                    estimate(model) / 2 + self.rng.below(estimate(model) as usize / 2) as u64;
                 self.processes.push(Process {
                     model,
                     pid,
@@ -298,7 +305,10 @@ impl World {
         let mut pool = lock(&pool);
         let usage = pool.usage(&|pid| self.footprint(pid));
         let used = usage.iter().map(|worker| worker.bytes).sum();
-        let plan = pool.limits.budget.plan_pressure(used, &pool.idle_lru(&usage));
+        let plan = pool
+            .limits
+            .budget
+            .plan_pressure(used, &pool.idle_lru(&usage));
         for model in plan.stop {
             let worker = pool.begin_stop(&model, StopReason::Evicted, self.now);
             let worker = worker.expect("a planned victim must be stoppable");
@@ -332,7 +342,10 @@ impl World {
     fn check_invariants(&self) {
         let pool = lock(&self.pool);
         let held = self.held(&pool);
-        assert!(held <= CEILING, "workers hold {held} over the {CEILING} ceiling");
+        assert!(
+            held <= CEILING,
+            "workers hold {held} over the {CEILING} ceiling"
+        );
         for (model, _) in MODELS {
             let processes = self.processes.iter().filter(|p| p.model == model).count();
             assert!(processes <= 1, "{model} has {processes} unreaped processes");
@@ -387,7 +400,11 @@ fn random_schedules_keep_the_pool_invariants_and_the_memory_ceiling() {
                 world.step();
                 let after = lock(&world.pool).snapshot();
                 if after != before {
-                    assert_ne!(lock(&world.pool).version(), version, "an unannounced change");
+                    assert_ne!(
+                        lock(&world.pool).version(),
+                        version,
+                        "an unannounced change"
+                    );
                 }
                 world.check_invariants();
             }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::super::processes::{LaunchError, LaunchedWorker, Processes, StopOrder};
 use super::super::state::{ExitStatus, Worker};
@@ -43,8 +43,11 @@ pub struct SimProcesses {
     /// Models whose workers ignore every stop, as a worker frozen by SIGSTOP would.
     frozen: Arc<Mutex<HashSet<String>>>,
     events: Arc<Mutex<Vec<SimEvent>>>,
-    exits: Arc<Mutex<Option<mpsc::UnboundedSender<(String, u32, ExitStatus)>>>>,
+    exits: Arc<Mutex<Option<mpsc::UnboundedSender<SimExit>>>>,
 }
+
+/// An exit on its way to the pool, acknowledged once applied, as the real reaper's are.
+type SimExit = (String, u32, ExitStatus, oneshot::Sender<()>);
 
 /// Simulated pids start here, far from real ones, and are never reused.
 const FIRST_PID: u32 = 10_000;
@@ -68,12 +71,13 @@ impl SimProcesses {
     /// A pool over these processes, whose exits reach it as the real reaper's do.
     pub fn pool(&self, limits: Limits) -> Pool<SimProcesses> {
         let pool = Pool::new(self.clone(), limits);
-        let (exits, mut incoming) = mpsc::unbounded_channel::<(String, u32, ExitStatus)>();
+        let (exits, mut incoming) = mpsc::unbounded_channel::<SimExit>();
         *self.exits.lock().unwrap() = Some(exits);
         let follower = pool.clone();
         tokio::spawn(async move {
-            while let Some((model, pid, status)) = incoming.recv().await {
+            while let Some((model, pid, status, noted)) = incoming.recv().await {
                 follower.on_exit(&model, pid, status);
+                let _ = noted.send(());
             }
         });
         pool
@@ -104,16 +108,19 @@ impl SimProcesses {
         self.events.lock().unwrap().clone()
     }
 
-    /// The process `pid` of `model` ends by itself (a crash, or a kill from outside).
-    pub fn exit(&self, model: &str, pid: u32, status: ExitStatus) {
+    /// The process `pid` of `model` ends by itself (a crash, or a kill from outside); the
+    /// receiver resolves once the pool has applied the exit.
+    pub fn exit(&self, model: &str, pid: u32, status: ExitStatus) -> oneshot::Receiver<()> {
         self.footprints.lock().unwrap().remove(&pid);
         self.events
             .lock()
             .unwrap()
             .push(SimEvent::Exited(model.to_owned(), pid));
+        let (noted, applied) = oneshot::channel();
         if let Some(exits) = self.exits.lock().unwrap().as_ref() {
-            let _ = exits.send((model.to_owned(), pid, status));
+            let _ = exits.send((model.to_owned(), pid, status, noted));
         }
+        applied
     }
 }
 
@@ -175,7 +182,7 @@ impl Processes for SimProcesses {
                 StopOrder::Graceful(_) => ExitStatus::Code(0),
                 StopOrder::Signal(signal) => ExitStatus::Signal(signal as i32),
             };
-            this.exit(&model, worker.pid, status);
+            let _ = this.exit(&model, worker.pid, status).await;
         }
     }
 

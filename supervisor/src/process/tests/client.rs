@@ -15,20 +15,21 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::super::client::{ClientError, WorkerClient};
-use super::super::reaper::{WorkerExit, WorkerProcess};
+use super::super::reaper::WorkerProcess;
+use super::{Exited, noted_exits};
 use corral_ipc::SupervisorConnection;
 
 pub(super) fn spawn_watched(
     program: &str,
     args: &[&str],
-) -> (WorkerProcess, mpsc::UnboundedReceiver<WorkerExit>) {
+) -> (WorkerProcess, mpsc::UnboundedReceiver<Exited>) {
     let child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let (exits, exit_rx) = mpsc::unbounded_channel();
+    let (exits, exit_rx) = noted_exits();
     (WorkerProcess::watch(child, "test-model", exits), exit_rx)
 }
 

@@ -6,18 +6,18 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::super::spawn::{ModelLookup, Spawner};
 use super::super::run_dir::RunDir;
+use super::super::spawn::{ModelLookup, Spawner};
 use crate::pool::LaunchError;
 
 fn launcher(
     binary: &str,
     state: &tempfile::TempDir,
-) -> (Spawner, mpsc::UnboundedReceiver<super::super::WorkerExit>) {
+) -> (Spawner, mpsc::UnboundedReceiver<super::Exited>) {
     let run_dir = RunDir::create(state.path()).unwrap();
     let lookup: ModelLookup =
         std::sync::Arc::new(|model| (model == "known").then(|| PathBuf::from("/nowhere")));
-    let (exits, exit_rx) = mpsc::unbounded_channel();
+    let (exits, exit_rx) = super::noted_exits();
     let launcher = Spawner::new(binary.into(), run_dir, lookup, exits)
         .with_start_timeout(Duration::from_secs(10));
     (launcher, exit_rx)

@@ -7,7 +7,6 @@ use std::time::Duration;
 use corral_ipc::{ToWorker, WorkerConnection};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
-use tokio::sync::mpsc;
 
 use nix::sys::signal::Signal;
 
@@ -36,7 +35,7 @@ async fn a_worker_that_obeys_shutdown_stops_gracefully() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let (exits, _exit_rx) = mpsc::unbounded_channel();
+    let (exits, _exit_rx) = super::noted_exits();
     let (client, theirs) = connected(WorkerProcess::watch(child, "test-model", exits));
     // The fake worker exits when it reads Shutdown.
     tokio::spawn(async move {
@@ -98,7 +97,12 @@ async fn an_operators_sigkill_ends_the_worker_at_once() {
     let (client, theirs) = connected(process);
     deaf_peer(theirs);
 
-    let stopped = stop(&client, StopOrder::Signal(Signal::SIGKILL), Duration::from_secs(60)).await;
+    let stopped = stop(
+        &client,
+        StopOrder::Signal(Signal::SIGKILL),
+        Duration::from_secs(60),
+    )
+    .await;
 
     assert_eq!(stopped.step, StopStep::Killed);
     let exit = exits.recv().await.unwrap();
@@ -130,7 +134,12 @@ async fn an_operators_sigterm_that_works_is_reported_as_terminated() {
     let (client, theirs) = connected(process);
     deaf_peer(theirs);
 
-    let stopped = stop(&client, StopOrder::Signal(Signal::SIGTERM), Duration::from_secs(60)).await;
+    let stopped = stop(
+        &client,
+        StopOrder::Signal(Signal::SIGTERM),
+        Duration::from_secs(60),
+    )
+    .await;
 
     assert_eq!(
         stopped,
