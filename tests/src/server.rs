@@ -149,6 +149,18 @@ impl Server {
             .expect("a JSON body")
     }
 
+    /// `model`'s row of `GET /admin/workers`: its state, pid, restarts and the worker's stats.
+    pub fn worker_row(&self, model: &str) -> Value {
+        let workers = self.get_json("/admin/workers");
+        workers["data"]
+            .as_array()
+            .expect("a list of workers")
+            .iter()
+            .find(|row| row["model"] == model)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row for {model} in {workers}"))
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -27,19 +27,8 @@ fn write_config(dirs: &Dirs, text: &str) -> PathBuf {
     path
 }
 
-fn worker_row(server: &Server, model: &str) -> Value {
-    let workers = server.get_json("/admin/workers");
-    workers["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|row| row["model"] == model)
-        .cloned()
-        .unwrap_or_else(|| panic!("no row for {model} in {workers}"))
-}
-
 fn ready_pid(server: &Server, model: &str) -> u32 {
-    let row = worker_row(server, model);
+    let row = server.worker_row(model);
     assert_eq!(row["state"], "ready", "{row}");
     row["pid"].as_u64().unwrap() as u32
 }
@@ -114,14 +103,14 @@ fn fifty_sigkills_of_a_streaming_worker_each_get_a_new_worker_and_the_other_mode
     // One worker per model and no leftovers: every killed worker is gone.
     assert_eq!(server.worker_pids().len(), 2, "{:?}", server.worker_pids());
     assert!(killed.iter().all(|&pid| !alive(pid)));
-    let llama = worker_row(&server, "llama");
+    let llama = server.worker_row("llama");
     assert_eq!(llama["restarts"], 50, "{llama}");
     eprintln!("50 kills: the other model completed {completed} streams meanwhile");
 }
 
 /// Failed starts and unexpected exits of `model`'s workers so far, as the pool counts them.
 fn restarts(server: &Server, model: &str) -> u64 {
-    worker_row(server, model)["restarts"].as_u64().unwrap()
+    server.worker_row(model)["restarts"].as_u64().unwrap()
 }
 
 fn error_of(response: reqwest::blocking::Response) -> (u16, u64, String) {
@@ -168,7 +157,7 @@ fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_
     );
     assert!((4..=8).contains(&retry_after), "Retry-After {retry_after}");
     assert_eq!(restarts(&server, "broken"), 6);
-    assert_eq!(worker_row(&server, "broken")["state"], "failed");
+    assert_eq!(server.worker_row("broken")["state"], "failed");
 
     let response = server.post("/v1/chat/completions", &chat("llama", 2, false));
     assert_eq!(response.status(), 200);
@@ -217,7 +206,7 @@ fn a_loaded_model_serves_at_its_usual_speed_while_a_frozen_worker_is_unloaded() 
                 .status()
         }
     });
-    while worker_row(&server, "llama")["state"] != "stopping" {
+    while server.worker_row("llama")["state"] != "stopping" {
         thread::sleep(Duration::from_millis(10));
     }
 
@@ -226,7 +215,7 @@ fn a_loaded_model_serves_at_its_usual_speed_while_a_frozen_worker_is_unloaded() 
     let third_ms = third.elapsed().as_secs_f64() * 1e3;
     let during = median_ms(&server, "qwen3");
     // All of that happened while the frozen worker was still being stopped.
-    assert_eq!(worker_row(&server, "llama")["state"], "stopping");
+    assert_eq!(server.worker_row("llama")["state"], "stopping");
     assert!(alive(frozen));
 
     assert_eq!(unload.join().unwrap(), 200);

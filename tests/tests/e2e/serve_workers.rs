@@ -35,22 +35,6 @@ fn sockets(state_dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-fn admin_row(server: &Server, model: &str) -> Value {
-    let workers: Value = client()
-        .get(server.url("/admin/workers"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    workers["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|row| row["model"] == model)
-        .cloned()
-        .unwrap_or_else(|| panic!("no row for {model} in {workers}"))
-}
-
 /// A start timeout that llama's worker meets however busy the machine is: ten times what a
 /// server took here just now to start it and answer, and at least 2 s.
 fn start_timeout_for_llama(dirs: &Dirs) -> Duration {
@@ -95,7 +79,7 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_s
         "{:?}",
         server.worker_pids()
     );
-    assert_eq!(admin_row(&server, "qwen3")["state"], "failed");
+    assert_eq!(server.worker_row("qwen3")["state"], "failed");
 
     assert_eq!(
         server
@@ -180,7 +164,7 @@ fn a_disconnected_stream_shows_as_cancelled_in_the_workers_own_stats() {
     let server = Server::start(&dirs);
     let mut events = sse_events(server.post("/v1/chat/completions", &chat("llama", 4000, true)));
     events.next().unwrap();
-    let busy = admin_row(&server, "llama");
+    let busy = server.worker_row("llama");
     assert_eq!(busy["state"], "ready");
     assert_eq!(busy["leases"], 1);
     assert_eq!(busy["stats"]["active_sequences"], 1);
@@ -193,7 +177,7 @@ fn a_disconnected_stream_shows_as_cancelled_in_the_workers_own_stats() {
             .status(),
         200
     );
-    let row = admin_row(&server, "llama");
+    let row = server.worker_row("llama");
     assert_eq!(row["leases"], 0, "{row}");
     assert_eq!(row["pid"], server.worker_pids()[0]);
     let stats = &row["stats"];
