@@ -142,6 +142,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
             metrics::track_requests,
         ));
     let address = (config.host, config.port);
+    let shutdown = shutdown_signal();
     let listener = TcpListener::bind(address)
         .await
         .with_context(|| format!("listening on {}:{}", config.host, config.port))?;
@@ -151,7 +152,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
 
     let (stopping, mut stop_seen) = watch::channel(false);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown_signal().await;
+        shutdown.await;
         tracing::info!("shutting down: no new requests; draining those in flight");
         let _ = stopping.send(true);
     });
@@ -292,18 +293,23 @@ fn build_registry(
     Ok(registry)
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT, listened for from before the server announces itself: a service manager
+/// that stops corral right after "listening on" gets the drain, not the default disposition.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut terminate), Ok(mut interrupt)) = (
+    let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for SIGTERM/SIGINT; stop corral with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+    );
+    async move {
+        let (Ok(mut terminate), Ok(mut interrupt)) = signals else {
+            tracing::error!("cannot listen for SIGTERM/SIGINT; stop corral with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
     }
 }
 
