@@ -137,7 +137,7 @@ impl Metrics {
         let evictions = Family::default();
         registry.register(
             "corral_evictions",
-            "Workers stopped by the memory manager or an operator, by reason",
+            "Workers stopped for memory, idleness, an operator or the shutdown, by reason",
             evictions.clone(),
         );
         let eviction_freed_bytes = Family::default();

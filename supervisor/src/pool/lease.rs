@@ -49,7 +49,7 @@ impl<H> Lease<H> {
         self.worker.generation
     }
 
-    /// The worker's handle (its connection, with the real launcher).
+    /// The worker's handle (its connection, with real processes).
     pub fn handle(&self) -> &H {
         &self.worker.handle
     }

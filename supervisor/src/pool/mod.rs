@@ -399,7 +399,7 @@ async fn changed_before(changed: &mut watch::Receiver<u64>, deadline: Instant) -
 }
 
 /// Owns one launch's outcome: `answer` applies it, and dropping the guard unanswered (the
-/// launcher panicked, or the runtime shut down) fails the start instead of leaving it waiting.
+/// launch panicked, or the runtime shut down) fails the start instead of leaving it waiting.
 struct StartGuard<H> {
     state: Arc<Mutex<PoolState<H>>>,
     model: String,

@@ -22,7 +22,7 @@ use nix::sys::signal::Signal;
 use super::state::{ExitStatus, StopReason, Worker};
 
 /// A worker that finished starting: its pid and whatever the pool hands to lease holders (the
-/// real launcher's connection handle; a test's token).
+/// real worker connection; a test's token).
 #[derive(Debug, Clone)]
 pub struct LaunchedWorker<H> {
     pub pid: u32,

@@ -96,7 +96,7 @@ pub enum ExitInfo {
         pid: u32,
         status: ExitStatus,
     },
-    /// Spawn, handshake or model load failed; the launcher's error, as text.
+    /// Spawn, handshake or model load failed; the launch's error, as text.
     LaunchFailed {
         message: String,
     },

@@ -174,7 +174,7 @@ impl WorkerClient {
         }
     }
 
-    /// Asks the worker to finish and exit; see `stop::stop_worker` for the whole stop.
+    /// Asks the worker to finish and exit; see `stop::stop` for the whole stop.
     pub fn shutdown(&self) {
         let _ = self.outbox.send(ToWorker::Shutdown);
     }

@@ -43,7 +43,7 @@ pub struct Spawner {
 
 impl Spawner {
     /// Every worker exit is sent to `exits`; drain it into the pool with `Pool::on_exit`
-    /// (the pool is built from this launcher, so it cannot be handed in here).
+    /// (the pool is built over this spawner, so it cannot be handed in here).
     pub fn new(
         binary: PathBuf,
         run_dir: RunDir,
