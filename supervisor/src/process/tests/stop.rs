@@ -18,6 +18,18 @@ use crate::pool::{ExitStatus, StopOrder, StopReason};
 const GRACEFUL: StopOrder = StopOrder::Graceful(StopReason::Unload);
 const GRACE: Duration = Duration::from_millis(300);
 
+/// Stops a process standing in for a worker whose connection reads and ignores every frame.
+async fn stop_deaf(program: &str, args: &[&str], order: StopOrder, grace: Duration) -> Stopped {
+    let (process, _exits) = spawn_watched(program, args);
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
+    stop(&client, order, grace).await
+}
+
+fn ended(step: StopStep, status: ExitStatus) -> Stopped {
+    Stopped { step, status }
+}
+
 /// Reads and ignores every frame, as a worker stuck in a GPU call would.
 fn deaf_peer(theirs: tokio::net::UnixStream) {
     tokio::spawn(async move {
@@ -59,35 +71,16 @@ async fn a_worker_that_obeys_shutdown_stops_gracefully() {
 
 #[tokio::test]
 async fn a_worker_that_ignores_shutdown_is_terminated() {
-    let (process, _exits) = spawn_watched("sleep", &["60"]);
-    let (client, theirs) = connected(process);
-    deaf_peer(theirs);
-
-    let stopped = stop(&client, GRACEFUL, GRACE).await;
-    assert_eq!(
-        stopped,
-        Stopped {
-            step: StopStep::Terminated,
-            status: ExitStatus::Signal(15)
-        }
-    );
+    let stopped = stop_deaf("sleep", &["60"], GRACEFUL, GRACE).await;
+    assert_eq!(stopped, ended(StopStep::Terminated, ExitStatus::Signal(15)));
 }
 
 #[tokio::test]
 async fn a_worker_that_ignores_sigterm_is_killed() {
     // An ignored signal stays ignored across exec, so `sleep` itself ignores SIGTERM.
-    let (process, _exits) = spawn_watched("bash", &["-c", "trap '' TERM; exec sleep 60"]);
-    let (client, theirs) = connected(process);
-    deaf_peer(theirs);
-
-    let stopped = stop(&client, GRACEFUL, GRACE).await;
-    assert_eq!(
-        stopped,
-        Stopped {
-            step: StopStep::Killed,
-            status: ExitStatus::Signal(9)
-        }
-    );
+    let ignores_sigterm = ["-c", "trap '' TERM; exec sleep 60"];
+    let stopped = stop_deaf("bash", &ignores_sigterm, GRACEFUL, GRACE).await;
+    assert_eq!(stopped, ended(StopStep::Killed, ExitStatus::Signal(9)));
 }
 
 #[tokio::test]
@@ -112,40 +105,15 @@ async fn an_operators_sigkill_ends_the_worker_at_once() {
 
 #[tokio::test]
 async fn an_operators_signal_that_does_not_end_the_worker_is_followed_by_sigkill() {
-    let (process, _exits) = spawn_watched("sleep", &["60"]);
-    let (client, theirs) = connected(process);
-    deaf_peer(theirs);
-
     // SIGCONT does nothing to a running process, whatever the timing.
-    let stopped = stop(&client, StopOrder::Signal(Signal::SIGCONT), GRACE).await;
-
-    assert_eq!(
-        stopped,
-        Stopped {
-            step: StopStep::Killed,
-            status: ExitStatus::Signal(9)
-        }
-    );
+    let order = StopOrder::Signal(Signal::SIGCONT);
+    let stopped = stop_deaf("sleep", &["60"], order, GRACE).await;
+    assert_eq!(stopped, ended(StopStep::Killed, ExitStatus::Signal(9)));
 }
 
 #[tokio::test]
 async fn an_operators_sigterm_that_works_is_reported_as_terminated() {
-    let (process, _exits) = spawn_watched("sleep", &["60"]);
-    let (client, theirs) = connected(process);
-    deaf_peer(theirs);
-
-    let stopped = stop(
-        &client,
-        StopOrder::Signal(Signal::SIGTERM),
-        Duration::from_secs(60),
-    )
-    .await;
-
-    assert_eq!(
-        stopped,
-        Stopped {
-            step: StopStep::Terminated,
-            status: ExitStatus::Signal(15)
-        }
-    );
+    let order = StopOrder::Signal(Signal::SIGTERM);
+    let stopped = stop_deaf("sleep", &["60"], order, Duration::from_secs(60)).await;
+    assert_eq!(stopped, ended(StopStep::Terminated, ExitStatus::Signal(15)));
 }
