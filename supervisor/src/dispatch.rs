@@ -67,48 +67,86 @@ impl Backend for Dispatch {
     ) -> Result<GenerationStream, BackendError> {
         // Counts as queued from here until the worker accepts; dropped on every early return.
         let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
-        let lease = self
-            .pool
-            .acquire(model, self.admission_wait)
-            .await
-            .map_err(unavailable)?;
-        let client = lease.handle().clone();
-        let mut handle =
-            client
-                .generate(request)
+        let mut retried = false;
+        loop {
+            let lease = self
+                .pool
+                .acquire(model, self.admission_wait)
                 .await
-                .map_err(|error| BackendError::WorkerFailed {
-                    message: error.to_string(),
-                })?;
-        // Armed from here on: if this future or the stream is dropped, the worker is told.
-        let mut cancel = cancel_guard(&client, handle.id);
-        let prompt_tokens = match handle.events.recv().await {
-            Some(FromWorker::Accepted { prompt_tokens, .. }) => prompt_tokens,
-            Some(FromWorker::Rejected { kind, message, .. }) => {
-                cancel.disarm();
-                return Err(BackendError::Rejected { kind, message });
+                .map_err(unavailable)?;
+            match submit(&lease, request.clone()).await {
+                Ok(accepted) => {
+                    observed.accepted(accepted.prompt_tokens);
+                    let (events, receiver) = mpsc::channel(STREAM_BUFFER);
+                    tokio::spawn(relay(accepted.handle, events, lease, observed));
+                    return Ok(GenerationStream::new(
+                        accepted.prompt_tokens,
+                        receiver,
+                        accepted.cancel,
+                    ));
+                }
+                // The worker died before it took the request, so nothing of it reached the
+                // client: once more on the worker that replaces it. Only once, so a request that
+                // kills every worker it reaches cannot take down a chain of them.
+                Err(error) if !retried && lease.handle().process().exited().is_some() => {
+                    tracing::info!(model, pid = lease.pid(), %error, "the worker died before it accepted the request; retrying on a new worker");
+                    retried = true;
+                }
+                Err(error) => return Err(error),
             }
-            Some(FromWorker::Error { message, .. }) => {
-                cancel.disarm();
-                return Err(BackendError::WorkerFailed { message });
-            }
-            Some(other) => {
-                return Err(BackendError::Internal {
-                    message: format!("worker sent {} before Accepted", other.name()),
-                });
-            }
-            None => {
-                cancel.disarm();
-                return Err(BackendError::WorkerFailed {
-                    message: format!("the worker for {model} closed the request"),
-                });
-            }
-        };
-        observed.accepted(prompt_tokens);
-        let (events, receiver) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(relay(handle, events, lease, observed));
-        Ok(GenerationStream::new(prompt_tokens, receiver, cancel))
+        }
     }
+}
+
+/// A request its worker accepted.
+struct Accepted {
+    handle: RequestHandle,
+    prompt_tokens: u32,
+    cancel: CancelOnDrop,
+}
+
+/// Sends `request` to the leased worker and waits for its `Accepted` (or why not).
+async fn submit(
+    lease: &Lease<Arc<WorkerClient>>,
+    request: GenerateRequest,
+) -> Result<Accepted, BackendError> {
+    let client = lease.handle();
+    let mut handle =
+        client
+            .generate(request)
+            .await
+            .map_err(|error| BackendError::WorkerFailed {
+                message: error.to_string(),
+            })?;
+    // Armed from here on: if this future or the stream is dropped, the worker is told.
+    let mut cancel = cancel_guard(client, handle.id);
+    let prompt_tokens = match handle.events.recv().await {
+        Some(FromWorker::Accepted { prompt_tokens, .. }) => prompt_tokens,
+        Some(FromWorker::Rejected { kind, message, .. }) => {
+            cancel.disarm();
+            return Err(BackendError::Rejected { kind, message });
+        }
+        Some(FromWorker::Error { message, .. }) => {
+            cancel.disarm();
+            return Err(BackendError::WorkerFailed { message });
+        }
+        Some(other) => {
+            return Err(BackendError::Internal {
+                message: format!("worker sent {} before Accepted", other.name()),
+            });
+        }
+        None => {
+            cancel.disarm();
+            return Err(BackendError::WorkerFailed {
+                message: format!("the worker for {} closed the request", lease.model()),
+            });
+        }
+    };
+    Ok(Accepted {
+        handle,
+        prompt_tokens,
+        cancel,
+    })
 }
 
 fn cancel_guard(client: &Arc<WorkerClient>, id: u64) -> CancelOnDrop {

@@ -108,6 +108,31 @@ fn fifty_sigkills_of_a_streaming_worker_each_get_a_new_worker_and_the_other_mode
     eprintln!("50 kills: the other model completed {completed} streams meanwhile");
 }
 
+#[test]
+fn a_request_whose_worker_dies_before_accepting_it_is_served_by_a_new_worker() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let server = Arc::new(Server::start(&dirs));
+    assert_eq!(stream(&server, "llama", 2).last().unwrap(), "[DONE]");
+    let frozen = ready_pid(&server, "llama");
+    signal(frozen, Signal::SIGSTOP);
+    let request = thread::spawn({
+        let server = server.clone();
+        move || server.post("/v1/chat/completions", &chat("llama", 2, false))
+    });
+    // Leased: the request has gone to the frozen worker, which cannot accept it.
+    while server.worker_row("llama")["leases"] != 1 {
+        thread::sleep(Duration::from_millis(10));
+    }
+    signal(frozen, Signal::SIGKILL);
+
+    let response = request.join().unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().unwrap();
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    assert_ne!(ready_pid(&server, "llama"), frozen);
+    assert_eq!(restarts(&server, "llama"), 1);
+}
+
 /// Failed starts and unexpected exits of `model`'s workers so far, as the pool counts them.
 fn restarts(server: &Server, model: &str) -> u64 {
     server.worker_row(model)["restarts"].as_u64().unwrap()
