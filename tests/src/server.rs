@@ -29,6 +29,14 @@ pub struct Dirs {
 }
 
 impl Dirs {
+    /// Writes `text` as a `corral.toml` in the state directory and returns its path, for
+    /// `--config`.
+    pub fn write_config(&self, text: &str) -> PathBuf {
+        let path = self.state.path().join("corral.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     /// Tiny models named after `archs` ("llama", "qwen3", ...).
     pub fn with_models(archs: &[Arch]) -> Self {
         Self::with_sized_models(Size::Tiny, archs)

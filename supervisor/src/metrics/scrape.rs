@@ -18,7 +18,7 @@ use corral_ipc::PrefixCacheStats;
 use super::ModelLabels;
 
 /// Every state `corral_worker_state` reports, named as `/admin/workers` names them.
-pub const STATES: [&str; 5] = ["not_running", "starting", "ready", "stopping", "failed"];
+const STATES: [&str; 5] = ["not_running", "starting", "ready", "stopping", "failed"];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 struct StateLabels {

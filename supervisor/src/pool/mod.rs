@@ -27,9 +27,7 @@ pub use admission::{Limits, Refusal, WorkerUsage};
 pub use lease::Lease;
 pub use machine::{EntrySnapshot, ExitOutcome, IdleCandidate};
 pub use processes::{LaunchError, LaunchedWorker, Processes, StopOrder};
-pub use state::{
-    BACKOFF_BASE, BACKOFF_CAP, CRASH_LOOP_STREAK, ExitInfo, ExitStatus, Phase, StopReason, Worker,
-};
+pub use state::{ExitInfo, ExitStatus, Phase, StopReason, Worker};
 
 use admission::AcquireStep;
 use machine::{PoolState, lock};
@@ -298,10 +296,7 @@ impl<P: Processes> Pool<P> {
                     continue;
                 };
             drop(state);
-            let processes = Arc::clone(&self.processes);
-            stops.push(tokio::spawn(async move {
-                processes.stop(&model, worker, order).await;
-            }));
+            stops.push(self.spawn_stop(model, worker, order));
         }
         for stop in stops {
             let _ = stop.await;

@@ -9,7 +9,6 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -20,12 +19,6 @@ use corral_tests::server::{Dirs, Server, alive, chat, client, sse_events};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
-
-fn write_config(dirs: &Dirs, text: &str) -> PathBuf {
-    let path = dirs.state.path().join("corral.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 fn ready_pid(server: &Server, model: &str) -> u32 {
     let row = server.worker_row(model);
@@ -157,7 +150,7 @@ fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_
     let broken = dirs.models.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
     std::fs::write(broken.join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
-    let config = write_config(&dirs, "admission_wait_secs = 4\n");
+    let config = dirs.write_config("admission_wait_secs = 4\n");
     let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
     let request = || server.post("/v1/chat/completions", &chat("broken", 2, false));
 

@@ -17,8 +17,7 @@ use serde_json::{Value, json};
 const BLOCK_TOKENS: u64 = 64;
 
 fn server_with(dirs: &Dirs, config: &str) -> Server {
-    let path = dirs.state.path().join("corral.toml");
-    std::fs::write(&path, config).unwrap();
+    let path = dirs.write_config(config);
     Server::start_with(dirs, &[OsStr::new("--config"), path.as_os_str()])
 }
 

@@ -16,12 +16,6 @@ use corral_tests::server::{Dirs, Server, chat, client, client_outlasting, sse_ev
 use corral_tests::{PATIENCE, binary};
 use serde_json::{Value, json};
 
-fn write_config(dirs: &Dirs, text: &str) -> PathBuf {
-    let path = dirs.state.path().join("corral.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// The worker sockets the supervisor is listening on right now.
 fn sockets(state_dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(state_dir.join("run"))
@@ -54,10 +48,10 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_s
     let weights = dirs.models.path().join("qwen3/model.safetensors");
     std::fs::remove_file(&weights).unwrap();
     nix::unistd::mkfifo(&weights, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    let config = write_config(
-        &dirs,
-        &format!("worker_start_timeout_secs = {}\n", start_timeout.as_secs()),
-    );
+    let config = dirs.write_config(&format!(
+        "worker_start_timeout_secs = {}\n",
+        start_timeout.as_secs()
+    ));
     let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
 
     let started = Instant::now();
