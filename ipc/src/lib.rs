@@ -6,12 +6,14 @@
 
 pub mod codec;
 pub mod connection;
+pub mod describe;
 pub mod framed;
 pub mod handshake;
 pub mod message;
 
 pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
+pub use describe::{ModelDescription, ModelFormat};
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
     HANDSHAKE_TIMEOUT, HandshakeError, WORKER_TOKEN_ENV, supervisor_accept, tokens_match,

@@ -1,0 +1,33 @@
+//! What a worker makes of a model's files without loading them.
+//!
+//! `corral-worker describe PATH...` prints one [`ModelDescription`] per path as a JSON line; the
+//! supervisor lists models with it. Model formats live in the worker, so the worker alone decides
+//! what a file holds and whether it can be served; the supervisor only finds the files.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelDescription {
+    /// The model directory or `.gguf` file, as given.
+    pub path: PathBuf,
+    pub format: ModelFormat,
+    /// `general.architecture` of a GGUF, `model_type` of a `config.json`.
+    pub architecture: Option<String>,
+    /// How the weights are stored: `Q4_1`, `Q8_0`, `4-bit`, `f32`, `bf16`, or a mix (`Q4_1+Q8_0`).
+    pub quantization: Option<String>,
+    /// Bytes of the weight files.
+    pub size_bytes: u64,
+    /// Why the worker cannot serve this model; `None` when it can.
+    pub unservable: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelFormat {
+    /// A Hugging Face or MLX directory: `config.json` and `*.safetensors`.
+    Safetensors,
+    /// One `.gguf` file, as llama.cpp, Ollama and LM Studio keep them.
+    Gguf,
+}
