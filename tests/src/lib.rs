@@ -1,6 +1,6 @@
-//! Helpers for the end-to-end tests in `tests/e2e/`: the built binaries, generated fixture models
-//! and waiting on a condition; `server` is a running `corral serve`, and `bench` holds what the
-//! benches in `benches/` share.
+//! Helpers for the end-to-end tests in `tests/e2e/`: the built binaries, generated fixture models,
+//! the real test model and waiting on a condition; `server` is a running `corral serve`, and
+//! `bench` holds what the benches in `benches/` share.
 
 pub mod bench;
 pub mod server;
@@ -29,6 +29,21 @@ pub fn binary(name: &str) -> PathBuf {
     assert!(
         path.exists(),
         "{} is not built; run the tests with `cargo xtask test`",
+        path.display()
+    );
+    path
+}
+
+/// SmolLM2-135M-Instruct as a Q4_1 GGUF, the real model the tests run; `cargo xtask setup`
+/// fetches it into the workspace's `build/models/`, pinned by version and sha256.
+pub fn smollm2_gguf() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is inside the workspace");
+    let path = root.join("build/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing; run `cargo xtask setup`",
         path.display()
     );
     path

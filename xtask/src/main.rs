@@ -3,12 +3,14 @@
 //! On Linux, mlx-sys cannot build itself (it fetches MLX with git and links Apple frameworks), so
 //! `setup` prepares MLX from the `mlx-cpu` wheel, builds mlx-c and its bindings, and writes a cargo
 //! config that overrides mlx-sys's build script. Every other command runs cargo with that config.
-//! On macOS mlx-sys builds by itself and these commands are plain cargo.
+//! On macOS mlx-sys builds by itself and these commands are plain cargo. On every platform `setup`
+//! also fetches the real model the tests run (`test_models`).
 
 mod cargo_config;
 mod mlx_c;
 mod paths;
 mod system_packages;
+mod test_models;
 mod wheel;
 
 use std::ffi::OsString;
@@ -20,11 +22,13 @@ use anyhow::{Context, Result, bail};
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  setup            prepare MLX for this machine (idempotent; seconds when already done)
+  setup            prepare MLX for this machine and fetch the test model (idempotent; seconds
+                   when already done)
   test             setup, then check formatting and lints and run every test
   serve [ARGS]     setup, then start `corral serve` (release build) with ARGS
   cargo ARGS       setup, then run `cargo ARGS` with the MLX build configuration
-  reference        regenerate the mlx-lm reference logits (needs Python and pip)";
+  reference        regenerate the reference data in tests/data from mlx-lm, transformers and
+                   llama.cpp (needs Python, pip and a C++ toolchain)";
 
 fn main() -> ExitCode {
     match run() {
@@ -89,18 +93,26 @@ fn run() -> Result<ExitCode> {
     }
 }
 
-/// Prepares MLX when this platform needs it; returns the cargo config file to pass, if any.
+/// Prepares MLX when this platform needs it and fetches the test model; returns the cargo config
+/// file to pass, if any.
 fn setup() -> Result<Option<PathBuf>> {
-    if cfg!(target_os = "macos") {
-        return Ok(None);
-    }
     let paths = paths::Paths::discover()?;
+    let config = if cfg!(target_os = "macos") {
+        None
+    } else {
+        Some(prepare_mlx(&paths)?)
+    };
+    test_models::ensure(&paths)?;
+    Ok(config)
+}
+
+/// The Linux-only part of setup: MLX from the wheel, mlx-c, and the cargo config that uses them.
+fn prepare_mlx(paths: &paths::Paths) -> Result<PathBuf> {
     system_packages::ensure()?;
-    let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
-    let wheel = wheel::ensure(&paths, &mlx_sys.mlx_version)?;
-    let built = mlx_c::ensure_built(&paths, &mlx_sys, &wheel)?;
-    let config = cargo_config::write(&paths, &wheel, &built)?;
-    Ok(Some(config))
+    let mlx_sys = mlx_c::MlxSysSource::locate(paths)?;
+    let wheel = wheel::ensure(paths, &mlx_sys.mlx_version)?;
+    let built = mlx_c::ensure_built(paths, &mlx_sys, &wheel)?;
+    cargo_config::write(paths, &wheel, &built)
 }
 
 /// cargo, run with the MLX configuration of this machine (set up once per command).
@@ -151,9 +163,11 @@ impl Cargo {
 fn reference() -> Result<ExitCode> {
     let paths = paths::Paths::discover()?;
     let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
+    let gguf = test_models::ensure(&paths)?;
     let status = Command::new("bash")
         .arg(paths.root.join("scripts/reference/regenerate.sh"))
         .arg(&mlx_sys.mlx_version)
+        .arg(&gguf)
         .current_dir(&paths.root)
         .status()
         .context("running scripts/reference/regenerate.sh")?;

@@ -72,7 +72,7 @@ pub fn ensure(paths: &Paths, mlx_version: &str) -> Result<Wheel> {
     Ok(wheel)
 }
 
-fn python(args: &[&str]) -> Result<()> {
+pub fn python(args: &[&str]) -> Result<()> {
     let status = Command::new("python3")
         .args(args)
         .status()

