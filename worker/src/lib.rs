@@ -5,6 +5,7 @@ pub mod cli;
 pub mod detokenizer;
 pub mod engine;
 pub mod generation;
+pub mod gguf;
 #[cfg(not(target_os = "macos"))]
 mod linux_shim;
 pub mod loaded;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokenizers::Tokenizer;
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
+use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
 use crate::stop_tokens::{GenerationDefaults, eos_token_ids, generation_defaults};
@@ -23,11 +24,14 @@ pub enum LoadError {
     ChatTemplate(#[from] ChatTemplateError),
     #[error(transparent)]
     ModelFile(#[from] JsonFileError),
-    #[error("{dir}: not a model directory")]
-    NotADirectory { dir: PathBuf },
+    #[error("{path}: neither a model directory nor a GGUF file")]
+    NotAModel { path: PathBuf },
+    #[error(transparent)]
+    Gguf(#[from] GgufLoadError),
 }
 
 pub struct LoadedModel {
+    /// The model directory or GGUF file.
     pub dir: PathBuf,
     pub model: Model,
     pub tokenizer: Arc<Tokenizer>,
@@ -38,11 +42,25 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+    /// Loads a Hugging Face / MLX directory or a single GGUF file.
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
         let started = Instant::now();
+        if gguf::is_gguf(path) {
+            let loaded = GgufModel::load(path)?;
+            return Ok(Self {
+                dir: path.to_path_buf(),
+                model: loaded.model,
+                tokenizer: Arc::new(loaded.tokenizer),
+                chat_template: loaded.chat_template,
+                eos_token_ids: loaded.eos_token_ids,
+                defaults: GenerationDefaults::default(),
+                load_time: started.elapsed(),
+            });
+        }
+        let dir = path;
         if !dir.is_dir() {
-            return Err(LoadError::NotADirectory {
-                dir: dir.to_path_buf(),
+            return Err(LoadError::NotAModel {
+                path: dir.to_path_buf(),
             });
         }
         let tokenizer_path = dir.join("tokenizer.json");

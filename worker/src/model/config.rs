@@ -98,11 +98,22 @@ impl ModelConfig {
             path: path.clone(),
             source,
         })?;
-        let bad = |message: String| ModelError::Config {
+        let value = serde_json::from_str(&text).map_err(|error| ModelError::Config {
             path: path.clone(),
+            message: error.to_string(),
+        })?;
+        Self::from_json(value, &path)
+    }
+
+    /// Reads a `config.json` value; `path` names its source in errors (a GGUF file's metadata
+    /// comes here translated into the same keys).
+    pub fn from_json(value: serde_json::Value, path: &Path) -> Result<Self, ModelError> {
+        let bad = |message: String| ModelError::Config {
+            path: path.to_path_buf(),
             message,
         };
-        let raw: RawConfig = serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
+        let raw: RawConfig =
+            serde_json::from_value(value).map_err(|error| bad(error.to_string()))?;
         let architecture = match raw.model_type.as_deref() {
             Some("llama" | "mistral") => Architecture::Llama,
             Some("qwen2") => Architecture::Qwen2,

@@ -140,7 +140,9 @@ impl QuantizedWeight {
     ) -> Result<Self, ModelError> {
         let weight_name = format!("{prefix}.weight");
         let file = weights.file_of(&weight_name).unwrap_or_default();
-        let Some(Quantization { group_size, bits }) = quantization else {
+        let Some(Quantization { group_size, bits }) =
+            weights.quantization_of(prefix).or(quantization)
+        else {
             return Err(ModelError::Quantization {
                 path: file,
                 message: format!(

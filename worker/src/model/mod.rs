@@ -18,7 +18,7 @@ pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
 use layers::{Embedding, Linear};
 use rope::Rope;
 use transformer::{Block, RmsNorm};
-use weights::Weights;
+pub use weights::Weights;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -73,7 +73,16 @@ pub struct Model {
 impl Model {
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let config = ModelConfig::load(model_dir)?;
-        let mut weights = Weights::load(model_dir)?;
+        let weights = Weights::load(model_dir)?;
+        Self::from_weights(config, weights, model_dir)
+    }
+
+    /// Builds the layers from `weights`, loaded from `source` (a directory or a GGUF file).
+    pub fn from_weights(
+        config: ModelConfig,
+        mut weights: Weights,
+        source: &Path,
+    ) -> Result<Self, ModelError> {
         let weight_bytes = weights.total_bytes();
         let quant = config.quantization;
         let embed_tokens = Embedding::load(
@@ -109,7 +118,7 @@ impl Model {
         };
         let leftovers = weights.leftover_names();
         if !leftovers.is_empty() {
-            tracing::warn!(dir = %model_dir.display(), tensors = ?leftovers, "ignoring tensors no layer uses");
+            tracing::warn!(model = %source.display(), tensors = ?leftovers, "ignoring tensors no layer uses");
         }
         let rope = Rope::new(
             config.head_dim,
@@ -117,10 +126,10 @@ impl Model {
             config.rope_traditional,
             config.rope_scaling,
         )
-        .map_err(|source| ModelError::Mlx {
-            dir: model_dir.to_path_buf(),
+        .map_err(|error| ModelError::Mlx {
+            dir: source.to_path_buf(),
             action: "building rotary frequencies",
-            source,
+            source: error,
         })?;
         Ok(Self {
             config,

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use mlx_rs::{Array, Dtype};
 
 use super::ModelError;
+use super::config::Quantization;
 
 /// Safetensors headers above this are not checkpoints but corruption.
 const MAX_HEADER_BYTES: u64 = 100 * 1024 * 1024;
@@ -19,6 +20,9 @@ const MAX_HEADER_BYTES: u64 = 100 * 1024 * 1024;
 pub struct Weights {
     tensors: HashMap<String, (Array, PathBuf)>,
     model_dir: PathBuf,
+    /// Per-layer quantization where the checkpoint itself says (GGUF types differ per tensor);
+    /// layers not named here use `config.json`'s.
+    quantization: HashMap<String, Quantization>,
 }
 
 impl Weights {
@@ -45,7 +49,30 @@ impl Weights {
         Ok(Self {
             tensors,
             model_dir: model_dir.to_path_buf(),
+            quantization: HashMap::new(),
         })
+    }
+
+    /// Tensors already loaded and materialized from `source`, with each quantized layer's
+    /// quantization by its prefix (`model.layers.0.mlp.up_proj`).
+    pub fn from_loaded(
+        tensors: HashMap<String, Array>,
+        source: &Path,
+        quantization: HashMap<String, Quantization>,
+    ) -> Self {
+        Self {
+            tensors: tensors
+                .into_iter()
+                .map(|(name, array)| (name, (array, source.to_path_buf())))
+                .collect(),
+            model_dir: source.to_path_buf(),
+            quantization,
+        }
+    }
+
+    /// The quantization the checkpoint declares for the layer at `prefix`, if it does.
+    pub fn quantization_of(&self, prefix: &str) -> Option<Quantization> {
+        self.quantization.get(prefix).copied()
     }
 
     pub fn contains(&self, name: &str) -> bool {

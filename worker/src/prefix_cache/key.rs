@@ -15,18 +15,24 @@ use super::disk::{BlockKey, Fingerprint};
 const SAMPLES_PER_FILE: u64 = 64;
 const SAMPLE_BYTES: usize = 4096;
 
-/// The model's identity: `config.json`, and for each safetensors file its name, size, header and
-/// samples of its payload.
-pub fn fingerprint(model_dir: &Path) -> io::Result<Fingerprint> {
+/// The model's identity. A directory: `config.json`, and for each safetensors file its name,
+/// size, header and samples of its payload. A GGUF file: the same of the one file (its header,
+/// which holds the hyperparameters and the tokenizer, is in the first sample).
+pub fn fingerprint(model: &Path) -> io::Result<Fingerprint> {
     let mut hasher = Sha256::new();
     hasher.update(b"corral prefix cache v1\0");
-    hasher.update(std::fs::read(model_dir.join("config.json"))?);
-    let mut weights: Vec<_> = std::fs::read_dir(model_dir)?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "safetensors"))
-        .collect();
-    weights.sort();
+    let weights = if model.is_file() {
+        vec![model.to_path_buf()]
+    } else {
+        hasher.update(std::fs::read(model.join("config.json"))?);
+        let mut files: Vec<_> = std::fs::read_dir(model)?
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "safetensors"))
+            .collect();
+        files.sort();
+        files
+    };
     for path in weights {
         let mut file = File::open(&path)?;
         let len = file.metadata()?.len();

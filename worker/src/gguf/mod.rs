@@ -1,0 +1,86 @@
+//! Single-file GGUF models (llama.cpp's format, also Ollama's blobs and LM Studio's files):
+//! the header checked in Rust, the tensors loaded by MLX, the tokenizer, chat template and stop
+//! tokens rebuilt from the metadata.
+
+mod config;
+mod ggml_type;
+mod header;
+mod tokenizer;
+mod weights;
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use tokenizers::Tokenizer;
+
+pub use config::ARCHITECTURES;
+pub use header::{GgufError, GgufHeader};
+
+use crate::chat_template::{ChatTemplate, ChatTemplateError};
+use crate::model::{Model, ModelConfig, ModelError};
+
+/// Everything a worker takes from one GGUF file.
+pub struct GgufModel {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    pub eos_token_ids: BTreeSet<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GgufLoadError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    ChatTemplate(#[from] ChatTemplateError),
+}
+
+/// Whether `path` is a file that starts with the GGUF magic (Ollama's blobs have no extension).
+pub fn is_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"GGUF"
+}
+
+impl GgufModel {
+    pub fn load(path: &Path) -> Result<Self, GgufLoadError> {
+        let header = GgufHeader::read(path)?;
+        let (config, tokenizer) = check(&header)?;
+        let chat_template = match header.string("tokenizer.chat_template") {
+            Some(source) => {
+                let (bos, eos) = tokenizer::special_texts(&header, &tokenizer)?;
+                Some(ChatTemplate::new(
+                    source.to_owned(),
+                    path.to_path_buf(),
+                    bos,
+                    eos,
+                )?)
+            }
+            None => None,
+        };
+        let eos_token_ids = tokenizer::stop_ids(&header)?.into_iter().collect();
+        let weights = weights::load(&header)?;
+        let model = Model::from_weights(config, weights, path)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            chat_template,
+            eos_token_ids,
+        })
+    }
+}
+
+/// Everything that can be decided from the header alone: the tensor types, the architecture and
+/// hyperparameters, the tokenizer.
+pub fn check(header: &GgufHeader) -> Result<(ModelConfig, Tokenizer), GgufLoadError> {
+    header.check_types()?;
+    let config = ModelConfig::from_json(config::config_json(header)?, &header.path)?;
+    let tokenizer = tokenizer::build(header)?;
+    Ok((config, tokenizer))
+}

@@ -1,0 +1,308 @@
+//! The tokenizer a GGUF carries in its metadata, rebuilt as a Hugging Face `tokenizers` one.
+//!
+//! Two kinds, as llama.cpp names them in `tokenizer.ggml.model`:
+//! - `gpt2`: byte-level BPE with the file's own merges; `tokenizer.ggml.pre` names the
+//!   pre-tokenizer (the regex that splits text before merging), which each model family defines.
+//! - `llama`: SentencePiece BPE with byte fallback. The file holds scores, not merges; the merges
+//!   are every split of a piece into two pieces of the vocabulary, ranked by the piece's score, as
+//!   transformers' converter derives them.
+//!
+//! Control and user-defined tokens become added tokens, matched whole before any splitting, as
+//! llama.cpp does with its special tokens.
+
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::models::bpe::{BPE, Merges, Vocab};
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use super::header::{GgufError, GgufHeader, Value};
+
+/// llama.cpp's token types.
+const TYPE_CONTROL: i64 = 3;
+const TYPE_USER_DEFINED: i64 = 4;
+
+/// Llama 3's split: contractions, letters with one leading non-letter, numbers of up to three
+/// digits, punctuation runs, newlines, spaces.
+const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2's: as Llama 3's, but every digit alone.
+const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizers served, by `tokenizer.ggml.pre`.
+pub const PRE_TOKENIZERS: [&str; 8] = [
+    "default",
+    "gpt-2",
+    "gpt2",
+    "smollm",
+    "llama-bpe",
+    "llama3",
+    "qwen2",
+    "deepseek-r1-qwen",
+];
+
+pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
+    let tokens = strings(header, "tokenizer.ggml.tokens")?
+        .ok_or_else(|| header.invalid("no tokenizer.ggml.tokens"))?;
+    let kind = header.string("tokenizer.ggml.model").unwrap_or("gpt2");
+    let mut tokenizer = match kind {
+        "gpt2" => byte_level_bpe(header, &tokens)?,
+        "llama" => sentencepiece_bpe(header, &tokens)?,
+        other => {
+            return Err(header.invalid(format!(
+                "tokenizer.ggml.model {other:?} is not served (supported: gpt2, llama)"
+            )));
+        }
+    };
+    let types = integers(header, "tokenizer.ggml.token_type")?.unwrap_or_default();
+    let added: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(_, kind)| matches!(**kind, TYPE_CONTROL | TYPE_USER_DEFINED))
+        .map(|(token, kind)| AddedToken::from(token.clone(), *kind == TYPE_CONTROL))
+        .collect();
+    // Ids come from the vocabulary, where these tokens already are: adding them only makes them
+    // match whole.
+    tokenizer.add_special_tokens(&added);
+    let add_bos = header
+        .get("tokenizer.ggml.add_bos_token")
+        .and_then(Value::as_bool)
+        .unwrap_or(kind == "llama");
+    let bos = special_id(header, "bos")?;
+    if let (true, Some(bos)) = (add_bos, bos) {
+        let text = tokens.get(bos as usize).ok_or_else(|| {
+            header.invalid(format!("bos token id {bos} is not in the vocabulary"))
+        })?;
+        let processor = TemplateProcessing::builder()
+            .try_single(format!("{text} $A"))
+            .and_then(|builder| builder.try_pair(format!("{text} $A {text} $B")))
+            .map_err(|error| header.invalid(format!("bos token {text:?}: {error}")))?
+            .special_tokens(vec![(text.clone(), bos)])
+            .build()
+            .map_err(|error| header.invalid(format!("bos token {text:?}: {error}")))?;
+        tokenizer.with_post_processor(Some(processor));
+    }
+    Ok(tokenizer)
+}
+
+/// `tokenizer.ggml.<name>_token_id`.
+pub fn special_id(header: &GgufHeader, name: &str) -> Result<Option<u32>, GgufError> {
+    let key = format!("tokenizer.ggml.{name}_token_id");
+    match header.get(&key) {
+        None => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .and_then(|id| u32::try_from(id).ok())
+            .map(Some)
+            .ok_or_else(|| header.invalid(format!("{key} is {value:?}"))),
+    }
+}
+
+fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {
+    let merges: Merges = strings(header, "tokenizer.ggml.merges")?
+        .ok_or_else(|| header.invalid("a gpt2 tokenizer without tokenizer.ggml.merges"))?
+        .iter()
+        .map(|merge| {
+            // Byte-level tokens spell a space as `Ġ`, so the one space separates the pair.
+            merge
+                .split_once(' ')
+                .map(|(left, right)| (left.to_owned(), right.to_owned()))
+                .ok_or_else(|| header.invalid(format!("merge {merge:?} is not two tokens")))
+        })
+        .collect::<Result<_, _>>()?;
+    let model = BPE::builder()
+        .vocab_and_merges(vocabulary(tokens), merges)
+        .build()
+        .map_err(|error| header.invalid(format!("building the BPE tokenizer: {error}")))?;
+    let mut tokenizer = Tokenizer::new(model);
+    let pre = header.string("tokenizer.ggml.pre").unwrap_or("default");
+    let split = |pattern: &str| {
+        Split::new(
+            SplitPattern::Regex(pattern.to_owned()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|error| header.invalid(format!("pre-tokenizer {pre}: {error}")))
+    };
+    // The GPT-2 regex is ByteLevel's own; the others split first and map bytes after.
+    let gpt2_regex = ByteLevel::new(false, true, true);
+    let bytes_only = ByteLevel::new(false, true, false);
+    match pre {
+        "default" | "gpt-2" | "gpt2" => {
+            tokenizer.with_pre_tokenizer(Some(gpt2_regex));
+        }
+        "smollm" => {
+            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
+                Digits::new(true).into(),
+                gpt2_regex.into(),
+            ])));
+        }
+        "llama-bpe" | "llama3" => {
+            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
+                split(LLAMA3_PATTERN)?.into(),
+                bytes_only.into(),
+            ])));
+        }
+        "qwen2" | "deepseek-r1-qwen" => {
+            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
+                split(QWEN2_PATTERN)?.into(),
+                bytes_only.into(),
+            ])));
+        }
+        other => {
+            return Err(header.invalid(format!(
+                "pre-tokenizer {other:?} (tokenizer.ggml.pre) is not served (supported: {})",
+                PRE_TOKENIZERS.join(", ")
+            )));
+        }
+    }
+    tokenizer
+        .with_post_processor(Some(bytes_only))
+        .with_decoder(Some(bytes_only));
+    Ok(tokenizer)
+}
+
+fn sentencepiece_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {
+    let scores = floats(header, "tokenizer.ggml.scores")?
+        .ok_or_else(|| header.invalid("a llama tokenizer without tokenizer.ggml.scores"))?;
+    let vocab = vocabulary(tokens);
+    let mut merges: Vec<(f64, u32, u32, u32)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate() {
+        for (split, _) in piece.char_indices().skip(1) {
+            let (left, right) = piece.split_at(split);
+            if let (Some(&left), Some(&right)) = (vocab.get(left), vocab.get(right)) {
+                let score = scores.get(id).copied().unwrap_or(0.0);
+                merges.push((score, id as u32, left, right));
+            }
+        }
+    }
+    // Higher score merges first; ties in id order, so the result does not depend on hashing.
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let merges: Merges = merges
+        .into_iter()
+        .map(|(_, _, left, right)| {
+            (
+                tokens[left as usize].clone(),
+                tokens[right as usize].clone(),
+            )
+        })
+        .collect();
+    let mut builder = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(unk) = special_id(header, "unknown")?.and_then(|id| tokens.get(id as usize)) {
+        builder = builder.unk_token(unk.clone());
+    }
+    let model = builder.build().map_err(|error| {
+        header.invalid(format!("building the SentencePiece tokenizer: {error}"))
+    })?;
+    let mut tokenizer = Tokenizer::new(model);
+    let space = |error| header.invalid(format!("SentencePiece normalizer: {error}"));
+    let replace_space = Replace::new(" ", "▁").map_err(space)?;
+    let add_prefix = header
+        .get("tokenizer.ggml.add_space_prefix")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let normalizer = if add_prefix {
+        NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), replace_space.into()])
+    } else {
+        NormalizerSequence::new(vec![replace_space.into()])
+    };
+    tokenizer.with_normalizer(Some(normalizer));
+    let mut decoders = vec![
+        Replace::new("▁", " ").map_err(space)?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_prefix {
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok(tokenizer)
+}
+
+/// Token text → id; the first of duplicate texts keeps its id, as in llama.cpp.
+fn vocabulary(tokens: &[String]) -> Vocab {
+    let mut vocab = Vocab::default();
+    for (id, token) in tokens.iter().enumerate() {
+        vocab.entry(token.clone()).or_insert(id as u32);
+    }
+    vocab
+}
+
+fn array<'a>(header: &'a GgufHeader, key: &str) -> Result<Option<&'a [Value]>, GgufError> {
+    match header.get(key) {
+        None => Ok(None),
+        Some(value) => value
+            .as_array()
+            .map(Some)
+            .ok_or_else(|| header.invalid(format!("{key} is not an array"))),
+    }
+}
+
+fn strings(header: &GgufHeader, key: &str) -> Result<Option<Vec<String>>, GgufError> {
+    let Some(values) = array(header, key)? else {
+        return Ok(None);
+    };
+    values
+        .iter()
+        .map(|value| value.as_str().map(str::to_owned))
+        .collect::<Option<Vec<_>>>()
+        .map(Some)
+        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not a string")))
+}
+
+fn integers(header: &GgufHeader, key: &str) -> Result<Option<Vec<i64>>, GgufError> {
+    let Some(values) = array(header, key)? else {
+        return Ok(None);
+    };
+    values
+        .iter()
+        .map(|value| match value {
+            Value::Int(int) => Some(*int),
+            Value::Uint(uint) => i64::try_from(*uint).ok(),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(Some)
+        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not an integer")))
+}
+
+fn floats(header: &GgufHeader, key: &str) -> Result<Option<Vec<f64>>, GgufError> {
+    let Some(values) = array(header, key)? else {
+        return Ok(None);
+    };
+    values
+        .iter()
+        .map(Value::as_f64)
+        .collect::<Option<Vec<_>>>()
+        .map(Some)
+        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not a number")))
+}
+
+/// Ids that end a generation: eos, end-of-turn and end-of-message.
+pub fn stop_ids(header: &GgufHeader) -> Result<Vec<u32>, GgufError> {
+    let mut ids = Vec::new();
+    for name in ["eos", "eot", "eom"] {
+        ids.extend(special_id(header, name)?);
+    }
+    Ok(ids)
+}
+
+/// The text of the bos and eos tokens, for chat templates that print them.
+pub fn special_texts(
+    header: &GgufHeader,
+    tokenizer: &Tokenizer,
+) -> Result<(Option<String>, Option<String>), GgufError> {
+    let text = |name| -> Result<Option<String>, GgufError> {
+        Ok(special_id(header, name)?.and_then(|id| tokenizer.id_to_token(id)))
+    };
+    Ok((text("bos")?, text("eos")?))
+}
