@@ -26,6 +26,14 @@ pub enum Command {
     /// Serve one model to the supervisor over its socket (started by `corral serve` only; the
     /// one-time token comes in the CORRAL_WORKER_TOKEN environment variable).
     Serve(ServeArgs),
+    /// Print, for each model directory or GGUF file, one JSON line saying its format,
+    /// architecture, quantization, size, and why it cannot be served if it cannot.
+    Describe(DescribeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    pub paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -74,7 +82,7 @@ impl ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// A Hugging Face-layout model directory.
+    /// A Hugging Face-layout model directory or a GGUF file.
     #[arg(long)]
     pub model: PathBuf,
     #[arg(long)]

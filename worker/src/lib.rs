@@ -2,6 +2,7 @@
 
 pub mod chat_template;
 pub mod cli;
+pub mod describe;
 pub mod detokenizer;
 pub mod engine;
 pub mod generation;
