@@ -84,3 +84,6 @@ pub fn check(header: &GgufHeader) -> Result<(ModelConfig, Tokenizer), GgufLoadEr
     let tokenizer = tokenizer::build(header)?;
     Ok((config, tokenizer))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! The header checks, on GGUF files written byte by byte here.
+
+use std::path::Path;
+
+use super::ggml_type::GgmlType;
+use super::header::GgufHeader;
+use super::weights::hugging_face_name;
+use super::{ARCHITECTURES, check};
+
+/// A GGUF file under construction: metadata, tensor infos, then the data section.
+#[derive(Default)]
+struct Builder {
+    metadata: Vec<u8>,
+    kv_count: u64,
+    tensors: Vec<u8>,
+    tensor_count: u64,
+    data_bytes: u64,
+}
+
+fn string(out: &mut Vec<u8>, text: &str) {
+    out.extend((text.len() as u64).to_le_bytes());
+    out.extend(text.as_bytes());
+}
+
+impl Builder {
+    fn text(mut self, key: &str, value: &str) -> Self {
+        string(&mut self.metadata, key);
+        self.metadata.extend(8u32.to_le_bytes());
+        string(&mut self.metadata, value);
+        self.kv_count += 1;
+        self
+    }
+
+    fn uint(mut self, key: &str, value: u32) -> Self {
+        string(&mut self.metadata, key);
+        self.metadata.extend(4u32.to_le_bytes());
+        self.metadata.extend(value.to_le_bytes());
+        self.kv_count += 1;
+        self
+    }
+
+    /// A tensor of `dims` (ggml order) at the next offset, its bytes counted into the data.
+    fn tensor(self, name: &str, dims: &[u64], ggml_type: GgmlType) -> Self {
+        let values: u64 = dims.iter().product();
+        let bytes = ggml_type.bytes_for(values).unwrap();
+        let offset = self.data_bytes;
+        self.tensor_at(name, dims, ggml_type, offset)
+            .with_data(bytes.next_multiple_of(32))
+    }
+
+    fn tensor_at(mut self, name: &str, dims: &[u64], ggml_type: GgmlType, offset: u64) -> Self {
+        string(&mut self.tensors, name);
+        self.tensors.extend((dims.len() as u32).to_le_bytes());
+        for dim in dims {
+            self.tensors.extend(dim.to_le_bytes());
+        }
+        self.tensors.extend(ggml_type.0.to_le_bytes());
+        self.tensors.extend(offset.to_le_bytes());
+        self.tensor_count += 1;
+        self
+    }
+
+    fn with_data(mut self, bytes: u64) -> Self {
+        self.data_bytes += bytes;
+        self
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend(self.tensor_count.to_le_bytes());
+        out.extend(self.kv_count.to_le_bytes());
+        out.extend(&self.metadata);
+        out.extend(&self.tensors);
+        out.resize(out.len().next_multiple_of(32), 0);
+        out.resize(out.len() + self.data_bytes as usize, 0);
+        out
+    }
+
+    fn write(&self, dir: &Path) -> std::path::PathBuf {
+        let path = dir.join("model.gguf");
+        std::fs::write(&path, self.bytes()).unwrap();
+        path
+    }
+}
+
+fn llama() -> Builder {
+    Builder::default()
+        .text("general.architecture", "llama")
+        .uint("llama.embedding_length", 64)
+        .uint("llama.feed_forward_length", 128)
+        .uint("llama.block_count", 1)
+        .uint("llama.attention.head_count", 4)
+        .tensor("token_embd.weight", &[64, 96], GgmlType::Q8_0)
+        .tensor("blk.0.attn_q.weight", &[64, 64], GgmlType::Q4_1)
+        .tensor("output_norm.weight", &[64], GgmlType::F32)
+}
+
+fn error_of(builder: &Builder) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    GgufHeader::read(&builder.write(dir.path()))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn reads_metadata_tensor_shapes_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = GgufHeader::read(&llama().write(dir.path())).unwrap();
+    assert_eq!(header.architecture(), Some("llama"));
+    assert_eq!(
+        header.get("llama.block_count").and_then(|v| v.as_u64()),
+        Some(1)
+    );
+    let embedding = &header.tensors[0];
+    assert_eq!(embedding.shape(), [96, 64]);
+    assert_eq!(embedding.bytes, 96 * 2 * 34);
+    assert_eq!(header.quantization_summary(), "Q8_0+Q4_1+F32");
+    header.check_types().unwrap();
+}
+
+#[test]
+fn a_truncated_file_is_refused_naming_the_tensor_past_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = llama().write(dir.path());
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 100]).unwrap();
+    let error = GgufHeader::read(&path).unwrap_err().to_string();
+    assert!(error.contains("model.gguf"), "{error}");
+    assert!(
+        error.contains("output_norm.weight") && error.contains("past the end"),
+        "{error}"
+    );
+
+    std::fs::write(&path, &bytes[..40]).unwrap();
+    let error = GgufHeader::read(&path).unwrap_err().to_string();
+    assert!(error.contains("truncated"), "{error}");
+}
+
+#[test]
+fn an_offset_past_the_file_is_refused() {
+    let builder = llama().tensor_at("blk.0.ffn_up.weight", &[64, 128], GgmlType::F32, 1 << 40);
+    let error = error_of(&builder);
+    assert!(
+        error.contains("blk.0.ffn_up.weight") && error.contains("past the end"),
+        "{error}"
+    );
+}
+
+#[test]
+fn misaligned_offsets_unknown_types_and_bad_magic_are_refused() {
+    let misaligned = llama().tensor_at("x.weight", &[32], GgmlType::F32, 4);
+    assert!(error_of(&misaligned).contains("not aligned"));
+    let unknown = llama().tensor_at("x.weight", &[32], GgmlType(99), 0);
+    assert!(error_of(&unknown).contains("type 99"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    std::fs::write(&path, b"GGML and then some").unwrap();
+    let error = GgufHeader::read(&path).unwrap_err().to_string();
+    assert!(error.contains("magic"), "{error}");
+}
+
+#[test]
+fn a_huge_array_count_is_refused_before_allocating() {
+    let mut builder = llama();
+    string(&mut builder.metadata, "tokenizer.ggml.tokens");
+    builder.metadata.extend(9u32.to_le_bytes());
+    builder.metadata.extend(8u32.to_le_bytes());
+    builder.metadata.extend(u64::MAX.to_le_bytes());
+    builder.kv_count += 1;
+    assert!(error_of(&builder).contains("longer than the rest of the file"));
+}
+
+#[test]
+fn a_tensor_type_mlx_would_dequantize_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = llama().tensor("blk.0.ffn_down.weight", &[256, 64], GgmlType(12));
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let error = header.check_types().unwrap_err().to_string();
+    assert!(
+        error.contains("blk.0.ffn_down.weight") && error.contains("Q4_K"),
+        "{error}"
+    );
+    assert!(check(&header).is_err());
+}
+
+#[test]
+fn an_unknown_architecture_is_refused_naming_the_served_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = Builder::default()
+        .text("general.architecture", "gemma3")
+        .tensor("token_embd.weight", &[64, 96], GgmlType::F32);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let error = check(&header).err().unwrap().to_string();
+    assert!(error.contains("gemma3"), "{error}");
+    for arch in ARCHITECTURES {
+        assert!(error.contains(arch), "{error}");
+    }
+}
+
+#[test]
+fn tensor_names_map_to_the_hugging_face_layout() {
+    assert_eq!(hugging_face_name("token_embd"), "model.embed_tokens");
+    assert_eq!(hugging_face_name("output"), "lm_head");
+    assert_eq!(
+        hugging_face_name("blk.11.attn_k_norm"),
+        "model.layers.11.self_attn.k_norm"
+    );
+    assert_eq!(
+        hugging_face_name("blk.0.ffn_down"),
+        "model.layers.0.mlp.down_proj"
+    );
+    assert_eq!(hugging_face_name("rope_freqs"), "rope_freqs");
+}
