@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod ops;
 pub mod pool;
 pub mod process;
+pub mod pull;
 pub mod registry;
 pub mod serve;
 pub mod service;
