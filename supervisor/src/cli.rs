@@ -11,7 +11,7 @@ use corral::config::Overrides;
 use corral::memory::MemoryAmount;
 use corral::ops::{self, Operation};
 use corral::serve::{self, ServeOptions};
-use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Format, GgufType, Size};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,7 +42,13 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Write a deterministic random-weight model directory (Hugging Face layout) for tests.
+    /// Write a deterministic random-weight model for tests: a Hugging Face directory, or one GGUF
+    /// file with --gguf.
+    ///
+    /// `corral fixture --size tiny --arch qwen3 --out DIR` writes config.json,
+    /// generation_config.json, tokenizer.json, tokenizer_config.json and model.safetensors into
+    /// DIR. `corral fixture --size tiny --arch qwen3 --gguf q8_0 --out FILE.gguf` writes the same
+    /// weights, tokenizer and chat template as one llama.cpp GGUF file.
     Fixture(FixtureArgs),
     /// Serve the OpenAI API on local models, one worker process per model.
     Serve(ServeArgs),
@@ -196,7 +202,8 @@ pub struct FixtureArgs {
     /// How big the model is: `tiny` for unit tests, `small` for load and memory tests.
     #[arg(long, value_enum)]
     size: Size,
-    /// Directory to write; created if missing, files in it are overwritten.
+    /// Directory to write (created if missing, files in it overwritten); with --gguf, the file to
+    /// write (parent directories created, the file overwritten).
     #[arg(long)]
     out: PathBuf,
     /// Floating-point type of the weights (and of quantization scales and biases).
@@ -205,6 +212,10 @@ pub struct FixtureArgs {
     /// Quantize the linear and embedding weights to this many bits (MLX affine, group size 64).
     #[arg(long, value_enum)]
     quantize: Option<Bits>,
+    /// Write one GGUF file instead of a directory, its matrices in this llama.cpp type (norms and
+    /// biases stay f32); the weights are those of the f32 directory.
+    #[arg(long, value_enum, conflicts_with_all = ["dtype", "quantize"])]
+    gguf: Option<GgufType>,
     /// Which model family's tensor names and config the fixture imitates.
     #[arg(long, value_enum, default_value_t = Arch::Llama)]
     arch: Arch,
@@ -219,6 +230,7 @@ impl Command {
                     arch: args.arch,
                     dtype: args.dtype,
                     quantize: args.quantize,
+                    format: args.gguf.map_or(Format::Safetensors, Format::Gguf),
                 };
                 let summary = corral_fixture::generate(&options, &args.out)?;
                 println!(

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 
 const NAME: &str = "corral-small";
 
@@ -23,6 +23,7 @@ pub fn ensure(state_dir: &Path) -> Result<PathBuf> {
         arch: Arch::Llama,
         dtype: Dtype::F32,
         quantize: None,
+        format: Format::Safetensors,
     };
     tracing::info!(model = %dir.display(), "no model configured; generating the default model ({options}) once");
     corral_fixture::generate(&options, &staging)?;

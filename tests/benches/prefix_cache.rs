@@ -44,7 +44,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use corral_tests::bench;
 
 use through_corral::{Corral, FirstEvent, FirstToken};
@@ -109,6 +109,7 @@ fn generate_model(models: &Path, dtype: Dtype) {
         arch: Arch::Llama,
         dtype,
         quantize: None,
+        format: Format::Safetensors,
     };
     corral_fixture::generate(&options, &models.join(MODEL)).expect("generating the fixture");
 }

@@ -25,7 +25,7 @@ mod through_corral;
 use std::thread;
 use std::time::Duration;
 
-use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use corral_tests::bench;
 use tokio::runtime::Runtime;
 
@@ -80,6 +80,7 @@ fn generate_models() -> tempfile::TempDir {
             arch: Arch::Llama,
             dtype: Dtype::F32,
             quantize: None,
+            format: Format::Safetensors,
         };
         corral_fixture::generate(&options, &dir.path().join(size.name()))
             .expect("generating the fixture model");

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 
 /// How long a test waits for anything before it calls it a hang. Only a guard: a machine that is
 /// also compiling runs these tests many times slower than an idle one, so nothing that takes the
@@ -57,6 +57,7 @@ pub fn tiny_model(arch: Arch) -> tempfile::TempDir {
         arch,
         dtype: Dtype::F32,
         quantize: None,
+        format: Format::Safetensors,
     };
     corral_fixture::generate(&options, dir.path()).expect("generating the fixture");
     dir

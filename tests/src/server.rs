@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -49,6 +49,7 @@ impl Dirs {
             arch,
             dtype: Dtype::F32,
             quantize: None,
+            format: Format::Safetensors,
         }))
     }
 
@@ -74,6 +75,7 @@ impl Dirs {
             arch: Arch::Llama,
             dtype: Dtype::F32,
             quantize: None,
+            format: Format::Safetensors,
         };
         let (first, others) = names.split_first().expect("at least one model name");
         let generated = models.path().join(first);

@@ -116,7 +116,7 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+    use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 
     fn tiny(arch: Arch, dtype: Dtype) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -125,6 +125,7 @@ mod tests {
             arch,
             dtype,
             quantize: None,
+            format: Format::Safetensors,
         };
         corral_fixture::generate(&options, dir.path()).unwrap();
         dir

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral_fixture::{Arch, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use corral_tests::server::{Dirs, Server, alive};
 use corral_tests::{PATIENCE, wait_until};
 use nix::sys::signal::{Signal, kill};
@@ -181,6 +181,7 @@ fn a_bf16_models_blocks_take_half_the_f32_bytes_and_restore_from_ssd_after_a_sig
         arch: Arch::Llama,
         dtype: Dtype::Bf16,
         quantize: None,
+        format: Format::Safetensors,
     }]);
     let server = cached_server(&dirs);
     // Shorter than the f32 tests' prompt: MLX's CPU backend prefills bf16 far more slowly.

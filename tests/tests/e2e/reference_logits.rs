@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use clap::ValueEnum;
-use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Format, Size};
 use corral_worker::model::Model;
 use mlx_rs::Dtype as MlxDtype;
 use serde_json::Value;
@@ -38,6 +38,7 @@ fn fixture_options(name: &str) -> FixtureOptions {
         arch: Arch::Llama,
         dtype: Dtype::F32,
         quantize: None,
+        format: Format::Safetensors,
     };
     let words: Vec<&str> = line.split_whitespace().skip(1).collect();
     for pair in words.chunks(2) {

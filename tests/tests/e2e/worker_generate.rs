@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Size};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Format, Size};
 use corral_tests::{binary, tiny_model};
 use safetensors::SafeTensors;
 
@@ -125,6 +125,7 @@ fn bad_quantization_configs_are_refused() {
         arch: Arch::Llama,
         dtype: Dtype::F32,
         quantize: Some(Bits::Four),
+        format: Format::Safetensors,
     };
     corral_fixture::generate(&options, dir.path()).unwrap();
 
