@@ -212,7 +212,9 @@ impl Download<'_> {
             if offset > self.file.size {
                 break;
             }
-            report.maybe(offset, progress);
+            if offset < self.file.size {
+                report.maybe(offset, progress);
+            }
         }
         self.flush(&mut out).await?;
         out.sync_all()
