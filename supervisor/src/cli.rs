@@ -2,6 +2,7 @@
 //! library call. Kept apart from `main.rs` so that adding a subcommand touches only this file and
 //! the module that implements it.
 
+mod pull;
 mod service;
 
 use std::path::PathBuf;
@@ -64,6 +65,8 @@ pub enum Command {
     Load(ModelArgs),
     /// Stop a model's worker once its requests have finished.
     Unload(ModelArgs),
+    /// Download a model from the Hugging Face hub into its cache (ORG/NAME[@REVISION]).
+    Pull(pull::PullArgs),
     /// Install and control `corral serve` as a per-user service (launchd on macOS, systemd on
     /// Linux).
     Service(service::ServiceArgs),
@@ -256,6 +259,7 @@ impl Command {
             ),
             Command::Load(args) => operate(args.output, Operation::Load { model: args.model }),
             Command::Unload(args) => operate(args.output, Operation::Unload { model: args.model }),
+            Command::Pull(args) => args.run(),
             Command::Service(args) => args.run(),
         }
     }
