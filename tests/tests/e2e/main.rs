@@ -4,6 +4,7 @@
 //! generated models, a running `corral serve`) is the `corral-tests` library in `tests/src/`.
 
 mod engine;
+mod gguf_agreement;
 mod lifecycle;
 mod operations;
 mod prefix_cache;

@@ -90,11 +90,6 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             )));
         }
     }
-    if has_tensor("rope_freqs.weight") {
-        return Err(header.invalid(
-            "per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are not served yet",
-        ));
-    }
     config.insert(
         "tie_word_embeddings".into(),
         json!(!has_tensor("output.weight")),

@@ -287,11 +287,30 @@ fn floats(header: &GgufHeader, key: &str) -> Result<Option<Vec<f64>>, GgufError>
         .ok_or_else(|| header.invalid(format!("{key} holds a value that is not a number")))
 }
 
-/// Ids that end a generation: eos, end-of-turn and end-of-message.
+/// Control tokens that end a turn in the chat formats of the families served. A GGUF names one
+/// eos id, but a ChatML model ends its turns with `<|im_end|>` and its documents with
+/// `<|endoftext|>`: generation stops at any of them, as llama.cpp's end-of-generation set does.
+const END_OF_GENERATION: [&str; 6] = [
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "</s>",
+];
+
+/// Ids that end a generation: eos, end-of-turn, end-of-message, and the control tokens above.
 pub fn stop_ids(header: &GgufHeader) -> Result<Vec<u32>, GgufError> {
     let mut ids = Vec::new();
     for name in ["eos", "eot", "eom"] {
         ids.extend(special_id(header, name)?);
+    }
+    let tokens = strings(header, "tokenizer.ggml.tokens")?.unwrap_or_default();
+    let types = integers(header, "tokenizer.ggml.token_type")?.unwrap_or_default();
+    for (id, (token, kind)) in tokens.iter().zip(&types).enumerate() {
+        if *kind == TYPE_CONTROL && END_OF_GENERATION.contains(&token.as_str()) {
+            ids.push(id as u32);
+        }
     }
     Ok(ids)
 }

@@ -59,6 +59,9 @@ pub enum ModelError {
     },
 }
 
+/// Per-frequency RoPE factors, as GGUF files of Llama 3.1 and later carry their scaling.
+const ROPE_FACTORS: &str = "rope_freqs.weight";
+
 pub struct Model {
     pub config: ModelConfig,
     embed_tokens: Embedding,
@@ -116,16 +119,29 @@ impl Model {
                 quant,
             )?)
         };
+        let frequency_factors = if weights.contains(ROPE_FACTORS) {
+            Some(weights.take_float(ROPE_FACTORS, &[config.head_dim / 2])?)
+        } else {
+            None
+        };
         let leftovers = weights.leftover_names();
         if !leftovers.is_empty() {
             tracing::warn!(model = %source.display(), tensors = ?leftovers, "ignoring tensors no layer uses");
         }
-        let rope = Rope::new(
-            config.head_dim,
-            config.rope_theta,
-            config.rope_traditional,
-            config.rope_scaling,
-        )
+        let rope = match &frequency_factors {
+            Some(factors) => Rope::with_frequency_factors(
+                config.head_dim,
+                config.rope_theta,
+                config.rope_traditional,
+                factors,
+            ),
+            None => Rope::new(
+                config.head_dim,
+                config.rope_theta,
+                config.rope_traditional,
+                config.rope_scaling,
+            ),
+        }
         .map_err(|error| ModelError::Mlx {
             dir: source.to_path_buf(),
             action: "building rotary frequencies",

@@ -51,6 +51,24 @@ impl Rope {
         })
     }
 
+    /// Llama 3 scaling as a GGUF stores it: one factor per frequency (`rope_freqs.weight`), by
+    /// which llama.cpp divides each rotation speed, i.e. multiplies each wavelength.
+    pub fn with_frequency_factors(
+        dims: i32,
+        base: f32,
+        traditional: bool,
+        factors: &Array,
+    ) -> Result<Self, Exception> {
+        let freqs = ops::multiply(&base_wavelengths(dims, base)?, factors)?;
+        Ok(Self {
+            dims,
+            traditional,
+            base,
+            scale: 1.0,
+            freqs: Some(freqs),
+        })
+    }
+
     /// `x` is `[batch, heads, positions, head_dim]`; `offset` is the first position's index.
     pub fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
         let base = if self.freqs.is_some() {
@@ -81,8 +99,7 @@ fn llama3_freqs(
 ) -> Result<Array, Exception> {
     let low_freq_wavelen = old_context_len / low_freq_factor;
     let high_freq_wavelen = old_context_len / high_freq_factor;
-    let exponents = ops::divide(&ops::arange::<i32, i32>(0, dims, 2)?, Array::from_int(dims))?;
-    let freqs = ops::power(Array::from_f32(base), &exponents)?;
+    let freqs = base_wavelengths(dims, base)?;
     let wavelens = ops::multiply(Array::from_f32(2.0 * std::f32::consts::PI), &freqs)?;
     let freqs = select(
         &wavelens.gt(Array::from_f32(low_freq_wavelen))?,
@@ -107,4 +124,11 @@ fn llama3_freqs(
     )?;
     let smooth_freqs = ops::divide(&freqs, &denominator)?;
     select(&is_medium, &smooth_freqs, &freqs)
+}
+
+/// `base^(2i/dims)` for each rotated pair `i`: the unscaled frequencies in the form MLX's `rope`
+/// takes them.
+fn base_wavelengths(dims: i32, base: f32) -> Result<Array, Exception> {
+    let exponents = ops::divide(&ops::arange::<i32, i32>(0, dims, 2)?, Array::from_int(dims))?;
+    ops::power(Array::from_f32(base), &exponents)
 }
