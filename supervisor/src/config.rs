@@ -44,6 +44,30 @@ pub struct Config {
     /// Listen beyond loopback without an API key.
     pub allow_remote_without_key: bool,
     pub prefix_cache: PrefixCacheConfig,
+    pub discovery: DiscoveryConfig,
+}
+
+/// Which libraries of other tools are searched for models, besides the models directories; the
+/// file's `[discovery]` table. Each is searched where it exists.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// The Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub`, `~/.cache/huggingface/hub`).
+    pub huggingface: bool,
+    /// Ollama's library (`$OLLAMA_MODELS`, else `~/.ollama/models`).
+    pub ollama: bool,
+    /// LM Studio's folder (`~/.lmstudio/models`).
+    pub lmstudio: bool,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            huggingface: true,
+            ollama: true,
+            lmstudio: true,
+        }
+    }
 }
 
 /// The workers' prefix KV cache; the file's `[prefix_cache]` table.
@@ -151,6 +175,7 @@ impl Default for Config {
             admin_key: None,
             allow_remote_without_key: false,
             prefix_cache: PrefixCacheConfig::default(),
+            discovery: DiscoveryConfig::default(),
         }
     }
 }
@@ -184,6 +209,8 @@ struct FileConfig {
     allow_remote_without_key: Option<bool>,
     #[serde(default)]
     prefix_cache: PrefixCacheConfig,
+    #[serde(default)]
+    discovery: DiscoveryConfig,
 }
 
 /// Values given on the command line or in the environment.
@@ -293,6 +320,7 @@ impl Config {
                 dir: overrides.prefix_cache_dir.or(from_file.prefix_cache.dir),
                 ..from_file.prefix_cache
             },
+            discovery: from_file.discovery,
         })
     }
 }
@@ -358,6 +386,22 @@ mod tests {
         assert_eq!(config.idle_timeout("other"), Some(Duration::from_secs(600)));
         let pinned: Vec<&str> = config.pinned_models().collect();
         assert_eq!(pinned, ["chat", "code"]);
+    }
+
+    #[test]
+    fn each_library_is_searched_unless_the_file_turns_it_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        std::fs::write(&file, "[discovery]\nollama = false\n").unwrap();
+        let config = Config::load(Some(&file), Overrides::default()).unwrap();
+        assert_eq!(
+            config.discovery,
+            DiscoveryConfig {
+                huggingface: true,
+                ollama: false,
+                lmstudio: true,
+            }
+        );
     }
 
     #[test]

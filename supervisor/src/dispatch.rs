@@ -16,13 +16,13 @@ use crate::api::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCar
 use crate::metrics::{GenerationMetrics, Metrics};
 use crate::pool::{AcquireError, Lease, Pool};
 use crate::process::{RequestHandle, WorkerClient, WorkerProcesses};
-use crate::registry::Registry;
+use crate::registry::SharedRegistry;
 
 /// Events buffered between a worker and a slow client before the relay waits.
 const STREAM_BUFFER: usize = 256;
 
 pub struct Dispatch {
-    registry: Arc<Registry>,
+    registry: Arc<SharedRegistry>,
     pool: Pool<WorkerProcesses>,
     /// How long a request may wait for room or a backoff before its model starts.
     admission_wait: Duration,
@@ -31,7 +31,7 @@ pub struct Dispatch {
 
 impl Dispatch {
     pub fn new(
-        registry: Arc<Registry>,
+        registry: Arc<SharedRegistry>,
         pool: Pool<WorkerProcesses>,
         admission_wait: Duration,
         metrics: Arc<Metrics>,
@@ -46,9 +46,12 @@ impl Dispatch {
 }
 
 impl Backend for Dispatch {
+    /// The servable models only: a client cannot use the others.
     fn models(&self) -> Vec<ModelCard> {
         self.registry
+            .current()
             .entries()
+            .filter(|entry| entry.is_servable())
             .map(|entry| ModelCard {
                 id: entry.id.clone(),
                 created: entry.created,
@@ -57,7 +60,7 @@ impl Backend for Dispatch {
     }
 
     fn resolve(&self, name: &str) -> Option<String> {
-        self.registry.resolve(name).map(str::to_owned)
+        self.registry.current().resolve(name).map(str::to_owned)
     }
 
     async fn generate(
@@ -65,6 +68,17 @@ impl Backend for Dispatch {
         model: &str,
         request: GenerateRequest,
     ) -> Result<GenerationStream, BackendError> {
+        if let Some(reason) = self
+            .registry
+            .current()
+            .get(model)
+            .and_then(|entry| entry.unservable_reason())
+        {
+            return Err(BackendError::Unservable {
+                model: model.to_owned(),
+                reason: reason.to_owned(),
+            });
+        }
         // Counts as queued from here until the worker accepts; dropped on every early return.
         let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
         let mut retried = false;

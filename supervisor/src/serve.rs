@@ -24,7 +24,7 @@ use crate::process::{
     Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses,
     reap_orphans,
 };
-use crate::registry::{ModelEntry, Registry};
+use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};
 
 /// The id the generated default model is served under.
@@ -33,7 +33,7 @@ pub const DEFAULT_MODEL_ID: &str = "corral-small";
 pub struct ServeOptions {
     pub config_file: Option<PathBuf>,
     pub overrides: Overrides,
-    /// One model directory to serve besides the scanned ones.
+    /// One model (a directory or a `.gguf` file) to serve besides the scanned ones.
     pub model: Option<PathBuf>,
 }
 
@@ -69,22 +69,24 @@ async fn serve(options: ServeOptions) -> Result<()> {
     if !orphans.is_empty() {
         tracing::warn!(?orphans, "ended workers left over by a previous supervisor");
     }
-    let registry = Arc::new(build_registry(&config, options.model, &state_dir)?);
+    let worker = worker_binary(config.worker_binary.clone())?;
+    let registry =
+        Arc::new(SharedRegistry::new(catalog(&config, options.model, &state_dir, &worker)?).await?);
 
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());
     let (exits, exit_events) = mpsc::unbounded_channel();
     let lookup_registry = registry.clone();
-    let lookup: ModelLookup =
-        Arc::new(move |id| lookup_registry.get(id).map(|entry| entry.dir.clone()));
-    let spawner = Spawner::new(
-        worker_binary(config.worker_binary.clone())?,
-        run_dir,
-        lookup.clone(),
-        exits,
-    )
-    .with_start_timeout(config.worker_start_timeout)
-    .with_worker_args(prefix_cache_args(&config, &state_dir));
+    // Only a servable model gets a worker, whichever path asks for one.
+    let lookup: ModelLookup = Arc::new(move |id| {
+        lookup_registry
+            .current()
+            .servable_path(id)
+            .map(PathBuf::from)
+    });
+    let spawner = Spawner::new(worker, run_dir, lookup.clone(), exits)
+        .with_start_timeout(config.worker_start_timeout)
+        .with_worker_args(prefix_cache_args(&config, &state_dir));
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
     let processes = WorkerProcesses::new(spawner, lookup, config.worker_stop_grace, ledger);
     let budget = budget(&config);
@@ -101,7 +103,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
         hard = %format_bytes(budget.hard),
         "memory budget for the workers"
     );
-    let pinned = pin_models(&config, &registry, &pool);
+    let pinned = pin_models(&config, &registry.current(), &pool);
     tokio::spawn(follow_exits(
         exit_events,
         pool.clone(),
@@ -147,7 +149,12 @@ async fn serve(options: ServeOptions) -> Result<()> {
         .await
         .with_context(|| format!("listening on {}:{}", config.host, config.port))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    let models: Vec<&str> = registry.entries().map(|entry| entry.id.as_str()).collect();
+    let current = registry.current();
+    let models: Vec<&str> = current
+        .entries()
+        .filter(|entry| entry.is_servable())
+        .map(|entry| entry.id.as_str())
+        .collect();
     tracing::info!(?models, "listening on http://{local}");
 
     let (stopping, mut stop_seen) = watch::channel(false);
@@ -212,10 +219,15 @@ fn budget(config: &Config) -> Budget {
 fn pin_models(config: &Config, registry: &Registry, pool: &Pool<WorkerProcesses>) -> Vec<String> {
     let mut pinned = Vec::new();
     for name in config.pinned_models() {
-        match registry.resolve(name) {
-            Some(id) => {
-                pool.set_pinned(id, true);
-                pinned.push(id.to_owned());
+        match registry.resolve(name).and_then(|id| registry.get(id)) {
+            Some(entry) if !entry.is_servable() => tracing::warn!(
+                model = name,
+                reason = entry.unservable_reason(),
+                "a pinned model that cannot be served is ignored"
+            ),
+            Some(entry) => {
+                pool.set_pinned(&entry.id, true);
+                pinned.push(entry.id.clone());
             }
             None => tracing::warn!(
                 model = name,
@@ -261,36 +273,27 @@ async fn ensure_running(pool: Pool<WorkerProcesses>, model: String, admission_wa
     }
 }
 
-fn build_registry(
+/// Where models are looked for (the configured sources, located through this process's
+/// environment), and the generated default model when none is found.
+fn catalog(
     config: &Config,
     model: Option<PathBuf>,
     state_dir: &std::path::Path,
-) -> Result<Registry> {
-    let mut registry = Registry::scan(&config.models_dirs);
-    if let Some(dir) = model {
-        let id = dir
-            .file_name()
-            .and_then(|name| name.to_str())
-            .with_context(|| format!("{} has no usable name", dir.display()))?
-            .to_owned();
-        registry.add(ModelEntry {
-            id,
-            dir,
-            created: 0,
-        });
-    }
-    if registry.is_empty() {
-        let dir = default_model::ensure(state_dir)?;
-        registry.add(ModelEntry {
-            id: DEFAULT_MODEL_ID.to_owned(),
-            dir,
-            created: 0,
-        });
-    }
-    for (alias, target) in &config.aliases {
-        registry.alias(alias, target);
-    }
-    Ok(registry)
+    worker: &std::path::Path,
+) -> Result<Catalog> {
+    let state_dir = state_dir.to_path_buf();
+    let fallback: Fallback = Arc::new(move || {
+        Ok((
+            DEFAULT_MODEL_ID.to_owned(),
+            default_model::ensure(&state_dir)?,
+        ))
+    });
+    Ok(Catalog {
+        sources: Sources::locate(config, model, &|name| std::env::var_os(name))?,
+        aliases: config.aliases.clone(),
+        worker: worker.to_path_buf(),
+        fallback: Some(fallback),
+    })
 }
 
 /// SIGTERM or SIGINT, listened for from before the server announces itself: a service manager

@@ -48,6 +48,12 @@ fn serve_until_listening(extra_args: &[&str]) -> String {
         .arg(corral)
         .args(extra_args)
         .env("RUST_LOG", "info")
+        // No model libraries of the developer's: an empty home, and nothing pointing elsewhere.
+        .env("HOME", dir.path().join("home"))
+        .env_remove("HF_HOME")
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("OLLAMA_MODELS")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

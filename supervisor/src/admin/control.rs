@@ -3,10 +3,12 @@
 //! `GET /v1/models/status`. Hugging Face ids hold a slash, so each route also takes the id as two
 //! segments (`org/name`); either way the name is only looked up in the registry.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use corral_ipc::ModelFormat;
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +17,7 @@ use super::error::AdminError;
 use crate::memory::format_bytes;
 use crate::pool::{Phase, StopReason};
 use crate::process::StopRecord;
+use crate::registry::Source;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct KillParams {
@@ -108,6 +111,17 @@ pub async fn load_scoped(
 /// Starts the model's worker (through admission, like a request) and waits until it is ready.
 async fn load_model(admin: &Admin, name: &str) -> Result<Json<Loaded>, AdminError> {
     let model = admin.resolve(name)?;
+    if let Some(reason) = admin
+        .registry
+        .current()
+        .get(&model)
+        .and_then(|entry| entry.unservable_reason())
+    {
+        return Err(AdminError::Unservable {
+            model,
+            reason: reason.to_owned(),
+        });
+    }
     let lease = admin
         .pool
         .acquire(&model, admin.config.memory.admission_wait)
@@ -153,6 +167,19 @@ pub struct ModelsStatus {
 #[derive(Debug, Serialize)]
 pub struct ModelStatus {
     pub id: String,
+    /// Where it was found: `model-flag`, `models-dir`, `huggingface`, `lmstudio`, `ollama` or
+    /// `default`.
+    pub source: Source,
+    /// The model directory or GGUF file.
+    pub path: PathBuf,
+    /// `safetensors` or `gguf`; absent when the worker did not describe the model.
+    pub format: Option<ModelFormat>,
+    pub architecture: Option<String>,
+    pub quantization: Option<String>,
+    /// Bytes of the weight files.
+    pub size_bytes: Option<u64>,
+    /// Why it cannot be served; such a model is not in `GET /v1/models`.
+    pub unservable: Option<String>,
     pub loaded: bool,
     pub state: &'static str,
     pub pid: Option<u32>,
@@ -173,12 +200,21 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
     let usage = admin.pool.usage();
     let data = admin
         .registry
+        .current()
         .entries()
         .map(|entry| {
             let snapshot = snapshots.iter().find(|snapshot| snapshot.model == entry.id);
             let phase = snapshot.map_or(Phase::NotRunning, |snapshot| snapshot.phase);
+            let description = entry.description.as_ref();
             ModelStatus {
                 id: entry.id.clone(),
+                source: entry.source,
+                path: entry.path.clone(),
+                format: description.map(|description| description.format),
+                architecture: description.and_then(|description| description.architecture.clone()),
+                quantization: description.and_then(|description| description.quantization.clone()),
+                size_bytes: description.map(|description| description.size_bytes),
+                unservable: entry.unservable_reason().map(str::to_owned),
                 loaded: phase == Phase::Ready,
                 state: phase.name(),
                 pid: snapshot.and_then(|snapshot| snapshot.pid),

@@ -11,6 +11,8 @@ use crate::pool::{AcquireError, StopError};
 pub enum AdminError {
     #[error("the model `{0}` does not exist")]
     UnknownModel(String),
+    #[error("the model `{model}` cannot be served: {reason}")]
+    Unservable { model: String, reason: String },
     #[error(
         "unknown signal `{0}`; use SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2"
     )]
@@ -27,6 +29,9 @@ impl AdminError {
         match self {
             AdminError::UnknownModel(_) => {
                 (StatusCode::NOT_FOUND, "not_found_error", "model_not_found")
+            }
+            AdminError::Unservable { .. } => {
+                (StatusCode::BAD_REQUEST, INVALID, "model_not_servable")
             }
             AdminError::UnknownSignal(_) => (StatusCode::BAD_REQUEST, INVALID, "unknown_signal"),
             AdminError::Stop(StopError::NotRunning { .. }) => {

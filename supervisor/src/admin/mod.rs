@@ -22,11 +22,11 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pool::Pool;
 use crate::process::WorkerProcesses;
-use crate::registry::Registry;
+use crate::registry::SharedRegistry;
 
 pub struct Admin {
     pub pool: Pool<WorkerProcesses>,
-    pub registry: Arc<Registry>,
+    pub registry: Arc<SharedRegistry>,
     pub config: Arc<Config>,
     pub metrics: Arc<Metrics>,
 }
@@ -35,6 +35,7 @@ impl Admin {
     /// The canonical id of a model name or alias from a path.
     fn resolve(&self, name: &str) -> Result<String, AdminError> {
         self.registry
+            .current()
             .resolve(name)
             .map(str::to_owned)
             .ok_or_else(|| AdminError::UnknownModel(name.to_owned()))

@@ -18,7 +18,7 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
     let snapshot = admin.pool.snapshot();
     let usage = admin.pool.usage();
     let mut samples = Vec::new();
-    for entry in admin.registry.entries() {
+    for entry in admin.registry.current().entries() {
         let pool_entry = snapshot
             .iter()
             .find(|pool_entry| pool_entry.model == entry.id);

@@ -49,7 +49,7 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
     let snapshots = admin.pool.snapshot();
     let now = Instant::now();
     let mut data = Vec::new();
-    for entry in admin.registry.entries() {
+    for entry in admin.registry.current().entries() {
         let snapshot = snapshots.iter().find(|snapshot| snapshot.model == entry.id);
         let (stats, stats_error) = match admin.pool.ready_worker(&entry.id) {
             Some(worker) => match worker.handle.stats().await {

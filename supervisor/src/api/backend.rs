@@ -139,6 +139,9 @@ impl std::fmt::Debug for CancelOnDrop {
 pub enum BackendError {
     #[error("the model `{model}` does not exist")]
     UnknownModel { model: String },
+    /// The model was found, but its worker cannot serve it (`corral models` lists why).
+    #[error("the model `{model}` cannot be served: {reason}")]
+    Unservable { model: String, reason: String },
     /// The model cannot serve now (crash-looping, queue full); the client may retry later.
     #[error("{message}")]
     Unavailable {

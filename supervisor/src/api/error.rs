@@ -79,6 +79,9 @@ impl ApiError {
             ApiError::ModelNotFound(_) | ApiError::Backend(BackendError::UnknownModel { .. }) => {
                 ("not_found_error", Some("model_not_found"), Some("model"))
             }
+            ApiError::Backend(BackendError::Unservable { .. }) => {
+                (INVALID, Some("model_not_servable"), Some("model"))
+            }
             ApiError::RouteNotFound { .. } => ("not_found_error", Some("unknown_url"), None),
             ApiError::MethodNotAllowed { .. } => (INVALID, Some("method_not_allowed"), None),
             ApiError::Backend(BackendError::Rejected { kind, .. }) => match kind {
@@ -105,6 +108,7 @@ impl ApiError {
 fn backend_status(error: &BackendError) -> StatusCode {
     match error {
         BackendError::UnknownModel { .. } => StatusCode::NOT_FOUND,
+        BackendError::Unservable { .. } => StatusCode::BAD_REQUEST,
         BackendError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         BackendError::InsufficientMemory { .. } => StatusCode::INSUFFICIENT_STORAGE,
         BackendError::Rejected { kind, .. } => match kind {

@@ -1,6 +1,6 @@
 //! What a model will hold once loaded, estimated from its directory before any worker starts, so
 //! admission can refuse or make room first: the safetensors files' sizes (the weights are loaded
-//! as stored) plus a KV cache reserve computed from `config.json`.
+//! as stored) plus a KV cache reserve computed from `config.json`; a GGUF file counts its size.
 
 use std::fs;
 use std::io;
@@ -46,8 +46,19 @@ struct AttentionConfig {
     torch_dtype: Option<String>,
 }
 
-/// Estimates the model in `model_dir`. Errors name the file or directory that failed.
+/// Estimates the model in `model_dir`, or in one GGUF file. Errors name the file or directory
+/// that failed.
 pub fn estimate_model_bytes(model_dir: &Path) -> io::Result<ModelEstimate> {
+    let meta = fs::metadata(model_dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", model_dir.display())))?;
+    if meta.is_file() {
+        // A GGUF holds its weights as stored. Its attention shape is in metadata only the worker
+        // parses, so no KV reserve is counted; the footprint samples catch the cache as it grows.
+        return Ok(ModelEstimate {
+            weight_bytes: meta.len(),
+            kv_reserve_bytes: 0,
+        });
+    }
     Ok(ModelEstimate {
         weight_bytes: weight_bytes(model_dir)?,
         kv_reserve_bytes: kv_reserve_bytes(model_dir)?,
@@ -175,6 +186,17 @@ mod tests {
             estimate.kv_reserve_bytes,
             2 * 4 * 16 * 2 * 2 * KV_RESERVE_TOKENS
         );
+    }
+
+    #[test]
+    fn a_gguf_file_is_estimated_from_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        // An Ollama blob: a GGUF without the extension.
+        let blob = dir.path().join("sha256-0123");
+        fs::write(&blob, [0u8; 4096]).unwrap();
+        let estimate = estimate_model_bytes(&blob).unwrap();
+        assert_eq!(estimate.weight_bytes, 4096);
+        assert_eq!(estimate.kv_reserve_bytes, 0);
     }
 
     #[test]

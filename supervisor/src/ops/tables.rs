@@ -44,15 +44,30 @@ pub fn ps(workers: &Value) -> String {
     align(&rows)
 }
 
+/// One row per model. STATE comes last: an unservable model's reason can be long, and at the
+/// end of its line it pushes no other column out of place.
 pub fn models(status: &Value) -> String {
-    let mut rows = vec![["ID", "STATE", "PID", "MEMORY", "PINNED"].map(str::to_owned)];
+    let mut rows = vec![
+        [
+            "ID", "SOURCE", "FORMAT", "QUANT", "SIZE", "PID", "MEMORY", "PINNED", "STATE",
+        ]
+        .map(str::to_owned),
+    ];
     for model in list(status) {
+        let state = match model["unservable"].as_str() {
+            Some(reason) => format!("unservable: {reason}"),
+            None => text(&model["state"]),
+        };
         rows.push([
             text(&model["id"]),
-            text(&model["state"]),
+            text(&model["source"]),
+            text(&model["format"]),
+            text(&model["quantization"]),
+            bytes(&model["size_bytes"]),
             text(&model["pid"]),
             bytes(&model["memory_bytes"]),
             if model["pinned"] == true { "yes" } else { "" }.to_owned(),
+            state,
         ]);
     }
     align(&rows)
@@ -171,6 +186,35 @@ mod tests {
         );
         assert!(
             lines[2].ends_with("worker pid 7 ended with signal 9"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn models_show_source_format_size_and_why_a_model_cannot_be_served() {
+        let status = json!({"data": [
+            {"id": "llama3.2:latest", "source": "ollama", "format": "gguf",
+             "quantization": "Q4_K_M", "size_bytes": 2019377376u64, "unservable": null,
+             "state": "ready", "pid": 41, "memory_bytes": 2147483648u64, "pinned": true},
+            {"id": "llava:7b", "source": "ollama", "format": null, "quantization": null,
+             "size_bytes": null, "unservable": "a vision model", "state": "not_running",
+             "pid": null, "memory_bytes": null, "pinned": false},
+        ]});
+        let table = models(&status);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(
+            lines[0].starts_with("ID               SOURCE  FORMAT  QUANT   SIZE"),
+            "{table}"
+        );
+        assert!(
+            lines[1].contains("gguf")
+                && lines[1].contains("1.9 GiB")
+                && lines[1].ends_with("ready"),
+            "{table}"
+        );
+        assert!(
+            lines[2].starts_with("llava:7b") && lines[2].ends_with("unservable: a vision model"),
             "{table}"
         );
     }

@@ -1,24 +1,102 @@
-//! The models corral can serve, found by scanning model directories, plus aliases.
+//! The models corral can serve: found where people already keep them, described by the worker,
+//! plus aliases.
 //!
-//! A model's id comes from the directory layout, never the other way round: a request's model
-//! name is only ever looked up here, so it cannot become a path.
+//! A model's id comes from the files' layout, never the other way round: a request's model name
+//! is only ever looked up here, so it cannot become a path.
 //!
-//! Layouts understood, for each configured directory:
-//! - the directory itself is a model (it holds `config.json`): id = its name;
-//! - each subdirectory holding `config.json` is a model: id = the subdirectory's name;
-//! - the Hugging Face cache (`models--org--name/snapshots/REV/`): id = `org/name`, at the
-//!   revision `refs/main` names, else the most recently modified snapshot.
+//! Sources, in the order that decides which of two models with one id is kept (the first, with a
+//! warning naming both paths): the `--model` flag, the models directories (`models_dir.rs`), the
+//! Hugging Face cache (`huggingface.rs`), LM Studio's folder (`lmstudio.rs`), Ollama's library
+//! (`ollama.rs`); `sources.rs` locates them. A folder of `.gguf` files is named by `gguf.rs`. What
+//! a model's files hold, and whether a worker can serve them, is the worker's call
+//! (`describe.rs`). `shared.rs` holds the current registry and scans again on request.
+
+mod describe;
+mod gguf;
+mod huggingface;
+mod lmstudio;
+mod models_dir;
+mod ollama;
+mod shared;
+mod sources;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+use corral_ipc::ModelDescription;
+use serde::Serialize;
+
+pub use huggingface::hub_cache_dir;
+pub use shared::{Catalog, Fallback, SharedRegistry};
+pub use sources::Sources;
+
+/// Where a model was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// `corral serve --model PATH`.
+    ModelFlag,
+    ModelsDir,
+    #[serde(rename = "huggingface")]
+    HuggingFace,
+    #[serde(rename = "lmstudio")]
+    LmStudio,
+    Ollama,
+    /// The generated model served when nothing else was found.
+    Default,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelEntry {
     pub id: String,
-    pub dir: PathBuf,
-    /// Unix seconds of the directory's modification time (`created` in `/v1/models`).
+    /// A model directory, or one GGUF file (an Ollama blob, which has no `.gguf` extension); the
+    /// worker's `--model` takes either.
+    pub path: PathBuf,
+    pub source: Source,
+    /// Unix seconds of the path's modification time (`created` in `/v1/models`).
     pub created: u64,
+    /// Why discovery already knows the model cannot be served (a blob that is missing or not a
+    /// GGUF, a vision projector, a broken link), before any worker looks at it.
+    pub problem: Option<String>,
+    /// What the worker made of the files; `None` until described, or when describing failed
+    /// (the model is then assumed servable, and its worker says otherwise when it starts).
+    pub description: Option<ModelDescription>,
+}
+
+impl ModelEntry {
+    /// A model found at `path`, not yet described.
+    pub fn new(id: String, path: &Path, source: Source) -> Self {
+        ModelEntry {
+            id,
+            path: path.to_path_buf(),
+            source,
+            created: modified_secs(path),
+            problem: None,
+            description: None,
+        }
+    }
+
+    /// The same, already known to be unservable for `problem`.
+    pub fn unservable(id: String, path: &Path, source: Source, problem: String) -> Self {
+        ModelEntry {
+            problem: Some(problem),
+            ..ModelEntry::new(id, path, source)
+        }
+    }
+
+    /// Why this model cannot be served, from discovery or from the worker's description.
+    pub fn unservable_reason(&self) -> Option<&str> {
+        self.problem.as_deref().or_else(|| {
+            self.description
+                .as_ref()
+                .and_then(|description| description.unservable.as_deref())
+        })
+    }
+
+    pub fn is_servable(&self) -> bool {
+        self.unservable_reason().is_none()
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -28,21 +106,18 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Scans `dirs`; an unreadable directory is logged and skipped, the first of two models with
-    /// the same id wins.
-    pub fn scan(dirs: &[PathBuf]) -> Self {
-        let mut registry = Self::default();
-        for dir in dirs {
-            for entry in models_in(dir) {
-                registry.add(entry);
-            }
-        }
-        registry
-    }
-
+    /// Adds `entry` unless its id is taken: the first of two models with one id wins.
     pub fn add(&mut self, entry: ModelEntry) {
         if let Some(existing) = self.models.get(&entry.id) {
-            tracing::warn!(model = %entry.id, kept = %existing.dir.display(), ignored = %entry.dir.display(), "two models with one id");
+            // The same files reached twice (a models directory that is also the HF cache).
+            if existing.path != entry.path {
+                tracing::warn!(
+                    model = %entry.id,
+                    kept = %existing.path.display(),
+                    ignored = %entry.path.display(),
+                    "two models with one id; the first source wins"
+                );
+            }
             return;
         }
         self.models.insert(entry.id.clone(), entry);
@@ -70,8 +145,16 @@ impl Registry {
         self.models.get(id)
     }
 
+    /// Every model, servable or not, by id.
     pub fn entries(&self) -> impl Iterator<Item = &ModelEntry> {
         self.models.values()
+    }
+
+    /// The path a worker for `id` loads, if `id` is a model that can be served.
+    pub fn servable_path(&self, id: &str) -> Option<&Path> {
+        self.get(id)
+            .filter(|entry| entry.is_servable())
+            .map(|entry| entry.path.as_path())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -79,67 +162,10 @@ impl Registry {
     }
 }
 
-fn models_in(dir: &Path) -> Vec<ModelEntry> {
-    if is_model(dir) {
-        return name_of(dir).map(|id| entry(id, dir)).into_iter().collect();
-    }
-    let children = match std::fs::read_dir(dir) {
-        Ok(children) => children,
-        Err(error) => {
-            tracing::warn!(dir = %dir.display(), %error, "cannot read models directory");
-            return Vec::new();
-        }
-    };
-    let mut found = Vec::new();
-    for child in children.flatten() {
-        let path = child.path();
-        let Some(name) = name_of(&path) else { continue };
-        if let Some(repo) = name.strip_prefix("models--") {
-            if let Some(snapshot) = hub_snapshot(&path) {
-                found.push(entry(repo.replacen("--", "/", 1), &snapshot));
-            }
-        } else if is_model(&path) {
-            found.push(entry(name, &path));
-        }
-    }
-    found.sort_by(|a, b| a.id.cmp(&b.id));
-    found
-}
-
-/// The snapshot `refs/main` points at, else the newest one.
-fn hub_snapshot(repo_dir: &Path) -> Option<PathBuf> {
-    let snapshots = repo_dir.join("snapshots");
-    if let Ok(revision) = std::fs::read_to_string(repo_dir.join("refs/main")) {
-        let revision = revision.trim();
-        let valid = !revision.is_empty() && revision.chars().all(|c| c.is_ascii_alphanumeric());
-        let candidate = snapshots.join(revision);
-        if valid && is_model(&candidate) {
-            return Some(candidate);
-        }
-    }
-    std::fs::read_dir(&snapshots)
-        .ok()?
-        .flatten()
-        .map(|snapshot| snapshot.path())
-        .filter(|path| is_model(path))
-        .max_by_key(|path| modified_secs(path))
-}
-
-fn is_model(dir: &Path) -> bool {
-    dir.join("config.json").is_file()
-}
-
+/// A file or directory name that may name a model: UTF-8, not hidden.
 fn name_of(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     (!name.starts_with('.')).then(|| name.to_owned())
-}
-
-fn entry(id: String, dir: &Path) -> ModelEntry {
-    ModelEntry {
-        id,
-        dir: dir.to_path_buf(),
-        created: modified_secs(dir),
-    }
 }
 
 fn modified_secs(path: &Path) -> u64 {
@@ -150,59 +176,58 @@ fn modified_secs(path: &Path) -> u64 {
         .map_or(0, |age| age.as_secs())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// What a path found while scanning is.
+#[derive(Debug)]
+enum Kind {
+    Dir,
+    File,
+    /// A symbolic link whose target does not exist: reported, never followed.
+    BrokenLink(PathBuf),
+    /// Gone, or something else (a socket, a device).
+    Other,
+}
 
-    fn model_at(dir: &Path) {
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("config.json"), "{}").unwrap();
-    }
-
-    #[test]
-    fn finds_plain_folders_hub_cache_and_a_model_directory_itself() {
-        let root = tempfile::tempdir().unwrap();
-        model_at(&root.path().join("plain/llama-tiny"));
-        std::fs::create_dir_all(root.path().join("plain/not-a-model")).unwrap();
-        let hub = root
-            .path()
-            .join("hub/models--mlx-community--Qwen3-0.6B-4bit");
-        model_at(&hub.join("snapshots/aaa"));
-        model_at(&hub.join("snapshots/bbb"));
-        std::fs::create_dir_all(hub.join("refs")).unwrap();
-        std::fs::write(hub.join("refs/main"), "aaa\n").unwrap();
-        model_at(&root.path().join("single"));
-
-        let registry = Registry::scan(&[
-            root.path().join("plain"),
-            root.path().join("hub"),
-            root.path().join("single"),
-        ]);
-        let ids: Vec<&str> = registry.entries().map(|e| e.id.as_str()).collect();
-        assert_eq!(
-            ids,
-            ["llama-tiny", "mlx-community/Qwen3-0.6B-4bit", "single"]
-        );
-        let qwen = registry.get("mlx-community/Qwen3-0.6B-4bit").unwrap();
-        assert!(qwen.dir.ends_with("snapshots/aaa"));
-    }
-
-    #[test]
-    fn aliases_resolve_and_unknown_names_do_not() {
-        let root = tempfile::tempdir().unwrap();
-        model_at(&root.path().join("m/llama-tiny"));
-        let mut registry = Registry::scan(&[root.path().join("m")]);
-        registry.alias("default", "llama-tiny");
-        registry.alias("ghost", "no-such-model");
-        assert_eq!(registry.resolve("default"), Some("llama-tiny"));
-        assert_eq!(registry.resolve("llama-tiny"), Some("llama-tiny"));
-        assert_eq!(registry.resolve("ghost"), None);
-        assert_eq!(registry.resolve("../../etc/passwd"), None);
-    }
-
-    #[test]
-    fn a_missing_directory_is_skipped() {
-        let registry = Registry::scan(&[PathBuf::from("/nonexistent/corral-models")]);
-        assert!(registry.is_empty());
+fn kind_of(path: &Path) -> Kind {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Kind::Dir,
+        Ok(meta) if meta.is_file() => Kind::File,
+        Ok(_) => Kind::Other,
+        Err(_) => match std::fs::read_link(path) {
+            Ok(target) => Kind::BrokenLink(target),
+            Err(_) => Kind::Other,
+        },
     }
 }
+
+/// The entry for a broken link where a model was expected, with a warning naming it.
+fn broken_link(id: String, path: &Path, target: &Path, source: Source) -> ModelEntry {
+    tracing::warn!(path = %path.display(), target = %target.display(), model = %id, "a model is a broken symbolic link");
+    ModelEntry::unservable(
+        id,
+        path,
+        source,
+        format!(
+            "{} is a broken symbolic link (to {})",
+            path.display(),
+            target.display()
+        ),
+    )
+}
+
+/// The readable children of `dir`, sorted by name; an unreadable directory is a warning naming it.
+fn children(dir: &Path, what: &str) -> Vec<PathBuf> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            let mut paths: Vec<PathBuf> = entries.flatten().map(|entry| entry.path()).collect();
+            paths.sort();
+            paths
+        }
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "cannot read {what}");
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

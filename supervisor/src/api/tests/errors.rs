@@ -214,6 +214,13 @@ async fn backend_errors_map_to_their_statuses() {
             StatusCode::NOT_FOUND,
         ),
         (
+            BackendError::Unservable {
+                model: "llava:7b".to_owned(),
+                reason: "a vision model".to_owned(),
+            },
+            StatusCode::BAD_REQUEST,
+        ),
+        (
             BackendError::InsufficientMemory {
                 message: "needs 9 GB".to_owned(),
             },
@@ -256,6 +263,29 @@ async fn a_prompt_too_long_is_a_413_context_length_exceeded() {
     let error = reply.error();
     assert_eq!(error["code"], "context_length_exceeded");
     assert!(error["message"].as_str().unwrap().contains("9000 tokens"));
+}
+
+#[tokio::test]
+async fn an_unservable_model_is_a_400_naming_the_reason() {
+    let error = BackendError::Unservable {
+        model: "llava:7b".to_owned(),
+        reason: "a vision model (its manifest has a projector layer)".to_owned(),
+    };
+    let reply = post(
+        &FakeBackend::failing(error),
+        "/v1/chat/completions",
+        chat_body(),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let error = reply.error();
+    assert_eq!(error["code"], "model_not_servable");
+    assert_eq!(error["param"], "model");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("llava:7b") && message.contains("projector"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

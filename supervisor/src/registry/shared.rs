@@ -1,0 +1,109 @@
+//! The registry the server reads, and scanning again: a pulled model, or one dropped into a
+//! watched folder, becomes servable without a restart.
+//!
+//! Readers take a snapshot (`current`), so a request resolves its model against one consistent
+//! registry. A rescan builds a whole new registry (discovery, then the worker's description)
+//! and swaps it in; workers already running are untouched, and a model that disappeared from
+//! disk is no longer offered to new requests.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use anyhow::{Context, Result};
+
+use super::describe::describe;
+use super::{ModelEntry, Registry, Source, Sources};
+
+/// What the server serves when no model is found: `(id, path)`, made on first use.
+pub type Fallback = Arc<dyn Fn() -> Result<(String, PathBuf)> + Send + Sync>;
+
+/// Everything a scan needs, fixed at start-up.
+pub struct Catalog {
+    pub sources: Sources,
+    /// Alias → model id, from the configuration.
+    pub aliases: BTreeMap<String, String>,
+    /// The `corral-worker` that describes the models.
+    pub worker: PathBuf,
+    pub fallback: Option<Fallback>,
+}
+
+impl Catalog {
+    /// Finds every model, adds the fallback if there is none, asks the worker to describe them,
+    /// and applies the aliases.
+    pub async fn scan(&self) -> Result<Registry> {
+        let sources = self.sources.clone();
+        let fallback = self.fallback.clone();
+        let mut registry = tokio::task::spawn_blocking(move || discover(&sources, fallback))
+            .await
+            .context("scanning for models")??;
+        let paths: Vec<PathBuf> = registry
+            .entries()
+            .filter(|entry| entry.problem.is_none())
+            .map(|entry| entry.path.clone())
+            .collect();
+        let mut described = describe(&self.worker, &paths).await;
+        for entry in registry.models.values_mut() {
+            entry.description = described.remove(&entry.path);
+            if let (None, Some(reason)) = (&entry.problem, entry.unservable_reason()) {
+                tracing::info!(model = %entry.id, path = %entry.path.display(), reason, "listed as unservable");
+            }
+        }
+        for (alias, target) in &self.aliases {
+            registry.alias(alias, target);
+        }
+        Ok(registry)
+    }
+}
+
+fn discover(sources: &Sources, fallback: Option<Fallback>) -> Result<Registry> {
+    let mut registry = Registry::default();
+    for entry in sources.scan() {
+        registry.add(entry);
+    }
+    if registry.is_empty()
+        && let Some(fallback) = fallback
+    {
+        let (id, path) = fallback()?;
+        registry.add(ModelEntry::new(id, &path, Source::Default));
+    }
+    Ok(registry)
+}
+
+/// The current registry, shared by the API, the admin routes and the worker spawner.
+pub struct SharedRegistry {
+    catalog: Catalog,
+    current: RwLock<Arc<Registry>>,
+    /// One scan at a time, so the last one to finish saw the disk last.
+    scanning: tokio::sync::Mutex<()>,
+}
+
+impl SharedRegistry {
+    /// Scans once; the server starts with what it found.
+    pub async fn new(catalog: Catalog) -> Result<Self> {
+        let registry = catalog.scan().await?;
+        Ok(SharedRegistry {
+            catalog,
+            current: RwLock::new(Arc::new(registry)),
+            scanning: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The registry as of now.
+    pub fn current(&self) -> Arc<Registry> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Scans every source again and describes what it finds, then serves from the result. On an
+    /// error the registry stays as it was.
+    pub async fn rescan(&self) -> Result<Arc<Registry>> {
+        let _one_at_a_time = self.scanning.lock().await;
+        let registry = Arc::new(self.catalog.scan().await?);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = registry.clone();
+        tracing::info!(models = registry.models.len(), "models scanned again");
+        Ok(registry)
+    }
+}
