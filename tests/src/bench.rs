@@ -20,6 +20,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+use crate::isolate_discovery;
+
 /// The environment variable that overrides a bench's iteration count.
 pub const ITERATIONS_ENV: &str = "CORRAL_BENCH_ITERATIONS";
 
@@ -86,7 +88,7 @@ impl CorralServer {
     /// `corral serve --port 0 --drain-timeout 5` over `models` and `state`, with `extra_args`
     /// after them. `patience` bounds the startup, each HTTP request and the stop.
     pub fn start(models: &Path, state: &Path, extra_args: &[&str], patience: Duration) -> Self {
-        let mut child = Command::new(binary("corral"))
+        let mut child = isolate_discovery(&mut Command::new(binary("corral")), &state.join("home"))
             .args(["serve", "--port", "0", "--drain-timeout", "5"])
             .arg("--models-dir")
             .arg(models)

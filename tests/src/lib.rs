@@ -6,6 +6,7 @@ pub mod bench;
 pub mod server;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,17 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Keeps a `corral serve` away from the developer's own model libraries: its HOME is `home`, and
+/// the variables that would point it at a Hugging Face cache or an Ollama library are unset.
+/// Variables a test sets after this call win.
+pub fn isolate_discovery<'a>(command: &'a mut Command, home: &Path) -> &'a mut Command {
+    command.env("HOME", home);
+    for name in ["HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"] {
+        command.env_remove(name);
+    }
+    command
 }
 
 /// SmolLM2-135M-Instruct as a Q4_1 GGUF, the real model the tests run; `cargo xtask setup`

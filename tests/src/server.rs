@@ -13,7 +13,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::{PATIENCE, binary};
+use crate::{PATIENCE, binary, isolate_discovery};
 
 pub struct Server {
     pub child: Child,
@@ -29,6 +29,12 @@ pub struct Dirs {
 }
 
 impl Dirs {
+    /// The server's HOME: empty unless a test puts a fake Ollama library (`.ollama/models`), LM
+    /// Studio folder (`.lmstudio/models`) or Hugging Face cache (`.cache/huggingface/hub`) there.
+    pub fn home(&self) -> PathBuf {
+        self.state.path().join("home")
+    }
+
     /// Writes `text` as a `corral.toml` in the state directory and returns its path, for
     /// `--config`.
     pub fn write_config(&self, text: &str) -> PathBuf {
@@ -103,7 +109,7 @@ impl Server {
     /// With more `corral serve` arguments (`--config FILE`, ...).
     pub fn start_with(dirs: &Dirs, extra_args: &[&std::ffi::OsStr]) -> Self {
         let (models, state) = (&dirs.models, &dirs.state);
-        let mut child = Command::new(binary("corral"))
+        let mut child = isolate_discovery(&mut Command::new(binary("corral")), &dirs.home())
             .args(["serve", "--port", "0", "--models-dir"])
             .arg(models.path())
             // An unload waits this long for the requests in flight, whose pace is the machine's.

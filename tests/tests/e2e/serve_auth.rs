@@ -4,8 +4,8 @@ use std::ffi::OsStr;
 use std::process::Command;
 
 use corral_fixture::Arch;
-use corral_tests::binary;
 use corral_tests::server::{Dirs, Server, chat, client};
+use corral_tests::{binary, isolate_discovery};
 use serde_json::Value;
 
 fn args<'a>(list: &[&'a str]) -> Vec<&'a OsStr> {
@@ -82,7 +82,7 @@ fn requests_without_the_key_get_401_in_the_openai_shape_and_the_admin_key_guards
 #[test]
 fn without_a_key_the_server_refuses_a_non_loopback_address() {
     let state = tempfile::tempdir().unwrap();
-    let output = Command::new(binary("corral"))
+    let output = isolate_discovery(&mut Command::new(binary("corral")), state.path())
         .args(["serve", "--host", "0.0.0.0", "--port", "0", "--state-dir"])
         .arg(state.path())
         .env_remove("CORRAL_API_KEYS")
