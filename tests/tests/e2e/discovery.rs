@@ -179,3 +179,44 @@ fn ollama_models_are_found_listed_and_served_and_the_unservable_refused_with_the
 
     check_served(&server, &models, "tiny:q4_0", ["ollama", "gguf", "Q4_0"]);
 }
+
+#[test]
+fn a_model_the_worker_cannot_serve_is_listed_with_the_reason_and_refused_without_a_worker() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let mamba = dirs.models.path().join("mamba");
+    std::fs::create_dir_all(&mamba).unwrap();
+    std::fs::write(mamba.join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+    let server = Server::start(&dirs);
+    assert_eq!(served_ids(&server), ["llama"]);
+    let models = models_json(&server);
+    let listed = model(&models, "mamba");
+    assert_eq!(listed["source"], "models-dir", "{listed:#}");
+    let reason = listed["unservable"].as_str().unwrap();
+    assert!(reason.contains("mamba"), "{listed:#}");
+
+    let table = Command::new(binary("corral"))
+        .args(["models", "--url", &server.url("")])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("mamba"))
+        .unwrap();
+    assert!(row.ends_with(&format!("unservable: {reason}")), "{table}");
+
+    let refused = server.post("/v1/chat/completions", &chat("mamba", 4, false));
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().unwrap();
+    assert_eq!(error["error"]["code"], "model_not_servable", "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains(reason));
+    let load = server.post("/v1/models/mamba/load", &json!({}));
+    assert_eq!(load.status(), 400);
+    assert!(server.worker_pids().is_empty());
+    check_served(
+        &server,
+        &models,
+        "llama",
+        ["models-dir", "safetensors", "f32"],
+    );
+}
