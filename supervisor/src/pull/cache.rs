@@ -158,14 +158,34 @@ struct Download<'a> {
 
 impl Download<'_> {
     async fn run(&self, progress: &mut (dyn FnMut(PullEvent) + Send)) -> Result<(), PullError> {
-        let (mut hasher, mut offset) = self.resume_point().await?;
+        let (hasher, offset) = self.resume_point().await?;
         if offset > 0 && offset == self.file.size {
             // Stopped after its last byte, before its rename: there is nothing to ask for.
             self.verify(offset, hasher)?;
             Reporter::new(&self.file.name, self.file.size).now(offset, progress);
             return Ok(());
         }
-        let mut response = match self
+        let (response, hasher, offset) = self.request(hasher, offset).await?;
+        let mut out = self.open(offset > 0).await?;
+        let received = self
+            .receive(response, &mut out, hasher, offset, progress)
+            .await;
+        // Whatever arrived is kept for the next pull, also when the connection failed.
+        self.flush(&mut out).await?;
+        let (hasher, length) = received?;
+        out.sync_all()
+            .await
+            .map_err(PullError::io("writing", self.partial))?;
+        self.verify(length, hasher)
+    }
+
+    /// Asks for the file from `offset`; a hub that sends the whole file instead starts it over.
+    async fn request(
+        &self,
+        hasher: Sha256,
+        offset: u64,
+    ) -> Result<(reqwest::Response, Sha256, u64), PullError> {
+        let response = match self
             .hub
             .download(self.repo, self.commit, &self.file.name, offset)
             .await
@@ -174,31 +194,42 @@ impl Download<'_> {
                 // The hub does not know the range we asked for: our partial file is not a
                 // prefix of its file. Start over next time.
                 let _ = std::fs::remove_file(self.partial);
-                return Err(
-                    self.malformed("it refused to resume; the partial download was deleted")
-                );
+                let reason = "it refused to resume; the partial download was deleted";
+                return Err(self.malformed(reason));
             }
             other => other?,
         };
-        if offset > 0 && response.status() != reqwest::StatusCode::PARTIAL_CONTENT {
-            // The whole file came back instead of the range asked for.
-            (hasher, offset) = (Sha256::new(), 0);
-        } else if offset > 0 {
+        if offset == 0 {
+            Ok((response, hasher, 0))
+        } else if response.status() == reqwest::StatusCode::PARTIAL_CONTENT {
             self.check_range(&response, offset)?;
+            Ok((response, hasher, offset))
+        } else {
+            Ok((response, Sha256::new(), 0))
         }
-        let mut out = self.open(offset > 0).await?;
+    }
+
+    /// Appends the response's bytes to `out`, hashing them; the length reached and its hash.
+    async fn receive(
+        &self,
+        mut response: reqwest::Response,
+        out: &mut tokio::fs::File,
+        mut hasher: Sha256,
+        mut length: u64,
+        progress: &mut (dyn FnMut(PullEvent) + Send),
+    ) -> Result<(Sha256, u64), PullError> {
         let mut report = Reporter::new(&self.file.name, self.file.size);
-        report.now(offset, progress);
-        loop {
+        report.now(length, progress);
+        // A body longer than the listing says stops here; `verify` refuses it.
+        while length <= self.file.size {
             let chunk = match response.chunk().await {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
                 Err(source) => {
-                    self.flush(&mut out).await?;
                     return Err(PullError::Interrupted {
                         repo: self.repo.to_string(),
                         file: self.file.name.clone(),
-                        bytes: offset,
+                        bytes: length,
                         total: self.file.size,
                         source,
                     });
@@ -208,21 +239,14 @@ impl Download<'_> {
                 .await
                 .map_err(PullError::io("writing", self.partial))?;
             hasher.update(&chunk);
-            offset += chunk.len() as u64;
-            if offset > self.file.size {
-                break;
-            }
-            if offset < self.file.size {
-                report.maybe(offset, progress);
+            length += chunk.len() as u64;
+            if length == self.file.size {
+                report.now(length, progress);
+            } else if length < self.file.size {
+                report.maybe(length, progress);
             }
         }
-        self.flush(&mut out).await?;
-        out.sync_all()
-            .await
-            .map_err(PullError::io("writing", self.partial))?;
-        self.verify(offset, hasher)?;
-        report.now(offset, progress);
-        Ok(())
+        Ok((hasher, length))
     }
 
     /// The bytes already in the partial file, hashed (off the async threads: it may be
