@@ -1,6 +1,6 @@
 //! The operators' API: what each model's worker is doing (`/admin/workers`), the memory budget
-//! (`/admin/memory`), starting and stopping models on request (`control.rs`), and the Prometheus
-//! scrape (`/metrics`, `scrape.rs`).
+//! (`/admin/memory`), starting and stopping models on request (`control.rs`), pulling one from
+//! the Hugging Face hub (`pull.rs`), and the Prometheus scrape (`/metrics`, `scrape.rs`).
 //!
 //! Looking never takes a lease, so it never keeps a worker from being stopped. Model names in
 //! paths are only looked up in the registry.
@@ -8,6 +8,7 @@
 mod control;
 mod error;
 mod memory;
+mod pull;
 mod scrape;
 mod workers;
 
@@ -48,6 +49,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/admin/workers", get(workers::list))
         .route("/admin/memory", get(memory::show))
         .route("/metrics", get(scrape::show))
+        .route("/admin/models/pull", post(pull::pull))
         .route("/admin/workers/{model}/kill", post(control::kill))
         .route(
             "/admin/workers/{org}/{name}/kill",
