@@ -35,6 +35,19 @@ impl Dirs {
         self.state.path().join("home")
     }
 
+    /// A copy of the model `of` named `name` that the worker's description accepts (a valid
+    /// config, weights, a tokenizer) but that fails to load: its weights are garbage, which only
+    /// loading finds. For tests of a worker that dies before it is ready.
+    pub fn add_unloadable_copy(&self, of: &str, name: &str) {
+        let copy = self.models.path().join(name);
+        std::fs::create_dir_all(&copy).unwrap();
+        for file in std::fs::read_dir(self.models.path().join(of)).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(file.path(), copy.join(file.file_name())).unwrap();
+        }
+        std::fs::write(copy.join("model.safetensors"), "not safetensors").unwrap();
+    }
+
     /// Writes `text` as a `corral.toml` in the state directory and returns its path, for
     /// `--config`.
     pub fn write_config(&self, text: &str) -> PathBuf {

@@ -147,9 +147,7 @@ fn error_of(response: reqwest::blocking::Response) -> (u16, u64, String) {
 fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_wait_when_they_can()
 {
     let dirs = Dirs::with_models(&[Arch::Llama]);
-    let broken = dirs.models.path().join("broken");
-    std::fs::create_dir_all(&broken).unwrap();
-    std::fs::write(broken.join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+    dirs.add_unloadable_copy("llama", "broken");
     let config = dirs.write_config("admission_wait_secs = 4\n");
     let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
     let request = || server.post("/v1/chat/completions", &chat("broken", 2, false));

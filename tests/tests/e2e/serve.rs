@@ -264,15 +264,7 @@ fn sigterm_drains_stops_every_worker_and_exits_zero() {
 #[test]
 fn a_model_whose_worker_cannot_load_gets_503_with_retry_after_and_others_still_serve() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
-    // Servable as far as the worker's description goes (a Llama config, weights, a tokenizer),
-    // but the weights are garbage, which only loading finds.
-    let broken = dirs.models.path().join("broken");
-    std::fs::create_dir_all(&broken).unwrap();
-    for file in std::fs::read_dir(dirs.models.path().join("llama")).unwrap() {
-        let file = file.unwrap();
-        std::fs::copy(file.path(), broken.join(file.file_name())).unwrap();
-    }
-    std::fs::write(broken.join("model.safetensors"), "not safetensors").unwrap();
+    dirs.add_unloadable_copy("llama", "broken");
     let server = Server::start(&dirs);
     for _ in 0..2 {
         let response = server.post("/v1/chat/completions", &chat("broken", 2, false));
