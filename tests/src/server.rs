@@ -121,6 +121,15 @@ impl Server {
 
     /// With more `corral serve` arguments (`--config FILE`, ...).
     pub fn start_with(dirs: &Dirs, extra_args: &[&std::ffi::OsStr]) -> Self {
+        Self::start_with_env(dirs, extra_args, &[])
+    }
+
+    /// With more arguments and environment variables (`HF_HOME`, `HF_ENDPOINT`, ...).
+    pub fn start_with_env(
+        dirs: &Dirs,
+        extra_args: &[&std::ffi::OsStr],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Self {
         let (models, state) = (&dirs.models, &dirs.state);
         let mut child = isolate_discovery(&mut Command::new(binary("corral")), &dirs.home())
             .args(["serve", "--port", "0", "--models-dir"])
@@ -131,6 +140,7 @@ impl Server {
             .arg("--state-dir")
             .arg(state.path())
             .args(extra_args)
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -9,6 +9,7 @@ mod gguf_agreement;
 mod lifecycle;
 mod operations;
 mod prefix_cache;
+mod pull;
 mod reference_logits;
 mod serve;
 mod serve_auth;
