@@ -85,7 +85,8 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_s
 
 /// A worker executable that becomes the real worker only once the file `go` exists, which keeps
 /// the worker socket open until the test has been there first, however long that takes. It
-/// gives up if its parent (corral) is gone, so a failed test leaves no loop behind.
+/// gives up if its parent (corral) is gone, so a failed test leaves no loop behind. Only `serve`
+/// is held: `describe`, which corral runs before it listens, goes through at once.
 fn held_worker(dir: &Path, go: &Path) -> PathBuf {
     let script = dir.join("held-worker.sh");
     let worker = binary("corral-worker");
@@ -93,7 +94,9 @@ fn held_worker(dir: &Path, go: &Path) -> PathBuf {
         &script,
         format!(
             "#!/bin/sh\n\
-             while [ ! -e '{}' ]; do kill -0 $PPID 2>/dev/null || exit 1; sleep 0.05; done\n\
+             while [ \"$1\" = serve ] && [ ! -e '{}' ]; do\n\
+               kill -0 $PPID 2>/dev/null || exit 1; sleep 0.05\n\
+             done\n\
              exec '{}' \"$@\"\n",
             go.display(),
             worker.display()
