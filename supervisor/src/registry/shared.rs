@@ -30,7 +30,8 @@ pub struct Catalog {
 
 impl Catalog {
     /// Finds every model, adds the fallback if there is none, asks the worker to describe them,
-    /// and applies the aliases.
+    /// and applies the aliases: Ollama's `name` for `name:latest` (as `ollama run` reads it),
+    /// unless that name is taken, then the configured ones.
     pub async fn scan(&self) -> Result<Registry> {
         let sources = self.sources.clone();
         let fallback = self.fallback.clone();
@@ -47,6 +48,19 @@ impl Catalog {
             entry.description = described.remove(&entry.path);
             if let (None, Some(reason)) = (&entry.problem, entry.unservable_reason()) {
                 tracing::info!(model = %entry.id, path = %entry.path.display(), reason, "listed as unservable");
+            }
+        }
+        let latest: Vec<(String, String)> = registry
+            .entries()
+            .filter(|entry| entry.source == Source::Ollama)
+            .filter_map(|entry| {
+                let name = entry.id.strip_suffix(":latest")?;
+                Some((name.to_owned(), entry.id.clone()))
+            })
+            .collect();
+        for (name, id) in latest {
+            if registry.resolve(&name).is_none() {
+                registry.aliases.insert(name, id);
             }
         }
         for (alias, target) in &self.aliases {
@@ -98,10 +112,19 @@ impl SharedRegistry {
     }
 
     /// Scans every source again and describes what it finds, then serves from the result. On an
-    /// error the registry stays as it was.
+    /// error the registry stays as it was. The default model, once served, stays until restart:
+    /// its worker may be running, and the first pull would otherwise hide it.
     pub async fn rescan(&self) -> Result<Arc<Registry>> {
         let _one_at_a_time = self.scanning.lock().await;
-        let registry = Arc::new(self.catalog.scan().await?);
+        let mut registry = self.catalog.scan().await?;
+        let previous = self.current();
+        if let Some(default) = previous
+            .entries()
+            .find(|entry| entry.source == Source::Default)
+        {
+            registry.add(default.clone());
+        }
+        let registry = Arc::new(registry);
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = registry.clone();
         tracing::info!(models = registry.models.len(), "models scanned again");
         Ok(registry)

@@ -196,6 +196,8 @@ done"#;
     );
     assert_eq!(registry.servable_path("org/mlx"), None);
     assert_eq!(registry.resolve("fast"), Some("tiny:latest"));
+    // As `ollama run tiny` reads it.
+    assert_eq!(registry.resolve("tiny"), Some("tiny:latest"));
 }
 
 #[tokio::test]
@@ -208,7 +210,7 @@ async fn a_worker_that_cannot_describe_leaves_every_model_servable() {
 }
 
 #[tokio::test]
-async fn the_fallback_is_served_only_when_nothing_is_found_and_a_rescan_finds_new_models() {
+async fn the_fallback_is_served_when_nothing_is_found_and_a_rescan_adds_new_models_beside_it() {
     let home = tempfile::tempdir().unwrap();
     let fallback_dir = home.path().join("fallback");
     let fallback: Fallback = {
@@ -241,9 +243,9 @@ async fn the_fallback_is_served_only_when_nothing_is_found_and_a_rescan_finds_ne
     shared.rescan().await.unwrap();
     let after = shared.current();
     let ids: Vec<&str> = after.entries().map(|entry| entry.id.as_str()).collect();
-    assert_eq!(ids, ["pulled"]);
+    assert_eq!(ids, ["corral-small", "pulled"]);
     // A snapshot taken before the rescan stays as it was for whoever holds it.
-    assert!(before.get("corral-small").is_some());
+    assert!(before.get("pulled").is_none());
 }
 
 #[test]
