@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates tests/data/reference_logits.json with mlx-lm (run through `cargo xtask reference`).
-# Needs Python 3 with pip and network access to PyPI; the Rust tests themselves need no Python.
+# Regenerates tests/data/reference_logits.json with mlx-lm, and tests/data/smollm2_reference.json
+# with transformers and llama.cpp (run through `cargo xtask reference`, which passes the MLX version
+# and the SmolLM2 GGUF). Needs Python 3 with pip, network access to PyPI, and cmake and a C++
+# compiler to build llama-cpp-python; the Rust tests themselves need no Python.
 set -euo pipefail
 
 mlx_version=$1
+gguf=$2
 mlx_lm_version=0.32.2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$root/build/reference
@@ -29,3 +32,22 @@ done <"$root/scripts/reference/fixtures.txt"
 "$venv/bin/python" "$root/scripts/reference/reference_logits.py" \
   "$root/tests/data/reference_logits.json" "${models[@]}"
 echo "wrote $root/tests/data/reference_logits.json"
+
+# A venv of its own: these pins do not mix with mlx-lm's. Rebuilt whenever the pins change.
+smollm2_venv=$work/smollm2-venv
+smollm2_pins="transformers==4.57.6 tokenizers==0.22.2 gguf==0.19.0 llama-cpp-python==0.3.36"
+smollm2_pins+=" jinja2==3.1.6 numpy==2.4.6"
+if [[ $(cat "$smollm2_venv/corral-pins" 2>/dev/null) != "$smollm2_pins" ]]; then
+  rm -rf "$smollm2_venv"
+  python3 -m venv "$smollm2_venv"
+  # pip compiles llama.cpp here (minutes): for the CPU only, without the multimodal library, and
+  # not from its cache, which would ignore CMAKE_ARGS.
+  # shellcheck disable=SC2086
+  CMAKE_ARGS="-DGGML_METAL=OFF -DLLAVA_BUILD=OFF" \
+    "$smollm2_venv/bin/pip" install --quiet --no-cache-dir $smollm2_pins
+  echo "$smollm2_pins" >"$smollm2_venv/corral-pins"
+fi
+
+"$smollm2_venv/bin/python" "$root/scripts/reference/smollm2_reference.py" \
+  "$gguf" "$root/tests/data/smollm2_reference.json"
+echo "wrote $root/tests/data/smollm2_reference.json"
