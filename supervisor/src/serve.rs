@@ -27,9 +27,6 @@ use crate::process::{
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};
 
-/// The id the generated default model is served under.
-pub const DEFAULT_MODEL_ID: &str = "corral-small";
-
 pub struct ServeOptions {
     pub config_file: Option<PathBuf>,
     pub overrides: Overrides,
@@ -282,12 +279,7 @@ fn catalog(
     worker: &std::path::Path,
 ) -> Result<Catalog> {
     let state_dir = state_dir.to_path_buf();
-    let fallback: Fallback = Arc::new(move || {
-        Ok((
-            DEFAULT_MODEL_ID.to_owned(),
-            default_model::ensure(&state_dir)?,
-        ))
-    });
+    let fallback: Fallback = Arc::new(move || default_model::ensure(&state_dir));
     Ok(Catalog {
         sources: Sources::locate(config, model, &|name| std::env::var_os(name))?,
         aliases: config.aliases.clone(),

@@ -42,7 +42,13 @@ pub fn binary(name: &str) -> PathBuf {
 /// Variables a test sets after this call win.
 pub fn isolate_discovery<'a>(command: &'a mut Command, home: &Path) -> &'a mut Command {
     command.env("HOME", home);
-    for name in ["HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"] {
+    for name in [
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "XDG_CACHE_HOME",
+        "OLLAMA_MODELS",
+        "CORRAL_DEFAULT_MODEL",
+    ] {
         command.env_remove(name);
     }
     command

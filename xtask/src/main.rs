@@ -85,7 +85,11 @@ fn run() -> Result<ExitCode> {
             .collect();
             // `cargo xtask serve -- --port 8000` and `cargo xtask serve --port 8000` both work.
             args.extend(rest.into_iter().skip_while(|arg| arg == "--"));
-            cargo.run(&args)
+            // With no model configured, corral serves this one: a real instruct model.
+            let default_model = test_models::ensure(&paths::Paths::discover()?)?;
+            let mut command = cargo.command(&args);
+            command.env("CORRAL_DEFAULT_MODEL", default_model);
+            cargo.status(command)
         }
         Some("cargo") => Cargo::new()?.run(&rest),
         Some("reference") => reference(),
@@ -126,6 +130,10 @@ impl Cargo {
     }
 
     fn run(&self, args: &[OsString]) -> Result<ExitCode> {
+        self.status(self.command(args))
+    }
+
+    fn command(&self, args: &[OsString]) -> Command {
         let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         let (subcommand, rest) = args
             .split_first()
@@ -140,10 +148,14 @@ impl Cargo {
         {
             command.arg("--config").arg(config);
         }
+        command.args(rest);
+        command
+    }
+
+    fn status(&self, mut command: Command) -> Result<ExitCode> {
         let status = command
-            .args(rest)
             .status()
-            .with_context(|| format!("running cargo {args:?}"))?;
+            .with_context(|| format!("running {command:?}"))?;
         Ok(if status.success() {
             ExitCode::SUCCESS
         } else {

@@ -17,5 +17,6 @@ mod serve_memory;
 mod serve_metrics;
 mod serve_workers;
 mod service;
+mod smollm2;
 mod worker_generate;
 mod worker_serve;

@@ -5,6 +5,7 @@
 //! before, so nothing of another type gets here.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use mlx_rs::io::GgufFile;
 use mlx_rs::{Array, Dtype};
@@ -20,11 +21,11 @@ pub fn load(header: &GgufHeader) -> Result<Weights, GgufError> {
     let failed = |action: &str, error: &dyn std::fmt::Display| {
         header.invalid(format!("MLX failed while {action}: {error}"))
     };
-    let file = GgufFile::load(&header.path).map_err(|error| failed("loading the file", &error))?;
-    let arrays = file
-        .arrays()
-        .map_err(|error| failed("reading its tensors", &error))?;
-    drop(file);
+    let arrays = with_gguf_name(&header.path, |path| {
+        GgufFile::load(path)
+            .and_then(|file| file.arrays())
+            .map_err(|error| failed("loading the file", &error))
+    })?;
     let mut tensors = HashMap::with_capacity(arrays.len());
     for (name, array) in arrays {
         let Some((base, suffix)) = name.rsplit_once('.') else {
@@ -56,6 +57,31 @@ pub fn load(header: &GgufHeader) -> Result<Weights, GgufError> {
         })
         .collect();
     Ok(Weights::from_loaded(tensors, &header.path, quantization))
+}
+
+/// Runs `load` on `path`, or, when its name does not end in `.gguf` (Ollama's blobs are
+/// `sha256-<hex>`), on a link to it that does: mlx-rs refuses other names.
+fn with_gguf_name<T>(
+    path: &Path,
+    load: impl FnOnce(&Path) -> Result<T, GgufError>,
+) -> Result<T, GgufError> {
+    if path.extension().is_some_and(|ext| ext == "gguf") {
+        return load(path);
+    }
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let target = std::fs::canonicalize(path).map_err(io)?;
+    let dir = std::env::temp_dir().join(format!("corral-gguf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let link = dir.join("model.gguf");
+    let _ = std::fs::remove_file(&link);
+    let result = std::os::unix::fs::symlink(&target, &link)
+        .map_err(io)
+        .and_then(|()| load(&link));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// The scales' type sets the type the whole forward pass computes in (dequantized rows and
