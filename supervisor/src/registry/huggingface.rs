@@ -10,22 +10,30 @@ use super::gguf::GgufFolder;
 use super::{Kind, ModelEntry, Source, children, kind_of, modified_secs, name_of};
 
 /// The hub cache directory, as `huggingface_hub` finds it: `$HF_HUB_CACHE`, else
-/// `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`.
-/// `env` reads a variable (`std::env::var_os` outside tests); `None` when nothing locates it.
+/// `<hf_home>/hub`. `env` reads a variable (`std::env::var_os` outside tests); `None` when
+/// nothing locates it.
 pub fn hub_cache_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
-    let set = |name: &str| {
-        env(name)
-            .filter(|value| !value.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(hub) = set("HF_HUB_CACHE") {
-        return Some(hub);
+    match set(env, "HF_HUB_CACHE") {
+        Some(hub) => Some(hub),
+        None => hf_home(env).map(|home| home.join("hub")),
     }
-    if let Some(home) = set("HF_HOME") {
-        return Some(home.join("hub"));
+}
+
+/// `huggingface_hub`'s home (the token file, and the cache below it): `$HF_HOME`, else
+/// `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`.
+pub fn hf_home(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    if let Some(home) = set(env, "HF_HOME") {
+        return Some(home);
     }
-    let cache = set("XDG_CACHE_HOME").or_else(|| set("HOME").map(|home| home.join(".cache")))?;
-    Some(cache.join("huggingface/hub"))
+    let cache =
+        set(env, "XDG_CACHE_HOME").or_else(|| set(env, "HOME").map(|home| home.join(".cache")))?;
+    Some(cache.join("huggingface"))
+}
+
+fn set(env: &dyn Fn(&str) -> Option<OsString>, name: &str) -> Option<PathBuf> {
+    env(name)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
 }
 
 /// Every model in the hub cache `hub`.

@@ -27,7 +27,7 @@ use std::time::UNIX_EPOCH;
 use corral_ipc::ModelDescription;
 use serde::Serialize;
 
-pub use huggingface::hub_cache_dir;
+pub use huggingface::{hf_home, hub_cache_dir};
 pub use shared::{Catalog, Fallback, SharedRegistry};
 pub use sources::Sources;
 
