@@ -220,3 +220,110 @@ fn a_model_the_worker_cannot_serve_is_listed_with_the_reason_and_refused_without
         ["models-dir", "safetensors", "f32"],
     );
 }
+
+/// Damaged files are listed with the file and the reason, and the models beside them still
+/// answer: a GGUF cut in half (a truncated download), a GGUF whose tensor data is declared past
+/// its end, a link to a model that is gone, and an Ollama manifest whose model layer is no GGUF.
+#[test]
+fn damaged_models_are_listed_with_the_file_and_the_reason_and_the_others_still_answer() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let whole = dirs.state.path().join("whole.gguf");
+    corral_fixture::generate(&tiny(Format::Gguf(GgufType::Q8_0)), &whole).unwrap();
+    let bytes = std::fs::read(&whole).unwrap();
+    let truncated = dirs.models.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    // The last tensor info's data offset, pointed far past the end of the file.
+    let mut past_the_end = bytes.clone();
+    let header = gguf_header_end(&bytes);
+    past_the_end[header - 8..header].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    std::fs::write(dirs.models.path().join("offsets.gguf"), &past_the_end).unwrap();
+    std::os::unix::fs::symlink(
+        "/nonexistent/corral-model",
+        dirs.models.path().join("gone.gguf"),
+    )
+    .unwrap();
+    let ollama = dirs.home().join(".ollama/models");
+    std::fs::create_dir_all(ollama.join("blobs")).unwrap();
+    std::fs::write(
+        ollama.join("blobs").join(format!("sha256-{}", digest('5'))),
+        "not a model at all",
+    )
+    .unwrap();
+    ollama_manifest(&ollama, "text", "latest", &[(MODEL, '5')]);
+
+    let server = Server::start(&dirs);
+    assert_eq!(served_ids(&server), ["llama"]);
+    let models = models_json(&server);
+    let reason = |id: &str| {
+        model(&models, id)["unservable"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let truncated_reason = reason("truncated");
+    assert!(
+        truncated_reason.contains("truncated.gguf") && truncated_reason.contains("truncated"),
+        "{truncated_reason}"
+    );
+    let offsets_reason = reason("offsets");
+    assert!(
+        offsets_reason.contains("offsets.gguf") && offsets_reason.contains("past the end"),
+        "{offsets_reason}"
+    );
+    assert!(!reason("gone").is_empty());
+    assert!(
+        reason("text:latest").contains("GGUF"),
+        "{}",
+        reason("text:latest")
+    );
+    for id in ["truncated", "offsets", "gone", "text:latest"] {
+        let refused = server.post("/v1/chat/completions", &chat(id, 4, false));
+        assert_eq!(refused.status(), 400, "{id}");
+    }
+    assert!(server.worker_pids().is_empty());
+    let answered = server.post("/v1/chat/completions", &chat("llama", 4, false));
+    assert_eq!(answered.status(), 200);
+}
+
+/// The end of a GGUF's tensor infos, walked field by field: the 8 bytes before it are the last
+/// tensor's data offset.
+fn gguf_header_end(bytes: &[u8]) -> usize {
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let tensors = u64_at(8);
+    let kv = u64_at(16);
+    let mut at = 24;
+    let skip_string = |at: &mut usize| *at += 8 + u64_at(*at) as usize;
+    fn value_len(bytes: &[u8], kind: u32, at: usize) -> usize {
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        match kind {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4 | 5 | 6 => 4,
+            10..=12 => 8,
+            8 => 8 + u64_at(at) as usize,
+            9 => {
+                let element = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+                let count = u64_at(at + 4);
+                let mut len = 12;
+                for _ in 0..count {
+                    len += value_len(bytes, element, at + len);
+                }
+                len
+            }
+            other => panic!("value type {other}"),
+        }
+    }
+    for _ in 0..kv {
+        skip_string(&mut at);
+        let kind = u32_at(at);
+        at += 4;
+        at += value_len(bytes, kind, at);
+    }
+    for _ in 0..tensors {
+        skip_string(&mut at);
+        let dims = u32_at(at) as usize;
+        at += 4 + 8 * dims + 4 + 8;
+    }
+    at
+}
