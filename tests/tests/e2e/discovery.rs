@@ -299,7 +299,7 @@ fn gguf_header_end(bytes: &[u8]) -> usize {
         match kind {
             0 | 1 | 7 => 1,
             2 | 3 => 2,
-            4 | 5 | 6 => 4,
+            4..=6 => 4,
             10..=12 => 8,
             8 => 8 + u64_at(at) as usize,
             9 => {
