@@ -104,4 +104,18 @@ mod tests {
         // Another model, other keys.
         assert_ne!(block_keys(&[8u8; 32], &tokens, 4)[0], keys[0]);
     }
+
+    #[test]
+    fn a_gguf_files_fingerprint_covers_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.gguf");
+        let mut bytes = vec![0u8; 1 << 20];
+        std::fs::write(&path, &bytes).unwrap();
+        let first = fingerprint(&path).unwrap();
+        assert_eq!(fingerprint(&path).unwrap(), first);
+        // One weight changed in the middle of the file: another model.
+        bytes[1 << 19] = 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_ne!(fingerprint(&path).unwrap(), first);
+    }
 }
