@@ -223,7 +223,8 @@ fn a_model_the_worker_cannot_serve_is_listed_with_the_reason_and_refused_without
 
 /// Damaged files are listed with the file and the reason, and the models beside them still
 /// answer: a GGUF cut in half (a truncated download), a GGUF whose tensor data is declared past
-/// its end, a link to a model that is gone, and an Ollama manifest whose model layer is no GGUF.
+/// its end, one with a tensor type the worker does not serve, a link to a model that is gone, and
+/// an Ollama manifest whose model layer is no GGUF.
 #[test]
 fn damaged_models_are_listed_with_the_file_and_the_reason_and_the_others_still_answer() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
@@ -237,6 +238,19 @@ fn damaged_models_are_listed_with_the_file_and_the_reason_and_the_others_still_a
     let header = gguf_header_end(&bytes);
     past_the_end[header - 8..header].copy_from_slice(&(1u64 << 40).to_le_bytes());
     std::fs::write(dirs.models.path().join("offsets.gguf"), &past_the_end).unwrap();
+    // The last tensor of an f32 fixture made I32: the same size, a type not served.
+    let f32_file = dirs.state.path().join("f32.gguf");
+    corral_fixture::generate(&tiny(Format::Gguf(GgufType::F32)), &f32_file).unwrap();
+    let mut wrong_type = std::fs::read(&f32_file).unwrap();
+    let f32_header = gguf_header_end(&wrong_type);
+    let type_field = f32_header - 12..f32_header - 8;
+    assert_eq!(
+        wrong_type[type_field.clone()],
+        0u32.to_le_bytes(),
+        "an F32 tensor"
+    );
+    wrong_type[type_field].copy_from_slice(&26u32.to_le_bytes());
+    std::fs::write(dirs.models.path().join("int.gguf"), &wrong_type).unwrap();
     std::os::unix::fs::symlink(
         "/nonexistent/corral-model",
         dirs.models.path().join("gone.gguf"),
@@ -270,13 +284,18 @@ fn damaged_models_are_listed_with_the_file_and_the_reason_and_the_others_still_a
         offsets_reason.contains("offsets.gguf") && offsets_reason.contains("past the end"),
         "{offsets_reason}"
     );
+    let int_reason = reason("int");
+    assert!(
+        int_reason.contains("int.gguf") && int_reason.contains("is I32"),
+        "{int_reason}"
+    );
     assert!(!reason("gone").is_empty());
     assert!(
         reason("text:latest").contains("GGUF"),
         "{}",
         reason("text:latest")
     );
-    for id in ["truncated", "offsets", "gone", "text:latest"] {
+    for id in ["truncated", "offsets", "int", "gone", "text:latest"] {
         let refused = server.post("/v1/chat/completions", &chat(id, 4, false));
         assert_eq!(refused.status(), 400, "{id}");
     }
