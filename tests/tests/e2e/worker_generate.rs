@@ -194,6 +194,9 @@ fn missing_model_directory_is_reported() {
     let output = generate(Path::new("/nonexistent/corral-model"), &[]);
     assert_one_line_error(
         &output,
-        &["/nonexistent/corral-model", "not a model directory"],
+        &[
+            "/nonexistent/corral-model",
+            "neither a model directory nor a GGUF file",
+        ],
     );
 }
