@@ -153,6 +153,7 @@ mod tests {
             attention_bias: false,
             mlp_bias: false,
             quantization: None,
+            layer_quantization: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! Defaults follow mlx-lm, the reference this engine is checked against, so a checkpoint that loads
 //! there loads the same way here.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -39,6 +40,9 @@ pub struct ModelConfig {
     pub attention_bias: bool,
     pub mlp_bias: bool,
     pub quantization: Option<Quantization>,
+    /// Layers quantized otherwise than `quantization` says, by prefix (`model.embed_tokens`), as
+    /// mlx-lm writes mixed-precision models.
+    pub layer_quantization: HashMap<String, Quantization>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -164,6 +168,13 @@ impl ModelConfig {
             .transpose()
             .map_err(bad)?
             .flatten();
+        let layer_quantization = raw
+            .quantization
+            .as_ref()
+            .map(parse_layer_quantization)
+            .transpose()
+            .map_err(bad)?
+            .unwrap_or_default();
         Ok(Self {
             architecture,
             hidden_size: raw.hidden_size,
@@ -186,6 +197,7 @@ impl ModelConfig {
             },
             mlp_bias: raw.mlp_bias,
             quantization,
+            layer_quantization,
         })
     }
 }
@@ -225,6 +237,23 @@ fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, 
     }
 }
 
+/// The entries of the `quantization` object that are themselves quantizations: one layer's.
+/// An entry `false` leaves its layer unquantized, which its weights (no scales) already say.
+fn parse_layer_quantization(
+    value: &serde_json::Value,
+) -> Result<HashMap<String, Quantization>, String> {
+    let mut layers = HashMap::new();
+    for (prefix, entry) in value.as_object().into_iter().flatten() {
+        if entry.is_object()
+            && let Some(quantization) = parse_quantization(entry)
+                .map_err(|message| format!("quantization of {prefix}: {message}"))?
+        {
+            layers.insert(prefix.clone(), quantization);
+        }
+    }
+    Ok(layers)
+}
+
 fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>, String> {
     if value.is_null() || value == &serde_json::Value::Bool(false) {
         return Ok(None);
@@ -251,4 +280,54 @@ fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>,
         ));
     }
     Ok(Some(quantization))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn per_layer_quantization_entries_are_read_as_mlx_lm_writes_them() {
+        let config = json!({
+            "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 96,
+            "rms_norm_eps": 1e-5,
+            "quantization": {
+                "group_size": 64, "bits": 4, "mode": "affine",
+                "model.embed_tokens": {"group_size": 32, "bits": 8},
+                "lm_head": false,
+            },
+        });
+        let parsed = ModelConfig::from_json(config.clone(), Path::new("config.json")).unwrap();
+        assert_eq!(
+            parsed.quantization,
+            Some(Quantization {
+                group_size: 64,
+                bits: 4
+            })
+        );
+        assert_eq!(
+            parsed.layer_quantization,
+            HashMap::from([(
+                "model.embed_tokens".to_owned(),
+                Quantization {
+                    group_size: 32,
+                    bits: 8
+                }
+            )])
+        );
+
+        let mut bad = config;
+        bad["quantization"]["model.embed_tokens"]["bits"] = json!(7);
+        let error = ModelConfig::from_json(bad, Path::new("config.json"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("model.embed_tokens") && error.contains('7'),
+            "{error}"
+        );
+    }
 }

@@ -76,7 +76,7 @@ pub struct Model {
 impl Model {
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let config = ModelConfig::load(model_dir)?;
-        let weights = Weights::load(model_dir)?;
+        let weights = Weights::load(model_dir, config.layer_quantization.clone())?;
         Self::from_weights(config, weights, model_dir)
     }
 

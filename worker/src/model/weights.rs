@@ -26,7 +26,12 @@ pub struct Weights {
 }
 
 impl Weights {
-    pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
+    /// The `*.safetensors` of `model_dir`; `quantization` names the layers whose quantization
+    /// differs from the model-wide one.
+    pub fn load(
+        model_dir: &Path,
+        quantization: HashMap<String, Quantization>,
+    ) -> Result<Self, ModelError> {
         let files = safetensors_files(model_dir)?;
         let mut tensors = HashMap::new();
         for file in files {
@@ -49,7 +54,7 @@ impl Weights {
         Ok(Self {
             tensors,
             model_dir: model_dir.to_path_buf(),
-            quantization: HashMap::new(),
+            quantization,
         })
     }
 
