@@ -5,7 +5,7 @@ use std::path::Path;
 use super::ggml_type::GgmlType;
 use super::header::GgufHeader;
 use super::weights::hugging_face_name;
-use super::{ARCHITECTURES, check};
+use super::{ARCHITECTURES, check, tokenizer};
 
 /// A GGUF file under construction: metadata, tensor infos, then the data section.
 #[derive(Default)]
@@ -27,6 +27,19 @@ impl Builder {
         string(&mut self.metadata, key);
         self.metadata.extend(8u32.to_le_bytes());
         string(&mut self.metadata, value);
+        self.kv_count += 1;
+        self
+    }
+
+    /// An array of `element` type values, each already encoded.
+    fn array(mut self, key: &str, element: u32, values: &[Vec<u8>]) -> Self {
+        string(&mut self.metadata, key);
+        self.metadata.extend(9u32.to_le_bytes());
+        self.metadata.extend(element.to_le_bytes());
+        self.metadata.extend((values.len() as u64).to_le_bytes());
+        for value in values {
+            self.metadata.extend(value);
+        }
         self.kv_count += 1;
         self
     }
@@ -211,4 +224,62 @@ fn tensor_names_map_to_the_hugging_face_layout() {
         "model.layers.0.mlp.down_proj"
     );
     assert_eq!(hugging_face_name("rope_freqs"), "rope_freqs");
+}
+
+/// A llama-style SentencePiece vocabulary: merges come from the scores, unknown characters fall
+/// back to byte tokens, a space prefix is added and stripped again, and bos is added.
+#[test]
+fn a_sentencepiece_tokenizer_is_rebuilt_from_scores() {
+    let pieces: [(&str, f32, i32); 15] = [
+        ("<unk>", 0.0, 2),
+        ("<s>", 0.0, 3),
+        ("</s>", 0.0, 3),
+        ("▁", -1.0, 1),
+        ("h", -2.0, 1),
+        ("e", -3.0, 1),
+        ("l", -4.0, 1),
+        ("o", -5.0, 1),
+        ("▁h", -6.0, 1),
+        ("ll", -7.0, 1),
+        ("llo", -8.0, 1),
+        ("▁he", -9.0, 1),
+        ("▁hello", -10.0, 1),
+        ("<0x21>", 0.0, 6),
+        ("w", -11.0, 1),
+    ];
+    let text = |value: &str| {
+        let mut out = Vec::new();
+        string(&mut out, value);
+        out
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let builder = Builder::default()
+        .text("tokenizer.ggml.model", "llama")
+        .array(
+            "tokenizer.ggml.tokens",
+            8,
+            &pieces.map(|(piece, _, _)| text(piece)),
+        )
+        .array(
+            "tokenizer.ggml.scores",
+            6,
+            &pieces.map(|(_, score, _)| score.to_le_bytes().to_vec()),
+        )
+        .array(
+            "tokenizer.ggml.token_type",
+            5,
+            &pieces.map(|(_, _, kind)| kind.to_le_bytes().to_vec()),
+        )
+        .uint("tokenizer.ggml.bos_token_id", 1)
+        .uint("tokenizer.ggml.eos_token_id", 2)
+        .uint("tokenizer.ggml.unknown_token_id", 0);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let built = tokenizer::build(&header).unwrap();
+    let encoding = built.encode("hello!", true).unwrap();
+    assert_eq!(encoding.get_ids(), [1, 12, 13]);
+    assert_eq!(built.decode(&[12, 13], true).unwrap(), "hello!");
+    assert_eq!(built.encode("hello", false).unwrap().get_ids(), [12]);
+    let stops: std::collections::BTreeSet<u32> =
+        tokenizer::stop_ids(&header).unwrap().into_iter().collect();
+    assert_eq!(stops, [2].into());
 }
