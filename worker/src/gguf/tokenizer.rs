@@ -237,54 +237,44 @@ fn vocabulary(tokens: &[String]) -> Vocab {
     vocab
 }
 
-fn array<'a>(header: &'a GgufHeader, key: &str) -> Result<Option<&'a [Value]>, GgufError> {
-    match header.get(key) {
-        None => Ok(None),
-        Some(value) => value
-            .as_array()
-            .map(Some)
-            .ok_or_else(|| header.invalid(format!("{key} is not an array"))),
-    }
+/// The array at `key` with each element converted by `element`, or `None` when the key is absent;
+/// an element `element` refuses is an error naming the key and `what` it should have been.
+fn list<T>(
+    header: &GgufHeader,
+    key: &str,
+    what: &str,
+    element: impl Fn(&Value) -> Option<T>,
+) -> Result<Option<Vec<T>>, GgufError> {
+    let Some(value) = header.get(key) else {
+        return Ok(None);
+    };
+    let values = value
+        .as_array()
+        .ok_or_else(|| header.invalid(format!("{key} is not an array")))?;
+    values
+        .iter()
+        .map(element)
+        .collect::<Option<Vec<_>>>()
+        .map(Some)
+        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not {what}")))
 }
 
 fn strings(header: &GgufHeader, key: &str) -> Result<Option<Vec<String>>, GgufError> {
-    let Some(values) = array(header, key)? else {
-        return Ok(None);
-    };
-    values
-        .iter()
-        .map(|value| value.as_str().map(str::to_owned))
-        .collect::<Option<Vec<_>>>()
-        .map(Some)
-        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not a string")))
+    list(header, key, "a string", |value| {
+        value.as_str().map(str::to_owned)
+    })
 }
 
 fn integers(header: &GgufHeader, key: &str) -> Result<Option<Vec<i64>>, GgufError> {
-    let Some(values) = array(header, key)? else {
-        return Ok(None);
-    };
-    values
-        .iter()
-        .map(|value| match value {
-            Value::Int(int) => Some(*int),
-            Value::Uint(uint) => i64::try_from(*uint).ok(),
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()
-        .map(Some)
-        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not an integer")))
+    list(header, key, "an integer", |value| match value {
+        Value::Int(int) => Some(*int),
+        Value::Uint(uint) => i64::try_from(*uint).ok(),
+        _ => None,
+    })
 }
 
 fn floats(header: &GgufHeader, key: &str) -> Result<Option<Vec<f64>>, GgufError> {
-    let Some(values) = array(header, key)? else {
-        return Ok(None);
-    };
-    values
-        .iter()
-        .map(Value::as_f64)
-        .collect::<Option<Vec<_>>>()
-        .map(Some)
-        .ok_or_else(|| header.invalid(format!("{key} holds a value that is not a number")))
+    list(header, key, "a number", Value::as_f64)
 }
 
 /// Control tokens that end a turn in the chat formats of the families served. A GGUF names one
