@@ -60,6 +60,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     /// Where the template came from, for errors.
     path: PathBuf,
+    /// The Jinja text, read by the format detection (tool-call syntax, thinking).
+    source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -111,7 +113,7 @@ impl ChatTemplate {
         eos_token: Option<String>,
     ) -> Result<Self, ChatTemplateError> {
         let mut env = hugging_face_environment();
-        env.add_template_owned(TEMPLATE_NAME, source)
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|source| ChatTemplateError::Parse {
                 path: path.clone(),
                 source,
@@ -119,9 +121,15 @@ impl ChatTemplate {
         Ok(Self {
             env,
             path,
+            source,
             bos_token,
             eos_token,
         })
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders the conversation. `messages` are passed as given (content parts, tool calls and

@@ -1,6 +1,7 @@
 //! corral-worker: one model, its MLX state, tokenizer and generation.
 
 pub mod chat_template;
+pub mod constraint;
 pub mod cli;
 pub mod describe;
 pub mod detokenizer;
@@ -20,4 +21,5 @@ pub mod sampling;
 pub mod serve;
 pub mod stop_strings;
 pub mod stop_tokens;
+pub mod tools;
 mod wire;
