@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The version both sides must speak; checked once, in the handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Supervisor → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,10 +74,22 @@ pub enum FromWorker {
         id: u64,
         kind: RejectKind,
         message: String,
+        /// The request field at fault, when one is (`tools`, `response_format`...), for the
+        /// `param` of the API's error.
+        #[serde(default)]
+        param: Option<String>,
     },
     Delta {
         id: u64,
+        /// The answer's text (outside reasoning and tool calls).
         text: String,
+        /// Thinking text, for models that think before they answer.
+        #[serde(default)]
+        reasoning: String,
+        /// Tool calls completed by this delta, whole: a call is parsed and checked before any of
+        /// it is sent, so a malformed one can still become text.
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
         /// How many generated tokens this delta covers (text can lag tokens at UTF-8 or stop-
         /// string boundaries, so one delta may cover several tokens, or none).
         token_count: u32,
@@ -121,6 +133,46 @@ pub enum FinishReason {
     Length,
     /// The supervisor sent `Cancel`, or the worker is shutting down.
     Cancelled,
+    /// The model ended its turn after calling tools.
+    ToolCalls,
+}
+
+/// One tool call the model made, as the worker parsed it from its model's format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's position among this answer's calls, from 0.
+    pub index: u32,
+    pub name: String,
+    /// A JSON object, as text.
+    pub arguments: String,
+}
+
+/// Whether and how the model may call the tools of a chat prompt.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolChoice {
+    /// The model decides; calls in its output are parsed.
+    #[default]
+    Auto,
+    /// No tool calls: the tools are left out of the prompt and the output is all text.
+    None,
+    /// At least one call, enforced by a grammar.
+    Required,
+    /// A call of this function, enforced by a grammar.
+    Function { name: String },
+}
+
+/// A grammar the output must follow, enforced token by token by constrained decoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum OutputFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid against `schema`; `strict` refuses schema features the grammar cannot enforce.
+    JsonSchema {
+        schema: serde_json::Value,
+        strict: bool,
+    },
+    /// A grammar in llguidance's Lark dialect.
+    Lark { grammar: String },
 }
 
 /// What to generate and how to sample it. Sampling fields are plain values with neutral settings
@@ -139,6 +191,15 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
     /// How many alternatives to report per token (`top_logprobs`); `None` means no logprobs.
     pub logprobs: Option<u32>,
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
+    /// `None` lets the model's format decide (several calls where it can express them).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Constrains the output (JSON mode, a schema, a grammar); tool choices that force a call
+    /// take precedence, since the call is then the whole output.
+    #[serde(default)]
+    pub output_format: Option<OutputFormat>,
 }
 
 impl GenerateRequest {
@@ -157,6 +218,9 @@ impl GenerateRequest {
             seed: None,
             stop: Vec::new(),
             logprobs: None,
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: None,
+            output_format: None,
         }
     }
 }
@@ -172,6 +236,9 @@ pub enum Prompt {
     Chat {
         messages: Vec<serde_json::Value>,
         tools: Option<Vec<serde_json::Value>>,
+        /// Extra variables for the template (`chat_template_kwargs`, e.g. `enable_thinking`).
+        #[serde(default)]
+        template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     },
     /// Pre-tokenized input.
     Tokens(Vec<u32>),

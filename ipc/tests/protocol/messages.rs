@@ -92,6 +92,8 @@ fn a_peer_without_a_new_optional_field_still_decodes() {
     let expected = FromWorker::Delta {
         id: 5,
         text: "hi".into(),
+        reasoning: String::new(),
+        tool_calls: Vec::new(),
         token_count: 1,
         logprobs: None,
     };

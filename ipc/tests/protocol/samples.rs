@@ -15,6 +15,14 @@ pub fn generate_request(prompt: Prompt) -> GenerateRequest {
         seed: Some(u64::MAX),
         stop: vec!["</s>".into(), "\n\nUser:".into()],
         logprobs: Some(5),
+        tool_choice: ToolChoice::Function {
+            name: "get_weather".into(),
+        },
+        parallel_tool_calls: Some(false),
+        output_format: Some(OutputFormat::JsonSchema {
+            schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+            strict: true,
+        }),
     }
 }
 
@@ -33,6 +41,7 @@ pub fn chat_prompt() -> Prompt {
             "type": "function",
             "function": {"name": "get_weather", "parameters": {"type": "object", "required": ["city"]}}
         })]),
+        template_kwargs: json!({"enable_thinking": false}).as_object().cloned(),
     }
 }
 
@@ -56,6 +65,11 @@ pub fn to_worker() -> Vec<ToWorker> {
                 seed: None,
                 logprobs: None,
                 stop: vec![],
+                tool_choice: ToolChoice::Auto,
+                parallel_tool_calls: None,
+                output_format: Some(OutputFormat::Lark {
+                    grammar: "start: \"yes\" | \"no\"".into(),
+                }),
                 ..generate_request(Prompt::Tokens(vec![0, 1, 128_000, u32::MAX]))
             },
         },
@@ -64,6 +78,7 @@ pub fn to_worker() -> Vec<ToWorker> {
             request: generate_request(Prompt::Chat {
                 messages: vec![],
                 tools: None,
+                template_kwargs: None,
             }),
         },
         ToWorker::Cancel { id: 7 },
@@ -101,36 +116,49 @@ pub fn from_worker() -> Vec<FromWorker> {
             id: 2,
             kind: RejectKind::PromptTooLong,
             message: "prompt is 40000 tokens, context is 32768".into(),
+            param: None,
         },
         FromWorker::Rejected {
             id: 3,
             kind: RejectKind::InvalidRequest,
             message: String::new(),
+            param: Some("tools[0].function.name".into()),
         },
         FromWorker::Rejected {
             id: 4,
             kind: RejectKind::PrefillMemory,
             message: "needs 3 GiB".into(),
+            param: None,
         },
         FromWorker::Rejected {
             id: 5,
             kind: RejectKind::Overloaded,
             message: "queue full".into(),
+            param: None,
         },
         FromWorker::Rejected {
             id: 6,
             kind: RejectKind::ShuttingDown,
             message: "shutting down".into(),
+            param: None,
         },
         FromWorker::Delta {
             id: 1,
             text: " there".into(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_count: 1,
             logprobs: None,
         },
         FromWorker::Delta {
             id: 1,
             text: "🦀".into(),
+            reasoning: "thinking…".into(),
+            tool_calls: vec![ToolCall {
+                index: 0,
+                name: "get_weather".into(),
+                arguments: r#"{"city":"Paris"}"#.into(),
+            }],
             token_count: 3,
             logprobs: Some(vec![TokenLogprob {
                 token_id: 9,
@@ -168,6 +196,19 @@ pub fn from_worker() -> Vec<FromWorker> {
         FromWorker::Done {
             id: 3,
             finish_reason: FinishReason::Cancelled,
+            usage: Usage {
+                prompt_tokens: 1,
+                completion_tokens: 0,
+                cached_tokens: 0,
+            },
+            timings: Timings {
+                prefill_ms: 1,
+                decode_ms: 0,
+            },
+        },
+        FromWorker::Done {
+            id: 4,
+            finish_reason: FinishReason::ToolCalls,
             usage: Usage {
                 prompt_tokens: 1,
                 completion_tokens: 0,

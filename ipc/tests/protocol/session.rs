@@ -28,6 +28,8 @@ async fn fake_worker(path: std::path::PathBuf) {
                     let delta = FromWorker::Delta {
                         id,
                         text: text.into(),
+                        reasoning: String::new(),
+                        tool_calls: Vec::new(),
                         token_count: 1,
                         logprobs: None,
                     };
