@@ -136,9 +136,18 @@ async fn submit(
     let mut cancel = cancel_guard(client, handle.id);
     let prompt_tokens = match handle.events.recv().await {
         Some(FromWorker::Accepted { prompt_tokens, .. }) => prompt_tokens,
-        Some(FromWorker::Rejected { kind, message, .. }) => {
+        Some(FromWorker::Rejected {
+            kind,
+            message,
+            param,
+            ..
+        }) => {
             cancel.disarm();
-            return Err(BackendError::Rejected { kind, message });
+            return Err(BackendError::Rejected {
+                kind,
+                message,
+                param,
+            });
         }
         Some(FromWorker::Error { message, .. }) => {
             cancel.disarm();
@@ -193,6 +202,8 @@ async fn relay(
         let event = match frame {
             FromWorker::Delta {
                 text,
+                reasoning,
+                tool_calls,
                 token_count,
                 logprobs,
                 ..
@@ -200,6 +211,8 @@ async fn relay(
                 observed.tokens(token_count);
                 StreamEvent::Delta {
                     text,
+                    reasoning,
+                    tool_calls,
                     token_count,
                     logprobs,
                 }

@@ -12,7 +12,7 @@
 
 use std::future::Future;
 
-use corral_ipc::{FinishReason, GenerateRequest, RejectKind, TokenLogprob, Usage};
+use corral_ipc::{FinishReason, GenerateRequest, RejectKind, TokenLogprob, ToolCall, Usage};
 use tokio::sync::mpsc;
 
 /// Runs generations for the HTTP layer. Handlers are generic over it, so `generate` can be an
@@ -50,6 +50,8 @@ pub struct ModelCard {
 pub enum StreamEvent {
     Delta {
         text: String,
+        reasoning: String,
+        tool_calls: Vec<ToolCall>,
         token_count: u32,
         logprobs: Option<Vec<TokenLogprob>>,
     },
@@ -151,9 +153,13 @@ pub enum BackendError {
     /// The model cannot fit in memory even after evicting idle workers.
     #[error("{message}")]
     InsufficientMemory { message: String },
-    /// The worker refused the request.
+    /// The worker refused the request; `param` names the request field at fault, if one is.
     #[error("{message}")]
-    Rejected { kind: RejectKind, message: String },
+    Rejected {
+        kind: RejectKind,
+        message: String,
+        param: Option<String>,
+    },
     /// The worker failed before it answered, or died while generating.
     #[error("the worker failed: {message}")]
     WorkerFailed { message: String },

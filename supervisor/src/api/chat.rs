@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use corral_ipc::{GenerateRequest, Prompt};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::backend::Backend;
 use super::chat_response::{ChatChunks, ChatCompletion};
@@ -19,6 +19,11 @@ use super::messages;
 use super::sampling::{self, SamplingParams};
 use super::served_model;
 use super::sse;
+use super::tools::Tools;
+
+/// OpenAI's reasoning efforts. They reach the template as `reasoning_effort`; `none` also turns
+/// thinking off for templates that read `enable_thinking` (Qwen3's).
+const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
@@ -30,6 +35,11 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<u32>,
     pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    /// Extra variables for the chat template, as vLLM and SGLang take them.
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    pub reasoning_effort: Option<String>,
 }
 
 impl ChatRequest {
@@ -44,13 +54,50 @@ impl ChatRequest {
             }
             (false, None) => None,
         };
+        let tools = Tools::check(self.tools.unwrap_or_default())?;
+        let tool_choice = tools.choice(self.tool_choice.as_ref())?;
+        let template_kwargs = template_kwargs(self.chat_template_kwargs, self.reasoning_effort)?;
         let prompt = Prompt::Chat {
             messages: messages::normalize(self.messages)?,
-            tools: self.tools,
+            tools: (!tools.tools.is_empty()).then_some(tools.tools),
+            template_kwargs,
         };
         let max_tokens = self.max_completion_tokens.or(self.params.max_tokens);
-        self.params.build_request(prompt, max_tokens, logprobs)
+        let mut request = self.params.build_request(prompt, max_tokens, logprobs)?;
+        request.tool_choice = tool_choice;
+        request.parallel_tool_calls = self.parallel_tool_calls;
+        Ok(request)
     }
+}
+
+/// The template's extra variables: the client's, plus `reasoning_effort` where the client did
+/// not set the variables it implies itself.
+fn template_kwargs(
+    kwargs: Option<Map<String, Value>>,
+    effort: Option<String>,
+) -> Result<Option<Map<String, Value>>, ApiError> {
+    let Some(effort) = effort else {
+        return Ok(kwargs);
+    };
+    if !REASONING_EFFORTS.contains(&effort.as_str()) {
+        return Err(ApiError::invalid(
+            format!(
+                "reasoning_effort `{effort}` is not one of {}",
+                REASONING_EFFORTS.join(", ")
+            ),
+            "reasoning_effort",
+        ));
+    }
+    let mut kwargs = kwargs.unwrap_or_default();
+    if effort == "none" {
+        kwargs
+            .entry("enable_thinking")
+            .or_insert(Value::Bool(false));
+    }
+    kwargs
+        .entry("reasoning_effort")
+        .or_insert(Value::String(effort));
+    Ok(Some(kwargs))
 }
 
 /// Answers like `respond`, tagged with the requested model for the metrics.

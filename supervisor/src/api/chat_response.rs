@@ -2,12 +2,13 @@
 //! `chat.completion.chunk` objects whose first delta carries the assistant role.
 
 use axum::response::sse::Event;
-use corral_ipc::{FinishReason, TokenLogprob, Usage};
+use corral_ipc::{FinishReason, Usage};
 use serde::Serialize;
 
 use super::generation::Collected;
 use super::logprobs::{self, ChatLogprobs};
-use super::sse::ChunkFormat;
+use super::sse::{ChunkFormat, Generated};
+use super::tools::{MessageToolCall, ToolCallDelta, call_deltas};
 use super::types::{UsageBody, finish_reason, response_id, unix_now};
 
 #[derive(Debug, Serialize)]
@@ -28,10 +29,16 @@ pub struct ChatChoice {
     pub finish_reason: &'static str,
 }
 
+/// `content` is null when the model only called tools, as OpenAI answers.
 #[derive(Debug, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    pub content: Option<String>,
+    /// The thinking of a reasoning model, under the name vLLM and DeepSeek's API give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<MessageToolCall>,
 }
 
 impl ChatCompletion {
@@ -45,7 +52,15 @@ impl ChatCompletion {
                 index: 0,
                 message: AssistantMessage {
                     role: "assistant",
-                    content: collected.text,
+                    content: (!collected.text.is_empty() || collected.tool_calls.is_empty())
+                        .then_some(collected.text),
+                    reasoning_content: (!collected.reasoning.is_empty())
+                        .then_some(collected.reasoning),
+                    tool_calls: collected
+                        .tool_calls
+                        .into_iter()
+                        .map(MessageToolCall::new)
+                        .collect(),
                 },
                 logprobs: collected.logprobs.as_deref().map(logprobs::chat),
                 finish_reason: finish_reason(collected.finish_reason),
@@ -80,6 +95,10 @@ struct ChunkDelta {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// Shapes a streamed chat answer; every chunk shares one id, timestamp and model.
@@ -132,21 +151,38 @@ impl ChunkFormat for ChatChunks {
         let delta = ChunkDelta {
             role: Some("assistant"),
             content: Some(String::new()),
+            ..ChunkDelta::default()
         };
         vec![self.event(Self::choice(delta, None, None), None)]
     }
 
-    fn delta(
-        &mut self,
-        text: String,
-        logprobs: Option<Vec<TokenLogprob>>,
-    ) -> Result<Event, axum::Error> {
-        let delta = ChunkDelta {
-            role: None,
-            content: Some(text),
-        };
-        let logprobs = logprobs.as_deref().map(logprobs::chat);
-        self.event(Self::choice(delta, logprobs, None), None)
+    /// Reasoning, then text, then each tool call as its two deltas; the logprobs ride on the
+    /// first chunk.
+    fn delta(&mut self, delta: Generated) -> Vec<Result<Event, axum::Error>> {
+        let mut deltas = Vec::new();
+        if !delta.reasoning.is_empty() {
+            deltas.push(ChunkDelta {
+                reasoning_content: Some(delta.reasoning),
+                ..ChunkDelta::default()
+            });
+        }
+        if !delta.text.is_empty() || (deltas.is_empty() && delta.tool_calls.is_empty()) {
+            deltas.push(ChunkDelta {
+                content: Some(delta.text),
+                ..ChunkDelta::default()
+            });
+        }
+        for call in delta.tool_calls {
+            deltas.extend(call_deltas(call).map(|call| ChunkDelta {
+                tool_calls: Some(vec![call]),
+                ..ChunkDelta::default()
+            }));
+        }
+        let mut logprobs = delta.logprobs.as_deref().map(logprobs::chat);
+        deltas
+            .into_iter()
+            .map(|delta| self.event(Self::choice(delta, logprobs.take(), None), None))
+            .collect()
     }
 
     fn finish(&mut self, reason: FinishReason) -> Result<Event, axum::Error> {

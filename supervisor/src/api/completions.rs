@@ -18,7 +18,7 @@ use super::generation::{self, Collected};
 use super::logprobs::{self, CompletionLogprobs};
 use super::sampling::{self, SamplingParams};
 use super::served_model;
-use super::sse::{self, ChunkFormat};
+use super::sse::{self, ChunkFormat, Generated};
 use super::types::{UsageBody, finish_reason, response_id, unix_now};
 
 #[derive(Debug, Deserialize)]
@@ -180,13 +180,10 @@ impl ChunkFormat for CompletionChunks {
         Vec::new()
     }
 
-    fn delta(
-        &mut self,
-        text: String,
-        logprobs: Option<Vec<TokenLogprob>>,
-    ) -> Result<Event, axum::Error> {
-        let choices = self.choice(text, logprobs.as_deref(), None);
-        Event::default().json_data(self.body(choices, None))
+    /// A text prompt gets no reasoning or tool-call parsing, so only the text counts.
+    fn delta(&mut self, delta: Generated) -> Vec<Result<Event, axum::Error>> {
+        let choices = self.choice(delta.text, delta.logprobs.as_deref(), None);
+        vec![Event::default().json_data(self.body(choices, None))]
     }
 
     fn finish(&mut self, reason: FinishReason) -> Result<Event, axum::Error> {

@@ -5,6 +5,8 @@
 //! validation, extractor rejections (malformed JSON, wrong content type, oversized body), unknown
 //! routes, and the backend's errors, including the final SSE event of a stream that failed.
 
+use std::borrow::Cow;
+
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -19,8 +21,8 @@ pub enum ApiError {
     #[error("{message}")]
     InvalidRequest {
         message: String,
-        /// The request field at fault, reported as OpenAI's `param`.
-        param: &'static str,
+        /// The request field at fault, reported as OpenAI's `param` (`tools[2].function.name`).
+        param: Cow<'static, str>,
     },
     /// The body is not JSON of the expected shape (syntax, types, content type, encoding).
     #[error("{0}")]
@@ -38,10 +40,10 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn invalid(message: impl Into<String>, param: &'static str) -> Self {
+    pub fn invalid(message: impl Into<String>, param: impl Into<Cow<'static, str>>) -> Self {
         ApiError::InvalidRequest {
             message: message.into(),
-            param,
+            param: param.into(),
         }
     }
 
@@ -63,17 +65,17 @@ impl ApiError {
                 message: self.to_string(),
                 kind,
                 code,
-                param,
+                param: param.map(str::to_owned),
             },
         }
     }
 
     /// The OpenAI `type`, `code` and `param` for this error.
-    fn classify(&self) -> (&'static str, Option<&'static str>, Option<&'static str>) {
+    fn classify(&self) -> (&'static str, Option<&'static str>, Option<&str>) {
         const INVALID: &str = "invalid_request_error";
         const SERVER: &str = "server_error";
         match self {
-            ApiError::InvalidRequest { param, .. } => (INVALID, None, Some(*param)),
+            ApiError::InvalidRequest { param, .. } => (INVALID, None, Some(param)),
             ApiError::MalformedBody(_) => (INVALID, Some("invalid_json"), None),
             ApiError::BodyTooLarge => (INVALID, Some("request_too_large"), None),
             ApiError::ModelNotFound(_) | ApiError::Backend(BackendError::UnknownModel { .. }) => {
@@ -84,10 +86,10 @@ impl ApiError {
             }
             ApiError::RouteNotFound { .. } => ("not_found_error", Some("unknown_url"), None),
             ApiError::MethodNotAllowed { .. } => (INVALID, Some("method_not_allowed"), None),
-            ApiError::Backend(BackendError::Rejected { kind, .. }) => match kind {
+            ApiError::Backend(BackendError::Rejected { kind, param, .. }) => match kind {
                 RejectKind::PromptTooLong => (INVALID, Some("context_length_exceeded"), None),
                 RejectKind::PrefillMemory => (INVALID, Some("prompt_too_large_for_memory"), None),
-                RejectKind::InvalidRequest => (INVALID, None, None),
+                RejectKind::InvalidRequest => (INVALID, None, param.as_deref()),
                 RejectKind::Overloaded => (SERVER, Some("overloaded"), None),
                 RejectKind::ShuttingDown => (SERVER, Some("shutting_down"), None),
             },
@@ -163,5 +165,5 @@ pub struct ErrorDetail {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub code: Option<&'static str>,
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
 }

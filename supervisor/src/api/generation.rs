@@ -2,7 +2,7 @@
 //! returns once the worker accepted: only then is the HTTP status known), and, for
 //! non-streaming responses, gather every event into one result.
 
-use corral_ipc::{FinishReason, GenerateRequest, TokenLogprob, Usage};
+use corral_ipc::{FinishReason, GenerateRequest, TokenLogprob, ToolCall, Usage};
 
 use super::backend::{Backend, BackendError, GenerationStream, StreamEvent};
 use super::error::ApiError;
@@ -36,6 +36,8 @@ pub fn ended_early() -> BackendError {
 /// A whole generation, for a non-streaming response.
 pub struct Collected {
     pub text: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
     /// `Some` when the worker reported logprobs (the client asked for them).
     pub logprobs: Option<Vec<TokenLogprob>>,
     pub finish_reason: FinishReason,
@@ -44,15 +46,21 @@ pub struct Collected {
 
 pub async fn collect(mut events: GenerationStream) -> Result<Collected, ApiError> {
     let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut tool_calls = Vec::new();
     let mut logprobs: Option<Vec<TokenLogprob>> = None;
     loop {
         match events.next().await {
             Some(StreamEvent::Delta {
                 text: delta,
+                reasoning: delta_reasoning,
+                tool_calls: delta_calls,
                 logprobs: delta_logprobs,
                 ..
             }) => {
                 text.push_str(&delta);
+                reasoning.push_str(&delta_reasoning);
+                tool_calls.extend(delta_calls);
                 if let Some(delta_logprobs) = delta_logprobs {
                     logprobs.get_or_insert_default().extend(delta_logprobs);
                 }
@@ -63,6 +71,8 @@ pub async fn collect(mut events: GenerationStream) -> Result<Collected, ApiError
             }) => {
                 return Ok(Collected {
                     text,
+                    reasoning,
+                    tool_calls,
                     logprobs,
                     finish_reason,
                     usage,

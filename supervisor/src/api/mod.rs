@@ -16,10 +16,12 @@ mod generation;
 mod logprobs;
 mod messages;
 mod models;
+mod output_format;
 mod router;
 mod sampling;
 mod served_model;
 mod sse;
+mod tools;
 mod types;
 
 #[cfg(test)]

@@ -5,10 +5,12 @@
 //! parameter rather than a worker-side failure. Fields OpenAI defines but corral cannot honour
 //! are refused with a message saying so, never silently ignored.
 
-use corral_ipc::{GenerateRequest, Prompt};
+use corral_ipc::{GenerateRequest, Prompt, ToolChoice};
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::error::ApiError;
+use super::output_format;
 
 /// Used when the client sets neither `max_tokens` nor `max_completion_tokens`.
 pub const DEFAULT_MAX_TOKENS: u32 = 512;
@@ -34,7 +36,10 @@ pub struct SamplingParams {
     pub n: Option<u32>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    pub response_format: Option<ResponseFormat>,
+    /// Checked in `output_format.rs`; kept as JSON so a bad shape is a 400 naming the field.
+    pub response_format: Option<Value>,
+    /// corral's extension: a grammar in llguidance's Lark dialect the output must follow.
+    pub grammar: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,13 +47,6 @@ pub struct SamplingParams {
 pub enum StopInput {
     One(String),
     Many(Vec<String>),
-}
-
-/// Only plain text is supported: constrained decoding (JSON mode, schemas) is not implemented.
-#[derive(Debug, Deserialize)]
-pub struct ResponseFormat {
-    #[serde(rename = "type")]
-    pub kind: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,7 +81,8 @@ impl SamplingParams {
                 "n",
             ));
         }
-        check_response_format(self.response_format.as_ref())?;
+        let output_format =
+            output_format::parse(self.response_format.as_ref(), self.grammar.as_deref())?;
         let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         if max_tokens == 0 {
             return Err(ApiError::invalid(
@@ -104,6 +103,9 @@ impl SamplingParams {
             seed: self.seed,
             stop: stop_sequences(self.stop.as_ref())?,
             logprobs,
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: None,
+            output_format,
         })
     }
 }
@@ -117,23 +119,6 @@ pub fn top_logprobs(count: u32, param: &'static str) -> Result<u32, ApiError> {
         ));
     }
     Ok(count)
-}
-
-fn check_response_format(format: Option<&ResponseFormat>) -> Result<(), ApiError> {
-    match format.map(|format| format.kind.as_str()) {
-        None | Some("text") => Ok(()),
-        Some(kind @ ("json_object" | "json_schema")) => Err(ApiError::invalid(
-            format!(
-                "response_format type `{kind}` is not supported by this server \
-                 (no constrained decoding); only `text` is"
-            ),
-            "response_format",
-        )),
-        Some(kind) => Err(ApiError::invalid(
-            format!("unknown response_format type `{kind}`; only `text` is supported"),
-            "response_format",
-        )),
-    }
 }
 
 fn in_range(

@@ -9,22 +9,27 @@
 use std::collections::VecDeque;
 
 use axum::response::sse::{Event, Sse};
-use corral_ipc::{FinishReason, TokenLogprob, Usage};
+use corral_ipc::{FinishReason, TokenLogprob, ToolCall, Usage};
 use futures_util::stream::{self, Stream};
 
 use super::backend::{BackendError, GenerationStream, StreamEvent};
 use super::error::ApiError;
 use super::generation::ended_early;
 
+/// What one worker delta adds to the answer.
+pub struct Generated {
+    pub text: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
 /// How one endpoint shapes its chunks.
 pub trait ChunkFormat: Send + 'static {
     /// Chunks sent before the first delta.
     fn opening(&mut self) -> Vec<Result<Event, axum::Error>>;
-    fn delta(
-        &mut self,
-        text: String,
-        logprobs: Option<Vec<TokenLogprob>>,
-    ) -> Result<Event, axum::Error>;
+    /// The chunks for one delta (a tool call takes two).
+    fn delta(&mut self, delta: Generated) -> Vec<Result<Event, axum::Error>>;
     fn finish(&mut self, reason: FinishReason) -> Result<Event, axum::Error>;
     fn usage(&mut self, usage: Usage) -> Result<Event, axum::Error>;
 }
@@ -72,12 +77,24 @@ impl<F: ChunkFormat> Relay<F> {
 
     fn handle(&mut self, event: Option<StreamEvent>) {
         match event {
-            Some(StreamEvent::Delta { text, logprobs, .. }) => {
-                // Text can lag tokens at UTF-8 or stop-string boundaries; an empty delta with
-                // nothing else to report would only be noise.
-                if !text.is_empty() || logprobs.is_some() {
-                    let chunk = self.format.delta(text, logprobs);
-                    self.pending.push_back(chunk);
+            Some(StreamEvent::Delta {
+                text,
+                reasoning,
+                tool_calls,
+                logprobs,
+                ..
+            }) => {
+                // Text can lag tokens at UTF-8, stop-string or tool-call boundaries; an empty
+                // delta with nothing else to report would only be noise.
+                let empty = text.is_empty() && reasoning.is_empty() && tool_calls.is_empty();
+                if !empty || logprobs.is_some() {
+                    let delta = Generated {
+                        text,
+                        reasoning,
+                        tool_calls,
+                        logprobs,
+                    };
+                    self.pending.extend(self.format.delta(delta));
                 }
             }
             Some(StreamEvent::Done {

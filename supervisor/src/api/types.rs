@@ -25,12 +25,13 @@ pub fn unix_now() -> u64 {
         .map_or(0, |elapsed| elapsed.as_secs())
 }
 
-/// OpenAI knows only `stop` and `length` here. A cancelled sequence's answer only ever goes to a
-/// client that has disconnected, so it is reported as `stop`.
+/// A cancelled sequence's answer only ever goes to a client that has disconnected, so it is
+/// reported as `stop`.
 pub fn finish_reason(reason: FinishReason) -> &'static str {
     match reason {
         FinishReason::Stop | FinishReason::Cancelled => "stop",
         FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
     }
 }
 

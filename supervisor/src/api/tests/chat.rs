@@ -112,7 +112,10 @@ async fn messages_reach_the_template_in_its_shape() {
     });
     let reply = post(&backend, "/v1/chat/completions", body).await;
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
-    let Prompt::Chat { messages, tools } = backend.last_request().1.prompt else {
+    let Prompt::Chat {
+        messages, tools, ..
+    } = backend.last_request().1.prompt
+    else {
         panic!("a chat prompt");
     };
     assert_eq!(tools, Some(vec![tool]));
@@ -150,6 +153,8 @@ async fn chat_logprobs_come_in_the_openai_shape() {
     let events = vec![
         StreamEvent::Delta {
             text: "Hi".to_owned(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_count: 1,
             logprobs: Some(vec![token]),
         },

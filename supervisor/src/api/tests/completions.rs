@@ -86,11 +86,15 @@ async fn completion_logprobs_are_parallel_arrays_with_text_offsets() {
     let events = vec![
         StreamEvent::Delta {
             text: "Hé".to_owned(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_count: 2,
             logprobs: Some(vec![token("H", -0.25), token("é", f32::NEG_INFINITY)]),
         },
         StreamEvent::Delta {
             text: "y".to_owned(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_count: 1,
             logprobs: Some(vec![token("y", -1.0)]),
         },

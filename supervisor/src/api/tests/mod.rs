@@ -6,6 +6,7 @@ mod completions;
 mod errors;
 mod models;
 mod streams;
+mod tools;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -121,6 +122,8 @@ impl Backend for FakeBackend {
 fn delta(text: &str) -> StreamEvent {
     StreamEvent::Delta {
         text: text.to_owned(),
+        reasoning: String::new(),
+        tool_calls: Vec::new(),
         token_count: 1,
         logprobs: None,
     }

@@ -177,6 +177,8 @@ async fn streamed_chat_chunks_carry_their_logprobs() {
     let events = vec![
         StreamEvent::Delta {
             text: "Hi".to_owned(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_count: 1,
             logprobs: Some(vec![token]),
         },

@@ -64,6 +64,8 @@ fn delta(id: u64, text: &str) -> FromWorker {
     FromWorker::Delta {
         id,
         text: text.into(),
+        reasoning: String::new(),
+        tool_calls: Vec::new(),
         token_count: 1,
         logprobs: None,
     }
