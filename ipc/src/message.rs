@@ -29,7 +29,7 @@ pub enum ToWorker {
     },
     Generate {
         id: u64,
-        request: GenerateRequest,
+        request: Box<GenerateRequest>,
     },
     /// Stop request `id` at the next token boundary; the worker still ends it with `Done`
     /// (`FinishReason::Cancelled`) so the supervisor knows when the sequence is really gone.

@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use corral_ipc::{OutputFormat, ToolCall, ToolChoice};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
@@ -28,6 +29,8 @@ pub enum Prompt {
     Chat {
         messages: Vec<serde_json::Value>,
         tools: Option<serde_json::Value>,
+        /// Extra template variables (`enable_thinking`, `reasoning_effort`...).
+        template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     },
     Tokens(Vec<u32>),
 }
@@ -40,6 +43,16 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
     /// Report each sampled token's log-probability and this many alternatives.
     pub logprobs: Option<usize>,
+    pub output: OutputOptions,
+}
+
+/// What the answer may hold besides text, and the grammar it must follow.
+#[derive(Debug, Clone, Default)]
+pub struct OutputOptions {
+    pub tool_choice: ToolChoice,
+    /// `None` lets the model's tool-call format decide.
+    pub parallel_tool_calls: Option<bool>,
+    pub format: Option<OutputFormat>,
 }
 
 /// A sampled token's log-probability (over the raw logits) and the most likely alternatives.
@@ -58,6 +71,8 @@ pub enum FinishReason {
     /// `max_tokens`, or the model's context is full.
     Length,
     Cancelled,
+    /// The model ended its turn after calling tools.
+    ToolCalls,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +93,8 @@ pub enum Event {
     /// or an incomplete character, so one delta can cover several tokens).
     Delta {
         text: String,
+        reasoning: String,
+        tool_calls: Vec<ToolCall>,
         token_count: usize,
         logprobs: Vec<TokenLogprob>,
     },
@@ -106,6 +123,16 @@ pub enum RejectReason {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error(transparent)]
     Sampling(#[from] InvalidParams),
+}
+
+impl RejectReason {
+    /// The request field at fault, for the API's `param`.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            RejectReason::PromptTooLong { .. } => Some("messages"),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +302,8 @@ impl PendingTokens {
     fn delta(&mut self, text: String) -> Event {
         Event::Delta {
             text,
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_count: std::mem::take(&mut self.token_count),
             logprobs: std::mem::take(&mut self.logprobs),
         }
@@ -291,7 +320,9 @@ pub fn tokenize(loaded: &LoadedModel, prompt: &Prompt) -> Result<Vec<u32>, Rejec
             return non_empty(tokens.clone());
         }
         Prompt::Text(text) => (text.clone(), true),
-        Prompt::Chat { messages, tools } => {
+        Prompt::Chat {
+            messages, tools, ..
+        } => {
             let template = loaded
                 .chat_template
                 .as_ref()

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 
 use crate::cli::GenerateArgs;
-use crate::generation::{Event, GenerateRequest, Limits, Prompt, Timings, generate};
+use crate::generation::{Event, GenerateRequest, Limits, OutputOptions, Prompt, Timings, generate};
 use crate::loaded::LoadedModel;
 use crate::process_memory::peak_resident_bytes;
 use crate::sampling::SamplingParams;
@@ -18,6 +18,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Prompt::Chat {
             messages: vec![serde_json::json!({"role": "user", "content": args.prompt})],
             tools: None,
+            template_kwargs: None,
         }
     } else {
         Prompt::Text(args.prompt)
@@ -36,6 +37,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         stop: args.stop,
         logprobs: None,
+        output: OutputOptions::default(),
     };
     let mut stdout = std::io::stdout().lock();
     let mut timings = None;

@@ -166,10 +166,15 @@ fn submit(
     sequences: &Arc<Sequences>,
     outbox: &mpsc::UnboundedSender<FromWorker>,
     id: u64,
-    request: corral_ipc::GenerateRequest,
+    request: Box<corral_ipc::GenerateRequest>,
 ) {
     let refuse = |kind, message: String| {
-        let _ = outbox.send(FromWorker::Rejected { id, kind, message });
+        let _ = outbox.send(FromWorker::Rejected {
+            id,
+            kind,
+            message,
+            param: None,
+        });
     };
     if lock(&sequences.cancel_flags).len() >= MAX_QUEUED {
         return refuse(

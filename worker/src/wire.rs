@@ -6,17 +6,24 @@ use corral_ipc::{
 };
 
 use crate::generation::{
-    Event, FinishReason, GenerateError, GenerateRequest, Prompt, RejectReason, TokenLogprob,
+    Event, FinishReason, GenerateError, GenerateRequest, OutputOptions, Prompt, RejectReason,
+    TokenLogprob,
 };
 use crate::sampling::SamplingParams;
 
-pub fn to_generate_request(request: WireRequest) -> GenerateRequest {
+pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
+    let request = *request;
     GenerateRequest {
         prompt: match request.prompt {
             WirePrompt::Text(text) => Prompt::Text(text),
-            WirePrompt::Chat { messages, tools } => Prompt::Chat {
+            WirePrompt::Chat {
+                messages,
+                tools,
+                template_kwargs,
+            } => Prompt::Chat {
                 messages,
                 tools: tools.map(serde_json::Value::Array),
+                template_kwargs,
             },
             WirePrompt::Tokens(tokens) => Prompt::Tokens(tokens),
         },
@@ -32,6 +39,11 @@ pub fn to_generate_request(request: WireRequest) -> GenerateRequest {
         max_tokens: request.max_tokens as usize,
         stop: request.stop,
         logprobs: request.logprobs.map(|top| top as usize),
+        output: OutputOptions {
+            tool_choice: request.tool_choice,
+            parallel_tool_calls: request.parallel_tool_calls,
+            format: request.output_format,
+        },
     }
 }
 
@@ -57,12 +69,16 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
         ),
         Ok(Event::Delta {
             text,
+            reasoning,
+            tool_calls,
             token_count,
             logprobs,
         }) => (
             FromWorker::Delta {
                 id,
                 text,
+                reasoning,
+                tool_calls,
                 token_count: saturate(token_count),
                 logprobs: (!logprobs.is_empty())
                     .then(|| logprobs.into_iter().map(to_wire_logprob).collect()),
@@ -84,6 +100,7 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                     FinishReason::Stop => WireFinish::Stop,
                     FinishReason::Length => WireFinish::Length,
                     FinishReason::Cancelled => WireFinish::Cancelled,
+                    FinishReason::ToolCalls => WireFinish::ToolCalls,
                 },
                 usage: Usage {
                     prompt_tokens: saturate(timings.prompt_tokens),
@@ -104,8 +121,14 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                 _ => RejectKind::InvalidRequest,
             };
             let message = reason.to_string();
+            let param = reason.param().map(str::to_owned);
             (
-                FromWorker::Rejected { id, kind, message },
+                FromWorker::Rejected {
+                    id,
+                    kind,
+                    message,
+                    param,
+                },
                 Some(Ending::Rejected),
             )
         }

@@ -83,7 +83,11 @@ fn trailing_bytes_inside_a_frame_are_an_error() {
 #[test]
 fn oversize_message_is_refused_on_encode() {
     let request = samples::generate_request(Prompt::Text("x".repeat(MAX_FRAME_BYTES)));
-    let err = encode_frame(&ToWorker::Generate { id: 1, request }).expect_err("too big");
+    let err = encode_frame(&ToWorker::Generate {
+        id: 1,
+        request: Box::new(request),
+    })
+    .expect_err("too big");
     assert!(matches!(err, CodecError::FrameTooLarge { .. }), "{err}");
 }
 
@@ -127,7 +131,7 @@ async fn near_maximum_frame_crosses_a_real_socket() {
     let text = "y".repeat(MAX_FRAME_BYTES - 1024);
     let msg = ToWorker::Generate {
         id: 1,
-        request: samples::generate_request(Prompt::Text(text)),
+        request: Box::new(samples::generate_request(Prompt::Text(text))),
     };
     let sent = msg.clone();
     let writer = tokio::spawn(async move {
@@ -168,7 +172,11 @@ fn huge_lengths_inside_a_body_fail_without_allocating_them() {
     }
     // The same lie deep inside a real message, where a Vec<u32> would be sized from it.
     let request = samples::generate_request(Prompt::Tokens(vec![0xabcd]));
-    let frame = encode_frame(&ToWorker::Generate { id: 1, request }).expect("encodes");
+    let frame = encode_frame(&ToWorker::Generate {
+        id: 1,
+        request: Box::new(request),
+    })
+    .expect("encodes");
     let one_token = [0x91, 0xcd, 0xab, 0xcd];
     let at = frame
         .windows(one_token.len())

@@ -44,7 +44,7 @@ fn every_from_worker_variant_round_trips() {
 fn chat_json_keeps_key_order_and_number_types() {
     let msg = ToWorker::Generate {
         id: 1,
-        request: samples::generate_request(samples::chat_prompt()),
+        request: Box::new(samples::generate_request(samples::chat_prompt())),
     };
     let ToWorker::Generate { request, .. } = round_trip(&msg) else {
         panic!("variant changed in transit");

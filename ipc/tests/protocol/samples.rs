@@ -53,15 +53,15 @@ pub fn to_worker() -> Vec<ToWorker> {
         },
         ToWorker::Generate {
             id: 1,
-            request: generate_request(Prompt::Text("Once upon a time".into())),
+            request: Box::new(generate_request(Prompt::Text("Once upon a time".into()))),
         },
         ToWorker::Generate {
             id: 2,
-            request: generate_request(chat_prompt()),
+            request: Box::new(generate_request(chat_prompt())),
         },
         ToWorker::Generate {
             id: u64::MAX,
-            request: GenerateRequest {
+            request: Box::new(GenerateRequest {
                 seed: None,
                 logprobs: None,
                 stop: vec![],
@@ -71,15 +71,15 @@ pub fn to_worker() -> Vec<ToWorker> {
                     grammar: "start: \"yes\" | \"no\"".into(),
                 }),
                 ..generate_request(Prompt::Tokens(vec![0, 1, 128_000, u32::MAX]))
-            },
+            }),
         },
         ToWorker::Generate {
             id: 3,
-            request: generate_request(Prompt::Chat {
+            request: Box::new(generate_request(Prompt::Chat {
                 messages: vec![],
                 tools: None,
                 template_kwargs: None,
-            }),
+            })),
         },
         ToWorker::Cancel { id: 7 },
         ToWorker::GetStats,

@@ -79,7 +79,10 @@ async fn supervisor_and_worker_exchange_a_request_over_a_listener() {
 
     let request = samples::generate_request(samples::chat_prompt());
     writer
-        .write_frame(&ToWorker::Generate { id: 42, request })
+        .write_frame(&ToWorker::Generate {
+            id: 42,
+            request: Box::new(request),
+        })
         .await
         .expect("send");
     let mut text = String::new();

@@ -136,7 +136,10 @@ impl WorkerClient {
         }
         if self
             .outbox
-            .send(ToWorker::Generate { id, request })
+            .send(ToWorker::Generate {
+                id,
+                request: Box::new(request),
+            })
             .is_err()
         {
             self.shared.routes().pending.remove(&id);

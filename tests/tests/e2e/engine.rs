@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use corral_fixture::Arch;
 use corral_tests::tiny_model;
 use corral_worker::engine::{Engine, EngineError};
-use corral_worker::generation::{Event, FinishReason, GenerateRequest, Prompt};
+use corral_worker::generation::{Event, FinishReason, GenerateRequest, OutputOptions, Prompt};
 use corral_worker::sampling::SamplingParams;
 
 fn request(prompt: &str, max_tokens: usize) -> GenerateRequest {
@@ -19,6 +19,7 @@ fn request(prompt: &str, max_tokens: usize) -> GenerateRequest {
         max_tokens,
         stop: Vec::new(),
         logprobs: None,
+        output: OutputOptions::default(),
     }
 }
 

@@ -98,6 +98,7 @@ fn chat(max_tokens: u32, logprobs: Option<u32>) -> GenerateRequest {
     let prompt = Prompt::Chat {
         messages: vec![serde_json::json!({"role": "user", "content": "Say something."})],
         tools: None,
+        template_kwargs: None,
     };
     GenerateRequest {
         logprobs,
@@ -119,7 +120,10 @@ async fn serves_a_generation_then_shuts_down_cleanly() {
     let (mut worker, mut connection) = ready_worker(model.path()).await;
     let request = chat(16, Some(2));
     connection
-        .send(&ToWorker::Generate { id: 7, request })
+        .send(&ToWorker::Generate {
+            id: 7,
+            request: Box::new(request),
+        })
         .await
         .unwrap();
     let FromWorker::Accepted {
@@ -178,7 +182,7 @@ async fn cancel_ends_the_sequence_and_the_stats_count_it() {
     connection
         .send(&ToWorker::Generate {
             id: 1,
-            request: chat(4000, None),
+            request: Box::new(chat(4000, None)),
         })
         .await
         .unwrap();
@@ -214,7 +218,10 @@ async fn a_prompt_over_the_context_is_rejected_before_any_token() {
     let mut request = chat(8, None);
     request.prompt = Prompt::Tokens(vec![5; 9000]);
     connection
-        .send(&ToWorker::Generate { id: 3, request })
+        .send(&ToWorker::Generate {
+            id: 3,
+            request: Box::new(request),
+        })
         .await
         .unwrap();
     match recv(&mut connection).await {
@@ -222,6 +229,7 @@ async fn a_prompt_over_the_context_is_rejected_before_any_token() {
             id: 3,
             kind,
             message,
+            ..
         } => {
             assert_eq!(kind, corral_ipc::RejectKind::PromptTooLong);
             assert!(message.contains("9000"), "{message}");
@@ -232,7 +240,7 @@ async fn a_prompt_over_the_context_is_rejected_before_any_token() {
     connection
         .send(&ToWorker::Generate {
             id: 4,
-            request: chat(2, None),
+            request: Box::new(chat(2, None)),
         })
         .await
         .unwrap();
@@ -258,7 +266,10 @@ fn long_prompt() -> GenerateRequest {
 /// Sends `request` and reads its frames to `Done`, which must follow an `Accepted`.
 async fn run_to_done(connection: &mut SupervisorConnection, id: u64, request: GenerateRequest) {
     connection
-        .send(&ToWorker::Generate { id, request })
+        .send(&ToWorker::Generate {
+            id,
+            request: Box::new(request),
+        })
         .await
         .unwrap();
     match recv(connection).await {
@@ -283,7 +294,7 @@ async fn a_prefill_over_the_memory_limit_is_refused_before_any_compute() {
     connection
         .send(&ToWorker::Generate {
             id: 1,
-            request: long_prompt(),
+            request: Box::new(long_prompt()),
         })
         .await
         .unwrap();
@@ -292,6 +303,7 @@ async fn a_prefill_over_the_memory_limit_is_refused_before_any_compute() {
             id: 1,
             kind,
             message,
+            ..
         } => {
             assert_eq!(kind, corral_ipc::RejectKind::PrefillMemory);
             // The estimate is the guard's formula for this shape; the memory in use varies.
