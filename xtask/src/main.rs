@@ -4,11 +4,13 @@
 //! `setup` prepares MLX from the `mlx-cpu` wheel, builds mlx-c and its bindings, and writes a cargo
 //! config that overrides mlx-sys's build script. Every other command runs cargo with that config.
 //! On macOS mlx-sys builds by itself and these commands are plain cargo. On every platform `setup`
-//! also fetches the real model the tests run (`test_models`).
+//! also fetches the real model the tests run (`test_models`) and installs the client SDKs the
+//! end-to-end tests speak to corral with (`sdk`).
 
 mod cargo_config;
 mod mlx_c;
 mod paths;
+mod sdk;
 mod system_packages;
 mod test_models;
 mod wheel;
@@ -22,7 +24,8 @@ use anyhow::{Context, Result, bail};
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  setup            prepare MLX for this machine and fetch the test model (idempotent; seconds
+  setup            prepare MLX for this machine, fetch the test model and install the client
+                   SDKs the tests use (idempotent; seconds
                    when already done)
   test             setup, then check formatting and lints and run every test
   serve [ARGS]     setup, then start `corral serve` (release build) with ARGS
@@ -107,6 +110,7 @@ fn setup() -> Result<Option<PathBuf>> {
         Some(prepare_mlx(&paths)?)
     };
     test_models::ensure(&paths)?;
+    sdk::ensure(&paths)?;
     Ok(config)
 }
 
