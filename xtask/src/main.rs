@@ -25,8 +25,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   setup            prepare MLX for this machine, fetch the test model and install the client
-                   SDKs the tests use (idempotent; seconds
-                   when already done)
+                   SDKs the tests use (idempotent; seconds when already done)
   test             setup, then check formatting and lints and run every test
   serve [ARGS]     setup, then start `corral serve` (release build) with ARGS
   cargo ARGS       setup, then run `cargo ARGS` with the MLX build configuration
