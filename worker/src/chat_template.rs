@@ -140,6 +140,18 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
+        self.render_with(messages, tools, add_generation_prompt, None)
+    }
+
+    /// As `render`, with extra variables (`chat_template_kwargs`: `enable_thinking`,
+    /// `reasoning_effort`...). The standard variables win over extras of the same name.
+    pub fn render_with(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        extra: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<String, ChatTemplateError> {
         // A token the tokenizer config lacks is left undefined (renders as ""), as in
         // transformers, where only the tokens that are set are passed.
         let token = |t: &Option<String>| t.as_deref().map_or(Value::UNDEFINED, Value::from);
@@ -149,6 +161,7 @@ impl ChatTemplate {
             add_generation_prompt,
             bos_token => token(&self.bos_token),
             eos_token => token(&self.eos_token),
+            ..extra.map_or(Value::UNDEFINED, Value::from_serialize)
         };
         self.env
             .get_template(TEMPLATE_NAME)

@@ -13,13 +13,15 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 
 use crate::chat_template::ChatTemplateError;
-use crate::detokenizer::Detokenizer;
+use crate::constraint::{Constraint, ConstraintError, GrammarSpec, ToolCallChoice};
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
+use crate::output::{Output, Parts};
 use crate::prefill_guard::{self, PREFILL_CHUNK, PrefillTooLarge};
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
-use crate::stop_strings::StopStrings;
+use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
+use crate::tools::{ToolFormat, rewrite_messages};
 
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -123,6 +125,17 @@ pub enum RejectReason {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error(transparent)]
     Sampling(#[from] InvalidParams),
+    /// The schema, grammar or tools to constrain the output with were refused.
+    #[error("{error}")]
+    Constraint {
+        param: &'static str,
+        error: ConstraintError,
+    },
+    #[error(
+        "this model writes tool calls in the {format:?} format, which holds one call per turn; \
+         send parallel_tool_calls: false"
+    )]
+    ParallelCalls { format: ToolFormat },
 }
 
 impl RejectReason {
@@ -130,6 +143,8 @@ impl RejectReason {
     pub fn param(&self) -> Option<&'static str> {
         match self {
             RejectReason::PromptTooLong { .. } => Some("messages"),
+            RejectReason::Constraint { param, .. } => Some(param),
+            RejectReason::ParallelCalls { .. } => Some("parallel_tool_calls"),
             _ => None,
         }
     }
@@ -145,6 +160,8 @@ pub enum GenerateError {
     Sample(#[from] SampleError),
     #[error("detokenizing failed: {0}")]
     Detokenize(String),
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
 }
 
 /// What bounds and speeds up one generation besides its request.
@@ -164,7 +181,8 @@ pub fn generate(
     cancel: &AtomicBool,
     mut emit: impl FnMut(Event),
 ) -> Result<(), GenerateError> {
-    let prompt = tokenize(loaded, &request.prompt)?;
+    let prepared = prepare(loaded, request)?;
+    let prompt = prepared.tokens;
     if cancel.load(Ordering::Relaxed) {
         // Cancelled while queued: nobody waits for it, so skip the prefill too.
         emit(Event::Done {
@@ -193,6 +211,7 @@ pub fn generate(
             .map_err(RejectReason::from)?;
     }
     let mut sampler = Sampler::new(request.sampling.clone()).map_err(RejectReason::from)?;
+    let mut constraint = prepared.constraint;
     emit(Event::Accepted {
         prompt_tokens: prompt.len(),
     });
@@ -211,8 +230,12 @@ pub fn generate(
 
     let decode_started = Instant::now();
     let mut history = prompt.clone();
-    let mut detokenizer = Detokenizer::new(loaded.tokenizer.clone());
-    let mut stops = StopStrings::new(request.stop.iter().cloned());
+    let mut output = Output::new(
+        loaded.tokenizer.clone(),
+        &loaded.formats.kept_tokens,
+        &request.stop,
+        prepared.parser,
+    );
     let max_tokens = request.max_tokens.min(context - prompt.len());
     let mut generated = 0;
     let mut pending = PendingTokens::default();
@@ -223,6 +246,10 @@ pub fn generate(
         if generated >= max_tokens {
             break FinishReason::Length;
         }
+        if let Some(constraint) = constraint.as_mut() {
+            // Logprobs then describe the distribution the token was drawn from.
+            constraint.mask(&mut logits)?;
+        }
         let token = sampler.sample(&logits, &history)?;
         history.push(token);
         generated += 1;
@@ -230,35 +257,37 @@ pub fn generate(
         if loaded.eos_token_ids.contains(&token) {
             break FinishReason::Stop;
         }
-        let text = detokenizer
+        if let Some(constraint) = constraint.as_mut() {
+            constraint.accept(token)?;
+        }
+        let step = output
             .push(token)
             .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
-        let outcome = stops.push(&text);
-        if !outcome.emit.is_empty() {
-            emit(pending.delta(outcome.emit));
+        if !step.parts.is_empty() {
+            emit(pending.delta(step.parts));
         }
-        if outcome.stopped {
+        let grammar_complete = constraint.as_ref().is_some_and(Constraint::is_finished);
+        let last_call_made = prepared.single_call && output.calls() > 0;
+        if step.stopped || grammar_complete || last_call_made {
             break FinishReason::Stop;
         }
         if generated < max_tokens {
-            logits = step(loaded, token, &mut cache)?;
+            logits = step_logits(loaded, token, &mut cache)?;
         }
     };
     if finish_reason != FinishReason::Cancelled {
-        // Flush what the detokenizer and the stop matcher still hold (both give nothing more
-        // once a stop string has matched).
-        let tail = detokenizer
+        let parts = output
             .finish()
             .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
-        let outcome = stops.push(&tail);
-        let mut text = outcome.emit;
-        if !outcome.stopped {
-            text.push_str(&stops.finish());
-        }
-        if !text.is_empty() || pending.token_count > 0 {
-            emit(pending.delta(text));
+        if !parts.is_empty() || pending.token_count > 0 {
+            emit(pending.delta(parts));
         }
     }
+    let finish_reason = match finish_reason {
+        // The turn ended after calls: the client is to run them.
+        FinishReason::Stop if output.calls() > 0 => FinishReason::ToolCalls,
+        other => other,
+    };
     emit(Event::Done {
         finish_reason,
         timings: Timings {
@@ -299,41 +328,175 @@ impl PendingTokens {
         });
     }
 
-    fn delta(&mut self, text: String) -> Event {
+    fn delta(&mut self, parts: Parts) -> Event {
         Event::Delta {
-            text,
-            reasoning: String::new(),
-            tool_calls: Vec::new(),
+            text: parts.text,
+            reasoning: parts.reasoning,
+            tool_calls: parts.tool_calls,
             token_count: std::mem::take(&mut self.token_count),
             logprobs: std::mem::take(&mut self.logprobs),
         }
     }
 }
 
-pub fn tokenize(loaded: &LoadedModel, prompt: &Prompt) -> Result<Vec<u32>, RejectReason> {
-    let (text, add_special_tokens) = match prompt {
-        Prompt::Tokens(tokens) => {
-            let vocab = loaded.model.config.vocab_size as usize;
-            if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
-                return Err(RejectReason::TokenOutOfRange { id, vocab });
-            }
-            return non_empty(tokens.clone());
-        }
-        Prompt::Text(text) => (text.clone(), true),
-        Prompt::Chat {
-            messages, tools, ..
-        } => {
-            let template = loaded
-                .chat_template
-                .as_ref()
-                .ok_or(RejectReason::NoChatTemplate)?;
-            // The template writes the special tokens itself, as transformers' apply_chat_template.
-            (template.render(messages, tools.as_ref(), true)?, false)
-        }
+/// A request made ready to run: its tokens, how its output is read, and the grammar it must
+/// follow, all decided before any compute.
+struct Prepared {
+    tokens: Vec<u32>,
+    /// `None` for text completions, whose output is all text.
+    parser: Option<OutputParser>,
+    constraint: Option<Constraint>,
+    /// The answer ends with its first call (`parallel_tool_calls: false`).
+    single_call: bool,
+}
+
+fn prepare(loaded: &LoadedModel, request: &GenerateRequest) -> Result<Prepared, RejectReason> {
+    let options = &request.output;
+    let format = loaded.formats.tool_format;
+    let plain = |tokens| {
+        Ok(Prepared {
+            tokens,
+            parser: None,
+            constraint: output_constraint(loaded, options.format.as_ref())?,
+            single_call: false,
+        })
     };
+    let (messages, tools, template_kwargs) = match &request.prompt {
+        Prompt::Chat {
+            messages,
+            tools,
+            template_kwargs,
+        } => (messages, tools, template_kwargs),
+        // With the tokenizer's special tokens: BOS where it adds one.
+        Prompt::Text(text) => return plain(encode(loaded, text, true)?),
+        Prompt::Tokens(tokens) => return plain(checked_tokens(loaded, tokens)?),
+    };
+    let offered: &[serde_json::Value] = match (&options.tool_choice, tools) {
+        (ToolChoice::None, _) | (_, None) => &[],
+        (_, Some(tools)) => tools.as_array().map_or(&[], Vec::as_slice),
+    };
+    if !offered.is_empty()
+        && options.parallel_tool_calls == Some(true)
+        && !format.supports_parallel()
+    {
+        return Err(RejectReason::ParallelCalls { format });
+    }
+    let text = render(loaded, messages, offered, template_kwargs.as_ref())?;
+    let reasoning = if loaded.formats.reasoning {
+        prompt_opens_reasoning(&text)
+    } else {
+        ReasoningStart::Off
+    };
+    let parallel = options
+        .parallel_tool_calls
+        .unwrap_or(format.supports_parallel());
+    let forced = match &options.tool_choice {
+        ToolChoice::Required => Some(ToolCallChoice::Required),
+        ToolChoice::Function { name } => Some(ToolCallChoice::Named(name.clone())),
+        ToolChoice::Auto | ToolChoice::None => None,
+    };
+    let constraint = match forced {
+        Some(choice) if !offered.is_empty() => {
+            let spec = GrammarSpec::ToolCalls {
+                format,
+                tools: offered.to_vec(),
+                choice,
+                parallel,
+            };
+            Some(compile(loaded, &spec, "tool_choice")?)
+        }
+        _ => output_constraint(loaded, options.format.as_ref())?,
+    };
+    let parser = OutputParser::new(ParserConfig {
+        format,
+        parse_tools: !offered.is_empty(),
+        reasoning,
+        tools: offered,
+    });
+    Ok(Prepared {
+        // The template writes the special tokens itself, as transformers' apply_chat_template.
+        tokens: encode(loaded, &text, false)?,
+        parser: Some(parser),
+        constraint,
+        single_call: !offered.is_empty() && !parallel,
+    })
+}
+
+/// The conversation as the model's template writes it. A template that does not render tools
+/// gets them, and the conversation's past calls and results, as plain messages in the Hermes
+/// format, which the output parser then reads.
+fn render(
+    loaded: &LoadedModel,
+    messages: &[serde_json::Value],
+    tools: &[serde_json::Value],
+    template_kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<String, RejectReason> {
+    let template = loaded
+        .chat_template
+        .as_ref()
+        .ok_or(RejectReason::NoChatTemplate)?;
+    let mentions_tools = |message: &serde_json::Value| {
+        message.get("role").and_then(|role| role.as_str()) == Some("tool")
+            || message.get("tool_calls").is_some()
+    };
+    let taught =
+        !loaded.formats.native_tools && (!tools.is_empty() || messages.iter().any(mentions_tools));
+    Ok(if taught {
+        template.render_with(
+            &rewrite_messages(messages, tools),
+            None,
+            true,
+            template_kwargs,
+        )?
+    } else {
+        let tools = (!tools.is_empty()).then(|| serde_json::Value::from(tools.to_vec()));
+        template.render_with(messages, tools.as_ref(), true, template_kwargs)?
+    })
+}
+
+fn output_constraint(
+    loaded: &LoadedModel,
+    format: Option<&OutputFormat>,
+) -> Result<Option<Constraint>, RejectReason> {
+    let (spec, param) = match format {
+        None => return Ok(None),
+        Some(OutputFormat::JsonObject) => (GrammarSpec::JsonObject, "response_format"),
+        Some(OutputFormat::JsonSchema { schema, strict }) => (
+            GrammarSpec::JsonSchema {
+                schema: schema.clone(),
+                strict: *strict,
+            },
+            "response_format",
+        ),
+        Some(OutputFormat::Lark { grammar }) => (GrammarSpec::Lark(grammar.clone()), "grammar"),
+    };
+    compile(loaded, &spec, param).map(Some)
+}
+
+fn compile(
+    loaded: &LoadedModel,
+    spec: &GrammarSpec,
+    param: &'static str,
+) -> Result<Constraint, RejectReason> {
+    loaded
+        .constraints()
+        .and_then(|factory| Constraint::compile(factory, spec))
+        .map_err(|error| RejectReason::Constraint { param, error })
+}
+
+/// A pre-tokenized prompt, checked against the vocabulary.
+fn checked_tokens(loaded: &LoadedModel, tokens: &[u32]) -> Result<Vec<u32>, RejectReason> {
+    let vocab = loaded.model.config.vocab_size as usize;
+    if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
+        return Err(RejectReason::TokenOutOfRange { id, vocab });
+    }
+    non_empty(tokens.to_vec())
+}
+
+fn encode(loaded: &LoadedModel, text: &str, special: bool) -> Result<Vec<u32>, RejectReason> {
     let encoding = loaded
         .tokenizer
-        .encode(text, add_special_tokens)
+        .encode(text, special)
         .map_err(|error| RejectReason::Tokenize(error.to_string()))?;
     non_empty(encoding.get_ids().to_vec())
 }
@@ -365,7 +528,11 @@ fn prefill(
     Ok(Vec::new())
 }
 
-fn step(loaded: &LoadedModel, token: u32, cache: &mut [KvCache]) -> Result<Vec<f32>, Exception> {
+fn step_logits(
+    loaded: &LoadedModel,
+    token: u32,
+    cache: &mut [KvCache],
+) -> Result<Vec<f32>, Exception> {
     let hidden = loaded.model.hidden_states(&[token], cache)?;
     host_logits(&loaded.model.logits(&hidden)?)
 }

@@ -14,6 +14,7 @@ pub mod loaded;
 pub mod model;
 pub mod model_json;
 pub mod one_shot;
+pub mod output;
 pub mod prefill_guard;
 pub mod prefix_cache;
 mod process_memory;

@@ -1,6 +1,7 @@
 //! Everything a worker loads for its model: weights, tokenizer, chat template, stop tokens and
 //! generation defaults. Built and used only on the engine thread.
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,10 +10,12 @@ use std::time::{Duration, Instant};
 use tokenizers::Tokenizer;
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
+use crate::constraint::{ConstraintError, ConstraintFactory};
 use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
 use crate::stop_tokens::{GenerationDefaults, eos_token_ids, generation_defaults};
+use crate::tools::ModelFormats;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -38,7 +41,12 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     pub eos_token_ids: BTreeSet<u32>,
     pub defaults: GenerationDefaults,
+    /// The tool-call and reasoning formats its template and vocabulary reveal.
+    pub formats: ModelFormats,
     pub load_time: Duration,
+    /// Built by the first request that constrains its output: describing the vocabulary to
+    /// llguidance takes a moment that most workers never need to spend.
+    constraints: OnceCell<Result<ConstraintFactory, String>>,
 }
 
 impl LoadedModel {
@@ -47,6 +55,7 @@ impl LoadedModel {
         let started = Instant::now();
         if gguf::is_gguf(path) {
             let loaded = GgufModel::load(path)?;
+            let formats = detect_formats(loaded.chat_template.as_ref(), &loaded.tokenizer);
             return Ok(Self {
                 dir: path.to_path_buf(),
                 model: loaded.model,
@@ -54,7 +63,9 @@ impl LoadedModel {
                 chat_template: loaded.chat_template,
                 eos_token_ids: loaded.eos_token_ids,
                 defaults: GenerationDefaults::default(),
+                formats,
                 load_time: started.elapsed(),
+                constraints: OnceCell::new(),
             });
         }
         let dir = path;
@@ -73,6 +84,7 @@ impl LoadedModel {
         let chat_template = ChatTemplate::from_model_dir(dir)?;
         let eos_token_ids = eos_token_ids(dir, &tokenizer)?;
         let defaults = generation_defaults(dir)?;
+        let formats = detect_formats(chat_template.as_ref(), &tokenizer);
         Ok(Self {
             dir: dir.to_path_buf(),
             model,
@@ -80,7 +92,30 @@ impl LoadedModel {
             chat_template,
             eos_token_ids,
             defaults,
+            formats,
             load_time: started.elapsed(),
+            constraints: OnceCell::new(),
         })
     }
+
+    /// What compiles this model's grammars, built on first use; an error says why this model's
+    /// vocabulary cannot be constrained (every constrained request then gets it).
+    pub fn constraints(&self) -> Result<&ConstraintFactory, ConstraintError> {
+        self.constraints
+            .get_or_init(|| {
+                let vocab = self.model.config.vocab_size as usize;
+                ConstraintFactory::new(&self.tokenizer, vocab, &self.eos_token_ids).map_err(
+                    |error| match error {
+                        ConstraintError::Vocabulary(message) => message,
+                        other => other.to_string(),
+                    },
+                )
+            })
+            .as_ref()
+            .map_err(|message| ConstraintError::Vocabulary(message.clone()))
+    }
+}
+
+fn detect_formats(template: Option<&ChatTemplate>, tokenizer: &Tokenizer) -> ModelFormats {
+    ModelFormats::detect(template.map(ChatTemplate::source), tokenizer)
 }
