@@ -1,0 +1,247 @@
+//! Tool calls as Lark grammars, one shape per `ToolFormat`. Each tool is one rule (`tool_N`), a
+//! call is any of them (`call`), and `start` is one call or, with parallel calls, several:
+//!
+//! - Hermes: `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`, calls separated
+//!   by `\n`;
+//! - Llama3Json: `{"name": "NAME", "parameters": ARGS}`, one call;
+//! - Mistral: the `[TOOL_CALLS]` token (by id), then `[CALL, CALL]` with each call
+//!   `{"name": "NAME", "arguments": ARGS}`;
+//! - QwenXml: `<tool_call>\n<function=NAME>\n`, one `<parameter=KEY>\nVALUE\n</parameter>\n` per
+//!   parameter in schema order (optional ones may be left out), `</function>\n</tool_call>`,
+//!   calls separated by `\n`. A string parameter's VALUE is raw text without `</parameter>`
+//!   (its `minLength`, `maxLength` and string `enum` apply; `pattern` and `format` do not);
+//!   any other's is JSON of its schema. Only declared properties can be written.
+//!
+//! ARGS is JSON of the tool's `parameters` (`{"type": "object"}` when absent), written as
+//! `grammar.rs` describes.
+
+use std::fmt::Write;
+
+use serde_json::{Map, Value, json};
+
+use super::grammar::{literal, with_options};
+use super::{ConstraintError, ConstraintFactory, ToolCallChoice};
+use crate::tools::ToolFormat;
+
+/// The token Mistral's models open their tool calls with.
+const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
+
+/// One function tool, as the grammar needs it.
+pub(super) struct Tool {
+    pub name: String,
+    pub parameters: Value,
+    /// The function's `strict`: unenforceable schema keywords are errors, not ignored.
+    pub strict: bool,
+}
+
+/// The tools `choice` allows, from the request's `tools`.
+pub(super) fn chosen(
+    tools: &[Value],
+    choice: &ToolCallChoice,
+) -> Result<Vec<Tool>, ConstraintError> {
+    let tools = tools
+        .iter()
+        .enumerate()
+        .map(|(index, tool)| parse(index, tool))
+        .collect::<Result<Vec<_>, _>>()?;
+    match choice {
+        ToolCallChoice::Required if tools.is_empty() => Err(ConstraintError::Invalid(
+            "tool_choice requires a tool call, but the request has no tools".into(),
+        )),
+        ToolCallChoice::Required => Ok(tools),
+        ToolCallChoice::Named(name) => tools
+            .into_iter()
+            .find(|tool| tool.name == *name)
+            .map(|tool| vec![tool])
+            .ok_or_else(|| {
+                ConstraintError::Invalid(format!(
+                    "tool_choice names {name:?}, which is not among the request's tools"
+                ))
+            }),
+    }
+}
+
+fn parse(index: usize, tool: &Value) -> Result<Tool, ConstraintError> {
+    let function = tool.get("function");
+    let name = function
+        .and_then(|function| function.get("name"))
+        .and_then(Value::as_str)
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| ConstraintError::Invalid(format!("tools[{index}] has no function name")))?;
+    let parameters = match function.and_then(|function| function.get("parameters")) {
+        None | Some(Value::Null) => json!({"type": "object"}),
+        Some(schema @ (Value::Object(_) | Value::Bool(true))) => schema.clone(),
+        Some(other) => {
+            return Err(ConstraintError::Invalid(format!(
+                "tool {name:?}: parameters must be a JSON schema object, not {other}"
+            )));
+        }
+    };
+    let strict = function
+        .and_then(|function| function.get("strict"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(Tool {
+        name: name.to_owned(),
+        parameters,
+        strict,
+    })
+}
+
+/// The Lark grammar for calls of `tools` in `format`; see the file comment.
+pub(super) fn lark(
+    factory: &ConstraintFactory,
+    format: ToolFormat,
+    tools: &[Tool],
+    parallel: bool,
+) -> Result<String, ConstraintError> {
+    let start = match format {
+        ToolFormat::Hermes | ToolFormat::QwenXml => repeated("\n", parallel),
+        ToolFormat::Llama3Json => "call".to_owned(),
+        ToolFormat::Mistral => {
+            let id = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
+                ConstraintError::Invalid(format!(
+                    "the Mistral tool-call format needs the {MISTRAL_TOOL_CALLS} token, which \
+                     this model's vocabulary lacks"
+                ))
+            })?;
+            format!("<[{id}]> \"[\" {} \"]\"", repeated(", ", parallel))
+        }
+    };
+    let calls: Vec<String> = (0..tools.len())
+        .map(|index| format!("tool_{index}"))
+        .collect();
+    let mut lark = format!("start: {start}\ncall: {}\n", calls.join(" | "));
+    for (index, tool) in tools.iter().enumerate() {
+        let name = Value::String(tool.name.clone()).to_string();
+        let rule = match format {
+            ToolFormat::Hermes => json_call(
+                &format!("<tool_call>\n{{\"name\": {name}, \"arguments\": "),
+                tool,
+                "}\n</tool_call>",
+            )?,
+            ToolFormat::Llama3Json => {
+                json_call(&format!("{{\"name\": {name}, \"parameters\": "), tool, "}")?
+            }
+            ToolFormat::Mistral => {
+                json_call(&format!("{{\"name\": {name}, \"arguments\": "), tool, "}")?
+            }
+            ToolFormat::QwenXml => xml_call(&mut lark, index, tool)?,
+        };
+        // Writing to a String cannot fail.
+        let _ = writeln!(lark, "tool_{index}: {rule}");
+    }
+    Ok(lark)
+}
+
+/// `call`, or with parallel calls `call` then more, each after `separator`.
+fn repeated(separator: &str, parallel: bool) -> String {
+    if parallel {
+        format!("call ({} call)*", literal(separator))
+    } else {
+        "call".to_owned()
+    }
+}
+
+/// `before`, the tool's arguments as JSON, `after`.
+fn json_call(before: &str, tool: &Tool, after: &str) -> Result<String, ConstraintError> {
+    let schema = json_schema(tool, &tool.parameters)?;
+    Ok(format!(
+        "{} %json {schema} {}",
+        literal(before),
+        literal(after)
+    ))
+}
+
+fn json_schema(tool: &Tool, schema: &Value) -> Result<String, ConstraintError> {
+    with_options(schema, tool.strict)
+        .map(|schema| schema.to_string())
+        .map_err(|error| {
+            ConstraintError::Invalid(format!("tool {:?}: parameters refused: {error}", tool.name))
+        })
+}
+
+/// The QwenXml rule for `tool`; each parameter gets a rule (and a string one a terminal) of its
+/// own, appended to `lark`.
+fn xml_call(lark: &mut String, index: usize, tool: &Tool) -> Result<String, ConstraintError> {
+    let empty = Map::new();
+    let properties = tool
+        .parameters
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let required: Vec<&str> = tool
+        .parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut rule = literal(&format!("<tool_call>\n<function={}>\n", tool.name));
+    for (position, (key, schema)) in properties.iter().enumerate() {
+        let name = format!("tool_{index}_{position}");
+        let open = literal(&format!("<parameter={key}>\n"));
+        let value = if is_string(schema) {
+            string_value(lark, &name.to_uppercase(), schema)
+        } else {
+            let schema = json_schema(tool, &with_definitions(schema, &tool.parameters))?;
+            format!("%json {schema} {}", literal("\n</parameter>\n"))
+        };
+        let _ = writeln!(lark, "{name}: {open} {value}");
+        let optional = if required.contains(&key.as_str()) {
+            ""
+        } else {
+            "?"
+        };
+        let _ = write!(rule, " {name}{optional}");
+    }
+    let _ = write!(rule, " {}", literal("</function>\n</tool_call>"));
+    Ok(rule)
+}
+
+fn is_string(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("string")
+}
+
+/// A string parameter's raw text and its closing tag: its enum's values, or a terminal
+/// (`terminal`, appended to `lark`) of text within its length bounds that holds no
+/// `</parameter>`. The closing tag is part of the terminal: a terminal for the text alone would
+/// swallow the `\n</parameter` that starts the tag, since the lexer takes the longest match.
+fn string_value(lark: &mut String, terminal: &str, schema: &Value) -> String {
+    let close = "\n</parameter>\n";
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let values: Vec<String> = values
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|value| literal(&format!("{value}{close}")))
+            .collect();
+        if !values.is_empty() {
+            return format!("({})", values.join(" | "));
+        }
+    }
+    let bound = |key| schema.get(key).and_then(Value::as_u64);
+    let repeat = match (bound("minLength"), bound("maxLength")) {
+        (None, None) => "*".to_owned(),
+        (min, Some(max)) => format!("{{{},{max}}}", min.unwrap_or(0).min(max)),
+        (Some(min), None) => format!("{{{min},}}"),
+    };
+    // `\x2F` is `/`, which would end the Lark regex literal.
+    let _ = writeln!(
+        lark,
+        r"{terminal}: /(?s:.{repeat})\n<\x2Fparameter>/ & ~/(?s:.*<\x2Fparameter>.*\n<\x2Fparameter>)/"
+    );
+    format!("{terminal} {}", literal("\n"))
+}
+
+/// A property's schema standing alone: the root's `$defs` and `definitions` come along, so its
+/// `$ref`s still resolve.
+fn with_definitions(schema: &Value, root: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Value::Object(object) = &mut schema {
+        for key in ["$defs", "definitions"] {
+            if let (Some(definitions), false) = (root.get(key), object.contains_key(key)) {
+                object.insert(key.to_owned(), definitions.clone());
+            }
+        }
+    }
+    schema
+}
