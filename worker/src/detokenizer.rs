@@ -11,7 +11,13 @@
 //! The window is the last emitted chunk (context for the decoder) plus the unread tokens, and
 //! older tokens are dropped, so a step costs the same at token 10 and at token 100,000; the
 //! limits on how long tokens may stay unread keep it bounded whatever the model emits.
+//!
+//! Special tokens are skipped, except those a caller asks to keep: some models write tool-call
+//! markers as special tokens (Mistral's `[TOOL_CALLS]`, Llama's `<|python_tag|>`), and the
+//! output parser needs to see them. A kept token flushes what is pending and then comes out as
+//! its literal text, so text and markers keep their order.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokenizers::Tokenizer;
@@ -33,9 +39,11 @@ pub struct DetokenizeError {
     source: tokenizers::Error,
 }
 
-/// One sequence's detokenizer; special tokens are skipped, as `decode(ids, true)` does.
+/// One sequence's detokenizer; special tokens are skipped, as `decode(ids, true)` does, except
+/// the kept ones.
 pub struct Detokenizer {
     tokenizer: Arc<Tokenizer>,
+    kept: HashSet<u32>,
     /// Recent tokens: `[..read]` was already emitted and is kept as decoding context,
     /// `[read..]` is not emitted yet.
     window: Vec<u32>,
@@ -46,13 +54,23 @@ impl Detokenizer {
     pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
         Self {
             tokenizer,
+            kept: HashSet::new(),
             window: Vec::new(),
             read: 0,
         }
     }
 
+    /// Special tokens to emit as their literal text rather than skip.
+    pub fn keep_tokens(mut self, ids: impl IntoIterator<Item = u32>) -> Self {
+        self.kept.extend(ids);
+        self
+    }
+
     /// Adds one generated token and returns the text it completes, possibly empty.
     pub fn push(&mut self, token: u32) -> Result<String, DetokenizeError> {
+        if self.kept.contains(&token) {
+            return self.push_kept(token);
+        }
         self.window.push(token);
         let (prefix, full) = self.decode_window()?;
         let pending = self.window.len() - self.read;
@@ -75,6 +93,20 @@ impl Detokenizer {
         self.window.clear();
         self.read = 0;
         Ok(suffix_after(&full, prefix.len()).to_owned())
+    }
+
+    /// Whatever is pending, then the token's text. The token itself never enters the window:
+    /// decoding would skip it anyway, and leaving it out keeps the text before it as the next
+    /// token's context, so that token keeps its leading space.
+    fn push_kept(&mut self, token: u32) -> Result<String, DetokenizeError> {
+        let (prefix, full) = self.decode_window()?;
+        let mut text = suffix_after(&full, prefix.len()).to_owned();
+        text.push_str(&self.tokenizer.id_to_token(token).unwrap_or_default());
+        if self.read < self.window.len() {
+            self.window.drain(..self.read);
+            self.read = self.window.len();
+        }
+        Ok(text)
     }
 
     /// The text of the emitted context alone, and of the whole window.

@@ -221,3 +221,86 @@ fn a_long_run_of_special_tokens_keeps_the_window_bounded() {
         );
     }
 }
+
+/// The byte-level tokenizer plus Mistral's `[TOOL_CALLS]` as a special token.
+fn with_marker(tokenizer: &Arc<Tokenizer>) -> (Arc<Tokenizer>, u32) {
+    let mut tokenizer = Tokenizer::clone(tokenizer);
+    tokenizer.add_special_tokens(&[AddedToken::from("[TOOL_CALLS]", true)]);
+    let id = tokenizer.token_to_id("[TOOL_CALLS]").expect("added");
+    (Arc::new(tokenizer), id)
+}
+
+fn kept_deltas(tokenizer: &Arc<Tokenizer>, keep: u32, ids: &[u32]) -> Vec<String> {
+    let mut detok = Detokenizer::new(Arc::clone(tokenizer)).keep_tokens([keep]);
+    let mut out: Vec<String> = ids
+        .iter()
+        .map(|&id| detok.push(id).expect("decodable"))
+        .collect();
+    out.push(detok.finish().expect("decodable"));
+    out
+}
+
+#[test]
+fn a_kept_special_token_comes_out_as_its_text_in_order() {
+    let (tokenizer, marker) = with_marker(&byte_level());
+    let mut ids = encode(&tokenizer, "Sure. ");
+    ids.push(marker);
+    ids.extend(encode(&tokenizer, "[{\"name\": \"f\"}]"));
+    let got = kept_deltas(&tokenizer, marker, &ids);
+    assert_eq!(got.concat(), "Sure. [TOOL_CALLS][{\"name\": \"f\"}]");
+    assert_eq!(
+        got[ids.iter().position(|&id| id == marker).unwrap()],
+        "[TOOL_CALLS]"
+    );
+}
+
+#[test]
+fn a_kept_token_flushes_the_pending_text_before_itself() {
+    let (tokenizer, marker) = with_marker(&byte_level());
+    let lead = encode(&tokenizer, "日")[0];
+    let mut detok = Detokenizer::new(Arc::clone(&tokenizer)).keep_tokens([marker]);
+    assert_eq!(
+        detok.push(lead).unwrap(),
+        "",
+        "held as an incomplete character"
+    );
+    assert_eq!(detok.push(marker).unwrap(), "\u{FFFD}[TOOL_CALLS]");
+    assert_eq!(detok.push(encode(&tokenizer, "a")[0]).unwrap(), "a");
+}
+
+#[test]
+fn special_tokens_that_are_not_kept_are_still_skipped() {
+    let (tokenizer, marker) = with_marker(&byte_level());
+    let end = tokenizer.token_to_id("<|end|>").expect("added");
+    let mut ids = encode(&tokenizer, "a");
+    ids.extend([end, marker]);
+    ids.extend(encode(&tokenizer, "b"));
+    assert_eq!(
+        kept_deltas(&tokenizer, marker, &ids).concat(),
+        "a[TOOL_CALLS]b"
+    );
+    assert_eq!(
+        deltas(&tokenizer, &ids).concat(),
+        "ab",
+        "nothing kept by default"
+    );
+}
+
+#[test]
+fn the_token_after_a_kept_one_keeps_its_leading_space() {
+    let (tokenizer, id) = sentencepiece();
+    let (tokenizer, marker) = with_marker(&tokenizer);
+    let ids = [id["▁Hello"], marker, id["▁world"]];
+    let got = kept_deltas(&tokenizer, marker, &ids);
+    assert_eq!(got.concat(), "Hello[TOOL_CALLS] world");
+}
+
+#[test]
+fn kept_tokens_keep_the_window_bounded() {
+    let (tokenizer, marker) = with_marker(&byte_level());
+    let mut detok = Detokenizer::new(Arc::clone(&tokenizer)).keep_tokens([marker]);
+    for _ in 0..100 {
+        assert_eq!(detok.push(marker).unwrap(), "[TOOL_CALLS]");
+        assert!(detok.window.is_empty(), "{}", detok.window.len());
+    }
+}

@@ -1,5 +1,7 @@
 //! The tool-call syntaxes the worker understands.
 
+use super::markers::{ARGS, CALL_ID, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS};
+
 /// How a model writes tool calls in its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolFormat {
@@ -13,4 +15,22 @@ pub enum ToolFormat {
     /// Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, or the newer
     /// `[TOOL_CALLS]name[ARGS]{...}` per call.
     Mistral,
+}
+
+impl ToolFormat {
+    /// Whether the model can make several calls in one turn. Meta's JSON tool format is one
+    /// call per turn (the template renders a single call), so Llama is told to make one.
+    pub fn supports_parallel(self) -> bool {
+        !matches!(self, Self::Llama3Json)
+    }
+
+    /// The marker texts of this format that may be single special tokens, which decoding with
+    /// `skip_special_tokens` would drop.
+    pub(super) fn token_markers(self) -> &'static [&'static str] {
+        match self {
+            Self::Hermes | Self::QwenXml => &[TOOL_CALL_OPEN, TOOL_CALL_CLOSE],
+            Self::Llama3Json => &[PYTHON_TAG],
+            Self::Mistral => &[TOOL_CALLS, ARGS, CALL_ID],
+        }
+    }
 }

@@ -1,7 +1,25 @@
-//! Model formats for agents' output: which tool-call syntax a model writes, whether it thinks
-//! in `<think>` blocks, and the streaming parser that splits generated text into content,
-//! reasoning and whole tool calls.
+//! Model formats for agents' output: which tool-call syntax a model writes and whether it
+//! thinks in `<think>` blocks (`detect`); the streaming parser that splits generated text into
+//! content, reasoning and whole tool calls (`parser`, with `calls` and `xml_call` reading the
+//! calls and `reasoning` saying where a `<think>` block starts); and the rewrite that teaches
+//! tools to a model whose template has none (`fallback`).
 
+mod calls;
+mod detect;
+mod fallback;
 mod format;
+mod fragment;
+mod markers;
+mod parser;
+mod reasoning;
+mod xml_call;
 
+pub use detect::ModelFormats;
+pub use fallback::rewrite_messages;
 pub use format::ToolFormat;
+pub use fragment::{Fragment, ToolCall};
+pub use parser::{OutputParser, ParserConfig};
+pub use reasoning::{ReasoningStart, prompt_opens_reasoning};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+//! Turning a finished candidate's text into tool calls, for the JSON-based formats: Hermes
+//! blocks (whose body may also be Qwen3-Coder's XML), Llama's bare objects and Mistral's
+//! `[TOOL_CALLS]` sections. Every function either returns whole valid calls or says why not;
+//! model output is untrusted, so nothing here panics or half-accepts a call.
+
+use serde_json::Value;
+
+use super::fragment::ToolCall;
+use super::markers::{ARGS, CALL_ID, FUNCTION_OPEN, PYTHON_TAG, TOOL_CALLS};
+use super::xml_call::{self, ParamTypes};
+
+/// The body of a `<tool_call>` block: Hermes JSON, or Qwen3-Coder's `<function=...>` (models
+/// of either family are seen writing the other's body inside the same wrapper).
+pub(super) fn parse_block(body: &str, types: &ParamTypes) -> Result<ToolCall, String> {
+    let body = body.trim();
+    if body.starts_with(FUNCTION_OPEN) {
+        return xml_call::parse_function(body, types);
+    }
+    let (value, rest) = json_prefix(body)?;
+    if !rest.trim().is_empty() {
+        return Err("text after the call's JSON object".into());
+    }
+    call_from_value(value)
+}
+
+/// Llama 3's output when it starts with a call: an optional `<|python_tag|>`, then one
+/// `{"name": ..., "parameters": {...}}` object or several separated by `;`.
+pub(super) fn parse_llama(text: &str) -> Result<Vec<ToolCall>, String> {
+    let text = text.trim_start();
+    let mut rest = text.strip_prefix(PYTHON_TAG).unwrap_or(text);
+    let mut calls = Vec::new();
+    loop {
+        let (value, after) = json_prefix(rest)?;
+        calls.push(call_from_value(value)?);
+        let after = after.trim_start();
+        match after.strip_prefix(';') {
+            Some(next) if !next.trim().is_empty() => rest = next,
+            Some(_) => return Ok(calls),
+            None if after.is_empty() => return Ok(calls),
+            None => return Err("text after the call's JSON object".into()),
+        }
+    }
+}
+
+/// Mistral's output from its first `[TOOL_CALLS]` to the end: sections of calls, each either
+/// a JSON array (or object) of calls or one `name[CALL_ID]id[ARGS]{...}` (the id optional),
+/// each section after the first optionally opened by its own `[TOOL_CALLS]`. Returns the calls
+/// of the sections that parsed and, where a section did not, the offset from which `text` is
+/// not calls, with why.
+pub(super) fn parse_mistral(text: &str) -> (Vec<ToolCall>, Option<(usize, String)>) {
+    let mut calls = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let offset = text.len() - rest.len();
+        match mistral_section(rest) {
+            Ok((section, after)) => {
+                calls.extend(section);
+                rest = after.trim_start();
+            }
+            Err(why) => return (calls, Some((offset, why))),
+        }
+    }
+    (calls, None)
+}
+
+fn mistral_section(text: &str) -> Result<(Vec<ToolCall>, &str), String> {
+    let body = text.strip_prefix(TOOL_CALLS).unwrap_or(text).trim_start();
+    if body.starts_with(['[', '{']) {
+        let (value, after) = json_prefix(body)?;
+        let calls = match value {
+            Value::Array(items) if items.is_empty() => return Err("an empty list of calls".into()),
+            Value::Array(items) => items
+                .into_iter()
+                .map(call_from_value)
+                .collect::<Result<Vec<_>, _>>()?,
+            value => vec![call_from_value(value)?],
+        };
+        return Ok((calls, after));
+    }
+    let args_at = body.find(ARGS).ok_or("no [ARGS] after the tool name")?;
+    let head = &body[..args_at];
+    let name = head.find(CALL_ID).map_or(head, |at| &head[..at]).trim();
+    if !is_tool_name(name) {
+        return Err(format!("{name:?} is not a tool name"));
+    }
+    let (args, after) = json_prefix(&body[args_at + ARGS.len()..])?;
+    let call = ToolCall {
+        name: name.to_owned(),
+        arguments: arguments(Some(args))?,
+    };
+    Ok((vec![call], after))
+}
+
+/// OpenAI's tool names, plus `.`: anything else before `[ARGS]` is prose, not a name.
+fn is_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A `{"name": ..., "arguments" | "parameters": ...}` object as a call. Missing or null
+/// arguments are an empty object: models write `{"name": "now"}` for a tool without
+/// parameters.
+pub(super) fn call_from_value(value: Value) -> Result<ToolCall, String> {
+    let Value::Object(mut object) = value else {
+        return Err("the call is not a JSON object".into());
+    };
+    let name = match object.remove("name") {
+        Some(Value::String(name)) if !name.trim().is_empty() => name,
+        _ => return Err("the call has no name".into()),
+    };
+    let args = object
+        .remove("arguments")
+        .or_else(|| object.remove("parameters"));
+    Ok(ToolCall {
+        name,
+        arguments: arguments(args)?,
+    })
+}
+
+/// Arguments as compact JSON; a JSON string holding an object (OpenAI's own encoding, which
+/// some models copy) is decoded.
+fn arguments(value: Option<Value>) -> Result<String, String> {
+    let value = match value {
+        None | Some(Value::Null) => return Ok("{}".into()),
+        Some(Value::String(encoded)) => serde_json::from_str(&encoded)
+            .map_err(|error| format!("the arguments string is not JSON: {error}"))?,
+        Some(value) => value,
+    };
+    match value {
+        Value::Object(_) => Ok(value.to_string()),
+        _ => Err("the arguments are not a JSON object".into()),
+    }
+}
+
+/// The JSON value at the start of `text` (after whitespace), and the text after it.
+fn json_prefix(text: &str) -> Result<(Value, &str), String> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(value)) => Ok((value, text.get(values.byte_offset()..).unwrap_or(""))),
+        Some(Err(error)) => Err(format!("invalid JSON: {error}")),
+        None => Err("no JSON where a call should be".into()),
+    }
+}

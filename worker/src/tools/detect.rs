@@ -1,0 +1,133 @@
+//! What a model's chat template and vocabulary say about its output: which tool-call syntax it
+//! writes, whether its template renders tools, whether it thinks in `<think>` blocks, and which
+//! special tokens must be kept when decoding so that the parser sees its markers.
+//!
+//! Detection is textual: templates are matched on the marker strings they write, the way
+//! Ollama and llama.cpp pick a parser, because a template is code that can spell a format in
+//! many ways but always has to print its markers.
+
+use tokenizers::Tokenizer;
+
+use super::format::ToolFormat;
+use super::markers::{FUNCTION_OPEN, PARAMETER_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN};
+use super::markers::{TOOL_CALL_OPEN, TOOL_CALLS};
+
+/// What the worker learns once, at load, about a model's output formats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFormats {
+    pub tool_format: ToolFormat,
+    /// The template renders the `tools` it is given; otherwise corral writes them into the
+    /// system message itself (`rewrite_messages`).
+    pub native_tools: bool,
+    /// The model may open its answer with a `<think>` block.
+    pub reasoning: bool,
+    /// Special tokens the detokenizer must keep as text: the format's markers (and `<think>`,
+    /// `</think>` for a reasoning model) where the vocabulary marks them special.
+    pub kept_tokens: Vec<u32>,
+}
+
+impl ModelFormats {
+    pub fn detect(template_source: Option<&str>, tokenizer: &Tokenizer) -> ModelFormats {
+        let template = template_source.unwrap_or("");
+        let in_vocab = |token: &str| tokenizer.token_to_id(token).is_some();
+        let tool_format = tool_format(template, &in_vocab);
+        let reasoning = template.contains(THINK_CLOSE) || in_vocab(THINK_CLOSE);
+        let mut markers = tool_format.token_markers().to_vec();
+        if reasoning {
+            markers.extend([THINK_OPEN, THINK_CLOSE]);
+        }
+        ModelFormats {
+            tool_format,
+            native_tools: references_tools(template),
+            reasoning,
+            kept_tokens: special_ids(tokenizer, &markers),
+        }
+    }
+}
+
+/// The first rule that matches, most specific first: Qwen3-Coder's template also writes
+/// `<tool_call>`, and Hermes-style Llama fine-tunes keep Llama's `<|python_tag|>` token.
+fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
+    if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {
+        ToolFormat::QwenXml
+    } else if template.contains(TOOL_CALL_OPEN) {
+        ToolFormat::Hermes
+    } else if template.contains(TOOL_CALLS) || in_vocab(TOOL_CALLS) {
+        ToolFormat::Mistral
+    } else if template.contains(PYTHON_TAG) || in_vocab(PYTHON_TAG) || llama3_tools(template) {
+        ToolFormat::Llama3Json
+    } else {
+        ToolFormat::Hermes
+    }
+}
+
+/// Llama 3.2's template has no `<|python_tag|>` but asks for `"parameters"` in an `ipython`
+/// conversation ended by `<|eot_id|>`.
+fn llama3_tools(template: &str) -> bool {
+    template.contains("\"parameters\"")
+        && (template.contains("<|eot_id|>") || template.contains("ipython"))
+}
+
+/// Whether `tools` is used as a variable inside a `{% %}` or `{{ }}` tag: as a whole
+/// identifier (`tools_in_user_message` and `message.tools` do not count), outside string
+/// literals (a template's prose about tools does not count). Comments `{# #}` are not tags.
+fn references_tools(template: &str) -> bool {
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        let after = &rest[start + 1..];
+        let close = match after.chars().next() {
+            Some('%') => "%}",
+            Some('{') => "}}",
+            _ => {
+                rest = after;
+                continue;
+            }
+        };
+        let body = &after[1..];
+        let end = body.find(close).unwrap_or(body.len());
+        if has_tools_identifier(&body[..end]) {
+            return true;
+        }
+        rest = &body[end..];
+    }
+    false
+}
+
+fn has_tools_identifier(expr: &str) -> bool {
+    let mut quote = None;
+    let mut word_start = None;
+    let mut previous = ' ';
+    for (i, c) in expr.char_indices().chain([(expr.len(), ' ')]) {
+        if let Some(q) = quote {
+            if c == q && previous != '\\' {
+                quote = None;
+            }
+        } else if c.is_alphanumeric() || c == '_' {
+            word_start.get_or_insert(i);
+        } else {
+            if let Some(start) = word_start.take() {
+                let attribute = expr[..start].ends_with('.');
+                if &expr[start..i] == "tools" && !attribute {
+                    return true;
+                }
+            }
+            if c == '\'' || c == '"' {
+                quote = Some(c);
+            }
+        }
+        previous = c;
+    }
+    false
+}
+
+/// The ids of those `markers` that are special added tokens, sorted.
+fn special_ids(tokenizer: &Tokenizer, markers: &[&str]) -> Vec<u32> {
+    let mut ids: Vec<u32> = tokenizer
+        .get_added_tokens_decoder()
+        .into_iter()
+        .filter(|(_, token)| token.special && markers.contains(&token.content.as_str()))
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}

@@ -1,0 +1,23 @@
+//! The literal texts that open and close reasoning and tool calls in model output, shared by
+//! format detection (which of them must survive detokenization) and the parser.
+
+pub const THINK_OPEN: &str = "<think>";
+pub const THINK_CLOSE: &str = "</think>";
+
+/// Hermes and Qwen: one call per block.
+pub const TOOL_CALL_OPEN: &str = "<tool_call>";
+pub const TOOL_CALL_CLOSE: &str = "</tool_call>";
+
+/// Qwen3-Coder's XML call, also seen without the `<tool_call>` wrapper.
+pub const FUNCTION_OPEN: &str = "<function=";
+pub const FUNCTION_CLOSE: &str = "</function>";
+pub const PARAMETER_OPEN: &str = "<parameter=";
+pub const PARAMETER_CLOSE: &str = "</parameter>";
+
+/// Llama 3.1+: the token before a call in the `ipython` environment.
+pub const PYTHON_TAG: &str = "<|python_tag|>";
+
+/// Mistral's control tokens around calls.
+pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
+pub const ARGS: &str = "[ARGS]";
+pub const CALL_ID: &str = "[CALL_ID]";

@@ -1,0 +1,408 @@
+//! The streaming output parser: generated text in, in arbitrary chunks; content, reasoning and
+//! whole tool calls out, in order.
+//!
+//! A marker can be split across chunks anywhere, so the parser holds back a tail of text that
+//! could still become one and releases it once it cannot (as `stop_strings` does). A tool call
+//! is buffered from its opening marker until it is decided: a valid call comes out whole, and a
+//! malformed one comes out as content with its exact text, never half-parsed. Every decision
+//! depends only on the text, never on how it was chunked, so a stream and a single push agree.
+//!
+//! Text is kept in one buffer with a read offset, compacted once per push, and each scan starts
+//! where the previous one stopped, so the work is linear in the output whatever the chunking.
+
+use serde_json::Value;
+
+use super::calls;
+use super::format::ToolFormat;
+use super::fragment::{Fragment, Fragments, ToolCall};
+use super::markers::{
+    FUNCTION_CLOSE, FUNCTION_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN, TOOL_CALLS,
+};
+use super::reasoning::ReasoningStart;
+use super::xml_call::{self, ParamTypes};
+
+#[derive(Debug, Clone, Copy)]
+pub struct ParserConfig<'a> {
+    pub format: ToolFormat,
+    /// Whether the request offered tools; without, tool syntax is plain content.
+    pub parse_tools: bool,
+    pub reasoning: ReasoningStart,
+    /// The request's OpenAI tool objects, for parameter types.
+    pub tools: &'a [Value],
+}
+
+/// A call that runs to a closing marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    /// `<tool_call>` ... `</tool_call>`.
+    ToolCall,
+    /// Qwen3-Coder's `<function=...>` ... `</function>` without the wrapper.
+    Function,
+}
+
+impl Block {
+    fn open(self) -> &'static str {
+        match self {
+            Self::ToolCall => TOOL_CALL_OPEN,
+            Self::Function => FUNCTION_OPEN,
+        }
+    }
+
+    fn close(self) -> &'static str {
+        match self {
+            Self::ToolCall => TOOL_CALL_CLOSE,
+            Self::Function => FUNCTION_CLOSE,
+        }
+    }
+}
+
+/// Calls that run to the end of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    Llama,
+    Mistral,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Output start, when it may open with whitespace and `<think>`.
+    MaybeThink,
+    Thinking,
+    /// Whitespace is dropped, then the parser goes on in `Next`.
+    SkipSpace(Next),
+    /// Start of the answer: Llama's bare `{` call is only recognized here.
+    ContentStart,
+    Text,
+    Block(Block),
+    Tail(Tail),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Thinking,
+    ContentStart,
+    Text,
+}
+
+impl From<Next> for Mode {
+    fn from(next: Next) -> Self {
+        match next {
+            Next::Thinking => Mode::Thinking,
+            Next::ContentStart => Mode::ContentStart,
+            Next::Text => Mode::Text,
+        }
+    }
+}
+
+/// One sequence's parser.
+#[derive(Debug)]
+pub struct OutputParser {
+    format: ToolFormat,
+    parse_tools: bool,
+    /// The markers that open a call in content; none when tools are not parsed.
+    openers: &'static [&'static str],
+    types: ParamTypes,
+    mode: Mode,
+    /// `buf[start..]` is received and undecided; the rest is dropped at the end of each push.
+    buf: String,
+    start: usize,
+    /// How far past `start` the current mode has already looked, so no byte is scanned twice.
+    scanned: usize,
+    malformed: Option<String>,
+}
+
+impl OutputParser {
+    pub fn new(config: ParserConfig<'_>) -> Self {
+        let mode = match config.reasoning {
+            ReasoningStart::Off => Mode::ContentStart,
+            ReasoningStart::Maybe => Mode::MaybeThink,
+            ReasoningStart::Inside => Mode::SkipSpace(Next::Thinking),
+        };
+        let openers = if config.parse_tools {
+            openers(config.format)
+        } else {
+            &[]
+        };
+        // Every format's `<tool_call>` block may hold XML, so the types are read for all.
+        let types = if config.parse_tools {
+            ParamTypes::from_tools(config.tools)
+        } else {
+            ParamTypes::default()
+        };
+        Self {
+            format: config.format,
+            parse_tools: config.parse_tools,
+            openers,
+            types,
+            mode,
+            buf: String::new(),
+            start: 0,
+            scanned: 0,
+            malformed: None,
+        }
+    }
+
+    /// Adds generated text; returns what it decides, possibly nothing.
+    pub fn push(&mut self, text: &str) -> Vec<Fragment> {
+        self.buf.push_str(text);
+        let mut out = Fragments::default();
+        while self.step(&mut out) {}
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        out.into_vec()
+    }
+
+    /// Decides what is still held, at the end of generation: an unterminated reasoning block
+    /// stays reasoning, an unterminated call is parsed as it stands.
+    pub fn finish(&mut self) -> Vec<Fragment> {
+        let mut out = Fragments::default();
+        let rest = std::mem::take(&mut self.buf);
+        let rest = rest.get(self.start..).unwrap_or("");
+        match self.mode {
+            Mode::Thinking => out.reasoning(rest),
+            Mode::Block(block) => {
+                let parsed = self.parse_block(block, rest);
+                accept(&mut out, &mut self.malformed, rest, parsed);
+            }
+            Mode::Tail(tail) => self.decide_tail(&mut out, tail, rest),
+            Mode::MaybeThink | Mode::SkipSpace(_) | Mode::ContentStart | Mode::Text => {
+                out.content(rest);
+            }
+        }
+        self.start = 0;
+        self.set_mode(Mode::Text);
+        out.into_vec()
+    }
+
+    /// Why the last candidate call that was returned as text did not parse, for a log line.
+    pub fn malformed(&self) -> Option<&str> {
+        self.malformed.as_deref()
+    }
+
+    fn pending(&self) -> &str {
+        self.buf.get(self.start..).unwrap_or("")
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+        self.scanned = 0;
+    }
+
+    /// Takes one decision on the pending text; false when the next one needs more text.
+    fn step(&mut self, out: &mut Fragments) -> bool {
+        match self.mode {
+            Mode::MaybeThink => self.maybe_think(),
+            Mode::Thinking => self.thinking(out),
+            Mode::SkipSpace(next) => {
+                let pending = self.pending();
+                let space = pending.len() - pending.trim_start().len();
+                self.start += space;
+                if self.pending().is_empty() {
+                    return false;
+                }
+                self.set_mode(next.into());
+                true
+            }
+            Mode::ContentStart => self.content_start(),
+            Mode::Text => self.text(out),
+            Mode::Block(block) => self.block(out, block),
+            Mode::Tail(_) => false,
+        }
+    }
+
+    /// Leading whitespace then `<think>` opens reasoning; anything else is the answer, its
+    /// whitespace included.
+    fn maybe_think(&mut self) -> bool {
+        let space = self.leading_space();
+        let text = &self.pending()[space..];
+        if text.starts_with(THINK_OPEN) {
+            self.start += space + THINK_OPEN.len();
+            self.set_mode(Mode::SkipSpace(Next::Thinking));
+        } else if text.is_empty() || THINK_OPEN.starts_with(text) {
+            return false;
+        } else {
+            self.set_mode(Mode::ContentStart);
+        }
+        true
+    }
+
+    /// Reasoning streams as it comes, less a tail that may be the start of `</think>`.
+    fn thinking(&mut self, out: &mut Fragments) -> bool {
+        let pending = self.pending();
+        if let Some(at) = pending.find(THINK_CLOSE) {
+            out.reasoning(&pending[..at]);
+            self.start += at + THINK_CLOSE.len();
+            self.set_mode(Mode::SkipSpace(Next::ContentStart));
+            return true;
+        }
+        let release = pending.len() - held_tail(pending, &[THINK_CLOSE]);
+        out.reasoning(&pending[..release]);
+        self.start += release;
+        false
+    }
+
+    /// Llama writes a call as the whole answer, a bare object or one after `<|python_tag|>`.
+    fn content_start(&mut self) -> bool {
+        if self.parse_tools && self.format == ToolFormat::Llama3Json {
+            let space = self.leading_space();
+            let text = &self.pending()[space..];
+            if text.starts_with('{') || text.starts_with(PYTHON_TAG) {
+                self.set_mode(Mode::Tail(Tail::Llama));
+                return true;
+            }
+            if text.is_empty() || PYTHON_TAG.starts_with(text) {
+                return false;
+            }
+        }
+        self.set_mode(Mode::Text);
+        true
+    }
+
+    fn text(&mut self, out: &mut Fragments) -> bool {
+        let pending = self.pending();
+        let opener = self
+            .openers
+            .iter()
+            .filter_map(|&marker| Some((pending.find(marker)?, marker)))
+            .min();
+        let Some((at, marker)) = opener else {
+            let release = pending.len() - held_tail(pending, self.openers);
+            out.content(&pending[..release]);
+            self.start += release;
+            return false;
+        };
+        out.content(&pending[..at]);
+        self.start += at;
+        self.set_mode(match marker {
+            TOOL_CALL_OPEN => Mode::Block(Block::ToolCall),
+            FUNCTION_OPEN => Mode::Block(Block::Function),
+            PYTHON_TAG => Mode::Tail(Tail::Llama),
+            _ => Mode::Tail(Tail::Mistral),
+        });
+        true
+    }
+
+    /// Buffers a block until its closing marker, then decides it.
+    fn block(&mut self, out: &mut Fragments, block: Block) -> bool {
+        let close = block.close();
+        let pending = self.pending();
+        let from = floor_char_boundary(pending, self.scanned.max(block.open().len()));
+        let Some(at) = pending[from..].find(close).map(|at| from + at) else {
+            // The next search starts where a closing marker split here could begin.
+            self.scanned = pending.len().saturating_sub(close.len() - 1);
+            return false;
+        };
+        let end = at + close.len();
+        let candidate = &self.buf[self.start..self.start + end];
+        let parsed = self.parse_block(block, candidate);
+        let accepted = accept(out, &mut self.malformed, candidate, parsed);
+        self.start += end;
+        // Whitespace between calls is dropped; after a rejected one it is content as written.
+        self.set_mode(if accepted {
+            Mode::SkipSpace(Next::Text)
+        } else {
+            Mode::Text
+        });
+        true
+    }
+
+    /// A block's candidate text, from its opening marker to its closing one (or to the end of
+    /// the output, at finish).
+    fn parse_block(&self, block: Block, candidate: &str) -> Result<ToolCall, String> {
+        match block {
+            Block::ToolCall => {
+                let body = candidate.strip_prefix(TOOL_CALL_OPEN).unwrap_or(candidate);
+                // At finish the model may have stopped partway through the closing marker.
+                let body = body
+                    .strip_suffix(TOOL_CALL_CLOSE)
+                    .unwrap_or_else(|| &body[..body.len() - held_tail(body, &[TOOL_CALL_CLOSE])]);
+                calls::parse_block(body, &self.types)
+            }
+            Block::Function => xml_call::parse_function(candidate, &self.types),
+        }
+    }
+
+    fn decide_tail(&mut self, out: &mut Fragments, tail: Tail, text: &str) {
+        match tail {
+            Tail::Llama => match calls::parse_llama(text) {
+                Ok(calls) => calls.into_iter().for_each(|call| out.call(call)),
+                Err(why) => {
+                    out.content(text);
+                    self.malformed = Some(why);
+                }
+            },
+            Tail::Mistral => {
+                let (calls, rejected) = calls::parse_mistral(text);
+                calls.into_iter().for_each(|call| out.call(call));
+                if let Some((offset, why)) = rejected {
+                    out.content(text.get(offset..).unwrap_or(""));
+                    self.malformed = Some(why);
+                }
+            }
+        }
+    }
+
+    /// The length of the pending text's leading whitespace, scanning only what is new.
+    fn leading_space(&mut self) -> usize {
+        let pending = self.pending();
+        let from = floor_char_boundary(pending, self.scanned);
+        let rest = &pending[from..];
+        self.scanned = from + rest.len() - rest.trim_start().len();
+        self.scanned
+    }
+}
+
+/// The markers that open a call in each format's content.
+fn openers(format: ToolFormat) -> &'static [&'static str] {
+    match format {
+        ToolFormat::Hermes => &[TOOL_CALL_OPEN],
+        ToolFormat::QwenXml => &[TOOL_CALL_OPEN, FUNCTION_OPEN],
+        ToolFormat::Llama3Json => &[PYTHON_TAG],
+        ToolFormat::Mistral => &[TOOL_CALLS],
+    }
+}
+
+/// Emits a parsed call, or the candidate's text with the reason kept; says which.
+fn accept(
+    out: &mut Fragments,
+    malformed: &mut Option<String>,
+    candidate: &str,
+    parsed: Result<ToolCall, String>,
+) -> bool {
+    match parsed {
+        Ok(call) => {
+            out.call(call);
+            true
+        }
+        Err(why) => {
+            out.content(candidate);
+            *malformed = Some(why);
+            false
+        }
+    }
+}
+
+/// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
+/// Markers are ASCII, so the tail starts on a character boundary.
+fn held_tail(text: &str, markers: &[&str]) -> usize {
+    markers
+        .iter()
+        .filter_map(|marker| {
+            (1..marker.len())
+                .rev()
+                .find(|&len| text.ends_with(&marker[..len]))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `index`, moved back to the start of the character it falls in (and into `text`).
+fn floor_char_boundary(text: &str, index: usize) -> usize {
+    (0..=index.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0)
+}
