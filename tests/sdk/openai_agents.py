@@ -20,7 +20,8 @@ WEATHER = {
         "parameters": {
             "type": "object",
             "properties": {
-                "city": {"type": "string", "description": "The city, e.g. Paris"},
+                # Bounded, so that random weights, which rarely close a string, finish one.
+                "city": {"type": "string", "description": "The city, e.g. Paris", "maxLength": 24},
                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
             },
             "required": ["city", "unit"],
@@ -35,7 +36,10 @@ TIME = {
         "description": "The current time in a time zone.",
         "parameters": {
             "type": "object",
-            "properties": {"zone": {"type": "string"}, "hours": {"type": "integer"}},
+            "properties": {
+                "zone": {"type": "string", "maxLength": 24},
+                "hours": {"type": "integer", "minimum": -12, "maximum": 14},
+            },
             "required": ["zone"],
         },
     },
@@ -47,8 +51,8 @@ PERSON = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 40},
-        "age": {"type": "integer"},
-        "email": {"type": ["string", "null"]},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": ["string", "null"], "maxLength": 40},
         "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 3},
     },
     "required": ["name", "age", "email", "tags"],
@@ -77,7 +81,7 @@ def required_calls(api, model, seeds):
     for seed in range(seeds):
         response = api.chat.completions.create(
             model=model, messages=ASK, tools=TOOLS, tool_choice="required",
-            seed=seed, temperature=1.0, max_tokens=400,
+            seed=seed, temperature=1.0, max_tokens=600,
         )
         choice = response.choices[0]
         assert choice.finish_reason == "tool_calls", (seed, choice)
@@ -95,7 +99,7 @@ def named_calls(api, model, seeds):
         choice = {"type": "function", "function": {"name": "get_time"}}
         response = api.chat.completions.create(
             model=model, messages=ASK, tools=TOOLS, tool_choice=choice,
-            parallel_tool_calls=False, seed=seed, temperature=1.0, max_tokens=400,
+            parallel_tool_calls=False, seed=seed, temperature=1.0, max_tokens=600,
         )
         calls = response.choices[0].message.tool_calls
         assert len(calls) == 1, calls
@@ -103,7 +107,7 @@ def named_calls(api, model, seeds):
 
         stream = api.chat.completions.create(
             model=model, messages=ASK, tools=TOOLS, tool_choice=choice,
-            parallel_tool_calls=False, seed=seed, temperature=1.0, max_tokens=400, stream=True,
+            parallel_tool_calls=False, seed=seed, temperature=1.0, max_tokens=600, stream=True,
         )
         content, assembled, finish = "", {}, None
         for chunk in stream:
@@ -141,7 +145,7 @@ def json_schema(api, model, seeds):
     for seed in range(seeds):
         response = api.chat.completions.create(
             model=model, messages=messages, response_format=response_format,
-            seed=seed, temperature=1.0, max_tokens=400,
+            seed=seed, temperature=1.0, max_tokens=600,
         )
         choice = response.choices[0]
         assert choice.finish_reason == "stop", (seed, choice)
@@ -149,14 +153,14 @@ def json_schema(api, model, seeds):
 
         stream = api.chat.completions.create(
             model=model, messages=messages, response_format=response_format,
-            seed=seed, temperature=1.0, max_tokens=400, stream=True,
+            seed=seed, temperature=1.0, max_tokens=600, stream=True,
         )
         text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
         jsonschema.validate(json.loads(text), PERSON)
     # The SDK's own structured-output helper parses the answer into the schema's shape.
     parsed = api.chat.completions.parse(
         model=model, messages=messages, response_format=response_format,
-        seed=0, temperature=1.0, max_tokens=400,
+        seed=0, temperature=1.0, max_tokens=600,
     )
     jsonschema.validate(json.loads(parsed.choices[0].message.content), PERSON)
     return {"seeds": seeds}
@@ -167,7 +171,7 @@ def json_object(api, model, seeds):
     for seed in range(seeds):
         response = api.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Answer in JSON."}],
-            response_format={"type": "json_object"}, seed=seed, temperature=1.0, max_tokens=400,
+            response_format={"type": "json_object"}, seed=seed, temperature=1.0, max_tokens=600,
         )
         assert response.choices[0].finish_reason == "stop", response
         assert isinstance(json.loads(response.choices[0].message.content), dict)
@@ -183,7 +187,7 @@ def completion_grammar(api, model, seeds):
         )
         assert response.choices[0].text in (" yes", " no"), response.choices[0].text
         response = api.completions.create(
-            model=model, prompt="A person:", max_tokens=400, seed=seed, temperature=1.0,
+            model=model, prompt="A person:", max_tokens=600, seed=seed, temperature=1.0,
             extra_body={"response_format": {
                 "type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}},
         )

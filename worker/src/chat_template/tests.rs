@@ -487,3 +487,20 @@ fn a_malformed_tokenizer_config_is_an_error_naming_it() {
     assert!(matches!(err, ChatTemplateError::ConfigFile(_)), "{err:?}");
     assert!(err.to_string().contains("tokenizer_config.json"), "{err}");
 }
+
+#[test]
+fn template_kwargs_reach_the_template_and_never_replace_its_variables() {
+    // Qwen3's switch, reduced to the part that reads the variable.
+    let source = "{{ messages[0].content }}{% if add_generation_prompt %}<|im_start|>assistant\n\
+                  {% if enable_thinking is defined and enable_thinking is false %}\
+                  <think>\n\n</think>\n\n{% endif %}{% endif %}";
+    let template = template(source, None, None);
+    let messages = [json!({"role": "user", "content": "Hi"})];
+    let off = json!({"enable_thinking": false, "messages": [], "add_generation_prompt": false});
+    let rendered = template
+        .render_with(&messages, None, true, off.as_object())
+        .unwrap();
+    assert_eq!(rendered, "Hi<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    let plain = template.render_with(&messages, None, true, None).unwrap();
+    assert_eq!(plain, "Hi<|im_start|>assistant\n");
+}

@@ -2,7 +2,9 @@
 //! SmolLM2's): corral rewrites the conversation into plain messages that teach the Hermes
 //! format, with the words Qwen2.5's template uses, so the output parser reads the answer as it
 //! would a Hermes model's. Tool schemas go into the system message; past calls become the
-//! assistant's text; tool results become user turns.
+//! assistant's text; tool results become user turns in plain words ("The tool get_weather
+//! returned: ..."): a model never trained on tools answers from those, where Hermes'
+//! `<tool_response>` tags only made SmolLM2 repeat them.
 
 use std::io;
 
@@ -24,17 +26,27 @@ pub fn rewrite_messages(messages: &[Value], tools: &[Value]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(messages.len() + 1);
     // Whether the last message out holds tool results, which the next result joins.
     let mut results_open = false;
+    // The names of the calls made so far, by id, to name the tool whose result comes back.
+    let mut call_names: Vec<(String, String)> = Vec::new();
     for message in messages {
         let is_result = role(message) == Some("tool");
         match role(message) {
             Some("assistant") if message.get("tool_calls").is_some() => {
+                call_names.extend(call_ids_and_names(message));
                 out.push(assistant_text(message));
             }
             Some("tool") => {
-                let response = format!(
-                    "<tool_response>\n{}\n</tool_response>",
-                    text_of(message.get("content"))
-                );
+                let id = message.get("tool_call_id").and_then(Value::as_str);
+                let name = call_names
+                    .iter()
+                    .find(|(call_id, _)| Some(call_id.as_str()) == id)
+                    .map(|(_, name)| name.as_str())
+                    .or_else(|| message.get("name").and_then(Value::as_str));
+                let content = text_of(message.get("content"));
+                let response = match name {
+                    Some(name) => format!("The tool {name} returned: {content}"),
+                    None => format!("The tool returned: {content}"),
+                };
                 match out.last_mut() {
                     Some(previous) if results_open => append(previous, &response),
                     _ => out.push(serde_json::json!({"role": "user", "content": response})),
@@ -48,6 +60,16 @@ pub fn rewrite_messages(messages: &[Value], tools: &[Value]) -> Vec<Value> {
         describe_tools(&mut out, tools);
     }
     out
+}
+
+fn call_ids_and_names(message: &Value) -> impl Iterator<Item = (String, String)> + '_ {
+    let calls = message.get("tool_calls").and_then(Value::as_array);
+    calls.into_iter().flatten().filter_map(|call| {
+        let id = call.get("id")?.as_str()?;
+        let function = call.get("function").unwrap_or(call);
+        let name = function.get("name")?.as_str()?;
+        Some((id.to_owned(), name.to_owned()))
+    })
 }
 
 fn role(message: &Value) -> Option<&str> {

@@ -69,10 +69,10 @@ fn past_calls_and_results_become_text() {
                    \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n\
                    <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \
                    \"Rome\"}}\n</tool_call>"}),
-            json!({"role": "user", "content": "<tool_response>\n18C\n</tool_response>\n\
-                   <tool_response>\n25C\n</tool_response>"}),
+            json!({"role": "user", "content": "The tool get_weather returned: 18C\n\
+                   The tool get_weather returned: 25C"}),
             messages[4].clone(),
-            json!({"role": "user", "content": "<tool_response>\n\n</tool_response>"}),
+            json!({"role": "user", "content": "The tool returned: "}),
         ]
     );
 }
