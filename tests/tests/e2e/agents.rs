@@ -1,7 +1,7 @@
 //! Agents' requests through `corral serve`, as the official OpenAI Python SDK sees them
 //! (`tests/sdk/openai_agents.py`): forced tool calls whose arguments validate against the tool's
-//! schema even from random weights, structured outputs streamed and not, the errors, and a whole
-//! tool round trip with the real instruct model.
+//! schema even from random weights, structured outputs streamed and not, the errors, and with
+//! the real instruct model a whole tool round trip and JSON mode.
 
 use corral_fixture::Arch;
 use corral_tests::sdk;
@@ -31,17 +31,18 @@ fn structured_outputs_validate_and_bad_requests_name_their_field() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
     let server = Server::start(&dirs);
     check(&server, "json-schema", "llama", 10);
-    check(&server, "json-object", "llama", 5);
     check(&server, "completion-grammar", "llama", 5);
     check(&server, "bad-input", "llama", 1);
 }
 
 #[test]
-fn smollm2_calls_the_weather_tool_and_answers_from_its_result() {
+fn smollm2_calls_the_weather_tool_answers_from_its_result_and_writes_json() {
     let dirs = Dirs::generated([]);
     let gguf = corral_tests::smollm2_gguf();
     let server = Server::start_with_env(&dirs, &[], &[("CORRAL_DEFAULT_MODEL", gguf.as_os_str())]);
     let trip = check(&server, "round-trip", "SmolLM2-135M-Instruct", 1);
     assert_eq!(trip["call"]["name"], "get_weather", "{trip}");
     eprintln!("SmolLM2's round trip: {trip}");
+    let answer = check(&server, "json-object", "SmolLM2-135M-Instruct", 1);
+    assert!(answer["answer"].is_object(), "{answer}");
 }
