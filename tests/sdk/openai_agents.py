@@ -267,7 +267,63 @@ def round_trip(api, model, _seeds):
     return {"call": {"name": name, "arguments": arguments}, "answer": answer.content}
 
 
+WORDS = r"[a-z]{3,10}( [a-z]{3,10}){1,3}"
+THINKING_THEN_ANSWER = f'start: "<think>\\n" /{WORDS}/ "\\n</think>\\n\\n" /{WORDS}/'
+ANSWER_ONLY = f"start: /{WORDS}/"
+
+
+def reasoning(api, model, seeds):
+    """A model whose template thinks (Qwen3's switch), its output forced by a grammar into a
+    think block then an answer: the thinking comes back as reasoning_content, streamed and not,
+    and no <think> text reaches content. enable_thinking false (or reasoning_effort none)
+    reaches the template, which then closes the block in the prompt."""
+    import re
+    ask = [{"role": "user", "content": "Think, then answer."}]
+    for seed in range(seeds):
+        body = {"grammar": THINKING_THEN_ANSWER}
+        whole = api.chat.completions.create(
+            model=model, messages=ask, seed=seed, temperature=1.0, max_tokens=200,
+            reasoning_effort="high", extra_body=body,
+        )
+        message = whole.choices[0].message
+        thought = message.model_extra.get("reasoning_content")
+        # As the model wrote it, up to </think>: the newline before the tag included.
+        assert thought and re.fullmatch(WORDS + "\n", thought), message
+        assert re.fullmatch(WORDS, message.content), message
+
+        stream = api.chat.completions.create(
+            model=model, messages=ask, seed=seed, temperature=1.0, max_tokens=200,
+            reasoning_effort="high", extra_body=body, stream=True,
+        )
+        streamed_thought, streamed_text = "", ""
+        for chunk in stream:
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            streamed_thought += (delta.model_extra or {}).get("reasoning_content") or ""
+            text = delta.content or ""
+            assert "<think" not in text and "</think" not in text, text
+            streamed_text += text
+        assert (streamed_thought, streamed_text) == (thought, message.content), (
+            streamed_thought, streamed_text, thought, message.content)
+        thinking_prompt = whole.usage.prompt_tokens
+
+        for extra in ({"chat_template_kwargs": {"enable_thinking": False}}, {}):
+            effort = {} if extra else {"reasoning_effort": "none"}
+            plain = api.chat.completions.create(
+                model=model, messages=ask, seed=seed, temperature=1.0, max_tokens=200,
+                extra_body={"grammar": ANSWER_ONLY, **extra}, **effort,
+            )
+            message = plain.choices[0].message
+            assert re.fullmatch(WORDS, message.content), message
+            assert not (message.model_extra or {}).get("reasoning_content"), message
+            # The template wrote the closed block into the prompt.
+            assert plain.usage.prompt_tokens > thinking_prompt, (plain.usage, thinking_prompt)
+    return {"seeds": seeds}
+
+
 CHECKS = {
+    "reasoning": reasoning,
     "required-calls": required_calls,
     "named-calls": named_calls,
     "json-schema": json_schema,

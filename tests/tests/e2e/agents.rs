@@ -35,6 +35,27 @@ fn structured_outputs_validate_and_bad_requests_name_their_field() {
     check(&server, "bad-input", "llama", 1);
 }
 
+/// Qwen3's template reduced to what matters here: ChatML, and `enable_thinking=false` closing
+/// an empty think block in the prompt. `</think>` in it tells the worker the model thinks.
+const THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n' }}
+{%- if enable_thinking is defined and enable_thinking is false %}
+{{- '<think>\n\n</think>\n\n' }}
+{%- endif %}
+{%- endif %}"#;
+
+#[test]
+fn a_thinking_model_returns_its_reasoning_apart_and_the_switch_reaches_its_template() {
+    let dirs = Dirs::with_models(&[Arch::Qwen3]);
+    let template = dirs.models.path().join("qwen3/chat_template.jinja");
+    std::fs::write(template, THINKING_TEMPLATE).unwrap();
+    let server = Server::start(&dirs);
+    check(&server, "reasoning", "qwen3", 3);
+}
+
 #[test]
 fn smollm2_calls_the_weather_tool_answers_from_its_result_and_writes_json() {
     let dirs = Dirs::generated([]);
