@@ -322,7 +322,47 @@ def reasoning(api, model, seeds):
     return {"seeds": seeds}
 
 
+def auto_calls(api, model, seeds):
+    """tool_choice auto, the model's output forced by a grammar into text then a Hermes call:
+    the text is content, the call is parsed out of it, and streamed content never holds a tag
+    or a piece of one, whatever the token boundaries."""
+    import re
+    arguments = json.dumps({"type": "object", "properties": {
+        "zone": {"type": "string", "maxLength": 12}}, "required": ["zone"],
+        "additionalProperties": False,
+        # A user grammar's JSON gets llguidance's defaults, which allow free whitespace.
+        "x-guidance": {"whitespace_flexible": False}})
+    grammar = (f'start: /{WORDS}/ "\\n<tool_call>\\n{{\\"name\\": \\"get_time\\", '
+               f'\\"arguments\\": " %json {arguments} "}}\\n</tool_call>"')
+    for seed in range(seeds):
+        request = dict(model=model, messages=ASK, tools=TOOLS, seed=seed, temperature=1.0,
+                       max_tokens=300, extra_body={"grammar": grammar})
+        whole = api.chat.completions.create(**request)
+        choice = whole.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        assert re.fullmatch(WORDS, choice.message.content.strip()), choice.message
+        assert len(choice.message.tool_calls) == 1, choice.message
+        check_call(choice.message.tool_calls[0], ["get_time"])
+
+        content, calls = "", {}
+        for chunk in api.chat.completions.create(**request, stream=True):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            assert "<" not in (delta.content or ""), delta
+            content += delta.content or ""
+            for part in delta.tool_calls or []:
+                entry = calls.setdefault(part.index, {"name": "", "arguments": ""})
+                entry["name"] += (part.function and part.function.name) or ""
+                entry["arguments"] += (part.function and part.function.arguments) or ""
+        assert content == choice.message.content, (content, choice.message.content)
+        only = choice.message.tool_calls[0].function
+        assert calls == {0: {"name": only.name, "arguments": only.arguments}}, calls
+    return {"seeds": seeds}
+
+
 CHECKS = {
+    "auto-calls": auto_calls,
     "reasoning": reasoning,
     "required-calls": required_calls,
     "named-calls": named_calls,

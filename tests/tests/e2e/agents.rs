@@ -24,6 +24,7 @@ fn forced_tool_calls_from_random_weights_validate_on_twenty_seeds() {
     let required = check(&server, "required-calls", "qwen3", 20);
     assert!(required["calls"].as_u64().unwrap() >= 20, "{required}");
     check(&server, "named-calls", "qwen3", 5);
+    check(&server, "auto-calls", "qwen3", 5);
 }
 
 #[test]
