@@ -1,8 +1,8 @@
 //! corral-worker: one model, its MLX state, tokenizer and generation.
 
 pub mod chat_template;
-pub mod constraint;
 pub mod cli;
+pub mod constraint;
 pub mod describe;
 pub mod detokenizer;
 pub mod engine;
