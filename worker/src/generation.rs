@@ -21,7 +21,7 @@ use crate::prefill_guard::{self, PREFILL_CHUNK, PrefillTooLarge};
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
-use crate::tools::{ToolFormat, rewrite_messages};
+use crate::tools::{ToolFormat, mistral_call_ids, rewrite_messages};
 
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -441,6 +441,13 @@ fn render(
     };
     let taught =
         !loaded.formats.native_tools && (!tools.is_empty() || messages.iter().any(mentions_tools));
+    let mistral_ids;
+    let messages = if loaded.formats.tool_format == ToolFormat::Mistral {
+        mistral_ids = mistral_call_ids(messages);
+        &mistral_ids[..]
+    } else {
+        messages
+    };
     Ok(if taught {
         template.render_with(
             &rewrite_messages(messages, tools),

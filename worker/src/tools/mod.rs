@@ -2,8 +2,10 @@
 //! thinks in `<think>` blocks (`detect`); the streaming parser that splits generated text into
 //! content, reasoning and whole tool calls (`parser`, with `calls` and `xml_call` reading the
 //! calls and `reasoning` saying where a `<think>` block starts); and the rewrite that teaches
-//! tools to a model whose template has none (`fallback`).
+//! tools to a model whose template has none (`fallback`); tool-call ids in the shape Mistral's
+//! templates demand (`call_ids`).
 
+mod call_ids;
 mod calls;
 mod detect;
 mod fallback;
@@ -14,6 +16,7 @@ mod parser;
 mod reasoning;
 mod xml_call;
 
+pub use call_ids::mistral_call_ids;
 pub use detect::ModelFormats;
 pub use fallback::rewrite_messages;
 pub use format::ToolFormat;
