@@ -200,6 +200,10 @@ pub struct GenerateRequest {
     /// take precedence, since the call is then the whole output.
     #[serde(default)]
     pub output_format: Option<OutputFormat>,
+    /// Only count the prompt's tokens (Anthropic's `count_tokens`): the worker answers
+    /// `Accepted` with the count, then `Done` with no completion, and runs no compute.
+    #[serde(default)]
+    pub count_only: bool,
 }
 
 impl GenerateRequest {
@@ -221,6 +225,7 @@ impl GenerateRequest {
             tool_choice: ToolChoice::Auto,
             parallel_tool_calls: None,
             output_format: None,
+            count_only: false,
         }
     }
 }

@@ -233,6 +233,7 @@ fn run(loaded: &LoadedModel, mode: Mode, with_tokens: bool) -> (Run, usize) {
             parallel_tool_calls: None,
             format: mode.format(),
         },
+        count_only: false,
     };
     let mut done = None;
     let mut text = String::new();

@@ -46,6 +46,8 @@ pub struct GenerateRequest {
     /// Report each sampled token's log-probability and this many alternatives.
     pub logprobs: Option<usize>,
     pub output: OutputOptions,
+    /// Only count the prompt's tokens: accept, then finish with no compute.
+    pub count_only: bool,
 }
 
 /// What the answer may hold besides text, and the grammar it must follow.
@@ -183,6 +185,22 @@ pub fn generate(
 ) -> Result<(), GenerateError> {
     let prepared = prepare(loaded, request)?;
     let prompt = prepared.tokens;
+    if request.count_only {
+        emit(Event::Accepted {
+            prompt_tokens: prompt.len(),
+        });
+        emit(Event::Done {
+            finish_reason: FinishReason::Stop,
+            timings: Timings {
+                prompt_tokens: prompt.len(),
+                cached_tokens: 0,
+                completion_tokens: 0,
+                prefill: Duration::ZERO,
+                decode: Duration::ZERO,
+            },
+        });
+        return Ok(());
+    }
     if cancel.load(Ordering::Relaxed) {
         // Cancelled while queued: nobody waits for it, so skip the prefill too.
         emit(Event::Done {

@@ -38,6 +38,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         stop: args.stop,
         logprobs: None,
         output: OutputOptions::default(),
+        count_only: false,
     };
     let mut stdout = std::io::stdout().lock();
     let mut timings = None;

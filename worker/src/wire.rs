@@ -44,6 +44,7 @@ pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
             parallel_tool_calls: request.parallel_tool_calls,
             format: request.output_format,
         },
+        count_only: request.count_only,
     }
 }
 

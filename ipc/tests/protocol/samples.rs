@@ -23,6 +23,7 @@ pub fn generate_request(prompt: Prompt) -> GenerateRequest {
             schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
             strict: true,
         }),
+        count_only: false,
     }
 }
 
@@ -67,6 +68,7 @@ pub fn to_worker() -> Vec<ToWorker> {
                 stop: vec![],
                 tool_choice: ToolChoice::Auto,
                 parallel_tool_calls: None,
+                count_only: true,
                 output_format: Some(OutputFormat::Lark {
                     grammar: "start: \"yes\" | \"no\"".into(),
                 }),

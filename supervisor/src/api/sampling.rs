@@ -106,6 +106,7 @@ impl SamplingParams {
             tool_choice: ToolChoice::Auto,
             parallel_tool_calls: None,
             output_format,
+            count_only: false,
         })
     }
 }

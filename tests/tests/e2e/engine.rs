@@ -20,6 +20,7 @@ fn request(prompt: &str, max_tokens: usize) -> GenerateRequest {
         stop: Vec::new(),
         logprobs: None,
         output: OutputOptions::default(),
+        count_only: false,
     }
 }
 

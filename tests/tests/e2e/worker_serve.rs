@@ -176,6 +176,43 @@ async fn serves_a_generation_then_shuts_down_cleanly() {
 }
 
 #[tokio::test]
+async fn counting_a_prompt_answers_its_length_and_generates_nothing() {
+    let model = tiny_model(Arch::Qwen3);
+    let (_worker, mut connection) = ready_worker(model.path()).await;
+    let mut counted = Vec::new();
+    for (id, count_only) in [(1, false), (2, true)] {
+        let request = corral_ipc::GenerateRequest {
+            count_only,
+            ..chat(4, None)
+        };
+        let request = Box::new(request);
+        connection
+            .send(&ToWorker::Generate { id, request })
+            .await
+            .unwrap();
+        let FromWorker::Accepted { prompt_tokens, .. } = recv(&mut connection).await else {
+            panic!("expected Accepted");
+        };
+        counted.push(prompt_tokens);
+        loop {
+            match recv(&mut connection).await {
+                FromWorker::Delta { .. } => assert!(!count_only, "a count generates nothing"),
+                FromWorker::Done { usage, .. } => {
+                    assert_eq!(usage.prompt_tokens, prompt_tokens);
+                    assert_eq!(usage.completion_tokens == 0, count_only);
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        counted[0], counted[1],
+        "the count is the prompt a generation gets"
+    );
+}
+
+#[tokio::test]
 async fn cancel_ends_the_sequence_and_the_stats_count_it() {
     let model = tiny_model(Arch::Llama);
     let (_worker, mut connection) = ready_worker(model.path()).await;
