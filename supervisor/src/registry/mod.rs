@@ -103,6 +103,9 @@ impl ModelEntry {
 pub struct Registry {
     models: BTreeMap<String, ModelEntry>,
     aliases: BTreeMap<String, String>,
+    /// Aliases with `*` wildcards (`claude-*`), for clients that pick their own model names:
+    /// Claude Code asks for `claude-sonnet-4-5-20250929` and, for small tasks, a haiku.
+    patterns: Vec<(String, String)>,
 }
 
 impl Registry {
@@ -124,8 +127,16 @@ impl Registry {
     }
 
     /// Adds `alias` for the model `target`; an alias of an unknown model is logged and dropped.
+    /// An alias with `*` is a pattern, each `*` standing for any run of characters.
     pub fn alias(&mut self, alias: &str, target: &str) {
         match self.resolve(target) {
+            Some(id) if alias.contains('*') => {
+                let id = id.to_owned();
+                self.patterns.push((alias.to_owned(), id));
+                // The most specific pattern first: `claude-haiku-*` before `claude-*`.
+                self.patterns
+                    .sort_by_key(|(pattern, _)| std::cmp::Reverse(literal_len(pattern)));
+            }
             Some(id) => {
                 self.aliases.insert(alias.to_owned(), id.to_owned());
             }
@@ -133,12 +144,19 @@ impl Registry {
         }
     }
 
-    /// The canonical id for an id or alias.
+    /// The canonical id for an id, an alias, or a name an alias pattern matches (the pattern
+    /// with the most literal characters wins).
     pub fn resolve(&self, name: &str) -> Option<&str> {
         if let Some((id, _)) = self.models.get_key_value(name) {
             return Some(id);
         }
-        self.aliases.get(name).map(String::as_str)
+        if let Some(id) = self.aliases.get(name) {
+            return Some(id);
+        }
+        self.patterns
+            .iter()
+            .find(|(pattern, _)| glob_matches(pattern, name))
+            .map(|(_, id)| id.as_str())
     }
 
     pub fn get(&self, id: &str) -> Option<&ModelEntry> {
@@ -231,3 +249,30 @@ fn children(dir: &Path, what: &str) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests;
+
+fn literal_len(pattern: &str) -> usize {
+    pattern.chars().filter(|&c| c != '*').count()
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters (none included).
+fn glob_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*` at all: an exact match.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}

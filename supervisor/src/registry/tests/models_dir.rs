@@ -117,3 +117,33 @@ fn aliases_resolve_and_unknown_names_do_not() {
         Some(root.path().join("m/llama-tiny").as_path())
     );
 }
+
+#[test]
+fn alias_patterns_map_families_of_names_and_the_most_specific_wins() {
+    let root = tempfile::tempdir().unwrap();
+    model_at(&root.path().join("m/big"));
+    model_at(&root.path().join("m/small"));
+    let mut registry = Registry::default();
+    for entry in scan(&root.path().join("m")) {
+        registry.add(entry);
+    }
+    registry.alias("claude-*", "big");
+    registry.alias("claude-*haiku*", "small");
+    registry.alias("*-mini", "small");
+    registry.alias("gpt-*-ghost", "no-such-model");
+    let cases = [
+        ("claude-sonnet-4-5-20250929", Some("big")),
+        ("claude-opus-4-1", Some("big")),
+        ("claude-3-5-haiku-20241022", Some("small")),
+        ("claude-haiku-4-5", Some("small")),
+        ("claude-", Some("big")),
+        ("o4-mini", Some("small")),
+        ("claude", None),
+        ("gpt-4-ghost", None),
+        ("xclaude-sonnet", None),
+        ("big", Some("big")),
+    ];
+    for (name, expected) in cases {
+        assert_eq!(registry.resolve(name), expected, "{name}");
+    }
+}
