@@ -6,6 +6,7 @@
 //! [`Backend`], and the tests use an in-memory one. Every error answer, whatever its cause, is
 //! built in `error.rs`.
 
+mod anthropic;
 mod backend;
 mod chat;
 mod chat_response;
@@ -17,6 +18,7 @@ mod logprobs;
 mod messages;
 mod models;
 mod output_format;
+mod responses;
 mod router;
 mod sampling;
 mod served_model;

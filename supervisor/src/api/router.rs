@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 
 use super::backend::Backend;
 use super::error::ApiError;
-use super::{chat, completions, models};
+use super::{anthropic, chat, completions, models, responses};
 
 /// Large enough for long chats with tool definitions; larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -22,6 +22,16 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::handler::<B>))
         .route("/v1/completions", post(completions::handler::<B>))
+        .route("/v1/messages", post(anthropic::messages::<B>))
+        .route(
+            "/v1/messages/count_tokens",
+            post(anthropic::count_tokens::<B>),
+        )
+        .route("/v1/responses", post(responses::create::<B>))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve::<B>).delete(responses::delete::<B>),
+        )
         .route("/v1/models", get(models::list::<B>))
         .route("/v1/models/{model}", get(models::get::<B>))
         .route("/health", get(models::health))

@@ -4,6 +4,7 @@
 //! generated models, a running `corral serve`) is the `corral-tests` library in `tests/src/`.
 
 mod agents;
+mod anthropic;
 mod discovery;
 mod engine;
 mod gguf_agreement;
@@ -12,6 +13,7 @@ mod operations;
 mod prefix_cache;
 mod pull;
 mod reference_logits;
+mod responses;
 mod serve;
 mod serve_auth;
 mod serve_memory;

@@ -1,0 +1,1 @@
+//! The Anthropic Messages API through `corral serve`, with the official `anthropic` SDK.

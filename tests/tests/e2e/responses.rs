@@ -1,0 +1,1 @@
+//! The OpenAI Responses API through `corral serve`, with the official `openai` SDK.
