@@ -17,6 +17,9 @@ use crate::memory::budget::{DEFAULT_HARD_FRACTION, DEFAULT_SOFT_FRACTION};
 pub const DEFAULT_PORT: u16 = 8080;
 /// Long enough for another model's typical answer to finish, short of clients' own timeouts.
 const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(30);
+/// Enough for many agents' conversations at once; a response holds its conversation as text,
+/// so a thousand long ones stay within tens of megabytes.
+const DEFAULT_RESPONSES_STORE_SIZE: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -45,6 +48,9 @@ pub struct Config {
     pub allow_remote_without_key: bool,
     pub prefix_cache: PrefixCacheConfig,
     pub discovery: DiscoveryConfig,
+    /// How many finished Responses API responses are kept for `previous_response_id` and
+    /// `GET /v1/responses/{id}`; the oldest goes first.
+    pub responses_store_size: usize,
 }
 
 /// Which libraries of other tools are searched for models, besides the models directories; the
@@ -176,6 +182,7 @@ impl Default for Config {
             allow_remote_without_key: false,
             prefix_cache: PrefixCacheConfig::default(),
             discovery: DiscoveryConfig::default(),
+            responses_store_size: DEFAULT_RESPONSES_STORE_SIZE,
         }
     }
 }
@@ -211,6 +218,7 @@ struct FileConfig {
     prefix_cache: PrefixCacheConfig,
     #[serde(default)]
     discovery: DiscoveryConfig,
+    responses_store_size: Option<usize>,
 }
 
 /// Values given on the command line or in the environment.
@@ -321,6 +329,9 @@ impl Config {
                 ..from_file.prefix_cache
             },
             discovery: from_file.discovery,
+            responses_store_size: from_file
+                .responses_store_size
+                .unwrap_or(defaults.responses_store_size),
         })
     }
 }

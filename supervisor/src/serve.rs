@@ -129,7 +129,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
         config: config.clone(),
         metrics: metrics.clone(),
     });
-    let app = api::router(backend)
+    let app = api::router(backend, config.responses_store_size)
         .merge(admin::router(admin))
         .layer(axum::middleware::from_fn_with_state(
             keys,

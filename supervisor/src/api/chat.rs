@@ -72,7 +72,7 @@ impl ChatRequest {
 
 /// The template's extra variables: the client's, plus `reasoning_effort` where the client did
 /// not set the variables it implies itself.
-fn template_kwargs(
+pub fn template_kwargs(
     kwargs: Option<Map<String, Value>>,
     effort: Option<String>,
 ) -> Result<Option<Map<String, Value>>, ApiError> {

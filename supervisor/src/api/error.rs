@@ -31,6 +31,12 @@ pub enum ApiError {
     BodyTooLarge,
     #[error("the model `{0}` does not exist")]
     ModelNotFound(String),
+    /// A `/v1/responses/{id}` that was never stored, was deleted or was evicted.
+    #[error("No response found with id '{0}'.")]
+    ResponseNotFound(String),
+    /// OpenAI answers an unknown `previous_response_id` with a 404 naming it.
+    #[error("Previous response with id '{0}' not found.")]
+    PreviousResponseNotFound(String),
     #[error("no route for {method} {path}")]
     RouteNotFound { method: String, path: String },
     #[error("{method} is not allowed on {path}")]
@@ -51,7 +57,10 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest { .. } | ApiError::MalformedBody(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_)
+            | ApiError::RouteNotFound { .. }
+            | ApiError::ResponseNotFound(_)
+            | ApiError::PreviousResponseNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Backend(error) => backend_status(error),
         }
@@ -85,6 +94,12 @@ impl ApiError {
                 (INVALID, Some("model_not_servable"), Some("model"))
             }
             ApiError::RouteNotFound { .. } => ("not_found_error", Some("unknown_url"), None),
+            ApiError::ResponseNotFound(_) => (INVALID, Some("response_not_found"), None),
+            ApiError::PreviousResponseNotFound(_) => (
+                INVALID,
+                Some("previous_response_not_found"),
+                Some("previous_response_id"),
+            ),
             ApiError::MethodNotAllowed { .. } => (INVALID, Some("method_not_allowed"), None),
             ApiError::Backend(BackendError::Rejected { kind, param, .. }) => match kind {
                 RejectKind::PromptTooLong => (INVALID, Some("context_length_exceeded"), None),

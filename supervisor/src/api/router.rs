@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Extension};
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
 
@@ -18,7 +18,8 @@ use super::{anthropic, chat, completions, models, responses};
 /// Large enough for long chats with tool definitions; larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-pub fn router<B: Backend>(backend: Arc<B>) -> Router {
+/// `responses_store_size` bounds the Responses API's store of finished responses.
+pub fn router<B: Backend>(backend: Arc<B>, responses_store_size: usize) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::handler::<B>))
         .route("/v1/completions", post(completions::handler::<B>))
@@ -30,7 +31,7 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
         .route("/v1/responses", post(responses::create::<B>))
         .route(
             "/v1/responses/{id}",
-            get(responses::retrieve::<B>).delete(responses::delete::<B>),
+            get(responses::retrieve).delete(responses::delete),
         )
         .route("/v1/models", get(models::list::<B>))
         .route("/v1/models/{model}", get(models::get::<B>))
@@ -38,6 +39,9 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(Extension(Arc::new(responses::ResponseStore::new(
+            responses_store_size,
+        ))))
         .with_state(backend)
 }
 

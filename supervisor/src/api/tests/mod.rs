@@ -5,6 +5,8 @@ mod chat;
 mod completions;
 mod errors;
 mod models;
+mod responses;
+mod responses_stream;
 mod streams;
 mod tools;
 
@@ -146,7 +148,7 @@ fn hello_world() -> Vec<StreamEvent> {
 }
 
 fn app(backend: &Arc<FakeBackend>) -> Router {
-    super::router(backend.clone())
+    super::router(backend.clone(), 16)
 }
 
 struct Reply {

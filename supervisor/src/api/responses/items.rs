@@ -1,0 +1,146 @@
+//! A Responses `input` turned into the chat messages the worker's templates render: a string is
+//! one user message; items are messages (`input_text`/`output_text` parts joined into one
+//! string), `function_call` items (merged into the assistant turn before them, as chat keeps a
+//! turn's calls together) and `function_call_output` items (`tool` messages). `reasoning` items
+//! are accepted and left out, as chat templates drop past thinking.
+//!
+//! Arguments stay JSON strings here, as chat clients send them; `messages::normalize` parses
+//! them for the templates later, so the stored conversation keeps the client's text.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::api::error::ApiError;
+
+const ROLES: [&str; 4] = ["user", "system", "developer", "assistant"];
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Input {
+    Text(String),
+    Items(Vec<Value>),
+}
+
+pub fn messages(input: Input) -> Result<Vec<Value>, ApiError> {
+    let items = match input {
+        Input::Text(text) => return Ok(vec![json!({"role": "user", "content": text})]),
+        Input::Items(items) => items,
+    };
+    let mut messages: Vec<Value> = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let field = |name: &str| item.get(name).and_then(Value::as_str);
+        match field("type").unwrap_or("message") {
+            "message" => messages.push(message(index, item)?),
+            "function_call" => {
+                let call = json!({
+                    "id": required(index, field("call_id"), "call_id")?,
+                    "type": "function",
+                    "function": {
+                        "name": required(index, field("name"), "name")?,
+                        "arguments": required(index, field("arguments"), "arguments")?,
+                    },
+                });
+                push_call(&mut messages, call);
+            }
+            "function_call_output" => messages.push(json!({
+                "role": "tool",
+                "tool_call_id": required(index, field("call_id"), "call_id")?,
+                "content": text(index, item.get("output"), "output")?,
+            })),
+            "reasoning" => {}
+            other => {
+                return Err(invalid(
+                    index,
+                    format!(
+                        "input[{index}] has type `{other}`; supported are message, \
+                         function_call, function_call_output and reasoning"
+                    ),
+                    "type",
+                ));
+            }
+        }
+    }
+    Ok(messages)
+}
+
+fn invalid(index: usize, message: String, field: &str) -> ApiError {
+    ApiError::invalid(message, format!("input[{index}].{field}"))
+}
+
+fn required<'a>(index: usize, value: Option<&'a str>, field: &str) -> Result<&'a str, ApiError> {
+    value.ok_or_else(|| {
+        invalid(
+            index,
+            format!("input[{index}] needs a string `{field}`"),
+            field,
+        )
+    })
+}
+
+fn message(index: usize, item: &Value) -> Result<Value, ApiError> {
+    let role = match item.get("role").and_then(Value::as_str) {
+        Some(role) if ROLES.contains(&role) => role,
+        _ => {
+            return Err(invalid(
+                index,
+                format!("input[{index}].role must be one of {}", ROLES.join(", ")),
+                "role",
+            ));
+        }
+    };
+    let content = text(index, item.get("content"), "content")?;
+    Ok(json!({"role": role, "content": content}))
+}
+
+/// Content as a string, or text parts (`input_text`, `output_text`) joined by newlines; other
+/// parts (images, files) are refused, as no model here reads them.
+fn text(index: usize, content: Option<&Value>, field: &str) -> Result<String, ApiError> {
+    let parts = match content {
+        Some(Value::String(text)) => return Ok(text.clone()),
+        Some(Value::Array(parts)) => parts,
+        _ => {
+            return Err(invalid(
+                index,
+                format!("input[{index}].{field} must be a string or an array of text parts"),
+                field,
+            ));
+        }
+    };
+    let mut texts = Vec::with_capacity(parts.len());
+    for part in parts {
+        let kind = part.get("type").and_then(Value::as_str);
+        match (kind, part.get("text").and_then(Value::as_str)) {
+            (Some("input_text" | "output_text" | "text"), Some(text)) => texts.push(text),
+            _ => {
+                return Err(invalid(
+                    index,
+                    format!(
+                        "input[{index}].{field}: only input_text and output_text parts are \
+                         supported, got {}",
+                        kind.unwrap_or("a part without a type")
+                    ),
+                    field,
+                ));
+            }
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+/// Adds a call to the assistant turn just before it, or opens one.
+fn push_call(messages: &mut Vec<Value>, call: Value) {
+    let last_is_assistant = messages
+        .last()
+        .is_some_and(|last| last["role"] == "assistant");
+    if !last_is_assistant {
+        messages.push(json!({"role": "assistant", "content": ""}));
+    }
+    if let Some(Value::Object(turn)) = messages.last_mut() {
+        let calls = turn
+            .entry("tool_calls")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(calls) = calls {
+            calls.push(call);
+        }
+    }
+}

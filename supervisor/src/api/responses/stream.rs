@@ -1,0 +1,290 @@
+//! A response streamed as OpenAI's semantic events, each an SSE `event: <type>` with a
+//! `sequence_number`: `response.created`, `response.in_progress`, then per output item
+//! `output_item.added`, its content (`content_part.added`, text or reasoning deltas and their
+//! `.done`, `content_part.done`; or a call's `function_call_arguments.delta`/`.done`),
+//! `output_item.done`; and last `response.completed` (`response.incomplete` at the token limit,
+//! `response.failed` when the worker fails mid-stream).
+//!
+//! Text and reasoning items stay open across deltas; a call arrives whole from the worker, so
+//! its item opens and closes at once. The final object carries the same items, with the same
+//! ids, as the events did. Dropping the stream (the client left) cancels the generation.
+
+use std::collections::VecDeque;
+
+use axum::response::sse::{Event, Sse};
+use corral_ipc::{FinishReason, ToolCall, Usage};
+use futures_util::stream::{self, Stream};
+use serde_json::{Value, json};
+
+use super::object::{OutputItem, ResponseObject, Status, item_id, message_status, output_text};
+use super::store::Recorder;
+use crate::api::backend::{GenerationStream, StreamEvent};
+
+type SseEvent = Result<Event, axum::Error>;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Reasoning,
+    Message,
+}
+
+/// The text or reasoning item being written.
+struct Open {
+    kind: Kind,
+    id: String,
+    text: String,
+}
+
+struct Relay {
+    events: GenerationStream,
+    response: ResponseObject,
+    /// Taken when the response ends, so it is stored once.
+    recorder: Option<Recorder>,
+    sequence: u64,
+    output: Vec<OutputItem>,
+    open: Option<Open>,
+    pending: VecDeque<SseEvent>,
+    finished: bool,
+}
+
+pub fn response(
+    events: GenerationStream,
+    response: ResponseObject,
+    recorder: Recorder,
+) -> Sse<impl Stream<Item = SseEvent> + Send + 'static> {
+    let mut relay = Relay {
+        events,
+        response,
+        recorder: Some(recorder),
+        sequence: 0,
+        output: Vec::new(),
+        open: None,
+        pending: VecDeque::new(),
+        finished: false,
+    };
+    relay.lifecycle("response.created");
+    relay.lifecycle("response.in_progress");
+    Sse::new(stream::unfold(relay, |mut relay| async move {
+        let event = relay.next_event().await?;
+        Some((event, relay))
+    }))
+}
+
+impl Relay {
+    async fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            if self.finished {
+                return None;
+            }
+            let event = self.events.next().await;
+            self.handle(event);
+        }
+    }
+
+    fn handle(&mut self, event: Option<StreamEvent>) {
+        match event {
+            Some(StreamEvent::Delta {
+                text,
+                reasoning,
+                tool_calls,
+                ..
+            }) => {
+                if !reasoning.is_empty() {
+                    self.write(Kind::Reasoning, &reasoning);
+                }
+                if !text.is_empty() {
+                    self.write(Kind::Message, &text);
+                }
+                for call in tool_calls {
+                    self.call(call);
+                }
+            }
+            Some(StreamEvent::Done {
+                finish_reason,
+                usage,
+            }) => self.done(finish_reason, usage),
+            Some(StreamEvent::Failed { message }) => self.fail(message),
+            None => self.fail("the worker ended the request without finishing it".to_owned()),
+        }
+    }
+
+    fn emit(&mut self, kind: &'static str, mut payload: Value) {
+        payload["type"] = json!(kind);
+        payload["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        self.pending
+            .push_back(Event::default().event(kind).json_data(payload));
+    }
+
+    fn lifecycle(&mut self, kind: &'static str) {
+        let response = serde_json::to_value(&self.response).unwrap_or(Value::Null);
+        self.emit(kind, json!({"response": response}));
+    }
+
+    fn write(&mut self, kind: Kind, delta: &str) {
+        if self.open.as_ref().is_some_and(|open| open.kind != kind) {
+            self.close("completed");
+        }
+        if self.open.is_none() {
+            self.open_item(kind);
+        }
+        let index = self.output.len();
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        open.text.push_str(delta);
+        let mut payload = json!({
+            "item_id": open.id, "output_index": index, "content_index": 0, "delta": delta,
+        });
+        let event = match kind {
+            Kind::Message => {
+                payload["logprobs"] = json!([]);
+                "response.output_text.delta"
+            }
+            Kind::Reasoning => "response.reasoning_text.delta",
+        };
+        self.emit(event, payload);
+    }
+
+    fn open_item(&mut self, kind: Kind) {
+        let (id, item, part) = match kind {
+            Kind::Message => {
+                let id = item_id("msg");
+                let item = json!({
+                    "type": "message", "id": id, "role": "assistant",
+                    "status": "in_progress", "content": [],
+                });
+                (id, item, json!(output_text(String::new())))
+            }
+            Kind::Reasoning => {
+                let id = item_id("rs");
+                let item = json!({
+                    "type": "reasoning", "id": id, "summary": [], "content": [],
+                    "status": "in_progress",
+                });
+                (id, item, json!({"type": "reasoning_text", "text": ""}))
+            }
+        };
+        let index = self.output.len();
+        self.emit(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        self.emit(
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        );
+        self.open = Some(Open {
+            kind,
+            id,
+            text: String::new(),
+        });
+    }
+
+    /// Ends the open item, if any, with its whole text.
+    fn close(&mut self, status: &'static str) {
+        let Some(Open { kind, id, text }) = self.open.take() else {
+            return;
+        };
+        let index = self.output.len();
+        let (done, part, item) = match kind {
+            Kind::Message => (
+                "response.output_text.done",
+                json!(output_text(text.clone())),
+                OutputItem::message(id.clone(), text.clone(), status),
+            ),
+            Kind::Reasoning => (
+                "response.reasoning_text.done",
+                json!({"type": "reasoning_text", "text": text}),
+                OutputItem::reasoning(id.clone(), text.clone()),
+            ),
+        };
+        let mut payload = json!({
+            "item_id": id, "output_index": index, "content_index": 0, "text": text,
+        });
+        if kind == Kind::Message {
+            payload["logprobs"] = json!([]);
+        }
+        self.emit(done, payload);
+        self.emit(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        );
+        self.item_done(item);
+    }
+
+    fn item_done(&mut self, item: OutputItem) {
+        let index = self.output.len();
+        self.emit(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        self.output.push(item);
+    }
+
+    fn call(&mut self, call: ToolCall) {
+        self.close("completed");
+        let item = OutputItem::function_call(call);
+        let OutputItem::FunctionCall { id, arguments, .. } = &item else {
+            return;
+        };
+        let (id, arguments) = (id.clone(), arguments.clone());
+        let index = self.output.len();
+        let mut added = json!(item);
+        added["arguments"] = json!("");
+        added["status"] = json!("in_progress");
+        self.emit(
+            "response.output_item.added",
+            json!({"output_index": index, "item": added}),
+        );
+        self.emit(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": arguments}),
+        );
+        self.emit(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "arguments": arguments}),
+        );
+        self.item_done(item);
+    }
+
+    fn done(&mut self, reason: FinishReason, usage: Usage) {
+        self.close(message_status(reason));
+        // OpenAI answers with a message unless the model called tools.
+        let answered = self
+            .output
+            .iter()
+            .any(|item| !matches!(item, OutputItem::Reasoning { .. }));
+        if !answered {
+            self.open_item(Kind::Message);
+            self.close(message_status(reason));
+        }
+        let output = std::mem::take(&mut self.output);
+        self.response.finish(output, reason, usage);
+        self.end();
+    }
+
+    fn fail(&mut self, message: String) {
+        tracing::warn!(%message, "response failed mid-stream");
+        self.close("incomplete");
+        let output = std::mem::take(&mut self.output);
+        self.response.fail(output, message);
+        self.end();
+    }
+
+    fn end(&mut self) {
+        if let Some(recorder) = self.recorder.take() {
+            recorder.record(&self.response);
+        }
+        let kind = match self.response.status {
+            Status::Completed | Status::InProgress => "response.completed",
+            Status::Incomplete => "response.incomplete",
+            Status::Failed => "response.failed",
+        };
+        self.lifecycle(kind);
+        self.finished = true;
+    }
+}
