@@ -51,14 +51,17 @@ fn is_operator_route(path: &str) -> bool {
 }
 
 pub async fn require_key(State(keys): State<Arc<Keys>>, request: Request, next: Next) -> Response {
-    let Some(accepted) = keys.accepted_for(request.uri().path()) else {
+    let path = request.uri().path();
+    let Some(accepted) = keys.accepted_for(path) else {
         return next.run(request).await;
     };
+    let anthropic = crate::api::is_anthropic_route(path);
     match presented_key(request.headers()) {
         Some(key) if accepted.iter().any(|accepted| same(accepted, key)) => next.run(request).await,
-        Some(_) => unauthorized("the API key is not valid for this route"),
+        Some(_) => unauthorized("the API key is not valid for this route", anthropic),
         None => unauthorized(
             "an API key is required: send `Authorization: Bearer <key>` or `x-api-key: <key>`",
+            anthropic,
         ),
     }
 }
@@ -78,10 +81,16 @@ fn same(expected: &str, given: &str) -> bool {
     corral_ipc::tokens_match(given.as_bytes(), expected.as_bytes())
 }
 
-fn unauthorized(message: &str) -> Response {
-    let body = json!({"error": {
-        "message": message, "type": "invalid_request_error", "code": "invalid_api_key", "param": null,
-    }});
+/// In the shape of the API asked: Anthropic's SDKs read `error.type`, OpenAI's `error.code`.
+fn unauthorized(message: &str, anthropic: bool) -> Response {
+    let body = if anthropic {
+        json!({"type": "error", "error": {"type": "authentication_error", "message": message}})
+    } else {
+        json!({"error": {
+            "message": message, "type": "invalid_request_error", "code": "invalid_api_key",
+            "param": null,
+        }})
+    };
     let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
     response
         .headers_mut()
@@ -127,6 +136,20 @@ mod tests {
         let keys = keys(&["k1", "k2"], None);
         assert_eq!(keys.accepted_for("/admin/workers"), Some(vec!["k1", "k2"]));
         assert_eq!(keys.accepted_for("/v1/models"), Some(vec!["k1", "k2"]));
+    }
+
+    #[tokio::test]
+    async fn a_refused_anthropic_request_gets_anthropics_error_shape() {
+        let response = unauthorized("no key", true);
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"type": "error", "error": {"type": "authentication_error", "message": "no key"}})
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub use anthropic::is_anthropic_route;
 pub use backend::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
 pub use router::{MAX_BODY_BYTES, router};
 pub use sampling::DEFAULT_MAX_TOKENS;

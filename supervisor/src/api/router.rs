@@ -1,14 +1,16 @@
 //! The routes of the OpenAI API and the layers every request goes through.
 //!
-//! Unknown routes and wrong methods answer with the OpenAI error body too, and the body size
-//! limit is enforced by `DefaultBodyLimit`, which the JSON extractor reports as a 413 in that
-//! shape, so no response from this router is ever axum's plain text.
+//! Unknown routes and wrong methods answer with the OpenAI error body too (Anthropic's under
+//! `/v1/messages`), and the body size limit is enforced by `DefaultBodyLimit`, which the JSON
+//! extractors report as a 413 in their shape, so no response from this router is ever axum's
+//! plain text.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Extension};
 use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use super::backend::Backend;
@@ -45,16 +47,26 @@ pub fn router<B: Backend>(backend: Arc<B>, responses_store_size: usize) -> Route
         .with_state(backend)
 }
 
-async fn not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::RouteNotFound {
+async fn not_found(method: Method, uri: Uri) -> Response {
+    let error = ApiError::RouteNotFound {
         method: method.to_string(),
         path: uri.path().to_owned(),
-    }
+    };
+    in_the_routes_shape(&uri, error)
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError::MethodNotAllowed {
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let error = ApiError::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_owned(),
+    };
+    in_the_routes_shape(&uri, error)
+}
+
+/// Anthropic's clients get Anthropic's error shape even from a route that does not exist.
+fn in_the_routes_shape(uri: &Uri, error: ApiError) -> Response {
+    if anthropic::is_anthropic_route(uri.path()) {
+        return anthropic::error_response(error);
     }
+    error.into_response()
 }

@@ -1,20 +1,86 @@
-//! The Anthropic Messages API: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
+//! The Anthropic Messages API, `POST /v1/messages` and `POST /v1/messages/count_tokens`, for
+//! Claude Code and Anthropic's SDKs: a translation layer over the same worker requests as the
+//! OpenAI chat route (`request.rs`, `content.rs`), answering in Anthropic's shapes
+//! (`response.rs`, `stream.rs`) and errors (`error.rs`).
+//!
+//! Headers: `x-api-key` is checked like a bearer key (`auth.rs`); `anthropic-version` and
+//! `anthropic-beta` are accepted and ignored, since one behaviour serves every version.
+
+mod content;
+mod error;
+mod request;
+mod response;
+mod stream;
+
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::Json;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use serde_json::json;
 
+use self::error::{AnthropicError, AnthropicJson};
+use self::request::MessagesRequest;
+use self::response::Message;
 use super::backend::Backend;
+use super::{generation, served_model};
 
-pub async fn messages<B: Backend>(State(_backend): State<Arc<B>>, _request: Request) -> Response {
-    StatusCode::NOT_IMPLEMENTED.into_response()
+pub use self::error::is_anthropic_route;
+
+/// An error of the shared layers (routing) in this API's shape.
+pub fn error_response(error: super::error::ApiError) -> Response {
+    AnthropicError(error).into_response()
 }
 
-pub async fn count_tokens<B: Backend>(
-    State(_backend): State<Arc<B>>,
-    _request: Request,
+pub async fn messages<B: Backend>(
+    State(backend): State<Arc<B>>,
+    AnthropicJson(body): AnthropicJson<MessagesRequest>,
 ) -> Response {
-    StatusCode::NOT_IMPLEMENTED.into_response()
+    let served = served_model::resolve(backend.as_ref(), &body.model);
+    served.attach(respond(backend, body).await)
+}
+
+async fn respond<B: Backend>(
+    backend: Arc<B>,
+    body: MessagesRequest,
+) -> Result<Response, AnthropicError> {
+    let max_tokens = body
+        .max_tokens
+        .ok_or_else(|| AnthropicError::invalid("max_tokens: field required"))?;
+    let name = body.model.clone();
+    let stream = body.stream();
+    let request = body.into_generate(max_tokens)?;
+    let started = generation::start(backend.as_ref(), &name, request).await?;
+    if stream {
+        return Ok(stream::response(started.events, name).into_response());
+    }
+    let collected = generation::collect(started.events).await?;
+    Ok(Json(Message::new(name, collected)).into_response())
+}
+
+/// The prompt's length as the model's own template and tokenizer make it: the worker renders
+/// and tokenizes the same request, and generates nothing.
+pub async fn count_tokens<B: Backend>(
+    State(backend): State<Arc<B>>,
+    AnthropicJson(body): AnthropicJson<MessagesRequest>,
+) -> Response {
+    let served = served_model::resolve(backend.as_ref(), &body.model);
+    served.attach(count(backend, body).await)
+}
+
+async fn count<B: Backend>(
+    backend: Arc<B>,
+    body: MessagesRequest,
+) -> Result<Response, AnthropicError> {
+    let name = body.model.clone();
+    let mut request = body.into_generate(1)?;
+    request.count_only = true;
+    let started = generation::start(backend.as_ref(), &name, request).await?;
+    let input_tokens = started.events.prompt_tokens;
+    // Waiting for `Done` ends the request cleanly: a dropped stream would send a `Cancel`.
+    generation::collect(started.events).await?;
+    Ok(Json(json!({"input_tokens": input_tokens})).into_response())
 }

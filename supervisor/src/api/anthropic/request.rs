@@ -1,0 +1,245 @@
+//! A Messages API request, checked and translated into the worker's [`GenerateRequest`]: the
+//! same request the OpenAI chat route builds, so templates, tool formats, constrained decoding
+//! and the prefix cache work the same for both APIs.
+//!
+//! Unknown fields are ignored (`metadata`, `service_tier`, ... mean nothing here). Two of
+//! corral's extensions on the chat route are honoured: `grammar` (an llguidance Lark grammar)
+//! and `seed`, so tests and tools can constrain and repeat output.
+
+use corral_ipc::{GenerateRequest, OutputFormat, Prompt, ToolChoice};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::content;
+use super::error::AnthropicError;
+use crate::api::output_format;
+use crate::api::tools::Tools;
+
+/// Anthropic's efforts, passed to the template as `reasoning_effort`.
+const EFFORTS: [&str; 5] = ["low", "medium", "high", "xhigh", "max"];
+
+#[derive(Debug, Deserialize)]
+pub struct MessagesRequest {
+    pub model: String,
+    /// Required by `/v1/messages`, absent from `count_tokens`; checked by the handler so the 400
+    /// names it.
+    pub max_tokens: Option<u32>,
+    pub messages: Vec<Value>,
+    pub system: Option<Value>,
+    pub stop_sequences: Option<Vec<String>>,
+    pub stream: Option<bool>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub thinking: Option<Value>,
+    pub output_config: Option<Value>,
+    /// corral's extensions, as on the chat route.
+    pub grammar: Option<String>,
+    pub seed: Option<u64>,
+}
+
+impl MessagesRequest {
+    pub fn stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// The worker request; `max_tokens` is the handler's (required, or 1 to count tokens).
+    pub fn into_generate(self, max_tokens: u32) -> Result<GenerateRequest, AnthropicError> {
+        if max_tokens == 0 {
+            return Err(AnthropicError::invalid("max_tokens: must be at least 1"));
+        }
+        let tools = Tools::check(openai_tools(self.tools.unwrap_or_default())?)?;
+        let (tool_choice, parallel_tool_calls) = tool_choice(&tools, self.tool_choice.as_ref())?;
+        let (format, effort) = output_config(self.output_config.as_ref())?;
+        let output_format = match (format, self.grammar.as_deref()) {
+            (Some(_), Some(_)) => {
+                return Err(AnthropicError::invalid(
+                    "send either output_config.format or grammar, not both",
+                ));
+            }
+            (Some(format), None) => Some(format),
+            (None, grammar) => output_format::parse(None, grammar)?,
+        };
+        let prompt = Prompt::Chat {
+            messages: content::messages(self.system.as_ref(), self.messages)?,
+            tools: (!tools.tools.is_empty()).then_some(tools.tools),
+            template_kwargs: template_kwargs(self.thinking.as_ref(), effort)?,
+        };
+        Ok(GenerateRequest {
+            prompt,
+            max_tokens,
+            temperature: in_range(self.temperature, 1.0, "temperature")?,
+            top_p: in_range(self.top_p, 1.0, "top_p")?,
+            top_k: self
+                .top_k
+                .map_or(0, |k| u32::try_from(k.max(0)).unwrap_or(u32::MAX)),
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            seed: self.seed,
+            stop: stop_sequences(self.stop_sequences)?,
+            logprobs: None,
+            tool_choice,
+            parallel_tool_calls,
+            output_format,
+            count_only: false,
+        })
+    }
+}
+
+/// Anthropic's ranges for both are 0 to 1.
+fn in_range(value: Option<f32>, default: f32, name: &str) -> Result<f32, AnthropicError> {
+    match value {
+        None => Ok(default),
+        Some(value) if (0.0..=1.0).contains(&value) => Ok(value),
+        Some(value) => Err(AnthropicError::invalid(format!(
+            "{name}: must be between 0 and 1, got {value}"
+        ))),
+    }
+}
+
+/// Any number of stop sequences (Anthropic sets no limit), none empty.
+fn stop_sequences(stops: Option<Vec<String>>) -> Result<Vec<String>, AnthropicError> {
+    let stops = stops.unwrap_or_default();
+    if stops.iter().any(String::is_empty) {
+        return Err(AnthropicError::invalid(
+            "stop_sequences: a stop sequence must not be empty",
+        ));
+    }
+    Ok(stops)
+}
+
+/// `{name, description, input_schema}` as an OpenAI function tool. Anthropic's server tools
+/// (`web_search_…`, `bash_…`) run on Anthropic's side and have no meaning here.
+fn openai_tools(tools: Vec<Value>) -> Result<Vec<Value>, AnthropicError> {
+    tools
+        .into_iter()
+        .enumerate()
+        .map(|(index, tool)| {
+            match tool.get("type").and_then(Value::as_str) {
+                None | Some("custom") => {}
+                Some(kind) => {
+                    return Err(AnthropicError::invalid(format!(
+                        "tools[{index}].type: `{kind}` is a server tool, which this server \
+                         does not run; give custom tools with an input_schema"
+                    )));
+                }
+            }
+            let mut function = Map::new();
+            for (from, to) in [
+                ("name", "name"),
+                ("description", "description"),
+                ("input_schema", "parameters"),
+            ] {
+                if let Some(value) = tool.get(from) {
+                    function.insert(to.to_owned(), value.clone());
+                }
+            }
+            Ok(json!({"type": "function", "function": function}))
+        })
+        .collect()
+}
+
+/// `{"type": "auto" | "any" | "tool" | "none", "name"?, "disable_parallel_tool_use"?}`.
+fn tool_choice(
+    tools: &Tools,
+    choice: Option<&Value>,
+) -> Result<(ToolChoice, Option<bool>), AnthropicError> {
+    let Some(choice) = choice.filter(|choice| !choice.is_null()) else {
+        return Ok((ToolChoice::Auto, None));
+    };
+    let openai = match choice.get("type").and_then(Value::as_str) {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => {
+            let name = choice.get("name").and_then(Value::as_str).ok_or_else(|| {
+                AnthropicError::invalid("tool_choice.name: required for type `tool`")
+            })?;
+            json!({"type": "function", "function": {"name": name}})
+        }
+        _ => {
+            return Err(AnthropicError::invalid(
+                "tool_choice.type: must be one of auto, any, tool, none",
+            ));
+        }
+    };
+    let parallel = match choice.get("disable_parallel_tool_use") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(disable)) => Some(!disable),
+        Some(_) => {
+            return Err(AnthropicError::invalid(
+                "tool_choice.disable_parallel_tool_use: must be a boolean",
+            ));
+        }
+    };
+    Ok((tools.choice(Some(&openai))?, parallel))
+}
+
+/// `output_config`: `format` (`{"type": "json_schema", "schema"}`) and `effort`.
+fn output_config(
+    config: Option<&Value>,
+) -> Result<(Option<OutputFormat>, Option<&str>), AnthropicError> {
+    let Some(config) = config.filter(|config| !config.is_null()) else {
+        return Ok((None, None));
+    };
+    let format = match config.get("format") {
+        None | Some(Value::Null) => None,
+        Some(format) => {
+            if format.get("type").and_then(Value::as_str) != Some("json_schema") {
+                return Err(AnthropicError::invalid(
+                    "output_config.format.type: must be json_schema",
+                ));
+            }
+            let Some(schema @ Value::Object(_)) = format.get("schema") else {
+                return Err(AnthropicError::invalid(
+                    "output_config.format.schema: must be a JSON schema object",
+                ));
+            };
+            // Anthropic's structured outputs always hold to the schema.
+            Some(OutputFormat::JsonSchema {
+                schema: schema.clone(),
+                strict: true,
+            })
+        }
+    };
+    let effort = match config.get("effort") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(effort)) if EFFORTS.contains(&effort.as_str()) => Some(effort.as_str()),
+        Some(_) => {
+            return Err(AnthropicError::invalid(format!(
+                "output_config.effort: must be one of {}",
+                EFFORTS.join(", ")
+            )));
+        }
+    };
+    Ok((format, effort))
+}
+
+/// `thinking` as Qwen3-style templates read it (`enable_thinking`); `budget_tokens` is accepted
+/// but not enforced: thinking counts against `max_tokens` like any output. The effort reaches
+/// templates that read `reasoning_effort` (`max` as OpenAI's highest, `xhigh`).
+fn template_kwargs(
+    thinking: Option<&Value>,
+    effort: Option<&str>,
+) -> Result<Option<Map<String, Value>>, AnthropicError> {
+    let mut kwargs = Map::new();
+    if let Some(thinking) = thinking.filter(|thinking| !thinking.is_null()) {
+        let enabled = match thinking.get("type").and_then(Value::as_str) {
+            Some("enabled" | "adaptive") => true,
+            Some("disabled") => false,
+            _ => {
+                return Err(AnthropicError::invalid(
+                    "thinking.type: must be one of enabled, adaptive, disabled",
+                ));
+            }
+        };
+        kwargs.insert("enable_thinking".to_owned(), enabled.into());
+    }
+    if let Some(effort) = effort {
+        let effort = if effort == "max" { "xhigh" } else { effort };
+        kwargs.insert("reasoning_effort".to_owned(), effort.into());
+    }
+    Ok((!kwargs.is_empty()).then_some(kwargs))
+}
