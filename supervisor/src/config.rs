@@ -353,7 +353,8 @@ mod tests {
         let file = dir.path().join("corral.toml");
         std::fs::write(
             &file,
-            "port = 9000\nmodels_dirs = [\"/models\"]\ndrain_timeout_secs = 3\n[aliases]\nfast = \"tiny\"\n",
+            "port = 9000\nmodels_dirs = [\"/models\"]\ndrain_timeout_secs = 3\n\
+             responses_store_size = 5\n[aliases]\nfast = \"tiny\"\n",
         )
         .unwrap();
         let config = Config::load(
@@ -368,6 +369,7 @@ mod tests {
         assert_eq!(config.models_dirs, [PathBuf::from("/models")]);
         assert_eq!(config.drain_timeout, Duration::from_secs(3));
         assert_eq!(config.aliases["fast"], "tiny");
+        assert_eq!(config.responses_store_size, 5);
     }
 
     #[test]
