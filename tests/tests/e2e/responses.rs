@@ -2,10 +2,14 @@
 //! (`tests/sdk/openai_responses.py`): text, streaming, a function-call round trip continued by
 //! `previous_response_id`, structured outputs, and the store's `retrieve`, `delete` and 404s.
 
+use std::time::{Duration, Instant};
+
 use corral_fixture::Arch;
 use corral_tests::sdk;
-use corral_tests::server::{Dirs, Server};
-use serde_json::Value;
+use corral_tests::server::{Dirs, Server, sse_events};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
 
 fn check(server: &Server, check: &str, model: &str) -> Value {
     let stdout = sdk::run("openai_responses.py", &server.url("/v1"), &[check, model]);
@@ -22,6 +26,37 @@ fn the_openai_sdk_creates_streams_continues_and_deletes_responses() {
     let trip = check(&server, "round-trip", "qwen3");
     assert_eq!(trip["call"]["name"], "get_weather", "{trip}");
     check(&server, "json-schema", "qwen3");
+}
+
+#[test]
+fn a_killed_worker_ends_its_response_stream_with_response_failed() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let server = Server::start(&dirs);
+    let body = json!({"model": "llama", "input": "Hi", "stream": true,
+        "max_output_tokens": 3000});
+    let mut events = sse_events(server.post("/v1/responses", &body));
+    let created: Value = serde_json::from_str(&events.next().unwrap()).unwrap();
+    assert_eq!(created["type"], "response.created");
+    let workers = server.worker_pids();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    kill(Pid::from_raw(workers[0] as i32), Signal::SIGKILL).unwrap();
+    let killed_at = Instant::now();
+    let last: Value = serde_json::from_str(&events.last().unwrap()).unwrap();
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(last["type"], "response.failed", "{last}");
+    assert_eq!(last["response"]["id"], created["response"]["id"]);
+    assert_eq!(last["response"]["status"], "failed");
+    assert!(
+        last["response"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pid"),
+        "{last}"
+    );
 }
 
 #[test]
