@@ -264,7 +264,12 @@ impl Relay {
         }
         let output = std::mem::take(&mut self.output);
         self.response.finish(output, reason, usage);
-        self.end();
+        let kind = if self.response.status == Status::Incomplete {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.end(kind);
     }
 
     fn fail(&mut self, message: String) {
@@ -272,18 +277,14 @@ impl Relay {
         self.close("incomplete");
         let output = std::mem::take(&mut self.output);
         self.response.fail(output, message);
-        self.end();
+        self.end("response.failed");
     }
 
-    fn end(&mut self) {
+    /// Stores the ended response, then sends it in its last event.
+    fn end(&mut self, kind: &'static str) {
         if let Some(recorder) = self.recorder.take() {
             recorder.record(&self.response);
         }
-        let kind = match self.response.status {
-            Status::Completed | Status::InProgress => "response.completed",
-            Status::Incomplete => "response.incomplete",
-            Status::Failed => "response.failed",
-        };
         self.lifecycle(kind);
         self.finished = true;
     }
