@@ -76,7 +76,7 @@ enum Block<'a> {
     ToolUse {
         id: &'a str,
         name: &'a str,
-        input: &'a Value,
+        input: Option<&'a Value>,
     },
     ToolResult {
         id: &'a str,
@@ -100,7 +100,7 @@ impl<'a> Block<'a> {
             Some("tool_use") => Ok(Block::ToolUse {
                 id: field("id")?,
                 name: field("name")?,
-                input: block.get("input").unwrap_or(&Value::Null),
+                input: block.get("input"),
             }),
             Some("tool_result") => Ok(Block::ToolResult {
                 id: field("tool_use_id")?,
@@ -178,7 +178,8 @@ fn assistant(content: &Value, at: &str) -> Result<Value, AnthropicError> {
             Block::ToolUse { id, name, input } => calls.push(json!({
                 "id": id,
                 "type": "function",
-                "function": {"name": name, "arguments": input},
+                // A call without input took no arguments.
+                "function": {"name": name, "arguments": input.cloned().unwrap_or(json!({}))},
             })),
             Block::ToolResult { .. } => {
                 return Err(AnthropicError::invalid(format!(

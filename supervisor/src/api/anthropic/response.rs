@@ -61,11 +61,16 @@ impl Block {
             Value::Object(Default::default())
         });
         Block::ToolUse {
-            id: response_id("toolu").replacen('-', "_", 1),
+            id: tool_use_id(),
             name: call.name,
             input,
         }
     }
+}
+
+/// A fresh `toolu_…` id; ids only need to be unique within the conversation.
+pub fn tool_use_id() -> String {
+    response_id("toolu").replacen('-', "_", 1)
 }
 
 /// Anthropic splits the prompt: `input_tokens` were processed, `cache_read_input_tokens` came

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::error::{AnthropicError, ErrorBody};
-use super::response::{Block, UsageBody, message_id, stop_reason};
+use super::response::{Block, UsageBody, message_id, stop_reason, tool_use_id};
 use crate::api::backend::{BackendError, GenerationStream, StreamEvent};
 use crate::api::generation::ended_early;
 
@@ -149,17 +149,13 @@ impl Relay {
 
     /// A whole call: its block opens with an empty input, which one `input_json_delta` fills.
     fn tool_use(&mut self, call: ToolCall) {
-        let arguments = call.arguments.clone();
-        let Block::ToolUse { id, name, .. } = Block::tool_use(call) else {
-            return;
-        };
         let block = Block::ToolUse {
-            id,
-            name,
+            id: tool_use_id(),
+            name: call.name,
             input: Value::Object(Default::default()),
         };
         self.start_block(Open::ToolUse, block);
-        self.delta(json!({"type": "input_json_delta", "partial_json": arguments}));
+        self.delta(json!({"type": "input_json_delta", "partial_json": call.arguments}));
         self.close_block();
     }
 
