@@ -99,6 +99,9 @@ pub enum FromWorker {
     Done {
         id: u64,
         finish_reason: FinishReason,
+        /// The stop string that ended the answer, when one did (`finish_reason` is then `Stop`).
+        #[serde(default)]
+        stop_sequence: Option<String>,
         usage: Usage,
         timings: Timings,
     },

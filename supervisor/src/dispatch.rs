@@ -219,10 +219,12 @@ async fn relay(
             }
             FromWorker::Done {
                 finish_reason,
+                stop_sequence,
                 usage,
                 ..
             } => StreamEvent::Done {
                 finish_reason,
+                stop_sequence,
                 usage,
             },
             FromWorker::Error { message, .. } => StreamEvent::Failed { message },

@@ -256,6 +256,7 @@ fn run(loaded: &LoadedModel, mode: Mode, with_tokens: bool) -> (Run, usize) {
             Event::Done {
                 finish_reason,
                 timings,
+                ..
             } => done = Some((finish_reason, timings)),
             Event::Accepted { .. } => {}
         },

@@ -96,10 +96,10 @@ def basics(api, model):
     assert whole.stop_reason == "end_turn", whole
     cut = api.messages.create(**forced, stop_sequences=[" gamma", "zeta"])
     assert text_of(cut) == "alpha beta", cut
-    # The worker does not say which stop string matched (README): the turn just ends.
-    assert cut.stop_reason == "end_turn" and cut.stop_sequence is None, cut
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == " gamma", cut
     text, final = streamed(api, **forced, stop_sequences=[" beta"])
     assert text == "alpha" and text_of(final) == "alpha", (text, final)
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == " beta", final
     return {"text": text_of(message), "prompt_tokens": prompt}
 
 

@@ -104,6 +104,8 @@ pub enum Event {
     },
     Done {
         finish_reason: FinishReason,
+        /// The stop string that ended the answer, when one did.
+        stop_sequence: Option<String>,
         timings: Timings,
     },
 }
@@ -191,6 +193,7 @@ pub fn generate(
         });
         emit(Event::Done {
             finish_reason: FinishReason::Stop,
+            stop_sequence: None,
             timings: Timings {
                 prompt_tokens: prompt.len(),
                 cached_tokens: 0,
@@ -205,6 +208,7 @@ pub fn generate(
         // Cancelled while queued: nobody waits for it, so skip the prefill too.
         emit(Event::Done {
             finish_reason: FinishReason::Cancelled,
+            stop_sequence: None,
             timings: Timings {
                 prompt_tokens: prompt.len(),
                 cached_tokens: 0,
@@ -308,6 +312,7 @@ pub fn generate(
     };
     emit(Event::Done {
         finish_reason,
+        stop_sequence: output.stop_sequence().map(str::to_owned),
         timings: Timings {
             prompt_tokens: prompt.len(),
             cached_tokens,

@@ -60,6 +60,11 @@ impl Output {
         }
     }
 
+    /// The stop string that ended the answer, if one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.stops.matched()
+    }
+
     /// How many tool calls the answer has made so far.
     pub fn calls(&self) -> u32 {
         self.calls

@@ -24,6 +24,8 @@ pub struct StopStrings {
     /// Text received but not yet emitted, because it may be the start of a stop string.
     held: String,
     stopped: bool,
+    /// Which stop string ended the text, once one has.
+    matched: Option<usize>,
 }
 
 impl StopStrings {
@@ -34,7 +36,15 @@ impl StopStrings {
             stops,
             held: String::new(),
             stopped: false,
+            matched: None,
         }
+    }
+
+    /// The stop string that ended the text, if one did (Anthropic reports it).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched
+            .and_then(|index| self.stops.get(index))
+            .map(String::as_str)
     }
 
     pub fn push(&mut self, delta: &str) -> StopOutcome {
@@ -45,8 +55,9 @@ impl StopStrings {
             };
         }
         self.held.push_str(delta);
-        if let Some(cut) = self.earliest_match() {
+        if let Some((cut, index)) = self.earliest_match() {
             self.stopped = true;
+            self.matched = Some(index);
             self.held.truncate(cut);
             return StopOutcome {
                 emit: std::mem::take(&mut self.held),
@@ -67,16 +78,17 @@ impl StopStrings {
     }
 
     /// Where to cut for the match that completes first (earliest end; earliest start among
-    /// those), if any stop string occurs in the held text.
-    fn earliest_match(&self) -> Option<usize> {
+    /// those), and which stop string it is, if any occurs in the held text.
+    fn earliest_match(&self) -> Option<(usize, usize)> {
         self.stops
             .iter()
-            .filter_map(|stop| {
+            .enumerate()
+            .filter_map(|(index, stop)| {
                 let start = self.held.find(stop.as_str())?;
-                Some((start + stop.len(), start))
+                Some((start + stop.len(), start, index))
             })
             .min()
-            .map(|(_end, start)| start)
+            .map(|(_end, start, index)| (start, index))
     }
 
     /// The start of the longest tail of the held text that is a proper prefix of a stop string,

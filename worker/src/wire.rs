@@ -88,6 +88,7 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
         ),
         Ok(Event::Done {
             finish_reason,
+            stop_sequence,
             timings,
         }) => {
             let ending = if finish_reason == FinishReason::Cancelled {
@@ -97,6 +98,7 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
             };
             let frame = FromWorker::Done {
                 id,
+                stop_sequence,
                 finish_reason: match finish_reason {
                     FinishReason::Stop => WireFinish::Stop,
                     FinishReason::Length => WireFinish::Length,

@@ -172,6 +172,7 @@ pub fn from_worker() -> Vec<FromWorker> {
         FromWorker::Done {
             id: 1,
             finish_reason: FinishReason::Stop,
+            stop_sequence: Some("\n\nUser:".into()),
             usage: Usage {
                 prompt_tokens: 17,
                 completion_tokens: 4,
@@ -185,6 +186,7 @@ pub fn from_worker() -> Vec<FromWorker> {
         FromWorker::Done {
             id: 2,
             finish_reason: FinishReason::Length,
+            stop_sequence: None,
             usage: Usage {
                 prompt_tokens: 0,
                 completion_tokens: u32::MAX,
@@ -198,6 +200,7 @@ pub fn from_worker() -> Vec<FromWorker> {
         FromWorker::Done {
             id: 3,
             finish_reason: FinishReason::Cancelled,
+            stop_sequence: None,
             usage: Usage {
                 prompt_tokens: 1,
                 completion_tokens: 0,
@@ -211,6 +214,7 @@ pub fn from_worker() -> Vec<FromWorker> {
         FromWorker::Done {
             id: 4,
             finish_reason: FinishReason::ToolCalls,
+            stop_sequence: None,
             usage: Usage {
                 prompt_tokens: 1,
                 completion_tokens: 0,

@@ -38,6 +38,7 @@ async fn fake_worker(path: std::path::PathBuf) {
                 let done = FromWorker::Done {
                     id,
                     finish_reason: FinishReason::Stop,
+                    stop_sequence: None,
                     usage: Usage {
                         prompt_tokens: 4,
                         completion_tokens: 2,

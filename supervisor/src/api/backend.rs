@@ -57,6 +57,8 @@ pub enum StreamEvent {
     },
     Done {
         finish_reason: FinishReason,
+        /// The stop string that ended the answer, when one did.
+        stop_sequence: Option<String>,
         usage: Usage,
     },
     /// The request was accepted but could not finish (the worker died or reported an error).

@@ -41,6 +41,8 @@ pub struct Collected {
     /// `Some` when the worker reported logprobs (the client asked for them).
     pub logprobs: Option<Vec<TokenLogprob>>,
     pub finish_reason: FinishReason,
+    /// The stop string that ended the answer, when one did.
+    pub stop_sequence: Option<String>,
     pub usage: Usage,
 }
 
@@ -67,6 +69,7 @@ pub async fn collect(mut events: GenerationStream) -> Result<Collected, ApiError
             }
             Some(StreamEvent::Done {
                 finish_reason,
+                stop_sequence,
                 usage,
             }) => {
                 return Ok(Collected {
@@ -75,6 +78,7 @@ pub async fn collect(mut events: GenerationStream) -> Result<Collected, ApiError
                     tool_calls,
                     logprobs,
                     finish_reason,
+                    stop_sequence,
                     usage,
                 });
             }

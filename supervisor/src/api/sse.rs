@@ -100,6 +100,7 @@ impl<F: ChunkFormat> Relay<F> {
             Some(StreamEvent::Done {
                 finish_reason,
                 usage,
+                ..
             }) => {
                 let finish = self.format.finish(finish_reason);
                 self.pending.push_back(finish);

@@ -45,6 +45,7 @@ fn queued_requests_each_run_to_their_end_in_order() {
         let Some(Event::Done {
             finish_reason,
             timings,
+            ..
         }) = events.last()
         else {
             panic!("no Done event: {events:?}");
@@ -72,6 +73,7 @@ fn cancelling_stops_the_sequence_at_the_next_token() {
     let Some(Event::Done {
         finish_reason,
         timings,
+        ..
     }) = events.last()
     else {
         panic!("no Done event: {events:?}");

@@ -132,3 +132,19 @@ fn emitted_text_is_the_same_however_the_input_is_split() {
     assert_eq!(run(&["<|eot|>"], &pieces), whole);
     assert_eq!(whole, ("one ".into(), true));
 }
+
+#[test]
+fn the_matcher_says_which_stop_string_ended_the_text() {
+    let mut m = matcher(&["END", "ND!", "stop"]);
+    assert_eq!(m.matched(), None);
+    assert_eq!(m.push("and then E").emit, "and then ");
+    assert_eq!(m.matched(), None);
+    let outcome = m.push("ND! more");
+    assert!(outcome.stopped);
+    // "END" and "ND!" both complete in this delta; "END" ends first.
+    assert_eq!(m.matched(), Some("END"));
+    let mut unmatched = matcher(&["END"]);
+    unmatched.push("the end");
+    unmatched.finish();
+    assert_eq!(unmatched.matched(), None);
+}

@@ -1,10 +1,6 @@
 //! The Anthropic shape of an answer: a `message` with `content` blocks (`thinking`, `text`,
 //! `tool_use`), its `stop_reason` and `usage`. The streamed events (`stream.rs`) build the same
 //! message piece by piece.
-//!
-//! `stop_sequence` is always null and a stop sequence's end reads as `end_turn`: the worker
-//! reports a stop string and an end-of-sequence token alike, and cuts the stop string off the
-//! text, so nothing here can tell which one ended the answer.
 
 use corral_ipc::{FinishReason, ToolCall, Usage};
 use serde::Serialize;
@@ -95,8 +91,9 @@ impl From<Usage> for UsageBody {
 }
 
 /// A cancelled answer only reaches a client that left, so it reads as a normal end.
-pub fn stop_reason(reason: FinishReason) -> &'static str {
+pub fn stop_reason(reason: FinishReason, stop_sequence: Option<&str>) -> &'static str {
     match reason {
+        FinishReason::Stop if stop_sequence.is_some() => "stop_sequence",
         FinishReason::Stop | FinishReason::Cancelled => "end_turn",
         FinishReason::Length => "max_tokens",
         FinishReason::ToolCalls => "tool_use",
@@ -127,8 +124,11 @@ impl Message {
             role: "assistant",
             model,
             content,
-            stop_reason: Some(stop_reason(collected.finish_reason)),
-            stop_sequence: None,
+            stop_reason: Some(stop_reason(
+                collected.finish_reason,
+                collected.stop_sequence.as_deref(),
+            )),
+            stop_sequence: collected.stop_sequence,
             usage: collected.usage.into(),
         }
     }

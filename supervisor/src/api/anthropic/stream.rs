@@ -115,8 +115,9 @@ impl Relay {
             }
             Some(StreamEvent::Done {
                 finish_reason,
+                stop_sequence,
                 usage,
-            }) => self.finish(finish_reason, usage),
+            }) => self.finish(finish_reason, stop_sequence, usage),
             Some(StreamEvent::Failed { message }) => {
                 self.fail(BackendError::WorkerFailed { message });
             }
@@ -181,12 +182,13 @@ impl Relay {
         }
     }
 
-    fn finish(&mut self, reason: FinishReason, usage: Usage) {
+    fn finish(&mut self, reason: FinishReason, stop_sequence: Option<String>, usage: Usage) {
         self.close_block();
         let usage = UsageBody::from(usage);
+        let stop_reason = stop_reason(reason, stop_sequence.as_deref());
         let data = json!({
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(reason), "stop_sequence": null},
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
             "usage": usage,
         });
         self.pending.push_back(event("message_delta", data));

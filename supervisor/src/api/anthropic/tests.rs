@@ -91,6 +91,7 @@ fn delta(text: &str, reasoning: &str, calls: Vec<ToolCall>) -> StreamEvent {
 fn done(reason: FinishReason) -> StreamEvent {
     StreamEvent::Done {
         finish_reason: reason,
+        stop_sequence: None,
         usage: Usage {
             prompt_tokens: 7,
             completion_tokens: 4,
@@ -333,6 +334,43 @@ async fn the_answer_holds_thinking_text_and_tool_use_blocks_and_anthropic_usage(
         let backend = Fake::replying(vec![delta("x", "", Vec::new()), done(reason)]);
         let (_, body) = post(&backend, "/v1/messages", ask(json!({}))).await;
         assert_eq!(body["stop_reason"], expected);
+    }
+    let StreamEvent::Done { usage, .. } = done(FinishReason::Stop) else {
+        unreachable!("done() makes a Done");
+    };
+    let stopped = StreamEvent::Done {
+        finish_reason: FinishReason::Stop,
+        stop_sequence: Some("END".to_owned()),
+        usage,
+    };
+    for stream in [false, true] {
+        let backend = Fake::replying(vec![delta("x", "", Vec::new()), stopped.clone()]);
+        let body = ask(json!({"stop_sequences": ["END"], "stream": stream}));
+        let request = Request::post("/v1/messages")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = crate::api::router(backend.clone(), 4)
+            .oneshot(request)
+            .await
+            .unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let end = if stream {
+            let data = text
+                .lines()
+                .filter_map(|line| line.strip_prefix("data: "))
+                .map(|data| serde_json::from_str::<Value>(data).unwrap())
+                .find(|data| data["type"] == "message_delta")
+                .unwrap();
+            data["delta"].clone()
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
+        assert_eq!(end["stop_reason"], "stop_sequence", "{text}");
+        assert_eq!(end["stop_sequence"], "END", "{text}");
     }
 }
 

@@ -105,6 +105,7 @@ impl Relay {
             Some(StreamEvent::Done {
                 finish_reason,
                 usage,
+                ..
             }) => self.done(finish_reason, usage),
             Some(StreamEvent::Failed { message }) => self.fail(message),
             None => self.fail("the worker ended the request without finishing it".to_owned()),

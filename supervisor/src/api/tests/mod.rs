@@ -134,6 +134,7 @@ fn delta(text: &str) -> StreamEvent {
 fn done(reason: FinishReason) -> StreamEvent {
     StreamEvent::Done {
         finish_reason: reason,
+        stop_sequence: None,
         usage: Usage {
             prompt_tokens: 3,
             completion_tokens: 2,

@@ -48,6 +48,7 @@ fn done(id: u64) -> FromWorker {
     FromWorker::Done {
         id,
         finish_reason: FinishReason::Stop,
+        stop_sequence: None,
         usage: Usage {
             prompt_tokens: 1,
             completion_tokens: 1,
