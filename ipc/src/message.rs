@@ -207,6 +207,10 @@ pub struct GenerateRequest {
     /// `Accepted` with the count, then `Done` with no completion, and runs no compute.
     #[serde(default)]
     pub count_only: bool,
+    /// At most this many tokens of thinking: past it the worker closes the model's reasoning
+    /// block itself and the answer follows (Anthropic's `thinking.budget_tokens`).
+    #[serde(default)]
+    pub reasoning_budget: Option<u32>,
 }
 
 impl GenerateRequest {
@@ -229,6 +233,7 @@ impl GenerateRequest {
             parallel_tool_calls: None,
             output_format: None,
             count_only: false,
+            reasoning_budget: None,
         }
     }
 }

@@ -232,6 +232,7 @@ fn run(loaded: &LoadedModel, mode: Mode, with_tokens: bool) -> (Run, usize) {
             tool_choice: ToolChoice::Auto,
             parallel_tool_calls: None,
             format: mode.format(),
+            reasoning_budget: None,
         },
         count_only: false,
     };

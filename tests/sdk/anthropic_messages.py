@@ -194,6 +194,28 @@ def thinking(api, model):
     return {"thinking": message.content[0].thinking}
 
 
+def thinking_budget(api, model):
+    """An R1-style template opens the think block in the prompt, so random weights think until
+    something closes it: budget_tokens does, after that many tokens, and the answer follows."""
+    ask = [{"role": "user", "content": "Think, then answer."}]
+    sampling = {"temperature": 1.0, "seed": 3}
+    budgeted = api.messages.create(
+        model=model, max_tokens=40, messages=ask, extra_body=sampling,
+        thinking={"type": "enabled", "budget_tokens": 6},
+    )
+    # Six tokens of thinking, then the worker's "</think>": the rest is the answer.
+    assert [block.type for block in budgeted.content] == ["thinking", "text"], budgeted.content
+    unbounded = api.messages.create(
+        model=model, max_tokens=40, messages=ask, extra_body=sampling,
+        thinking={"type": "adaptive"},
+    )
+    assert [block.type for block in unbounded.content] == ["thinking"], unbounded.content
+    assert unbounded.stop_reason == "max_tokens", unbounded
+    assert len(budgeted.content[0].thinking) < len(unbounded.content[0].thinking), (
+        budgeted.content[0].thinking, unbounded.content[0].thinking)
+    return {"budgeted": [block.model_dump() for block in budgeted.content]}
+
+
 def errors(api, model):
     """The SDK's typed errors, each from Anthropic's error shape."""
     try:
@@ -237,6 +259,7 @@ CHECKS = {
     "json-schema": json_schema,
     "tool-round-trip": tool_round_trip,
     "thinking": thinking,
+    "thinking-budget": thinking_budget,
     "errors": errors,
 }
 

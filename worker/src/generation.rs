@@ -57,6 +57,8 @@ pub struct OutputOptions {
     /// `None` lets the model's tool-call format decide.
     pub parallel_tool_calls: Option<bool>,
     pub format: Option<OutputFormat>,
+    /// Thinking tokens allowed before the worker closes the reasoning block itself.
+    pub reasoning_budget: Option<usize>,
 }
 
 /// A sampled token's log-probability (over the raw logits) and the most likely alternatives.
@@ -258,6 +260,13 @@ pub fn generate(
         &request.stop,
         prepared.parser,
     );
+    let mut budget = ThinkingBudget::new(
+        loaded,
+        request
+            .output
+            .reasoning_budget
+            .filter(|_| constraint.is_none()),
+    );
     let max_tokens = request.max_tokens.min(context - prompt.len());
     let mut generated = 0;
     let mut pending = PendingTokens::default();
@@ -268,11 +277,16 @@ pub fn generate(
         if generated >= max_tokens {
             break FinishReason::Length;
         }
-        if let Some(constraint) = constraint.as_mut() {
-            // Logprobs then describe the distribution the token was drawn from.
-            constraint.mask(&mut logits)?;
-        }
-        let token = sampler.sample(&logits, &history)?;
+        let token = match budget.next_forced() {
+            Some(token) => token,
+            None => {
+                if let Some(constraint) = constraint.as_mut() {
+                    // Logprobs then describe the distribution the token was drawn from.
+                    constraint.mask(&mut logits)?;
+                }
+                sampler.sample(&logits, &history)?
+            }
+        };
         history.push(token);
         generated += 1;
         pending.record(loaded, request.logprobs, &logits, token);
@@ -288,6 +302,7 @@ pub fn generate(
         if !step.parts.is_empty() {
             emit(pending.delta(step.parts));
         }
+        budget.count(output.in_reasoning());
         let grammar_complete = constraint.as_ref().is_some_and(Constraint::is_finished);
         let last_call_made = prepared.single_call && output.calls() > 0;
         if step.stopped || grammar_complete || last_call_made {
@@ -322,6 +337,56 @@ pub fn generate(
         },
     });
     Ok(())
+}
+
+/// A limit on thinking: once the model has thought for its budget without closing its
+/// reasoning block, the block's closing text is fed to it as if it had written it, and the
+/// answer follows. Under a grammar the grammar alone decides, so there is no budget then.
+struct ThinkingBudget {
+    /// Thinking tokens still allowed; `None` when there is no budget or it was spent.
+    left: Option<usize>,
+    close: Vec<u32>,
+    forced: std::collections::VecDeque<u32>,
+}
+
+/// What closes a Qwen3- or DeepSeek-R1-style reasoning block, as those templates write it.
+const CLOSE_REASONING: &str = "\n</think>\n\n";
+
+impl ThinkingBudget {
+    fn new(loaded: &LoadedModel, budget: Option<usize>) -> Self {
+        let close = match budget {
+            Some(_) => match loaded.tokenizer.encode(CLOSE_REASONING, false) {
+                Ok(encoding) => encoding.get_ids().to_vec(),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot tokenize the end of reasoning; no thinking budget");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        Self {
+            left: budget.filter(|_| !close.is_empty()),
+            close,
+            forced: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The next token to feed instead of sampling, while the closing text is being fed.
+    fn next_forced(&mut self) -> Option<u32> {
+        self.forced.pop_front()
+    }
+
+    /// Counts a token the model wrote while `thinking`; at the budget, queues the closing text.
+    fn count(&mut self, thinking: bool) {
+        let Some(left) = self.left.as_mut().filter(|_| thinking) else {
+            return;
+        };
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.forced.extend(self.close.iter().copied());
+            self.left = None;
+        }
+    }
 }
 
 /// Tokens sampled since the last delta, with their log-probabilities when asked for.

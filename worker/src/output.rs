@@ -65,6 +65,11 @@ impl Output {
         self.stops.matched()
     }
 
+    /// Whether the model is still thinking, as far as its output has been read.
+    pub fn in_reasoning(&self) -> bool {
+        self.parser.as_ref().is_some_and(OutputParser::is_reasoning)
+    }
+
     /// How many tool calls the answer has made so far.
     pub fn calls(&self) -> u32 {
         self.calls

@@ -43,6 +43,7 @@ pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
             tool_choice: request.tool_choice,
             parallel_tool_calls: request.parallel_tool_calls,
             format: request.output_format,
+            reasoning_budget: request.reasoning_budget.map(|budget| budget as usize),
         },
         count_only: request.count_only,
     }

@@ -24,6 +24,7 @@ pub fn generate_request(prompt: Prompt) -> GenerateRequest {
             strict: true,
         }),
         count_only: false,
+        reasoning_budget: Some(1024),
     }
 }
 

@@ -107,6 +107,7 @@ impl SamplingParams {
             parallel_tool_calls: None,
             output_format,
             count_only: false,
+            reasoning_budget: None,
         })
     }
 }

@@ -54,6 +54,25 @@ fn a_thinking_model_answers_with_a_thinking_block_and_thinking_disabled_reaches_
     check(&server, "thinking", "qwen3", &[]);
 }
 
+/// DeepSeek-R1's way: the generation prompt opens the think block, so the output starts inside
+/// it; past answers lose their thinking (which is how the template shows it knows `</think>`).
+const OPENED_THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
+{%- set content = message.content.split('</think>')[-1] if message.role == 'assistant' else message.content %}
+{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n<think>\n' }}
+{%- endif %}"#;
+
+#[test]
+fn a_thinking_budget_closes_the_reasoning_block_and_the_answer_follows() {
+    let dirs = Dirs::with_models(&[Arch::Qwen3]);
+    let template = dirs.models.path().join("qwen3/chat_template.jinja");
+    std::fs::write(template, OPENED_THINKING_TEMPLATE).unwrap();
+    let server = Server::start(&dirs);
+    check(&server, "thinking-budget", "qwen3", &[]);
+}
+
 #[test]
 fn smollm2_calls_the_weather_tool_and_answers_from_its_result_through_the_sdk() {
     let dirs = Dirs::generated([]);

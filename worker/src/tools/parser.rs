@@ -177,6 +177,11 @@ impl OutputParser {
         out.into_vec()
     }
 
+    /// Whether the output is inside the model's reasoning block now.
+    pub fn is_reasoning(&self) -> bool {
+        matches!(self.mode, Mode::Thinking | Mode::SkipSpace(Next::Thinking))
+    }
+
     /// Why the last candidate call that was returned as text did not parse, for a log line.
     pub fn malformed(&self) -> Option<&str> {
         self.malformed.as_deref()

@@ -84,6 +84,7 @@ impl MessagesRequest {
             parallel_tool_calls,
             output_format,
             count_only: false,
+            reasoning_budget: thinking_budget(self.thinking.as_ref())?,
         })
     }
 }
@@ -217,9 +218,32 @@ fn output_config(
     Ok((format, effort))
 }
 
-/// `thinking` as Qwen3-style templates read it (`enable_thinking`); `budget_tokens` is accepted
-/// but not enforced: thinking counts against `max_tokens` like any output. The effort reaches
-/// templates that read `reasoning_effort` (`max` as OpenAI's highest, `xhigh`).
+/// `budget_tokens` of enabled thinking: the worker closes the model's reasoning block after that
+/// many tokens. Anthropic's minimum of 1024 is not imposed: a local model may think less.
+fn thinking_budget(thinking: Option<&Value>) -> Result<Option<u32>, AnthropicError> {
+    let Some(thinking) = thinking.filter(|thinking| !thinking.is_null()) else {
+        return Ok(None);
+    };
+    if thinking.get("type").and_then(Value::as_str) != Some("enabled") {
+        return Ok(None);
+    }
+    match thinking.get("budget_tokens") {
+        None | Some(Value::Null) => Ok(None),
+        Some(budget) => match budget
+            .as_u64()
+            .and_then(|budget| u32::try_from(budget).ok())
+        {
+            Some(budget) if budget > 0 => Ok(Some(budget)),
+            _ => Err(AnthropicError::invalid(
+                "thinking.budget_tokens: must be a positive integer",
+            )),
+        },
+    }
+}
+
+/// `thinking` as Qwen3-style templates read it (`enable_thinking`); its budget is
+/// `thinking_budget`'s. The effort reaches templates that read `reasoning_effort` (`max` as
+/// OpenAI's highest, `xhigh`).
 fn template_kwargs(
     thinking: Option<&Value>,
     effort: Option<&str>,

@@ -300,6 +300,33 @@ async fn tool_choice_thinking_and_output_config_map_to_their_worker_settings() {
         Value::Object(template_kwargs.unwrap()),
         json!({"enable_thinking": false})
     );
+    assert_eq!(request.reasoning_budget, None);
+
+    let budgets = [
+        (
+            json!({"type": "enabled", "budget_tokens": 2048}),
+            Some(2048),
+        ),
+        (json!({"type": "adaptive"}), None),
+        (json!({"type": "enabled"}), None),
+    ];
+    for (thinking, expected) in budgets {
+        post(&backend, "/v1/messages", ask(json!({"thinking": thinking}))).await;
+        assert_eq!(
+            backend.last_request().reasoning_budget,
+            expected,
+            "{thinking}"
+        );
+    }
+    let bad = ask(json!({"thinking": {"type": "enabled", "budget_tokens": -1}}));
+    let (status, body) = post(&backend, "/v1/messages", bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget_tokens")
+    );
 }
 
 #[tokio::test]
