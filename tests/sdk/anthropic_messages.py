@@ -15,35 +15,17 @@ import sys
 import anthropic
 import jsonschema
 
+from shared import (ANSWER_ONLY, PERSON, QUESTION, THINKING_THEN_ANSWER, WEATHER_DESCRIPTION,
+                    WEATHER_PARAMETERS, WORDS)
+
 GREEDY = {"temperature": 0}
-ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+ASK = [{"role": "user", "content": QUESTION}]
 
 WEATHER = {
     "name": "get_weather",
-    "description": "The current weather in a city.",
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            # Bounded, so that random weights, which rarely close a string, finish one.
-            "city": {"type": "string", "description": "The city, e.g. Paris", "maxLength": 24},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
+    "description": WEATHER_DESCRIPTION,
+    "input_schema": WEATHER_PARAMETERS,
 }
-
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 40},
-        "age": {"type": "integer", "minimum": 0, "maximum": 150},
-        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 3},
-    },
-    "required": ["name", "age", "tags"],
-    "additionalProperties": False,
-}
-
 
 def client(base_url, api_key="unused"):
     return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
@@ -163,9 +145,6 @@ def tool_round_trip(api, model, max_tokens=200):
     return {"call": {"name": call.name, "input": call.input}, "answer": answer}
 
 
-WORDS = r"[a-z]{3,10}( [a-z]{3,10}){1,3}"
-THINKING_THEN_ANSWER = f'start: "<think>\\n" /{WORDS}/ "\\n</think>\\n\\n" /{WORDS}/'
-ANSWER_ONLY = f"start: /{WORDS}/"
 
 
 def thinking(api, model):

@@ -12,21 +12,15 @@ import sys
 import jsonschema
 import openai
 
+from shared import (ANSWER_ONLY, PERSON, QUESTION, THINKING_THEN_ANSWER, WEATHER_DESCRIPTION,
+                    WEATHER_PARAMETERS, WORDS)
+
 WEATHER = {
     "type": "function",
     "function": {
         "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                # Bounded, so that random weights, which rarely close a string, finish one.
-                "city": {"type": "string", "description": "The city, e.g. Paris", "maxLength": 24},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
+        "description": WEATHER_DESCRIPTION,
+        "parameters": WEATHER_PARAMETERS,
     },
 }
 TIME = {
@@ -49,19 +43,7 @@ TIME = {
 TOOLS = [WEATHER, TIME]
 SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
 
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 40},
-        "age": {"type": "integer", "minimum": 0, "maximum": 150},
-        "email": {"type": ["string", "null"], "maxLength": 40},
-        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 3},
-    },
-    "required": ["name", "age", "email", "tags"],
-    "additionalProperties": False,
-}
-
-ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+ASK = [{"role": "user", "content": QUESTION}]
 
 
 def client(base_url):
@@ -267,9 +249,6 @@ def round_trip(api, model, _seeds):
     return {"call": {"name": name, "arguments": arguments}, "answer": answer.content}
 
 
-WORDS = r"[a-z]{3,10}( [a-z]{3,10}){1,3}"
-THINKING_THEN_ANSWER = f'start: "<think>\\n" /{WORDS}/ "\\n</think>\\n\\n" /{WORDS}/'
-ANSWER_ONLY = f"start: /{WORDS}/"
 
 
 def reasoning(api, model, seeds):

@@ -13,32 +13,16 @@ import sys
 import jsonschema
 import openai
 
+from shared import PERSON, QUESTION, WEATHER_DESCRIPTION, WEATHER_PARAMETERS
+
 WEATHER = {
     "type": "function",
     "name": "get_weather",
-    "description": "The current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            # Bounded, so that random weights, which rarely close a string, finish one.
-            "city": {"type": "string", "description": "The city, e.g. Paris", "maxLength": 24},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
+    "description": WEATHER_DESCRIPTION,
+    "parameters": WEATHER_PARAMETERS,
     "strict": True,
 }
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 40},
-        "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    },
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
-ASK = "What is the weather in Paris, in celsius?"
+ASK = QUESTION
 
 
 def client(base_url):

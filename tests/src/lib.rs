@@ -70,6 +70,19 @@ pub fn smollm2_gguf() -> PathBuf {
     path
 }
 
+/// Qwen3's chat template reduced to what tests of thinking need: ChatML, and
+/// `enable_thinking=false` closing an empty think block in the prompt. `</think>` in it tells the
+/// worker the model thinks.
+pub const THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n' }}
+{%- if enable_thinking is defined and enable_thinking is false %}
+{{- '<think>\n\n</think>\n\n' }}
+{%- endif %}
+{%- endif %}"#;
+
 /// A tiny fixture model in a fresh temporary directory (removed when the guard drops).
 pub fn tiny_model(arch: Arch) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");

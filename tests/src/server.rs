@@ -48,6 +48,13 @@ impl Dirs {
         std::fs::write(copy.join("model.safetensors"), "not safetensors").unwrap();
     }
 
+    /// Gives the generated model `model` this chat template (`chat_template.jinja`, which wins
+    /// over the one in `tokenizer_config.json`).
+    pub fn set_chat_template(&self, model: &str, template: &str) {
+        let path = self.models.path().join(model).join("chat_template.jinja");
+        std::fs::write(path, template).unwrap();
+    }
+
     /// Writes `text` as a `corral.toml` in the state directory and returns its path, for
     /// `--config`.
     pub fn write_config(&self, text: &str) -> PathBuf {

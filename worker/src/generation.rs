@@ -193,32 +193,12 @@ pub fn generate(
         emit(Event::Accepted {
             prompt_tokens: prompt.len(),
         });
-        emit(Event::Done {
-            finish_reason: FinishReason::Stop,
-            stop_sequence: None,
-            timings: Timings {
-                prompt_tokens: prompt.len(),
-                cached_tokens: 0,
-                completion_tokens: 0,
-                prefill: Duration::ZERO,
-                decode: Duration::ZERO,
-            },
-        });
+        emit(done_without_compute(FinishReason::Stop, prompt.len()));
         return Ok(());
     }
     if cancel.load(Ordering::Relaxed) {
         // Cancelled while queued: nobody waits for it, so skip the prefill too.
-        emit(Event::Done {
-            finish_reason: FinishReason::Cancelled,
-            stop_sequence: None,
-            timings: Timings {
-                prompt_tokens: prompt.len(),
-                cached_tokens: 0,
-                completion_tokens: 0,
-                prefill: Duration::ZERO,
-                decode: Duration::ZERO,
-            },
-        });
+        emit(done_without_compute(FinishReason::Cancelled, prompt.len()));
         return Ok(());
     }
     let context = loaded.model.config.max_position_embeddings;
@@ -424,6 +404,21 @@ impl PendingTokens {
             token_count: std::mem::take(&mut self.token_count),
             logprobs: std::mem::take(&mut self.logprobs),
         }
+    }
+}
+
+/// The end of a request that ran nothing: a count, or one cancelled before its prefill.
+fn done_without_compute(finish_reason: FinishReason, prompt_tokens: usize) -> Event {
+    Event::Done {
+        finish_reason,
+        stop_sequence: None,
+        timings: Timings {
+            prompt_tokens,
+            cached_tokens: 0,
+            completion_tokens: 0,
+            prefill: Duration::ZERO,
+            decode: Duration::ZERO,
+        },
     }
 }
 

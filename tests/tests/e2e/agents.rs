@@ -4,8 +4,8 @@
 //! the real instruct model a whole tool round trip and JSON mode.
 
 use corral_fixture::Arch;
-use corral_tests::sdk;
 use corral_tests::server::{Dirs, Server};
+use corral_tests::{THINKING_TEMPLATE, sdk};
 use serde_json::Value;
 
 fn check(server: &Server, check: &str, model: &str, seeds: u32) -> Value {
@@ -36,23 +36,10 @@ fn structured_outputs_validate_and_bad_requests_name_their_field() {
     check(&server, "bad-input", "llama", 1);
 }
 
-/// Qwen3's template reduced to what matters here: ChatML, and `enable_thinking=false` closing
-/// an empty think block in the prompt. `</think>` in it tells the worker the model thinks.
-const THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
-{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
-{%- endfor %}
-{%- if add_generation_prompt %}
-{{- '<|im_start|>assistant\n' }}
-{%- if enable_thinking is defined and enable_thinking is false %}
-{{- '<think>\n\n</think>\n\n' }}
-{%- endif %}
-{%- endif %}"#;
-
 #[test]
 fn a_thinking_model_returns_its_reasoning_apart_and_the_switch_reaches_its_template() {
     let dirs = Dirs::with_models(&[Arch::Qwen3]);
-    let template = dirs.models.path().join("qwen3/chat_template.jinja");
-    std::fs::write(template, THINKING_TEMPLATE).unwrap();
+    dirs.set_chat_template("qwen3", THINKING_TEMPLATE);
     let server = Server::start(&dirs);
     check(&server, "reasoning", "qwen3", 3);
 }

@@ -8,8 +8,8 @@ use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 
 use corral_fixture::Arch;
-use corral_tests::sdk;
 use corral_tests::server::{Dirs, Server, client};
+use corral_tests::{THINKING_TEMPLATE, sdk};
 use serde_json::{Value, json};
 
 fn check(server: &Server, check: &str, model: &str, extra: &[&str]) -> Value {
@@ -33,23 +33,10 @@ fn the_sdk_creates_streams_counts_and_calls_tools_on_a_fixture() {
     check(&server, "errors", "qwen3", &[]);
 }
 
-/// Qwen3's template reduced to what matters here (as in `agents.rs`): `enable_thinking=false`
-/// closes an empty think block in the prompt, and `</think>` tells the worker the model thinks.
-const THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
-{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
-{%- endfor %}
-{%- if add_generation_prompt %}
-{{- '<|im_start|>assistant\n' }}
-{%- if enable_thinking is defined and enable_thinking is false %}
-{{- '<think>\n\n</think>\n\n' }}
-{%- endif %}
-{%- endif %}"#;
-
 #[test]
 fn a_thinking_model_answers_with_a_thinking_block_and_thinking_disabled_reaches_its_template() {
     let dirs = Dirs::with_models(&[Arch::Qwen3]);
-    let template = dirs.models.path().join("qwen3/chat_template.jinja");
-    std::fs::write(template, THINKING_TEMPLATE).unwrap();
+    dirs.set_chat_template("qwen3", THINKING_TEMPLATE);
     let server = Server::start(&dirs);
     check(&server, "thinking", "qwen3", &[]);
 }
@@ -67,8 +54,7 @@ const OPENED_THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
 #[test]
 fn a_thinking_budget_closes_the_reasoning_block_and_the_answer_follows() {
     let dirs = Dirs::with_models(&[Arch::Qwen3]);
-    let template = dirs.models.path().join("qwen3/chat_template.jinja");
-    std::fs::write(template, OPENED_THINKING_TEMPLATE).unwrap();
+    dirs.set_chat_template("qwen3", OPENED_THINKING_TEMPLATE);
     let server = Server::start(&dirs);
     check(&server, "thinking-budget", "qwen3", &[]);
 }
