@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -146,6 +147,13 @@ async fn serve(options: ServeOptions) -> Result<()> {
         .await
         .with_context(|| format!("listening on {}:{}", config.host, config.port))?;
     let local = listener.local_addr().context("reading the bound address")?;
+    // Streams write small chunks; with Nagle's algorithm the first token's chunk waits for the
+    // client's delayed ACK of the headers (up to 40 ms) when the prefill is shorter than that.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "setting TCP_NODELAY");
+        }
+    });
     let current = registry.current();
     let models: Vec<&str> = current
         .entries()
