@@ -3,10 +3,12 @@
 //! if asked for, then `data: [DONE]`. A generation that fails mid-stream ends with one
 //! `data: {"error": {...}}` event instead, since the HTTP status was already sent.
 //!
-//! The event stream owns the [`GenerationStream`]: when the client disconnects, axum drops the
-//! body, and with it the stream's cancel guard, which cancels the sequence on the worker.
+//! [`relay`] drives every API's event stream (this one, Anthropic's, the Responses API's): it
+//! owns the [`GenerationStream`], so when the client disconnects, axum drops the body, and with
+//! it the stream's cancel guard, which cancels the sequence on the worker.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use axum::response::sse::{Event, Sse};
 use corral_ipc::{FinishReason, TokenLogprob, ToolCall, Usage};
@@ -15,6 +17,59 @@ use futures_util::stream::{self, Stream};
 use super::backend::{BackendError, GenerationStream, StreamEvent};
 use super::error::ApiError;
 use super::generation::ended_early;
+
+pub type SseEvent = Result<Event, axum::Error>;
+
+/// How one API turns a generation's events into its server-sent events.
+pub trait Relay: Send + 'static {
+    /// Queues the SSE events for one generation event; `None` means the backend closed the
+    /// stream without finishing it.
+    fn handle(&mut self, event: Option<StreamEvent>);
+    /// The next queued SSE event.
+    fn ready(&mut self) -> Option<SseEvent>;
+    /// Nothing more will be queued.
+    fn finished(&self) -> bool;
+    /// An event to send after this long without one (Anthropic's `ping`), so a long prefill
+    /// does not look like a dead connection; `None` waits silently.
+    fn keep_alive(&self) -> Option<(Duration, fn() -> SseEvent)> {
+        None
+    }
+}
+
+/// Sends what `relay` makes of `events`, in order, until it is finished.
+pub fn relay<R: Relay>(
+    events: GenerationStream,
+    relay: R,
+) -> Sse<impl Stream<Item = SseEvent> + Send + 'static> {
+    Sse::new(stream::unfold(
+        (events, relay),
+        |(mut events, mut relay)| async move {
+            let event = next_event(&mut events, &mut relay).await?;
+            Some((event, (events, relay)))
+        },
+    ))
+}
+
+async fn next_event<R: Relay>(events: &mut GenerationStream, relay: &mut R) -> Option<SseEvent> {
+    loop {
+        if let Some(event) = relay.ready() {
+            return Some(event);
+        }
+        if relay.finished() {
+            return None;
+        }
+        let event = match relay.keep_alive() {
+            Some((interval, keep_alive)) => {
+                match tokio::time::timeout(interval, events.next()).await {
+                    Ok(event) => event,
+                    Err(_silence) => return Some(keep_alive()),
+                }
+            }
+            None => events.next().await,
+        };
+        relay.handle(event);
+    }
+}
 
 /// What one worker delta adds to the answer.
 pub struct Generated {
@@ -34,11 +89,11 @@ pub trait ChunkFormat: Send + 'static {
     fn usage(&mut self, usage: Usage) -> Result<Event, axum::Error>;
 }
 
-struct Relay<F> {
-    events: GenerationStream,
+/// The OpenAI chunk stream of one endpoint.
+struct Chunks<F> {
     format: F,
     include_usage: bool,
-    pending: VecDeque<Result<Event, axum::Error>>,
+    pending: VecDeque<SseEvent>,
     finished: bool,
 }
 
@@ -46,33 +101,24 @@ pub fn response<F: ChunkFormat>(
     events: GenerationStream,
     mut format: F,
     include_usage: bool,
-) -> Sse<impl Stream<Item = Result<Event, axum::Error>> + Send + 'static> {
+) -> Sse<impl Stream<Item = SseEvent> + Send + 'static> {
     let pending = format.opening().into();
-    let relay = Relay {
-        events,
+    let chunks = Chunks {
         format,
         include_usage,
         pending,
         finished: false,
     };
-    Sse::new(stream::unfold(relay, |mut relay| async move {
-        let event = relay.next_event().await?;
-        Some((event, relay))
-    }))
+    relay(events, chunks)
 }
 
-impl<F: ChunkFormat> Relay<F> {
-    async fn next_event(&mut self) -> Option<Result<Event, axum::Error>> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some(event);
-            }
-            if self.finished {
-                return None;
-            }
-            let event = self.events.next().await;
-            self.handle(event);
-        }
+impl<F: ChunkFormat> Relay for Chunks<F> {
+    fn ready(&mut self) -> Option<SseEvent> {
+        self.pending.pop_front()
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
     }
 
     fn handle(&mut self, event: Option<StreamEvent>) {
@@ -117,7 +163,9 @@ impl<F: ChunkFormat> Relay<F> {
             None => self.fail(ended_early()),
         }
     }
+}
 
+impl<F> Chunks<F> {
     fn fail(&mut self, error: BackendError) {
         let error = ApiError::from(error);
         tracing::warn!(%error, "generation failed mid-stream");

@@ -174,11 +174,7 @@ impl Formatter for PythonSeparators {
         writer: &mut W,
         first: bool,
     ) -> io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        item_separator(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + io::Write>(
@@ -186,14 +182,19 @@ impl Formatter for PythonSeparators {
         writer: &mut W,
         first: bool,
     ) -> io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        item_separator(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
         writer.write_all(b": ")
+    }
+}
+
+/// `", "` before every item but the first, in arrays and objects alike.
+fn item_separator<W: ?Sized + io::Write>(writer: &mut W, first: bool) -> io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
     }
 }

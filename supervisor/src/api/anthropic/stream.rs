@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::response::sse::{Event, Sse};
 use corral_ipc::{FinishReason, ToolCall, Usage};
-use futures_util::stream::{self, Stream};
+use futures_util::stream::Stream;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -23,10 +23,9 @@ use super::error::{AnthropicError, ErrorBody};
 use super::response::{Block, UsageBody, message_id, stop_reason, tool_use_id};
 use crate::api::backend::{BackendError, GenerationStream, StreamEvent};
 use crate::api::generation::ended_early;
+use crate::api::sse::{Relay, SseEvent, relay};
 
 pub const PING_INTERVAL: Duration = Duration::from_secs(10);
-
-type SseEvent = Result<Event, axum::Error>;
 
 /// The block being streamed. A tool call arrives whole, so its block closes right after its
 /// one delta.
@@ -37,8 +36,8 @@ enum Open {
     ToolUse,
 }
 
-struct Relay {
-    events: GenerationStream,
+/// The answer being streamed.
+struct Answer {
     pending: VecDeque<SseEvent>,
     open: Option<Open>,
     next_index: u32,
@@ -58,8 +57,7 @@ pub fn response(
         "id": message_id(), "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage,
     });
-    let relay = Relay {
-        events,
+    let answer = Answer {
         pending: VecDeque::from([
             event(
                 "message_start",
@@ -71,10 +69,7 @@ pub fn response(
         next_index: 0,
         finished: false,
     };
-    Sse::new(stream::unfold(relay, |mut relay| async move {
-        let event = relay.next_event().await?;
-        Some((event, relay))
-    }))
+    relay(events, answer)
 }
 
 fn event(name: &str, data: impl Serialize) -> SseEvent {
@@ -85,20 +80,17 @@ fn ping() -> SseEvent {
     event("ping", json!({"type": "ping"}))
 }
 
-impl Relay {
-    async fn next_event(&mut self) -> Option<SseEvent> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some(event);
-            }
-            if self.finished {
-                return None;
-            }
-            match tokio::time::timeout(PING_INTERVAL, self.events.next()).await {
-                Ok(event) => self.handle(event),
-                Err(_silence) => return Some(ping()),
-            }
-        }
+impl Relay for Answer {
+    fn ready(&mut self) -> Option<SseEvent> {
+        self.pending.pop_front()
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+
+    fn keep_alive(&self) -> Option<(Duration, fn() -> SseEvent)> {
+        Some((PING_INTERVAL, ping))
     }
 
     fn handle(&mut self, event: Option<StreamEvent>) {
@@ -124,7 +116,9 @@ impl Relay {
             None => self.fail(ended_early()),
         }
     }
+}
 
+impl Answer {
     /// Appends `piece` to the open block of `kind`, opening one (and closing another) first.
     fn stream_into(&mut self, kind: Open, piece: String) {
         if piece.is_empty() {

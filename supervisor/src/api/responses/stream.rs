@@ -13,14 +13,13 @@ use std::collections::VecDeque;
 
 use axum::response::sse::{Event, Sse};
 use corral_ipc::{FinishReason, ToolCall, Usage};
-use futures_util::stream::{self, Stream};
+use futures_util::stream::Stream;
 use serde_json::{Value, json};
 
 use super::object::{OutputItem, ResponseObject, Status, item_id, message_status, output_text};
 use super::store::Recorder;
 use crate::api::backend::{GenerationStream, StreamEvent};
-
-type SseEvent = Result<Event, axum::Error>;
+use crate::api::sse::{Relay, SseEvent, relay};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -35,8 +34,8 @@ struct Open {
     text: String,
 }
 
-struct Relay {
-    events: GenerationStream,
+/// The response being streamed.
+struct Streamed {
     response: ResponseObject,
     /// Taken when the response ends, so it is stored once.
     recorder: Option<Recorder>,
@@ -52,8 +51,7 @@ pub fn response(
     response: ResponseObject,
     recorder: Recorder,
 ) -> Sse<impl Stream<Item = SseEvent> + Send + 'static> {
-    let mut relay = Relay {
-        events,
+    let mut streamed = Streamed {
         response,
         recorder: Some(recorder),
         sequence: 0,
@@ -62,26 +60,18 @@ pub fn response(
         pending: VecDeque::new(),
         finished: false,
     };
-    relay.lifecycle("response.created");
-    relay.lifecycle("response.in_progress");
-    Sse::new(stream::unfold(relay, |mut relay| async move {
-        let event = relay.next_event().await?;
-        Some((event, relay))
-    }))
+    streamed.lifecycle("response.created");
+    streamed.lifecycle("response.in_progress");
+    relay(events, streamed)
 }
 
-impl Relay {
-    async fn next_event(&mut self) -> Option<SseEvent> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some(event);
-            }
-            if self.finished {
-                return None;
-            }
-            let event = self.events.next().await;
-            self.handle(event);
-        }
+impl Relay for Streamed {
+    fn ready(&mut self) -> Option<SseEvent> {
+        self.pending.pop_front()
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
     }
 
     fn handle(&mut self, event: Option<StreamEvent>) {
@@ -111,7 +101,9 @@ impl Relay {
             None => self.fail("the worker ended the request without finishing it".to_owned()),
         }
     }
+}
 
+impl Streamed {
     fn emit(&mut self, kind: &'static str, mut payload: Value) {
         payload["type"] = json!(kind);
         payload["sequence_number"] = json!(self.sequence);
