@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,6 +21,10 @@ const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(30);
 /// Enough for many agents' conversations at once; a response holds its conversation as text,
 /// so a thousand long ones stay within tens of megabytes.
 const DEFAULT_RESPONSES_STORE_SIZE: usize = 1000;
+/// What `corral-worker serve --max-sequences` accepts.
+const MAX_SEQUENCES: RangeInclusive<usize> = 1..=256;
+/// What `corral-worker serve --prefill-chunk` accepts.
+const PREFILL_CHUNK: RangeInclusive<usize> = 16..=65536;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -47,6 +52,7 @@ pub struct Config {
     /// Listen beyond loopback without an API key.
     pub allow_remote_without_key: bool,
     pub prefix_cache: PrefixCacheConfig,
+    pub batching: BatchingConfig,
     pub discovery: DiscoveryConfig,
     /// How many finished Responses API responses are kept for `previous_response_id` and
     /// `GET /v1/responses/{id}`; the oldest goes first.
@@ -102,6 +108,18 @@ impl Default for PrefixCacheConfig {
     }
 }
 
+/// How each worker batches the sequences it decodes; the file's `[batching]` table. A key left
+/// unset is not passed on, and the worker's own default applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchingConfig {
+    /// Sequences decoded together in one batch; requests beyond it wait in the worker's queue.
+    /// A model's own `max_sequences` wins.
+    pub max_sequences: Option<usize>,
+    /// Prompt tokens prefilled per forward pass, between the running sequences' decode steps.
+    pub prefill_chunk: Option<usize>,
+}
+
 /// The memory budget over the sum of worker footprints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryConfig {
@@ -140,6 +158,8 @@ pub struct ModelSettings {
     pub pinned: bool,
     /// Overrides the global idle timeout for this model.
     pub idle_timeout_secs: Option<u64>,
+    /// Overrides `[batching] max_sequences` for this model.
+    pub max_sequences: Option<usize>,
 }
 
 impl Config {
@@ -153,6 +173,14 @@ impl Config {
             Some(secs) => Some(Duration::from_secs(secs)),
             None => self.memory.idle_timeout,
         }
+    }
+
+    /// How many sequences `model`'s worker decodes together; `None`: the worker's default.
+    pub fn max_sequences(&self, model: &str) -> Option<usize> {
+        self.models
+            .get(model)
+            .and_then(|settings| settings.max_sequences)
+            .or(self.batching.max_sequences)
     }
 
     pub fn pinned_models(&self) -> impl Iterator<Item = &str> {
@@ -181,6 +209,7 @@ impl Default for Config {
             admin_key: None,
             allow_remote_without_key: false,
             prefix_cache: PrefixCacheConfig::default(),
+            batching: BatchingConfig::default(),
             discovery: DiscoveryConfig::default(),
             responses_store_size: DEFAULT_RESPONSES_STORE_SIZE,
         }
@@ -216,6 +245,8 @@ struct FileConfig {
     allow_remote_without_key: Option<bool>,
     #[serde(default)]
     prefix_cache: PrefixCacheConfig,
+    #[serde(default)]
+    batching: BatchingConfig,
     #[serde(default)]
     discovery: DiscoveryConfig,
     responses_store_size: Option<usize>,
@@ -292,6 +323,7 @@ impl Config {
                 memory.hard_watermark
             );
         }
+        check_batching(&from_file.batching, &from_file.models)?;
         let mut models = from_file.models;
         for model in overrides.pinned {
             models.entry(model).or_default().pinned = true;
@@ -328,11 +360,48 @@ impl Config {
                 dir: overrides.prefix_cache_dir.or(from_file.prefix_cache.dir),
                 ..from_file.prefix_cache
             },
+            batching: from_file.batching,
             discovery: from_file.discovery,
             responses_store_size: from_file
                 .responses_store_size
                 .unwrap_or(defaults.responses_store_size),
         })
+    }
+}
+
+/// Refuses batching values the worker would refuse, naming the key, before any worker starts.
+fn check_batching(
+    batching: &BatchingConfig,
+    models: &BTreeMap<String, ModelSettings>,
+) -> Result<()> {
+    check_range(
+        "batching.max_sequences",
+        batching.max_sequences,
+        MAX_SEQUENCES,
+    )?;
+    check_range(
+        "batching.prefill_chunk",
+        batching.prefill_chunk,
+        PREFILL_CHUNK,
+    )?;
+    for (model, settings) in models {
+        check_range(
+            &format!("models.\"{model}\".max_sequences"),
+            settings.max_sequences,
+            MAX_SEQUENCES,
+        )?;
+    }
+    Ok(())
+}
+
+fn check_range(key: &str, value: Option<usize>, range: RangeInclusive<usize>) -> Result<()> {
+    match value {
+        Some(value) if !range.contains(&value) => bail!(
+            "{key} = {value} is out of range: it must be from {} to {}",
+            range.start(),
+            range.end()
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -428,6 +497,74 @@ mod tests {
         .unwrap();
         let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
         assert!(format!("{error:#}").contains("watermarks"), "{error:#}");
+    }
+
+    #[test]
+    fn batching_is_unset_by_default_and_a_models_max_sequences_wins_over_the_global_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        assert_eq!(Config::default().max_sequences("any"), None);
+        std::fs::write(
+            &file,
+            "[batching]\nmax_sequences = 8\nprefill_chunk = 512\n\
+             [models.\"solo\"]\nmax_sequences = 1\n[models.other]\npinned = true\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&file), Overrides::default()).unwrap();
+        assert_eq!(
+            config.batching,
+            BatchingConfig {
+                max_sequences: Some(8),
+                prefill_chunk: Some(512),
+            }
+        );
+        assert_eq!(config.max_sequences("solo"), Some(1));
+        assert_eq!(config.max_sequences("other"), Some(8));
+        assert_eq!(config.max_sequences("unlisted"), Some(8));
+
+        std::fs::write(&file, "[models.solo]\nmax_sequences = 2\n").unwrap();
+        let config = Config::load(Some(&file), Overrides::default()).unwrap();
+        assert_eq!(config.batching, BatchingConfig::default());
+        assert_eq!(config.max_sequences("solo"), Some(2));
+        assert_eq!(config.max_sequences("unlisted"), None);
+    }
+
+    #[test]
+    fn batching_values_the_worker_would_refuse_are_errors_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        for (text, key) in [
+            (
+                "[batching]\nmax_sequences = 0\n",
+                "batching.max_sequences = 0",
+            ),
+            (
+                "[batching]\nmax_sequences = 257\n",
+                "batching.max_sequences = 257",
+            ),
+            (
+                "[batching]\nprefill_chunk = 15\n",
+                "batching.prefill_chunk = 15",
+            ),
+            (
+                "[batching]\nprefill_chunk = 65537\n",
+                "batching.prefill_chunk = 65537",
+            ),
+            (
+                "[models.\"big\"]\nmax_sequences = 300\n",
+                "models.\"big\".max_sequences = 300",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+            assert!(format!("{error:#}").contains(key), "{text}: {error:#}");
+        }
+        std::fs::write(
+            &file,
+            "[batching]\nmax_sequences = 256\nprefill_chunk = 16\n[models.one]\nmax_sequences = 1\n",
+        )
+        .unwrap();
+        Config::load(Some(&file), Overrides::default()).unwrap();
     }
 
     #[test]
