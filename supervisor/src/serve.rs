@@ -82,9 +82,11 @@ async fn serve(options: ServeOptions) -> Result<()> {
             .servable_path(id)
             .map(PathBuf::from)
     });
+    let batching = config.clone();
     let spawner = Spawner::new(worker, run_dir, lookup.clone(), exits)
         .with_start_timeout(config.worker_start_timeout)
-        .with_worker_args(prefix_cache_args(&config, &state_dir));
+        .with_worker_args(prefix_cache_args(&config, &state_dir))
+        .with_model_args(Arc::new(move |model| batching_args(&batching, model)));
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
     let processes = WorkerProcesses::new(spawner, lookup, config.worker_stop_grace, ledger);
     let budget = budget(&config);
@@ -203,6 +205,19 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
         "--prefix-block-tokens".into(),
         cache.block_tokens.to_string().into(),
     ]
+}
+
+/// `model`'s batching settings as `corral-worker serve` options; an unset one is left out, so
+/// the worker's own default applies.
+fn batching_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
+    let mut args = Vec::new();
+    if let Some(count) = config.max_sequences(model) {
+        args.extend(["--max-sequences".into(), count.to_string().into()]);
+    }
+    if let Some(tokens) = config.batching.prefill_chunk {
+        args.extend(["--prefill-chunk".into(), tokens.to_string().into()]);
+    }
+    args
 }
 
 /// The memory budget the configuration asks for, on this machine.
@@ -331,4 +346,39 @@ fn worker_binary(configured: Option<PathBuf>) -> Result<PathBuf> {
         );
     }
     Ok(worker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BatchingConfig, ModelSettings};
+
+    #[test]
+    fn batching_args_carry_a_models_own_max_sequences_over_the_global_one() {
+        let mut config = Config::default();
+        assert!(batching_args(&config, "any").is_empty());
+
+        config.batching = BatchingConfig {
+            max_sequences: Some(8),
+            prefill_chunk: Some(512),
+        };
+        config.models.insert(
+            "solo".to_owned(),
+            ModelSettings {
+                max_sequences: Some(1),
+                ..ModelSettings::default()
+            },
+        );
+        assert_eq!(
+            batching_args(&config, "solo"),
+            ["--max-sequences", "1", "--prefill-chunk", "512"]
+        );
+        assert_eq!(
+            batching_args(&config, "other"),
+            ["--max-sequences", "8", "--prefill-chunk", "512"]
+        );
+
+        config.batching.max_sequences = None;
+        assert_eq!(batching_args(&config, "other"), ["--prefill-chunk", "512"]);
+    }
 }

@@ -7,6 +7,7 @@
 //! `LoadFailed`. A failed launch kills and reaps its process before returning, as the
 //! `Processes` contract asks.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -31,6 +32,9 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Model id → model directory, from the registry.
 pub type ModelLookup = Arc<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
 
+/// Model id → the options its worker gets besides everyone's (its batch size).
+pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<OsString> + Send + Sync>;
+
 pub struct Spawner {
     binary: PathBuf,
     run_dir: RunDir,
@@ -38,7 +42,9 @@ pub struct Spawner {
     start_timeout: Duration,
     exits: mpsc::UnboundedSender<WorkerExit>,
     /// Passed to every worker after its own arguments (prefix cache settings).
-    worker_args: Vec<std::ffi::OsString>,
+    worker_args: Vec<OsString>,
+    /// Passed to one model's worker after `worker_args`.
+    model_args: Option<ModelArgs>,
 }
 
 impl Spawner {
@@ -57,11 +63,17 @@ impl Spawner {
             start_timeout: DEFAULT_START_TIMEOUT,
             exits,
             worker_args: Vec::new(),
+            model_args: None,
         }
     }
 
-    pub fn with_worker_args(mut self, worker_args: Vec<std::ffi::OsString>) -> Self {
+    pub fn with_worker_args(mut self, worker_args: Vec<OsString>) -> Self {
         self.worker_args = worker_args;
+        self
+    }
+
+    pub fn with_model_args(mut self, model_args: ModelArgs) -> Self {
+        self.model_args = Some(model_args);
         self
     }
 
@@ -92,16 +104,8 @@ impl Spawner {
             .run_dir
             .bind(&SlotName::for_model(model))
             .map_err(|err| spawn_error(std::io::Error::other(err)))?;
-        let mut command = Command::new(&self.binary);
-        command
-            .arg("serve")
-            .arg("--model")
-            .arg(&dir)
-            .arg("--socket")
-            .arg(&socket);
-        command.arg("--memory-limit").arg(memory_limit.to_string());
-        command.args(&self.worker_args);
-        let spawned = command
+        let spawned = self
+            .command(model, &dir, &socket, memory_limit)
             .env(corral_ipc::WORKER_TOKEN_ENV, &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -153,6 +157,29 @@ impl Spawner {
                 Err(error)
             }
         }
+    }
+
+    /// `corral-worker serve` for `model`, before its environment and pipes are set.
+    pub(super) fn command(
+        &self,
+        model: &str,
+        dir: &Path,
+        socket: &Path,
+        memory_limit: u64,
+    ) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("serve")
+            .arg("--model")
+            .arg(dir)
+            .arg("--socket")
+            .arg(socket);
+        command.arg("--memory-limit").arg(memory_limit.to_string());
+        command.args(&self.worker_args);
+        if let Some(model_args) = &self.model_args {
+            command.args(model_args(model));
+        }
+        command
     }
 
     fn forget_record_on_exit(&self, process: &WorkerProcess) {

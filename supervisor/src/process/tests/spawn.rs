@@ -1,13 +1,15 @@
 //! Launch failures that need no real worker: an unknown model, a missing binary, and a process
-//! that exits before it connects (`/bin/sh` given `serve` as a script name it cannot open).
+//! that exits before it connects (`/bin/sh` given `serve` as a script name it cannot open); and
+//! the command line a worker gets.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::super::run_dir::RunDir;
-use super::super::spawn::{ModelLookup, Spawner};
+use super::super::spawn::{ModelArgs, ModelLookup, Spawner};
 use crate::pool::LaunchError;
 
 fn launcher(
@@ -64,4 +66,42 @@ async fn a_worker_that_exits_before_connecting_is_reported_and_its_record_remove
         }
     });
     assert!(emptied.await.is_ok(), "the pid record was left behind");
+}
+
+#[tokio::test]
+async fn a_workers_command_line_has_everyones_options_then_its_models_own() {
+    let state = tempfile::tempdir().unwrap();
+    let (launcher, _exits) = launcher("/bin/corral-worker", &state);
+    let model_args: ModelArgs = std::sync::Arc::new(|model| match model {
+        "solo" => vec!["--max-sequences".into(), "1".into()],
+        _ => Vec::new(),
+    });
+    let launcher = launcher
+        .with_worker_args(vec!["--prefill-chunk".into(), "512".into()])
+        .with_model_args(model_args);
+    let args = |model: &str| -> Vec<String> {
+        let command = launcher.command(model, Path::new("/m"), Path::new("/s.sock"), 7);
+        command
+            .as_std()
+            .get_args()
+            .map(OsStr::to_string_lossy)
+            .map(String::from)
+            .collect()
+    };
+    let common = [
+        "serve",
+        "--model",
+        "/m",
+        "--socket",
+        "/s.sock",
+        "--memory-limit",
+        "7",
+        "--prefill-chunk",
+        "512",
+    ];
+    assert_eq!(args("other"), common);
+    assert_eq!(
+        args("solo"),
+        [&common[..], &["--max-sequences", "1"]].concat()
+    );
 }
