@@ -1,6 +1,7 @@
 //! `GET /metrics`: the recorded families plus those sampled now from the pool (each model's
-//! state, footprint and restarts) and from each ready worker (its prefix cache counters), in the
-//! OpenMetrics text format, which Prometheus asks for first and parses as its own text format.
+//! state, footprint and restarts) and from each ready worker (its batch, its queue and its prefix
+//! cache counters), in the OpenMetrics text format, which Prometheus asks for first and parses as
+//! its own text format.
 
 use std::sync::Arc;
 
@@ -22,13 +23,8 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
         let pool_entry = snapshot
             .iter()
             .find(|pool_entry| pool_entry.model == entry.id);
-        let prefix_cache = match admin.pool.ready_worker(&entry.id) {
-            Some(worker) => worker
-                .handle
-                .stats()
-                .await
-                .ok()
-                .and_then(|stats| stats.prefix_cache),
+        let stats = match admin.pool.ready_worker(&entry.id) {
+            Some(worker) => worker.handle.stats().await.ok(),
             None => None,
         };
         samples.push(ModelSample {
@@ -41,7 +37,9 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
                 .iter()
                 .find(|worker| worker.model == entry.id)
                 .map(|worker| worker.bytes),
-            prefix_cache,
+            active_sequences: stats.as_ref().map(|stats| stats.active_sequences),
+            queued_requests: stats.as_ref().map(|stats| stats.queued_requests),
+            prefix_cache: stats.and_then(|stats| stats.prefix_cache),
         });
     }
     match admin.metrics.exposition(&samples) {

@@ -1,5 +1,5 @@
-//! The families read at scrape time: each model's state, each worker's footprint, restarts and
-//! the prefix cache counters its worker reports. They come in as plain [`ModelSample`]s, so
+//! The families read at scrape time: each model's state, each worker's footprint, restarts, and
+//! what its worker reports: its batch's occupancy and queue, and its prefix cache counters. They come in as plain [`ModelSample`]s, so
 //! this module knows nothing of the pool or the workers: whoever serves `/metrics` gathers the
 //! samples (`admin/scrape.rs`).
 //!
@@ -35,6 +35,10 @@ pub struct ModelSample {
     pub restarts: u64,
     /// A live worker's footprint (a starting model at its estimate).
     pub footprint: Option<u64>,
+    /// Sequences in the running worker's batch, as it reports them.
+    pub active_sequences: Option<u32>,
+    /// Requests waiting in the running worker's queue for a slot in its batch.
+    pub queued_requests: Option<u32>,
     /// What the running worker reports of its prefix cache.
     pub prefix_cache: Option<PrefixCacheStats>,
 }
@@ -44,6 +48,8 @@ pub(super) fn families(samples: &[ModelSample]) -> Registry {
     let states = Family::<StateLabels, Gauge>::default();
     let footprints = Family::<ModelLabels, Gauge<u64, AtomicU64>>::default();
     let restarts = Family::<ModelLabels, Counter>::default();
+    let active = Family::<ModelLabels, Gauge>::default();
+    let queued = Family::<ModelLabels, Gauge>::default();
     for sample in samples {
         for state in STATES {
             let labels = StateLabels {
@@ -61,6 +67,12 @@ pub(super) fn families(samples: &[ModelSample]) -> Registry {
         if let Some(bytes) = sample.footprint {
             footprints.get_or_create(&labels).set(bytes);
         }
+        if let Some(sequences) = sample.active_sequences {
+            active.get_or_create(&labels).set(i64::from(sequences));
+        }
+        if let Some(requests) = sample.queued_requests {
+            queued.get_or_create(&labels).set(i64::from(requests));
+        }
     }
     let mut registry = Registry::default();
     registry.register(
@@ -77,6 +89,16 @@ pub(super) fn families(samples: &[ModelSample]) -> Registry {
         "corral_worker_restarts",
         "Unexpected worker exits and failed starts, by model",
         restarts,
+    );
+    registry.register(
+        "corral_worker_active_sequences",
+        "Sequences in each running worker's batch",
+        active,
+    );
+    registry.register(
+        "corral_worker_queued_requests",
+        "Requests waiting in each running worker's queue for a slot in its batch",
+        queued,
     );
     register_prefix_cache(&mut registry, samples);
     registry
@@ -199,6 +221,8 @@ mod tests {
             state,
             restarts,
             footprint,
+            active_sequences: None,
+            queued_requests: None,
             prefix_cache: None,
         }
     }
@@ -223,5 +247,36 @@ mod tests {
         }
         assert!(!text.contains(r#"corral_worker_footprint_bytes{model="qwen3"}"#));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_running_workers_batch_and_queue_are_gauges_and_a_stopped_one_has_none() {
+        let samples = [
+            ModelSample {
+                active_sequences: Some(4),
+                queued_requests: Some(2),
+                ..sample("llama", "ready", 0, Some(1 << 30))
+            },
+            ModelSample {
+                active_sequences: Some(0),
+                queued_requests: Some(0),
+                ..sample("idle", "ready", 0, Some(1 << 30))
+            },
+            sample("qwen3", "not_running", 0, None),
+        ];
+        let text = Metrics::new().exposition(&samples).unwrap();
+        for line in [
+            "# HELP corral_worker_active_sequences Sequences in each running worker's batch.",
+            "# TYPE corral_worker_active_sequences gauge",
+            "# TYPE corral_worker_queued_requests gauge",
+            r#"corral_worker_active_sequences{model="llama"} 4"#,
+            r#"corral_worker_queued_requests{model="llama"} 2"#,
+            r#"corral_worker_active_sequences{model="idle"} 0"#,
+            r#"corral_worker_queued_requests{model="idle"} 0"#,
+        ] {
+            assert!(text.lines().any(|got| got == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains(r#"corral_worker_active_sequences{model="qwen3"}"#));
+        assert!(!text.contains(r#"corral_worker_queued_requests{model="qwen3"}"#));
     }
 }
