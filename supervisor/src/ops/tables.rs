@@ -13,6 +13,7 @@ pub fn ps(workers: &Value) -> String {
             "FOOTPRINT",
             "MLX ACTIVE",
             "LEASES",
+            "ACTIVE",
             "QUEUED",
             "UPTIME",
             "IDLE",
@@ -34,6 +35,7 @@ pub fn ps(workers: &Value) -> String {
             bytes(&worker["footprint_bytes"]),
             bytes(&stats["mlx_active_bytes"]),
             text(&worker["leases"]),
+            text(&stats["active_sequences"]),
             text(&stats["queued_requests"]),
             seconds(&worker["uptime_secs"]),
             seconds(&worker["idle_secs"]),
@@ -171,7 +173,8 @@ mod tests {
         let workers = json!({"data": [
             {"model": "llama", "pid": 41, "state": "ready", "footprint_bytes": 41943040,
              "leases": 1, "uptime_secs": 75.2, "idle_secs": 0.5, "restarts": 0,
-             "last_exit": null, "stats": {"mlx_active_bytes": 1048576, "queued_requests": 0}},
+             "last_exit": null, "stats": {"mlx_active_bytes": 1048576, "active_sequences": 3,
+             "queued_requests": 2}},
             {"model": "qwen", "pid": null, "state": "not_running", "restarts": 1,
              "last_exit": "worker pid 7 ended with signal 9", "stats": null},
             {"model": "never", "pid": null, "state": "not_running", "last_exit": null},
@@ -180,8 +183,18 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3, "{table}");
         assert!(lines[0].starts_with("NAME   PID  STATE"), "{table}");
+        assert!(lines[0].contains("LEASES  ACTIVE  QUEUED"), "{table}");
         assert!(
             lines[1].contains("40.0 MiB") && lines[1].contains("1m15s"),
+            "{table}"
+        );
+        // LEASES, ACTIVE and QUEUED, each under its header (the last ACTIVE: MLX ACTIVE is
+        // another column).
+        let column = |header: &str| lines[0].rfind(header).unwrap();
+        let cell = |header: &str| lines[1][column(header)..].split_whitespace().next();
+        assert_eq!(
+            ["LEASES", "ACTIVE", "QUEUED"].map(cell),
+            [Some("1"), Some("3"), Some("2")],
             "{table}"
         );
         assert!(
