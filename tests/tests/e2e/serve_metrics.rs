@@ -1,7 +1,10 @@
 //! `GET /metrics` end to end: the exposition parses, line by line, as Prometheus text, and its
-//! counters move as requests flow, an idle worker is evicted and a worker is killed.
+//! counters move as requests flow, an idle worker is evicted and a worker is killed; a worker's
+//! batch and queue show as gauges while streams run and wait.
 
 use std::ffi::OsStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -213,4 +216,65 @@ fn an_idle_eviction_counts_its_reason_freed_bytes_duration_and_the_stop() {
         value(&after, "corral_evictions_total", &[("reason", "evicted")]),
         0.0
     );
+}
+
+#[test]
+fn a_one_sequence_batch_shows_one_active_and_two_queued_then_empty_once_clients_leave() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let config = dirs.write_config("[models.llama]\nmax_sequences = 1\n");
+    let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
+    // Three long streams; each client leaves at its first event after `leave` (a waiting one
+    // once its turn came), so they end one after the other however the worker orders them.
+    let leave = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, leave) = (server.url(CHAT), leave.clone());
+            thread::spawn(move || {
+                let response = client()
+                    .post(url)
+                    .json(&chat("llama", 4000, true))
+                    .send()
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                for _ in sse_events(response) {
+                    if leave.load(Ordering::Relaxed) {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let llama = [("model", "llama")];
+    let active = |scrape: &Scrape| value(scrape, "corral_worker_active_sequences", &llama);
+    let queued = |scrape: &Scrape| value(scrape, "corral_worker_queued_requests", &llama);
+    wait_for(
+        &server,
+        "one sequence in the batch and two queued",
+        |scrape| (active(scrape), queued(scrape)) == (1.0, 2.0),
+    );
+
+    leave.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let after = wait_for(&server, "an empty batch and queue", |scrape| {
+        (active(scrape), queued(scrape)) == (0.0, 0.0)
+    });
+    // The same worker, still ready, reports them: the zeros are not a missing series.
+    let ready = [("model", "llama"), ("state", "ready")];
+    assert_eq!(value(&after, "corral_worker_state", &ready), 1.0);
+    let text = client()
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for line in [
+        r#"corral_worker_active_sequences{model="llama"} 0"#,
+        r#"corral_worker_queued_requests{model="llama"} 0"#,
+    ] {
+        assert!(text.lines().any(|got| got == line), "{line} in\n{text}");
+    }
+    assert_eq!(server.worker_pids().len(), 1);
 }
