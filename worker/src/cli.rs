@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::batch::{BatchLimits, DEFAULT_MAX_SEQUENCES, DEFAULT_PREFILL_CHUNK};
 use crate::engine::EngineOptions;
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, PrefixCacheOptions};
 use clap::builder::TypedValueParser;
@@ -64,12 +65,24 @@ pub struct ServeArgs {
     /// Serve without a prefix cache.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Sequences decoded together in one batch; requests beyond it wait in the queue.
+    #[arg(long, value_name = "COUNT", default_value_t = DEFAULT_MAX_SEQUENCES,
+          value_parser = clap::value_parser!(u64).range(1..=256).map(|count| count as usize))]
+    pub max_sequences: usize,
+    /// Prompt tokens prefilled per forward pass, between the running sequences' decode steps.
+    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_PREFILL_CHUNK,
+          value_parser = clap::value_parser!(u64).range(16..=65536).map(|tokens| tokens as usize))]
+    pub prefill_chunk: usize,
 }
 
 impl ServeArgs {
     pub fn engine_options(&self) -> EngineOptions {
         EngineOptions {
             memory_limit: self.memory_limit,
+            batch: BatchLimits {
+                max_sequences: self.max_sequences,
+                prefill_chunk: self.prefill_chunk,
+            },
             prefix_cache: (!self.no_prefix_cache).then(|| PrefixCacheOptions {
                 block_tokens: self.prefix_block_tokens,
                 ram_bytes: self.prefix_cache_ram,

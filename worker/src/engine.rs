@@ -1,7 +1,8 @@
 //! The engine thread: the one thread that owns all MLX state of this worker.
 //!
-//! Requests queue on a channel and run one after another, so two computations never overlap on
-//! the device, and a cancelled request has finished its last MLX call before the next one starts.
+//! Requests arrive on a channel and join the batch (`batch.rs`), which the thread steps while it
+//! has work: all computation happens on this one thread, so two passes never overlap on the
+//! device, and a cancelled sequence has finished its last MLX call when it leaves the batch.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use std::thread;
 
 use corral_ipc::PrefixCacheStats;
 
-use crate::generation::{Event, GenerateError, GenerateRequest, Limits, generate};
+use crate::batch::{Batch, BatchLimits, Job};
+use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::loaded::{LoadError, LoadedModel};
 use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
 
@@ -23,6 +25,7 @@ const SHUTDOWN_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct EngineOptions {
     /// Refuse prefills that would take MLX's active memory past this many bytes.
     pub memory_limit: Option<u64>,
+    pub batch: BatchLimits,
     pub prefix_cache: Option<PrefixCacheOptions>,
 }
 
@@ -38,19 +41,21 @@ pub struct ModelInfo {
 /// Where a job's events go; called on the engine thread, so it must not block.
 pub type EventSink = Box<dyn FnMut(Result<Event, GenerateError>) + Send>;
 
-struct Job {
+struct Submitted {
     request: GenerateRequest,
     cancel: Arc<AtomicBool>,
     sink: EventSink,
 }
 
-/// MLX's memory figures, published by the engine thread after each request (reading them is
-/// an MLX call, so no other thread may).
+/// MLX's memory figures and the batch's occupancy, published by the engine thread after each
+/// step (reading MLX's figures is an MLX call, so no other thread may).
 #[derive(Debug, Default)]
-struct MemoryGauges {
+struct Gauges {
     active: AtomicU64,
     cache: AtomicU64,
     peak: AtomicU64,
+    running: AtomicU64,
+    waiting: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,8 +65,22 @@ pub struct MemorySnapshot {
     pub peak: u64,
 }
 
-impl MemoryGauges {
-    fn publish(&self) {
+/// How full the batch is: sequences in it and requests waiting for a slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    pub running: u64,
+    pub waiting: u64,
+}
+
+impl Gauges {
+    fn publish_batch(&self, batch: &Batch<'_, '_, '_>) {
+        self.running
+            .store(batch.running() as u64, Ordering::Relaxed);
+        self.waiting
+            .store(batch.waiting() as u64, Ordering::Relaxed);
+    }
+
+    fn publish_memory(&self) {
         let read = |value: Result<usize, _>| value.map_or(0, |bytes: usize| bytes as u64);
         self.active
             .store(read(mlx_rs::memory::active_memory()), Ordering::Relaxed);
@@ -73,8 +92,8 @@ impl MemoryGauges {
 }
 
 pub struct Engine {
-    jobs: mpsc::Sender<Job>,
-    memory: Arc<MemoryGauges>,
+    jobs: mpsc::Sender<Submitted>,
+    gauges: Arc<Gauges>,
     prefix: Option<Arc<PrefixCounters>>,
     thread: Option<thread::JoinHandle<()>>,
     pub info: ModelInfo,
@@ -105,10 +124,10 @@ impl Engine {
     /// As [`Engine::start`], with a memory limit for prefills (see `prefill_guard`) and a prefix
     /// cache.
     pub fn start_with(model_dir: PathBuf, options: EngineOptions) -> Result<Self, EngineError> {
-        let (jobs, job_queue) = mpsc::channel::<Job>();
+        let (jobs, job_queue) = mpsc::channel::<Submitted>();
         let (loaded_tx, loaded_rx) = mpsc::channel();
-        let memory = Arc::new(MemoryGauges::default());
-        let gauges = memory.clone();
+        let gauges = Arc::new(Gauges::default());
+        let thread_gauges = gauges.clone();
         let prefix_counters = Arc::new(PrefixCounters::default());
         let counters = prefix_counters.clone();
         let prefix_enabled = options.prefix_cache.is_some();
@@ -130,20 +149,20 @@ impl Engine {
                         .ok()
                 });
                 // Published before the load is reported, so stats asked for after Ready show it.
-                gauges.publish();
+                thread_gauges.publish_memory();
                 let _ = loaded_tx.send(Ok(ModelInfo {
                     dir: loaded.dir.clone(),
                     weight_bytes: loaded.model.weight_bytes(),
                     context_length: loaded.model.config.max_position_embeddings,
                     load_time: loaded.load_time,
                 }));
-                run_jobs(
+                let batch = Batch::new(
                     &loaded,
+                    options.batch,
                     options.memory_limit,
                     prefix.as_mut(),
-                    job_queue,
-                    &gauges,
                 );
+                run_batch(batch, &job_queue, &thread_gauges);
                 if let Some(prefix) = &prefix
                     && !prefix.flush(SHUTDOWN_FLUSH)
                 {
@@ -154,7 +173,7 @@ impl Engine {
         let info = loaded_rx.recv().map_err(|_| EngineError::Stopped)??;
         Ok(Self {
             jobs,
-            memory,
+            gauges,
             prefix: prefix_enabled.then_some(prefix_counters),
             thread: Some(thread),
             info,
@@ -168,9 +187,17 @@ impl Engine {
 
     pub fn memory(&self) -> MemorySnapshot {
         MemorySnapshot {
-            active: self.memory.active.load(Ordering::Relaxed),
-            cache: self.memory.cache.load(Ordering::Relaxed),
-            peak: self.memory.peak.load(Ordering::Relaxed),
+            active: self.gauges.active.load(Ordering::Relaxed),
+            cache: self.gauges.cache.load(Ordering::Relaxed),
+            peak: self.gauges.peak.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The batch as of its last step.
+    pub fn occupancy(&self) -> Occupancy {
+        Occupancy {
+            running: self.gauges.running.load(Ordering::Relaxed),
+            waiting: self.gauges.waiting.load(Ordering::Relaxed),
         }
     }
 
@@ -198,7 +225,7 @@ impl Engine {
     ) -> Result<Arc<AtomicBool>, EngineError> {
         let cancel = Arc::new(AtomicBool::new(false));
         self.jobs
-            .send(Job {
+            .send(Submitted {
                 request,
                 cancel: cancel.clone(),
                 sink,
@@ -209,7 +236,8 @@ impl Engine {
 }
 
 impl Drop for Engine {
-    /// Closing the queue ends the thread after the job in hand; joining keeps MLX teardown on it.
+    /// Closing the queue ends the thread once its batch is empty; joining keeps MLX teardown on
+    /// it.
     fn drop(&mut self) {
         let (closed, _) = mpsc::channel();
         self.jobs = closed;
@@ -219,24 +247,43 @@ impl Drop for Engine {
     }
 }
 
-fn run_jobs(
-    loaded: &LoadedModel,
-    memory_limit: Option<u64>,
-    mut prefix: Option<&mut PrefixCache>,
-    jobs: mpsc::Receiver<Job>,
-    gauges: &MemoryGauges,
-) {
-    for mut job in jobs {
-        let limits = Limits {
-            memory: memory_limit,
-            prefix: prefix.as_deref_mut(),
-        };
-        let result = generate(loaded, &job.request, limits, &job.cancel, |event| {
-            (job.sink)(Ok(event))
-        });
-        if let Err(error) = result {
-            (job.sink)(Err(error));
+/// Steps the batch while it has work; waits for a request when it has none. Ends when the
+/// queue is closed and the batch has finished what it holds.
+fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gauges: &Gauges) {
+    let mut open = true;
+    loop {
+        if batch.is_idle() {
+            match jobs.recv() {
+                Ok(submitted) => batch.submit(job(submitted)),
+                Err(mpsc::RecvError) => return,
+            }
         }
-        gauges.publish();
+        while open {
+            match jobs.try_recv() {
+                Ok(submitted) => batch.submit(job(submitted)),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        gauges.publish_batch(&batch);
+        batch.step();
+        gauges.publish_batch(&batch);
+        gauges.publish_memory();
+        if !open && batch.is_idle() {
+            return;
+        }
+    }
+}
+
+fn job(submitted: Submitted) -> Job<'static> {
+    let Submitted {
+        request,
+        cancel,
+        sink,
+    } = submitted;
+    Job {
+        request,
+        cancelled: Box::new(move || cancel.load(Ordering::Relaxed)),
+        sink,
     }
 }

@@ -1,25 +1,22 @@
-//! One request's generation: tokenize, prefill, then sample and decode token by token until a
-//! stop token, a stop string, `max_tokens` or cancellation.
+//! A generation request, its events and errors, and what is decided before any compute:
+//! render the template, tokenize, compile the grammar (`prepare`).
 //!
-//! Runs on the engine thread and reports through a callback, so the same loop serves the one-shot
-//! CLI and the supervisor's requests.
+//! The running itself is the batch's (`batch.rs`, `sequence.rs`); [`generate`] runs one request
+//! through a batch of its own, for the one-shot CLI.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use corral_ipc::{OutputFormat, ToolCall, ToolChoice};
 use mlx_rs::error::Exception;
-use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::{Array, Dtype};
 
+use crate::batch::{Batch, BatchLimits, Job};
 use crate::chat_template::ChatTemplateError;
 use crate::constraint::{Constraint, ConstraintError, GrammarSpec, ToolCallChoice};
 use crate::loaded::LoadedModel;
-use crate::model::KvCache;
-use crate::output::{Output, Parts};
-use crate::prefill_guard::{self, PREFILL_CHUNK, PrefillTooLarge};
+use crate::prefill_guard::PrefillTooLarge;
 use crate::prefix_cache::PrefixCache;
-use crate::sampling::{InvalidParams, SampleError, Sampler, SamplingParams, logprobs};
+use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
 use crate::tools::{ToolFormat, mistral_call_ids, rewrite_messages};
 
@@ -179,7 +176,8 @@ pub struct Limits<'a> {
     pub prefix: Option<&'a mut PrefixCache>,
 }
 
-/// Runs `request` to its end, reporting events; `cancel` is checked before each token.
+/// Runs `request` to its end on this thread, reporting events; `cancel` is checked before each
+/// prefill chunk and token. The one-shot CLI's path: the engine's batch with one sequence.
 pub fn generate(
     loaded: &LoadedModel,
     request: &GenerateRequest,
@@ -187,253 +185,38 @@ pub fn generate(
     cancel: &AtomicBool,
     mut emit: impl FnMut(Event),
 ) -> Result<(), GenerateError> {
-    let prepared = prepare(loaded, request)?;
-    let prompt = prepared.tokens;
-    if request.count_only {
-        emit(Event::Accepted {
-            prompt_tokens: prompt.len(),
-        });
-        emit(done_without_compute(FinishReason::Stop, prompt.len()));
-        return Ok(());
-    }
-    if cancel.load(Ordering::Relaxed) {
-        // Cancelled while queued: nobody waits for it, so skip the prefill too.
-        emit(done_without_compute(FinishReason::Cancelled, prompt.len()));
-        return Ok(());
-    }
-    let context = loaded.model.config.max_position_embeddings;
-    if prompt.len() >= context {
-        return Err(RejectReason::PromptTooLong {
-            prompt: prompt.len(),
-            context,
-        }
-        .into());
-    }
-    if let Some(limit) = limits.memory {
-        let model = &loaded.model;
-        prefill_guard::admit(&model.config, model.dtype(), prompt.len(), limit)
-            .map_err(RejectReason::from)?;
-    }
-    let mut sampler = Sampler::new(request.sampling.clone()).map_err(RejectReason::from)?;
-    let mut constraint = prepared.constraint;
-    emit(Event::Accepted {
-        prompt_tokens: prompt.len(),
+    let mut failure = None;
+    let mut batch = Batch::new(loaded, BatchLimits::default(), limits.memory, limits.prefix);
+    batch.submit(Job {
+        request: request.clone(),
+        cancelled: Box::new(|| cancel.load(Ordering::Relaxed)),
+        sink: Box::new(|event| match event {
+            Ok(event) => emit(event),
+            Err(error) => failure = Some(error),
+        }),
     });
-
-    let started = Instant::now();
-    let mut prefix = limits.prefix;
-    let (mut cache, cached_tokens) = match prefix.as_deref_mut() {
-        Some(prefix) => prefix.restore(&prompt, || loaded.model.new_cache()),
-        None => (loaded.model.new_cache(), 0),
-    };
-    let mut logits = prefill(loaded, &prompt[cached_tokens..], &mut cache)?;
-    if let Some(prefix) = prefix {
-        prefix.store(&prompt, &cache);
+    while !batch.is_idle() {
+        batch.step();
     }
-    let prefill_time = started.elapsed();
-
-    let decode_started = Instant::now();
-    let mut history = prompt.clone();
-    let mut output = Output::new(
-        loaded.tokenizer.clone(),
-        &loaded.formats.kept_tokens,
-        &request.stop,
-        prepared.parser,
-    );
-    let mut budget = ThinkingBudget::new(
-        loaded,
-        request
-            .output
-            .reasoning_budget
-            .filter(|_| constraint.is_none()),
-    );
-    let max_tokens = request.max_tokens.min(context - prompt.len());
-    let mut generated = 0;
-    let mut pending = PendingTokens::default();
-    let finish_reason = loop {
-        if cancel.load(Ordering::Relaxed) {
-            break FinishReason::Cancelled;
-        }
-        if generated >= max_tokens {
-            break FinishReason::Length;
-        }
-        let token = match budget.next_forced() {
-            Some(token) => token,
-            None => {
-                if let Some(constraint) = constraint.as_mut() {
-                    // Logprobs then describe the distribution the token was drawn from.
-                    constraint.mask(&mut logits)?;
-                }
-                sampler.sample(&logits, &history)?
-            }
-        };
-        history.push(token);
-        generated += 1;
-        pending.record(loaded, request.logprobs, &logits, token);
-        if loaded.eos_token_ids.contains(&token) {
-            break FinishReason::Stop;
-        }
-        if let Some(constraint) = constraint.as_mut() {
-            constraint.accept(token)?;
-        }
-        let step = output
-            .push(token)
-            .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
-        if !step.parts.is_empty() {
-            emit(pending.delta(step.parts));
-        }
-        budget.count(output.in_reasoning());
-        let grammar_complete = constraint.as_ref().is_some_and(Constraint::is_finished);
-        let last_call_made = prepared.single_call && output.calls() > 0;
-        if step.stopped || grammar_complete || last_call_made {
-            break FinishReason::Stop;
-        }
-        if generated < max_tokens {
-            logits = step_logits(loaded, token, &mut cache)?;
-        }
-    };
-    if finish_reason != FinishReason::Cancelled {
-        let parts = output
-            .finish()
-            .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
-        if !parts.is_empty() || pending.token_count > 0 {
-            emit(pending.delta(parts));
-        }
-    }
-    let finish_reason = match finish_reason {
-        // The turn ended after calls: the client is to run them.
-        FinishReason::Stop if output.calls() > 0 => FinishReason::ToolCalls,
-        other => other,
-    };
-    emit(Event::Done {
-        finish_reason,
-        stop_sequence: output.stop_sequence().map(str::to_owned),
-        timings: Timings {
-            prompt_tokens: prompt.len(),
-            cached_tokens,
-            completion_tokens: generated,
-            prefill: prefill_time,
-            decode: decode_started.elapsed(),
-        },
-    });
-    Ok(())
-}
-
-/// A limit on thinking: once the model has thought for its budget without closing its
-/// reasoning block, the block's closing text is fed to it as if it had written it, and the
-/// answer follows. Under a grammar the grammar alone decides, so there is no budget then.
-struct ThinkingBudget {
-    /// Thinking tokens still allowed; `None` when there is no budget or it was spent.
-    left: Option<usize>,
-    close: Vec<u32>,
-    forced: std::collections::VecDeque<u32>,
-}
-
-/// What closes a Qwen3- or DeepSeek-R1-style reasoning block, as those templates write it.
-const CLOSE_REASONING: &str = "\n</think>\n\n";
-
-impl ThinkingBudget {
-    fn new(loaded: &LoadedModel, budget: Option<usize>) -> Self {
-        let close = match budget {
-            Some(_) => match loaded.tokenizer.encode(CLOSE_REASONING, false) {
-                Ok(encoding) => encoding.get_ids().to_vec(),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot tokenize the end of reasoning; no thinking budget");
-                    Vec::new()
-                }
-            },
-            None => Vec::new(),
-        };
-        Self {
-            left: budget.filter(|_| !close.is_empty()),
-            close,
-            forced: std::collections::VecDeque::new(),
-        }
-    }
-
-    /// The next token to feed instead of sampling, while the closing text is being fed.
-    fn next_forced(&mut self) -> Option<u32> {
-        self.forced.pop_front()
-    }
-
-    /// Counts a token the model wrote while `thinking`; at the budget, queues the closing text.
-    fn count(&mut self, thinking: bool) {
-        let Some(left) = self.left.as_mut().filter(|_| thinking) else {
-            return;
-        };
-        *left = left.saturating_sub(1);
-        if *left == 0 {
-            self.forced.extend(self.close.iter().copied());
-            self.left = None;
-        }
-    }
-}
-
-/// Tokens sampled since the last delta, with their log-probabilities when asked for.
-#[derive(Default)]
-struct PendingTokens {
-    token_count: usize,
-    logprobs: Vec<TokenLogprob>,
-}
-
-impl PendingTokens {
-    fn record(&mut self, loaded: &LoadedModel, top: Option<usize>, logits: &[f32], token: u32) {
-        self.token_count += 1;
-        let Some(top) = top else {
-            return;
-        };
-        let text_of = |id: u32| loaded.tokenizer.decode(&[id], false).unwrap_or_default();
-        let computed = logprobs(logits, token, top);
-        self.logprobs.push(TokenLogprob {
-            token,
-            text: text_of(token),
-            logprob: computed.chosen_logprob,
-            top: computed
-                .top
-                .into_iter()
-                .map(|(id, logprob)| (id, text_of(id), logprob))
-                .collect(),
-        });
-    }
-
-    fn delta(&mut self, parts: Parts) -> Event {
-        Event::Delta {
-            text: parts.text,
-            reasoning: parts.reasoning,
-            tool_calls: parts.tool_calls,
-            token_count: std::mem::take(&mut self.token_count),
-            logprobs: std::mem::take(&mut self.logprobs),
-        }
-    }
-}
-
-/// The end of a request that ran nothing: a count, or one cancelled before its prefill.
-fn done_without_compute(finish_reason: FinishReason, prompt_tokens: usize) -> Event {
-    Event::Done {
-        finish_reason,
-        stop_sequence: None,
-        timings: Timings {
-            prompt_tokens,
-            cached_tokens: 0,
-            completion_tokens: 0,
-            prefill: Duration::ZERO,
-            decode: Duration::ZERO,
-        },
-    }
+    drop(batch);
+    failure.map_or(Ok(()), Err)
 }
 
 /// A request made ready to run: its tokens, how its output is read, and the grammar it must
 /// follow, all decided before any compute.
-struct Prepared {
-    tokens: Vec<u32>,
+pub(crate) struct Prepared {
+    pub(crate) tokens: Vec<u32>,
     /// `None` for text completions, whose output is all text.
-    parser: Option<OutputParser>,
-    constraint: Option<Constraint>,
+    pub(crate) parser: Option<OutputParser>,
+    pub(crate) constraint: Option<Constraint>,
     /// The answer ends with its first call (`parallel_tool_calls: false`).
-    single_call: bool,
+    pub(crate) single_call: bool,
 }
 
-fn prepare(loaded: &LoadedModel, request: &GenerateRequest) -> Result<Prepared, RejectReason> {
+pub(crate) fn prepare(
+    loaded: &LoadedModel,
+    request: &GenerateRequest,
+) -> Result<Prepared, RejectReason> {
     let options = &request.output;
     let format = loaded.formats.tool_format;
     let plain = |tokens| {
@@ -596,39 +379,4 @@ fn non_empty(tokens: Vec<u32>) -> Result<Vec<u32>, RejectReason> {
         return Err(RejectReason::EmptyPrompt);
     }
     Ok(tokens)
-}
-
-/// Fills the cache with the prompt; returns the logits after its last token.
-fn prefill(
-    loaded: &LoadedModel,
-    prompt: &[u32],
-    cache: &mut [KvCache],
-) -> Result<Vec<f32>, Exception> {
-    let mut chunks = prompt.chunks(PREFILL_CHUNK).peekable();
-    while let Some(chunk) = chunks.next() {
-        let hidden = loaded.model.hidden_states(chunk, cache)?;
-        if chunks.peek().is_some() {
-            // Evaluating the chunk's output writes its keys and values into the cache.
-            hidden.eval()?;
-            continue;
-        }
-        let last = hidden.index((.., -1.., ..));
-        return host_logits(&loaded.model.logits(&last)?);
-    }
-    Ok(Vec::new())
-}
-
-fn step_logits(
-    loaded: &LoadedModel,
-    token: u32,
-    cache: &mut [KvCache],
-) -> Result<Vec<f32>, Exception> {
-    let hidden = loaded.model.hidden_states(&[token], cache)?;
-    host_logits(&loaded.model.logits(&hidden)?)
-}
-
-fn host_logits(logits: &Array) -> Result<Vec<f32>, Exception> {
-    let logits = logits.as_dtype(Dtype::Float32)?;
-    logits.eval()?;
-    Ok(logits.as_slice::<f32>().to_vec())
 }

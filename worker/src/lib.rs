@@ -1,5 +1,6 @@
 //! corral-worker: one model, its MLX state, tokenizer and generation.
 
+pub mod batch;
 pub mod chat_template;
 pub mod cli;
 pub mod constraint;
@@ -19,6 +20,7 @@ pub mod prefill_guard;
 pub mod prefix_cache;
 mod process_memory;
 pub mod sampling;
+mod sequence;
 pub mod serve;
 pub mod stop_strings;
 pub mod stop_tokens;

@@ -10,11 +10,6 @@ use mlx_rs::Dtype;
 
 use crate::model::{KV_CACHE_STEP, ModelConfig};
 
-/// Prompt positions computed per forward pass: bounds the activation memory of long prompts.
-/// Defined here, not in `generation`, because the estimate below is only right for the chunk size
-/// generation actually uses; generation depends on this module, never the other way round.
-pub(crate) const PREFILL_CHUNK: usize = 512;
-
 /// A prefill that does not fit under the worker's memory limit, with the numbers behind it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -31,22 +26,46 @@ pub struct PrefillTooLarge {
     pub limit: u64,
 }
 
-/// Refuses a prefill of `prompt_tokens` when MLX's active memory plus its estimated peak exceeds
+/// What a new sequence's prefill is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefill {
+    pub prompt_tokens: usize,
+    /// Prompt positions computed per forward pass.
+    pub chunk: usize,
+    /// Bytes promised to sequences admitted before it whose prefill has not yet allocated them.
+    pub reserved: u64,
+}
+
+/// Refuses a prefill when MLX's active memory, the reservations and its estimated peak exceed
 /// `limit`. Reads MLX's allocator counter, so it runs on the engine thread.
 pub fn admit(
     config: &ModelConfig,
     dtype: Dtype,
-    prompt_tokens: usize,
+    prefill: Prefill,
     limit: u64,
 ) -> Result<(), PrefillTooLarge> {
     // An unreadable counter counts as nothing in use: the estimate alone still guards.
     let in_use = mlx_rs::memory::active_memory().map_or(0, |bytes| bytes as u64);
+    let b = element_bytes(dtype);
     check(
-        prefill_peak_bytes(config, element_bytes(dtype), prompt_tokens),
-        in_use,
+        prefill_peak_bytes(config, b, prefill.prompt_tokens, prefill.chunk),
+        in_use.saturating_add(prefill.reserved),
         limit,
-        prompt_tokens,
+        prefill.prompt_tokens,
     )
+}
+
+/// Bytes of the KV cache a prompt of `prompt_tokens` fills (in whole cache steps): what a
+/// sequence still to be prefilled will take.
+pub fn kv_cache_bytes(config: &ModelConfig, dtype: Dtype, prompt_tokens: usize) -> u64 {
+    kv_bytes(config, element_bytes(dtype), prompt_tokens)
+}
+
+fn kv_bytes(config: &ModelConfig, b: u64, tokens: usize) -> u64 {
+    let dim = |value: i32| u64::try_from(value).unwrap_or(0);
+    let step = dim(KV_CACHE_STEP);
+    let cached = (tokens as u64).div_ceil(step) * step;
+    dim(config.num_layers) * 2 * dim(config.num_kv_heads) * dim(config.head_dim) * cached * b
 }
 
 fn check(
@@ -77,13 +96,9 @@ fn check(
 ///              + 3·C·I·b                    (gate, up and their product)
 ///   logits       V·(b+4)                    (the last position's row and its f32 copy)
 /// Layers run one after another, so one layer's transients count once.
-fn prefill_peak_bytes(config: &ModelConfig, b: u64, prompt_tokens: usize) -> u64 {
+fn prefill_peak_bytes(config: &ModelConfig, b: u64, prompt_tokens: usize, chunk: usize) -> u64 {
     let dim = |value: i32| u64::try_from(value).unwrap_or(0);
-    let (layers, heads, kv_heads) = (
-        dim(config.num_layers),
-        dim(config.num_heads),
-        dim(config.num_kv_heads),
-    );
+    let (heads, kv_heads) = (dim(config.num_heads), dim(config.num_kv_heads));
     let (head_dim, hidden, inner, vocab) = (
         dim(config.head_dim),
         dim(config.hidden_size),
@@ -91,11 +106,8 @@ fn prefill_peak_bytes(config: &ModelConfig, b: u64, prompt_tokens: usize) -> u64
         dim(config.vocab_size),
     );
     let prompt = prompt_tokens as u64;
-    let chunk = prompt.min(PREFILL_CHUNK as u64);
-    let step = dim(KV_CACHE_STEP);
-    let cached = prompt.div_ceil(step) * step;
-
-    let kv_cache = layers * 2 * kv_heads * head_dim * cached * b;
+    let chunk = prompt.min(chunk as u64);
+    let kv_cache = kv_bytes(config, b, prompt_tokens);
     let layer = 4 * chunk * hidden * b
         + 2 * chunk * (heads + 2 * kv_heads) * head_dim * b
         + 2 * chunk * prompt * heads * 4
@@ -167,7 +179,7 @@ mod tests {
             + 3 * 20 * 512 * 4; // 122_880
         let logits = 1024 * 8;
         assert_eq!(kv_cache + layer + logits, 1_369_088);
-        assert_eq!(prefill_peak_bytes(&tiny(), 4, 20), 1_369_088);
+        assert_eq!(prefill_peak_bytes(&tiny(), 4, 20, 512), 1_369_088);
     }
 
     #[test]
@@ -180,7 +192,7 @@ mod tests {
             + 3 * 512 * 512 * 4; // 3_145_728
         let logits = 1024 * 8;
         assert_eq!(kv_cache + layer + logits, 266_084_352);
-        assert_eq!(prefill_peak_bytes(&tiny(), 4, 7000), 266_084_352);
+        assert_eq!(prefill_peak_bytes(&tiny(), 4, 7000, 512), 266_084_352);
     }
 
     #[test]
@@ -189,7 +201,7 @@ mod tests {
         let f32_terms = 229_376_000 + 1024 * 4;
         let halved = (266_084_352 - f32_terms) / 2;
         assert_eq!(
-            prefill_peak_bytes(&tiny(), element_bytes(Dtype::Bfloat16), 7000),
+            prefill_peak_bytes(&tiny(), element_bytes(Dtype::Bfloat16), 7000, 512),
             halved + f32_terms
         );
     }

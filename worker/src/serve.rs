@@ -213,12 +213,13 @@ fn submit(
 }
 
 fn stats(engine: &Engine, sequences: &Sequences) -> WorkerStats {
-    let in_flight = lock(&sequences.cancel_flags).len() as u32;
     let memory = engine.memory();
+    let occupancy = engine.occupancy();
+    let count = |value: u64| u32::try_from(value).unwrap_or(u32::MAX);
     WorkerStats {
         pid: std::process::id(),
-        active_sequences: in_flight.min(1),
-        queued_requests: in_flight.saturating_sub(1),
+        active_sequences: count(occupancy.running),
+        queued_requests: count(occupancy.waiting),
         completed: sequences.completed.load(Ordering::Relaxed),
         cancelled: sequences.cancelled.load(Ordering::Relaxed),
         mlx_active_bytes: memory.active,

@@ -170,9 +170,26 @@ impl Model {
     /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.
     pub fn hidden_states(&self, tokens: &[u32], cache: &mut [KvCache]) -> Result<Array, Exception> {
         let ids = Array::from_slice(tokens, &[1, tokens.len() as i32]);
-        let mut h = self.embed_tokens.lookup(&ids)?;
-        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            h = layer.forward(&h, &self.rope, layer_cache)?;
+        self.forward(&ids, &mut [cache])
+    }
+
+    /// One decode step for several sequences at once: `tokens[row]` extends `caches[row]`.
+    /// Returns the final hidden states `[rows, 1, hidden]`.
+    pub fn step_hidden_states(
+        &self,
+        tokens: &[u32],
+        caches: &mut [&mut [KvCache]],
+    ) -> Result<Array, Exception> {
+        let ids = Array::from_slice(tokens, &[tokens.len() as i32, 1]);
+        self.forward(&ids, caches)
+    }
+
+    fn forward(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array, Exception> {
+        let mut h = self.embed_tokens.lookup(ids)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|cache| &mut cache[index]).collect();
+            h = layer.forward(&h, &self.rope, &mut layer_caches)?;
         }
         self.norm.forward(&h)
     }

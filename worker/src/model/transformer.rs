@@ -5,6 +5,7 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops;
+use mlx_rs::ops::indexing::IndexOp;
 
 use super::ModelError;
 use super::config::{Architecture, ModelConfig};
@@ -88,10 +89,16 @@ impl Block {
         })
     }
 
-    pub fn forward(&self, x: &Array, rope: &Rope, cache: &mut KvCache) -> Result<Array, Exception> {
+    /// `x` is `[rows, positions, hidden]`, one row per sequence, each with its own cache.
+    pub fn forward(
+        &self,
+        x: &Array,
+        rope: &Rope,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
         let attended = self
             .self_attn
-            .forward(&self.input_layernorm.forward(x)?, rope, cache)?;
+            .forward(&self.input_layernorm.forward(x)?, rope, caches)?;
         let h = ops::add(x, &attended)?;
         let mlp_out = self
             .mlp
@@ -157,10 +164,17 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Array, rope: &Rope, cache: &mut KvCache) -> Result<Array, Exception> {
-        let (batch, length) = (x.dim(0), x.dim(1));
+    /// The projections run on all rows at once; each row's rotary offset, cache and attention
+    /// are its own, so sequences of different lengths share a step without padding or masks.
+    fn forward(
+        &self,
+        x: &Array,
+        rope: &Rope,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        let (rows, length) = (x.dim(0), x.dim(1));
         let heads = |projected: Array, count: i32, norm: Option<&RmsNorm>| {
-            let split = projected.reshape(&[batch, length, count, -1])?;
+            let split = projected.reshape(&[rows, length, count, -1])?;
             let split = match norm {
                 Some(norm) => norm.forward(&split)?,
                 None => split,
@@ -178,18 +192,42 @@ impl Attention {
             self.k_norm.as_ref(),
         )?;
         let values = heads(self.v_proj.forward(x)?, self.num_kv_heads, None)?;
-        let offset = cache.offset();
-        let queries = rope.apply(&queries, offset)?;
-        let keys = rope.apply(&keys, offset)?;
-        let (keys, values) = cache.update_and_fetch(&keys, &values)?;
-        // One new position attends to everything cached; several need the causal mask.
-        let mask = (length > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        let output =
-            fast::scaled_dot_product_attention(&queries, &keys, &values, self.scale, mask, None)?;
-        let output = output
+        let attended = if let [cache] = caches {
+            self.attend(&queries, &keys, &values, rope, cache)?
+        } else {
+            let per_row = caches
+                .iter_mut()
+                .enumerate()
+                .map(|(row, cache)| {
+                    let row = row as i32;
+                    let pick = |array: &Array| array.index(row..row + 1);
+                    self.attend(&pick(&queries), &pick(&keys), &pick(&values), rope, cache)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            ops::concatenate(&per_row, 0)?
+        };
+        let output = attended
             .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[batch, length, -1])?;
+            .reshape(&[rows, length, -1])?;
         self.o_proj.forward(&output)
+    }
+
+    /// One sequence's attention: `[1, heads, positions, head_dim]` in, the same shape out.
+    fn attend(
+        &self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        rope: &Rope,
+        cache: &mut KvCache,
+    ) -> Result<Array, Exception> {
+        let offset = cache.offset();
+        let queries = rope.apply(queries, offset)?;
+        let keys = rope.apply(keys, offset)?;
+        let (keys, values) = cache.update_and_fetch(&keys, values)?;
+        // One new position attends to everything cached; several need the causal mask.
+        let mask = (queries.dim(2) > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        fast::scaled_dot_product_attention(&queries, &keys, &values, self.scale, mask, None)
     }
 }
 

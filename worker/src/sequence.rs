@@ -1,0 +1,350 @@
+//! One sequence in the batch, from its admission to its `Done`: its KV cache, its prefill in
+//! chunks, and per token the mask, the sample, the stop checks and the output it reports.
+//!
+//! The forward pass of a decode step is not here: the batch runs it for all its sequences at
+//! once and hands each its row of logits.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::{Array, Dtype};
+
+use crate::constraint::Constraint;
+use crate::generation::{
+    Event, FinishReason, GenerateError, GenerateRequest, Prepared, Timings, TokenLogprob,
+};
+use crate::loaded::LoadedModel;
+use crate::model::KvCache;
+use crate::output::{Output, Parts};
+use crate::prefix_cache::PrefixCache;
+use crate::sampling::{Sampler, logprobs};
+
+/// What a sequence needs after it handled its latest logits.
+pub(crate) enum Next {
+    /// Run the model on this token and bring back its logits.
+    Forward(u32),
+    Finished(FinishReason),
+}
+
+pub(crate) struct Sequence<'m> {
+    loaded: &'m LoadedModel,
+    prompt: Vec<u32>,
+    cached_tokens: usize,
+    /// Prompt positions in the cache so far (restored or prefilled).
+    prefilled: usize,
+    pub(crate) cache: Vec<KvCache>,
+    /// The distribution of the next token, once the prefill or the last step produced it.
+    logits: Option<Vec<f32>>,
+    history: Vec<u32>,
+    sampler: Sampler,
+    constraint: Option<Constraint>,
+    budget: ThinkingBudget,
+    output: Output,
+    single_call: bool,
+    top_logprobs: Option<usize>,
+    max_tokens: usize,
+    generated: usize,
+    pending: PendingTokens,
+    started: Instant,
+    prefill_time: Duration,
+    decode_started: Option<Instant>,
+}
+
+impl<'m> Sequence<'m> {
+    /// A sequence admitted to the batch: its cache holds what the prefix cache restored.
+    pub(crate) fn start(
+        loaded: &'m LoadedModel,
+        request: &GenerateRequest,
+        prepared: Prepared,
+        sampler: Sampler,
+        prefix: Option<&mut PrefixCache>,
+    ) -> Self {
+        let started = Instant::now();
+        let prompt = prepared.tokens;
+        let (cache, cached_tokens) = match prefix {
+            Some(prefix) => prefix.restore(&prompt, || loaded.model.new_cache()),
+            None => (loaded.model.new_cache(), 0),
+        };
+        let context = loaded.model.config.max_position_embeddings;
+        let budget = request
+            .output
+            .reasoning_budget
+            .filter(|_| prepared.constraint.is_none());
+        Self {
+            loaded,
+            history: prompt.clone(),
+            max_tokens: request.max_tokens.min(context.saturating_sub(prompt.len())),
+            prompt,
+            cached_tokens,
+            prefilled: cached_tokens,
+            cache,
+            logits: None,
+            sampler,
+            constraint: prepared.constraint,
+            budget: ThinkingBudget::new(loaded, budget),
+            output: Output::new(
+                loaded.tokenizer.clone(),
+                &loaded.formats.kept_tokens,
+                &request.stop,
+                prepared.parser,
+            ),
+            single_call: prepared.single_call,
+            top_logprobs: request.logprobs,
+            generated: 0,
+            pending: PendingTokens::default(),
+            started,
+            prefill_time: Duration::ZERO,
+            decode_started: None,
+        }
+    }
+
+    pub(crate) fn prompt_tokens(&self) -> usize {
+        self.prompt.len()
+    }
+
+    /// Prompt tokens not yet in the cache.
+    pub(crate) fn unprefilled(&self) -> usize {
+        self.prompt.len() - self.prefilled
+    }
+
+    /// Logits are waiting for a sample.
+    pub(crate) fn ready_to_sample(&self) -> bool {
+        self.logits.is_some()
+    }
+
+    /// Prefills up to `chunk` more prompt tokens; the last chunk brings the first logits and
+    /// gives the prompt's blocks to the prefix cache.
+    pub(crate) fn prefill(
+        &mut self,
+        chunk: usize,
+        prefix: Option<&mut PrefixCache>,
+    ) -> Result<(), Exception> {
+        let end = (self.prefilled + chunk).min(self.prompt.len());
+        let hidden = self
+            .loaded
+            .model
+            .hidden_states(&self.prompt[self.prefilled..end], &mut self.cache)?;
+        self.prefilled = end;
+        if end < self.prompt.len() {
+            // Evaluating the chunk's output writes its keys and values into the cache.
+            return hidden.eval();
+        }
+        let last = hidden.index((.., -1.., ..));
+        self.logits = Some(host_rows(&self.loaded.model.logits(&last)?)?.remove(0));
+        if let Some(prefix) = prefix {
+            prefix.store(&self.prompt, &self.cache);
+        }
+        self.prefill_time = self.started.elapsed();
+        self.decode_started = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The logits of the token this sequence last asked to be forwarded.
+    pub(crate) fn set_logits(&mut self, logits: Vec<f32>) {
+        self.logits = Some(logits);
+    }
+
+    /// Samples from the waiting logits (or feeds a forced token), reports the text it makes, and
+    /// says whether the sequence goes on.
+    pub(crate) fn advance(&mut self, emit: &mut dyn FnMut(Event)) -> Result<Next, GenerateError> {
+        let Some(mut logits) = self.logits.take() else {
+            return Ok(Next::Finished(FinishReason::Length));
+        };
+        if self.generated >= self.max_tokens {
+            return Ok(Next::Finished(FinishReason::Length));
+        }
+        let token = match self.budget.next_forced() {
+            Some(token) => token,
+            None => {
+                if let Some(constraint) = self.constraint.as_mut() {
+                    // Logprobs then describe the distribution the token was drawn from.
+                    constraint.mask(&mut logits)?;
+                }
+                self.sampler.sample(&logits, &self.history)?
+            }
+        };
+        self.history.push(token);
+        self.generated += 1;
+        self.pending
+            .record(self.loaded, self.top_logprobs, &logits, token);
+        if self.loaded.eos_token_ids.contains(&token) {
+            return Ok(Next::Finished(FinishReason::Stop));
+        }
+        if let Some(constraint) = self.constraint.as_mut() {
+            constraint.accept(token)?;
+        }
+        let step = self
+            .output
+            .push(token)
+            .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
+        if !step.parts.is_empty() {
+            emit(self.pending.delta(step.parts));
+        }
+        self.budget.count(self.output.in_reasoning());
+        let grammar_complete = self
+            .constraint
+            .as_ref()
+            .is_some_and(Constraint::is_finished);
+        let last_call_made = self.single_call && self.output.calls() > 0;
+        if step.stopped || grammar_complete || last_call_made {
+            return Ok(Next::Finished(FinishReason::Stop));
+        }
+        if self.generated >= self.max_tokens {
+            return Ok(Next::Finished(FinishReason::Length));
+        }
+        Ok(Next::Forward(token))
+    }
+
+    /// Reports the held-back text and the sequence's `Done`.
+    pub(crate) fn finish(
+        mut self,
+        finish_reason: FinishReason,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<(), GenerateError> {
+        if finish_reason != FinishReason::Cancelled {
+            let parts = self
+                .output
+                .finish()
+                .map_err(|error| GenerateError::Detokenize(error.to_string()))?;
+            if !parts.is_empty() || self.pending.token_count > 0 {
+                emit(self.pending.delta(parts));
+            }
+        }
+        let finish_reason = match finish_reason {
+            // The turn ended after calls: the client is to run them.
+            FinishReason::Stop if self.output.calls() > 0 => FinishReason::ToolCalls,
+            other => other,
+        };
+        emit(Event::Done {
+            finish_reason,
+            stop_sequence: self.output.stop_sequence().map(str::to_owned),
+            timings: Timings {
+                prompt_tokens: self.prompt.len(),
+                cached_tokens: self.cached_tokens,
+                completion_tokens: self.generated,
+                prefill: self.prefill_time,
+                decode: self
+                    .decode_started
+                    .map_or(Duration::ZERO, |started| started.elapsed()),
+            },
+        });
+        Ok(())
+    }
+}
+
+/// Logits `[rows, 1, vocab]` (or `[1, 1, vocab]`) as one f32 vector per row, in one copy.
+pub(crate) fn host_rows(logits: &Array) -> Result<Vec<Vec<f32>>, Exception> {
+    let logits = logits.as_dtype(Dtype::Float32)?;
+    logits.eval()?;
+    let vocab = logits.dim(-1).max(1) as usize;
+    Ok(logits
+        .as_slice::<f32>()
+        .chunks(vocab)
+        .map(<[f32]>::to_vec)
+        .collect())
+}
+
+/// A limit on thinking: once the model has thought for its budget without closing its
+/// reasoning block, the block's closing text is fed to it as if it had written it, and the
+/// answer follows. Under a grammar the grammar alone decides, so there is no budget then.
+struct ThinkingBudget {
+    /// Thinking tokens still allowed; `None` when there is no budget or it was spent.
+    left: Option<usize>,
+    close: Vec<u32>,
+    forced: VecDeque<u32>,
+}
+
+/// What closes a Qwen3- or DeepSeek-R1-style reasoning block, as those templates write it.
+const CLOSE_REASONING: &str = "\n</think>\n\n";
+
+impl ThinkingBudget {
+    fn new(loaded: &LoadedModel, budget: Option<usize>) -> Self {
+        let close = match budget {
+            Some(_) => match loaded.tokenizer.encode(CLOSE_REASONING, false) {
+                Ok(encoding) => encoding.get_ids().to_vec(),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot tokenize the end of reasoning; no thinking budget");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        Self {
+            left: budget.filter(|_| !close.is_empty()),
+            close,
+            forced: VecDeque::new(),
+        }
+    }
+
+    /// The next token to feed instead of sampling, while the closing text is being fed.
+    fn next_forced(&mut self) -> Option<u32> {
+        self.forced.pop_front()
+    }
+
+    /// Counts a token the model wrote while `thinking`; at the budget, queues the closing text.
+    fn count(&mut self, thinking: bool) {
+        let Some(left) = self.left.as_mut().filter(|_| thinking) else {
+            return;
+        };
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.forced.extend(self.close.iter().copied());
+            self.left = None;
+        }
+    }
+}
+
+/// Tokens sampled since the last delta, with their log-probabilities when asked for.
+#[derive(Default)]
+struct PendingTokens {
+    token_count: usize,
+    logprobs: Vec<TokenLogprob>,
+}
+
+impl PendingTokens {
+    fn record(&mut self, loaded: &LoadedModel, top: Option<usize>, logits: &[f32], token: u32) {
+        self.token_count += 1;
+        let Some(top) = top else {
+            return;
+        };
+        let text_of = |id: u32| loaded.tokenizer.decode(&[id], false).unwrap_or_default();
+        let computed = logprobs(logits, token, top);
+        self.logprobs.push(TokenLogprob {
+            token,
+            text: text_of(token),
+            logprob: computed.chosen_logprob,
+            top: computed
+                .top
+                .into_iter()
+                .map(|(id, logprob)| (id, text_of(id), logprob))
+                .collect(),
+        });
+    }
+
+    fn delta(&mut self, parts: Parts) -> Event {
+        Event::Delta {
+            text: parts.text,
+            reasoning: parts.reasoning,
+            tool_calls: parts.tool_calls,
+            token_count: std::mem::take(&mut self.token_count),
+            logprobs: std::mem::take(&mut self.logprobs),
+        }
+    }
+}
+
+/// The end of a request that ran nothing: a count, or one cancelled before its prefill.
+pub(crate) fn done_without_compute(finish_reason: FinishReason, prompt_tokens: usize) -> Event {
+    Event::Done {
+        finish_reason,
+        stop_sequence: None,
+        timings: Timings {
+            prompt_tokens,
+            cached_tokens: 0,
+            completion_tokens: 0,
+            prefill: Duration::ZERO,
+            decode: Duration::ZERO,
+        },
+    }
+}
