@@ -5,6 +5,7 @@
 
 mod agents;
 mod anthropic;
+mod batching;
 mod discovery;
 mod engine;
 mod gguf_agreement;
