@@ -71,20 +71,34 @@ impl Rope {
 
     /// `x` is `[batch, heads, positions, head_dim]`; `offset` is the first position's index.
     pub fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
-        let base = if self.freqs.is_some() {
-            None
-        } else {
-            Some(self.base)
-        };
         fast::rope(
             x,
             self.dims,
             self.traditional,
-            base,
+            self.base(),
             self.scale,
             offset,
             self.freqs.as_ref(),
         )
+    }
+
+    /// As [`Rope::apply`] with one offset per batch row (`offsets` is `[batch]` int32), so the
+    /// rows of a decode step, each at its own position, rotate in one op.
+    pub fn apply_rows(&self, x: &Array, offsets: &Array) -> Result<Array, Exception> {
+        fast::rope_dynamic(
+            x,
+            self.dims,
+            self.traditional,
+            self.base(),
+            self.scale,
+            offsets,
+            self.freqs.as_ref(),
+        )
+    }
+
+    /// MLX takes either a base or explicit frequencies, never both.
+    fn base(&self) -> Option<f32> {
+        self.freqs.is_none().then_some(self.base)
     }
 }
 

@@ -5,7 +5,6 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops;
-use mlx_rs::ops::indexing::IndexOp;
 
 use super::ModelError;
 use super::config::{Architecture, ModelConfig};
@@ -193,16 +192,20 @@ impl Attention {
         )?;
         let values = heads(self.v_proj.forward(x)?, self.num_kv_heads, None)?;
         let attended = if let [cache] = caches {
-            self.attend(&queries, &keys, &values, rope, cache)?
+            let offset = cache.offset();
+            let queries = rope.apply(&queries, offset)?;
+            let keys = rope.apply(&keys, offset)?;
+            self.attend(&queries, &keys, &values, cache)?
         } else {
+            let offsets: Vec<i32> = caches.iter().map(|cache| cache.offset()).collect();
+            let offsets = Array::from_slice(&offsets, &[rows]);
+            let queries = rope.apply_rows(&queries, &offsets)?.split_equal(rows, 0)?;
+            let keys = rope.apply_rows(&keys, &offsets)?.split_equal(rows, 0)?;
+            let values = values.split_equal(rows, 0)?;
             let per_row = caches
                 .iter_mut()
-                .enumerate()
-                .map(|(row, cache)| {
-                    let row = row as i32;
-                    let pick = |array: &Array| array.index(row..row + 1);
-                    self.attend(&pick(&queries), &pick(&keys), &pick(&values), rope, cache)
-                })
+                .zip(queries.iter().zip(keys.iter().zip(&values)))
+                .map(|(cache, (queries, (keys, values)))| self.attend(queries, keys, values, cache))
                 .collect::<Result<Vec<_>, _>>()?;
             ops::concatenate(&per_row, 0)?
         };
@@ -212,22 +215,19 @@ impl Attention {
         self.o_proj.forward(&output)
     }
 
-    /// One sequence's attention: `[1, heads, positions, head_dim]` in, the same shape out.
+    /// One sequence's attention over its cache, its new positions already rotated:
+    /// `[1, heads, positions, head_dim]` in, the same shape out.
     fn attend(
         &self,
         queries: &Array,
         keys: &Array,
         values: &Array,
-        rope: &Rope,
         cache: &mut KvCache,
     ) -> Result<Array, Exception> {
-        let offset = cache.offset();
-        let queries = rope.apply(queries, offset)?;
-        let keys = rope.apply(keys, offset)?;
-        let (keys, values) = cache.update_and_fetch(&keys, values)?;
+        let (keys, values) = cache.update_and_fetch(keys, values)?;
         // One new position attends to everything cached; several need the causal mask.
         let mask = (queries.dim(2) > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        fast::scaled_dot_product_attention(&queries, &keys, &values, self.scale, mask, None)
+        fast::scaled_dot_product_attention(queries, &keys, &values, self.scale, mask, None)
     }
 }
 
