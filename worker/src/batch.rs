@@ -259,15 +259,17 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let mut index = 0;
         while index < self.running.len() {
             let running = &mut self.running[index];
-            if !running.sequence.ready_to_sample() {
+            let Some(logits) = running.sequence.take_logits() else {
                 index += 1;
                 continue;
-            }
+            };
             let next = if (running.cancelled)() {
                 Ok(Next::Finished(FinishReason::Cancelled))
             } else {
                 let sink = &mut running.sink;
-                running.sequence.advance(&mut |event| sink(Ok(event)))
+                running
+                    .sequence
+                    .advance(logits, &mut |event| sink(Ok(event)))
             };
             match next {
                 Ok(Next::Forward(token)) => {

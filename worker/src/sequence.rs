@@ -109,9 +109,9 @@ impl<'m> Sequence<'m> {
         self.prompt.len() - self.prefilled
     }
 
-    /// Logits are waiting for a sample.
-    pub(crate) fn ready_to_sample(&self) -> bool {
-        self.logits.is_some()
+    /// The logits waiting for a sample, once the prefill or the last step produced them.
+    pub(crate) fn take_logits(&mut self) -> Option<Vec<f32>> {
+        self.logits.take()
     }
 
     /// Prefills up to `chunk` more prompt tokens; the last chunk brings the first logits and
@@ -132,7 +132,9 @@ impl<'m> Sequence<'m> {
             return hidden.eval();
         }
         let last = hidden.index((.., -1.., ..));
-        self.logits = Some(host_rows(&self.loaded.model.logits(&last)?)?.remove(0));
+        let rows = host_rows(&self.loaded.model.logits(&last)?)?;
+        let first = rows.into_iter().next();
+        self.logits = Some(first.ok_or_else(|| Exception::from("the prefill produced no logits"))?);
         if let Some(prefix) = prefix {
             prefix.store(&self.prompt, &self.cache);
         }
@@ -146,12 +148,13 @@ impl<'m> Sequence<'m> {
         self.logits = Some(logits);
     }
 
-    /// Samples from the waiting logits (or feeds a forced token), reports the text it makes, and
-    /// says whether the sequence goes on.
-    pub(crate) fn advance(&mut self, emit: &mut dyn FnMut(Event)) -> Result<Next, GenerateError> {
-        let Some(mut logits) = self.logits.take() else {
-            return Ok(Next::Finished(FinishReason::Length));
-        };
+    /// Samples from `logits` (or feeds a forced token), reports the text it makes, and says
+    /// whether the sequence goes on.
+    pub(crate) fn advance(
+        &mut self,
+        mut logits: Vec<f32>,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<Next, GenerateError> {
         if self.generated >= self.max_tokens {
             return Ok(Next::Finished(FinishReason::Length));
         }

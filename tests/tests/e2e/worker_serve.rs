@@ -364,6 +364,51 @@ async fn a_prefill_over_the_memory_limit_is_refused_before_any_compute() {
     assert_eq!(stats(&mut connection).await.completed, 1);
 }
 
+/// With room for one long prefill but not for a second beside the first one's KV cache (8 MiB
+/// for 2000 tokens), the second waits in the queue and runs once the first has ended, rather
+/// than being refused or running over the limit.
+#[tokio::test]
+async fn a_prefill_that_fits_alone_but_not_beside_another_waits_for_it() {
+    let model = tiny_model(Arch::Llama);
+    // The prefix cache's blocks are MLX memory too; without it, an idle worker's memory in use is
+    // its weights and nothing else, the same in every worker of this model.
+    let loaded = {
+        let (_probe, mut connection) =
+            ready_worker_with(model.path(), &["--no-prefix-cache"]).await;
+        stats(&mut connection).await.mlx_active_bytes
+    };
+    // The guard's estimate for one 2000-token prefill is 77.5 MiB: 4 MiB to spare alone, 4 MiB
+    // short beside the other's reserved cache.
+    let limit = (loaded + (81 << 20) + (1 << 19)).to_string();
+    let (_worker, mut connection) = ready_worker_with(
+        model.path(),
+        &["--no-prefix-cache", "--memory-limit", &limit],
+    )
+    .await;
+    for id in [1, 2] {
+        connection
+            .send(&ToWorker::Generate {
+                id,
+                request: Box::new(long_prompt()),
+            })
+            .await
+            .unwrap();
+    }
+    let mut order = Vec::new();
+    while order.iter().filter(|(_, what)| *what == "done").count() < 2 {
+        match recv(&mut connection).await {
+            FromWorker::Accepted { id, .. } => order.push((id, "accepted")),
+            FromWorker::Done { id, .. } => order.push((id, "done")),
+            FromWorker::Delta { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        order,
+        [(1, "accepted"), (1, "done"), (2, "accepted"), (2, "done")]
+    );
+}
+
 #[tokio::test]
 async fn without_a_memory_limit_the_same_long_prompt_is_served() {
     let model = tiny_model(Arch::Llama);
