@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use corral_worker::batch::BatchLimits;
 use corral_worker::engine::{Engine, EngineOptions, Submission};
-use corral_worker::generation::{Event, GenerateRequest, OutputOptions, Prompt};
-use corral_worker::sampling::SamplingParams;
+use corral_worker::generation::{Event, GenerateRequest, Prompt};
 
 const LONG_PROMPT: usize = 8000;
 const CHUNKS: [usize; 4] = [256, 512, 2048, 8192];
@@ -65,24 +64,12 @@ struct Row {
     long_ttft: Duration,
 }
 
-fn request(prompt: Prompt, max_tokens: usize) -> GenerateRequest {
-    GenerateRequest {
-        prompt,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_tokens,
-        stop: Vec::new(),
-        logprobs: None,
-        output: OutputOptions::default(),
-        count_only: false,
-    }
-}
-
 fn measure(engine: &Engine) -> Row {
     let stream = engine
-        .submit(request(Prompt::Tokens((1..100).collect()), 100_000))
+        .submit(GenerateRequest::greedy(
+            Prompt::Tokens((1..100).collect()),
+            100_000,
+        ))
         .expect("the stream is queued");
     let mut last = next_token(&stream);
     let mut before = Vec::new();
@@ -94,7 +81,7 @@ fn measure(engine: &Engine) -> Row {
     let long_prompt: Vec<u32> = (0..LONG_PROMPT as u32).map(|i| i % 900 + 1).collect();
     let submitted = Instant::now();
     let long = engine
-        .submit(request(Prompt::Tokens(long_prompt), 1))
+        .submit(GenerateRequest::greedy(Prompt::Tokens(long_prompt), 1))
         .expect("the long prompt is queued");
     let mut during = Vec::new();
     let long_ttft = loop {

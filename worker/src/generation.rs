@@ -47,6 +47,25 @@ pub struct GenerateRequest {
     pub count_only: bool,
 }
 
+impl GenerateRequest {
+    /// `prompt` answered greedily (temperature 0) up to `max_tokens`, with nothing else asked:
+    /// the reproducible request that tests and benches compare runs with.
+    pub fn greedy(prompt: Prompt, max_tokens: usize) -> Self {
+        Self {
+            prompt,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            max_tokens,
+            stop: Vec::new(),
+            logprobs: None,
+            output: OutputOptions::default(),
+            count_only: false,
+        }
+    }
+}
+
 /// What the answer may hold besides text, and the grammar it must follow.
 #[derive(Debug, Clone, Default)]
 pub struct OutputOptions {

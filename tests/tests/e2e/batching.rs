@@ -9,23 +9,13 @@ use corral_fixture::Arch;
 use corral_tests::{smollm2_gguf, tiny_model};
 use corral_worker::batch::BatchLimits;
 use corral_worker::engine::{Engine, EngineOptions, Submission};
-use corral_worker::generation::{Event, FinishReason, GenerateRequest, OutputOptions, Prompt};
+use corral_worker::generation::{Event, FinishReason, GenerateRequest, Prompt};
 use corral_worker::model::{KvCache, Model};
 use corral_worker::prefix_cache::PrefixCacheOptions;
-use corral_worker::sampling::SamplingParams;
+
+use crate::reference_logits::host_rows;
 
 const TOLERANCE: f32 = 1e-3;
-
-fn host_rows(logits: &mlx_rs::Array) -> Vec<Vec<f32>> {
-    let logits = logits.as_dtype(mlx_rs::Dtype::Float32).unwrap();
-    logits.eval().unwrap();
-    let vocab = *logits.shape().last().unwrap() as usize;
-    logits
-        .as_slice::<f32>()
-        .chunks(vocab)
-        .map(<[f32]>::to_vec)
-        .collect()
-}
 
 fn argmax(row: &[f32]) -> u32 {
     (0..row.len())
@@ -163,22 +153,12 @@ fn each_rows_logits_in_a_shared_step_are_its_solo_logits() {
 }
 
 fn greedy(prompt: &str, max_tokens: usize) -> GenerateRequest {
-    GenerateRequest {
-        prompt: Prompt::Chat {
-            messages: vec![serde_json::json!({"role": "user", "content": prompt})],
-            tools: None,
-            template_kwargs: None,
-        },
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_tokens,
-        stop: Vec::new(),
-        logprobs: None,
-        output: OutputOptions::default(),
-        count_only: false,
-    }
+    let prompt = Prompt::Chat {
+        messages: vec![serde_json::json!({"role": "user", "content": prompt})],
+        tools: None,
+        template_kwargs: None,
+    };
+    GenerateRequest::greedy(prompt, max_tokens)
 }
 
 /// A request's events so far, read as they come.

@@ -6,22 +6,10 @@ use std::sync::atomic::Ordering;
 use corral_fixture::Arch;
 use corral_tests::tiny_model;
 use corral_worker::engine::{Engine, EngineError};
-use corral_worker::generation::{Event, FinishReason, GenerateRequest, OutputOptions, Prompt};
-use corral_worker::sampling::SamplingParams;
+use corral_worker::generation::{Event, FinishReason, GenerateRequest, Prompt};
 
 fn request(prompt: &str, max_tokens: usize) -> GenerateRequest {
-    GenerateRequest {
-        prompt: Prompt::Text(prompt.into()),
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_tokens,
-        stop: Vec::new(),
-        logprobs: None,
-        output: OutputOptions::default(),
-        count_only: false,
-    }
+    GenerateRequest::greedy(Prompt::Text(prompt.into()), max_tokens)
 }
 
 fn collect(submission: &corral_worker::engine::Submission) -> Vec<Event> {

@@ -54,7 +54,8 @@ fn fixture_options(name: &str) -> FixtureOptions {
     options
 }
 
-fn host_rows(logits: &mlx_rs::Array) -> Vec<Vec<f32>> {
+/// Logits `[.., vocab]` as one vector per row.
+pub(crate) fn host_rows(logits: &mlx_rs::Array) -> Vec<Vec<f32>> {
     let logits = logits.as_dtype(MlxDtype::Float32).unwrap();
     logits.eval().unwrap();
     let vocab = *logits.shape().last().unwrap() as usize;
