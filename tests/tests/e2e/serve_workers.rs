@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use corral_fixture::Arch;
 use corral_ipc::ToWorker;
 use corral_tests::server::{Dirs, Server, chat, client, client_outlasting, sse_events};
-use corral_tests::{PATIENCE, binary};
+use corral_tests::{PATIENCE, binary, wait_until};
 use serde_json::{Value, json};
 
 /// The worker sockets the supervisor is listening on right now.
@@ -161,21 +161,27 @@ fn a_disconnected_stream_shows_as_cancelled_in_the_workers_own_stats() {
     let server = Server::start(&dirs);
     let mut events = sse_events(server.post("/v1/chat/completions", &chat("llama", 4000, true)));
     events.next().unwrap();
+    // The worker publishes its batch after each step, so the stream shows there a step later.
+    wait_until("the stream is the worker's one active sequence", || {
+        server.worker_row("llama")["stats"]["active_sequences"] == 1
+    });
     let busy = server.worker_row("llama");
     assert_eq!(busy["state"], "ready");
     assert_eq!(busy["leases"], 1);
-    assert_eq!(busy["stats"]["active_sequences"], 1);
     drop(events);
 
-    // The next request runs only after the abandoned one has ended in the worker.
+    // The next request runs beside the abandoned one while that one ends in the worker.
     assert_eq!(
         server
             .post("/v1/chat/completions", &chat("llama", 2, false))
             .status(),
         200
     );
+    wait_until("the abandoned stream has ended in the worker", || {
+        let row = server.worker_row("llama");
+        row["leases"] == 0 && row["stats"]["cancelled"] == 1
+    });
     let row = server.worker_row("llama");
-    assert_eq!(row["leases"], 0, "{row}");
     assert_eq!(row["pid"], server.worker_pids()[0]);
     let stats = &row["stats"];
     assert_eq!(stats["cancelled"], 1, "{row}");
