@@ -8,7 +8,7 @@ mod service;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use corral::config::Overrides;
+use corral::config::{Config, LogConfig, Overrides};
 use corral::memory::MemoryAmount;
 use corral::ops::{self, Operation};
 use corral::serve::{self, ServeOptions};
@@ -38,6 +38,17 @@ impl Cli {
             Command::Serve(args) => args.log_format,
             _ => LogFormat::Text,
         }
+    }
+
+    /// Where `serve` logs when its configuration names a log directory; `None`: stderr. A
+    /// configuration that does not load is left for `serve` to report, after logging starts.
+    pub fn log_files(&self) -> Option<(PathBuf, LogConfig)> {
+        let Command::Serve(args) = &self.command else {
+            return None;
+        };
+        let options = args.clone().into_options();
+        let config = Config::load(options.config_file.as_deref(), options.overrides).ok()?;
+        Some((config.log.dir.clone()?, config.log))
     }
 }
 
@@ -72,7 +83,7 @@ pub enum Command {
     Service(service::ServiceArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// TOML configuration file; flags and CORRAL_* variables override its values.
     #[arg(long, env = "CORRAL_CONFIG")]
@@ -137,6 +148,10 @@ pub struct ServeArgs {
     /// `text` for people, `json` (one object per line) for log collectors.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Log to size-rotated files in this directory (`corral.log`, `corral.log.1`, ...) instead of
+    /// stderr; `[log]` in the config sets their size and count.
+    #[arg(long, env = "CORRAL_LOG_DIR")]
+    log_dir: Option<PathBuf>,
 }
 
 /// How the operator commands find the server (the same configuration as `serve`).
@@ -285,6 +300,7 @@ impl ServeArgs {
                 admin_key: self.admin_key,
                 allow_remote_without_key: self.allow_remote_without_key,
                 prefix_cache_dir: self.prefix_cache_dir,
+                log_dir: self.log_dir,
             },
             model: self.model,
         }

@@ -57,7 +57,35 @@ pub struct Config {
     /// How many finished Responses API responses are kept for `previous_response_id` and
     /// `GET /v1/responses/{id}`; the oldest goes first.
     pub responses_store_size: usize,
+    pub log: LogConfig,
 }
+
+/// Where `corral serve` writes its log; the file's `[log]` table. Without a `dir` it logs to
+/// stderr, which suits a terminal and the journal; a service that has no journal (launchd) gets
+/// a `dir`, whose files rotate by size so that months of uptime fill no disk.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// The directory of `corral.log` and its rotated predecessors; `None`: stderr.
+    pub dir: Option<PathBuf>,
+    /// `corral.log` is rotated before a line would take it to this size.
+    pub max_bytes: u64,
+    /// Files kept, `corral.log` included; the oldest rotated one goes first.
+    pub keep: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            max_bytes: 10 << 20,
+            keep: 5,
+        }
+    }
+}
+
+/// A smaller limit would rotate at almost every line.
+const MIN_LOG_BYTES: u64 = 4096;
 
 /// Which libraries of other tools are searched for models, besides the models directories; the
 /// file's `[discovery]` table. Each is searched where it exists.
@@ -212,6 +240,7 @@ impl Default for Config {
             batching: BatchingConfig::default(),
             discovery: DiscoveryConfig::default(),
             responses_store_size: DEFAULT_RESPONSES_STORE_SIZE,
+            log: LogConfig::default(),
         }
     }
 }
@@ -250,6 +279,8 @@ struct FileConfig {
     #[serde(default)]
     discovery: DiscoveryConfig,
     responses_store_size: Option<usize>,
+    #[serde(default)]
+    log: LogConfig,
 }
 
 /// Values given on the command line or in the environment.
@@ -272,6 +303,7 @@ pub struct Overrides {
     pub admin_key: Option<String>,
     pub allow_remote_without_key: bool,
     pub prefix_cache_dir: Option<PathBuf>,
+    pub log_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -324,6 +356,7 @@ impl Config {
             );
         }
         check_batching(&from_file.batching, &from_file.models)?;
+        check_log(&from_file.log)?;
         let mut models = from_file.models;
         for model in overrides.pinned {
             models.entry(model).or_default().pinned = true;
@@ -365,6 +398,10 @@ impl Config {
             responses_store_size: from_file
                 .responses_store_size
                 .unwrap_or(defaults.responses_store_size),
+            log: LogConfig {
+                dir: overrides.log_dir.or(from_file.log.dir),
+                ..from_file.log
+            },
         })
     }
 }
@@ -390,6 +427,19 @@ fn check_batching(
             settings.max_sequences,
             MAX_SEQUENCES,
         )?;
+    }
+    Ok(())
+}
+
+fn check_log(log: &LogConfig) -> Result<()> {
+    if log.max_bytes < MIN_LOG_BYTES {
+        bail!(
+            "log.max_bytes = {} is too small: it must be at least {MIN_LOG_BYTES}",
+            log.max_bytes
+        );
+    }
+    if log.keep == 0 {
+        bail!("log.keep = 0 would keep no log at all: it must be at least 1");
     }
     Ok(())
 }
@@ -565,6 +615,43 @@ mod tests {
         )
         .unwrap();
         Config::load(Some(&file), Overrides::default()).unwrap();
+    }
+
+    #[test]
+    fn the_log_table_sets_rotation_and_the_flag_wins_for_its_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        assert_eq!(Config::default().log.dir, None);
+        std::fs::write(
+            &file,
+            "[log]\ndir = \"/var/log/corral\"\nmax_bytes = 65536\nkeep = 3\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&file), Overrides::default()).unwrap();
+        assert_eq!(
+            config.log,
+            LogConfig {
+                dir: Some("/var/log/corral".into()),
+                max_bytes: 65536,
+                keep: 3,
+            }
+        );
+        let flagged = Overrides {
+            log_dir: Some("/tmp/logs".into()),
+            ..Overrides::default()
+        };
+        let config = Config::load(Some(&file), flagged).unwrap();
+        assert_eq!(config.log.dir, Some("/tmp/logs".into()));
+        assert_eq!(config.log.keep, 3);
+
+        for (text, key) in [
+            ("[log]\nmax_bytes = 100\n", "log.max_bytes = 100"),
+            ("[log]\nkeep = 0\n", "log.keep = 0"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+            assert!(format!("{error:#}").contains(key), "{text}: {error:#}");
+        }
     }
 
     #[test]

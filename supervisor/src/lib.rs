@@ -8,6 +8,7 @@ pub mod config;
 pub mod default_model;
 pub mod dispatch;
 pub mod eviction;
+pub mod log_files;
 pub mod memory;
 pub mod metrics;
 pub mod ops;

@@ -7,18 +7,34 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let format = cli.log_format();
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
-    let colour = colour_logs(format, std::io::stderr().is_terminal(), no_color);
+    // Files, when configured, instead of stderr: a service manager's own capture of stderr
+    // (launchd's StandardErrorPath) never rotates.
+    let (writer, to_terminal) = match cli.log_files() {
+        Some((dir, config)) => match corral::log_files::open(&dir, &config) {
+            Ok(files) => (BoxMakeWriter::new(files), false),
+            Err(error) => {
+                eprintln!("corral: {error:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => (
+            BoxMakeWriter::new(std::io::stderr),
+            std::io::stderr().is_terminal(),
+        ),
+    };
+    let colour = colour_logs(format, to_terminal, no_color);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(colour);
     match format {
         cli::LogFormat::Text => logs.init(),
