@@ -3,7 +3,8 @@
 //! check plans rather than launchd's or systemd's state.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +12,21 @@ use anyhow::{Context, Result, bail};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     CreateDir(PathBuf),
+    /// A directory a system service writes as its user: the components it creates are given
+    /// to that user (root runs the plan), those that exist are left as they are.
+    CreateOwnedDir {
+        path: PathBuf,
+        owner: String,
+        group: String,
+        uid: u32,
+        gid: u32,
+    },
+    /// Copies an executable to a temporary name beside `to`, then renames it over `to`: a
+    /// running process keeps the old file, and nothing ever starts a half-written one.
+    InstallBinary {
+        from: PathBuf,
+        to: PathBuf,
+    },
     WriteFile {
         path: PathBuf,
         contents: String,
@@ -67,6 +83,8 @@ impl Step {
         match self {
             Step::CreateDir(path) => std::fs::create_dir_all(path)
                 .with_context(|| format!("creating {}", path.display())),
+            Step::CreateOwnedDir { path, uid, gid, .. } => create_owned_dir(path, *uid, *gid),
+            Step::InstallBinary { from, to } => install_binary(from, to),
             Step::WriteFile { path, contents } => std::fs::write(path, contents)
                 .with_context(|| format!("writing {}", path.display())),
             Step::RemoveFile(path) => match std::fs::remove_file(path) {
@@ -78,6 +96,43 @@ impl Step {
             Step::Run { argv, may_fail } => run(argv, *may_fail),
         }
     }
+}
+
+fn create_owned_dir(path: &Path, uid: u32, gid: u32) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut ancestor = Some(path);
+    while let Some(dir) = ancestor.filter(|dir| !dir.exists()) {
+        missing.push(dir);
+        ancestor = dir.parent();
+    }
+    for dir in missing.into_iter().rev() {
+        std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+            .with_context(|| format!("giving {} to uid {uid}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The temporary name `install_binary` writes `to` under first.
+fn staging_path(to: &Path) -> PathBuf {
+    let name = to
+        .file_name()
+        .map(|name| name.to_string_lossy())
+        .unwrap_or_default();
+    to.with_file_name(format!(".{name}.new"))
+}
+
+fn install_binary(from: &Path, to: &Path) -> Result<()> {
+    let staging = staging_path(to);
+    let copy = || -> std::io::Result<()> {
+        std::fs::copy(from, &staging)?;
+        std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o755))?;
+        // On disk before the rename makes it the binary the service starts.
+        std::fs::File::open(&staging)?.sync_all()
+    };
+    copy().with_context(|| format!("copying {} to {}", from.display(), staging.display()))?;
+    std::fs::rename(&staging, to)
+        .with_context(|| format!("renaming {} to {}", staging.display(), to.display()))
 }
 
 fn run(argv: &[String], may_fail: bool) -> Result<()> {
@@ -110,6 +165,21 @@ impl fmt::Display for Plan {
             match step {
                 Step::CreateDir(path) => {
                     writeln!(f, "mkdir -p {}", quote(&path.to_string_lossy()))?
+                }
+                Step::CreateOwnedDir {
+                    path, owner, group, ..
+                } => writeln!(
+                    f,
+                    "install -d -o {} -g {} {}",
+                    quote(owner),
+                    quote(group),
+                    quote(&path.to_string_lossy())
+                )?,
+                Step::InstallBinary { from, to } => {
+                    let staging = quote(&staging_path(to).to_string_lossy());
+                    let (from, to) = (quote(&from.to_string_lossy()), quote(&to.to_string_lossy()));
+                    writeln!(f, "install -m 0755 {from} {staging}")?;
+                    writeln!(f, "mv -f {staging} {to}")?;
                 }
                 Step::WriteFile { path, contents } => {
                     writeln!(f, "cat > {} <<'EOF'", quote(&path.to_string_lossy()))?;
@@ -182,6 +252,68 @@ mod tests {
              svc load /h/dir/unit\nrm -f /h/old\n"
         );
         assert_eq!(plan.commands(), ["svc unload", "svc load /h/dir/unit"]);
+    }
+
+    #[test]
+    fn installing_a_binary_replaces_it_atomically_under_a_running_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let (built, installed) = (dir.path().join("built"), dir.path().join("bin/corral"));
+        std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+        std::fs::write(&built, "new version").unwrap();
+        std::fs::write(&installed, "old version").unwrap();
+        // What a running service has open: the old file, which the swap must leave whole.
+        let mut running = std::fs::File::open(&installed).unwrap();
+        let step = Step::InstallBinary {
+            from: built.clone(),
+            to: installed.clone(),
+        };
+        Plan {
+            steps: vec![step.clone()],
+        }
+        .execute()
+        .unwrap();
+
+        let mut old = String::new();
+        std::io::Read::read_to_string(&mut running, &mut old).unwrap();
+        assert_eq!(old, "old version");
+        assert_eq!(std::fs::read_to_string(&installed).unwrap(), "new version");
+        let mode = std::fs::metadata(&installed).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        let left: Vec<_> = std::fs::read_dir(installed.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["corral"], "no staging file is left behind");
+        assert_eq!(
+            Plan { steps: vec![step] }.to_string(),
+            format!(
+                "install -m 0755 {0}/built {0}/bin/.corral.new\nmv -f {0}/bin/.corral.new {0}/bin/corral\n",
+                dir.path().display()
+            )
+        );
+    }
+
+    #[test]
+    fn an_owned_directory_gives_only_the_components_it_creates() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b");
+        let me = nix::unistd::getuid().as_raw();
+        let group = nix::unistd::getgid().as_raw();
+        let step = Step::CreateOwnedDir {
+            path: path.clone(),
+            owner: "ada".into(),
+            group: "staff".into(),
+            uid: me,
+            gid: group,
+        };
+        let plan = Plan { steps: vec![step] };
+        plan.execute().unwrap();
+        assert!(path.is_dir());
+        plan.execute().unwrap();
+        assert_eq!(
+            plan.to_string(),
+            format!("install -d -o ada -g staff {}\n", path.display())
+        );
     }
 
     #[test]

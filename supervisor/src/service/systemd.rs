@@ -1,47 +1,116 @@
-//! The systemd user unit: `~/.config/systemd/user/<name>.service`, driven by
-//! `systemctl --user`. It follows the launchd job: started at login, restarted after a failure
-//! but not after the clean exit that ends a drain, and given the drain's time to stop.
+//! systemd: a user unit (`~/.config/systemd/user/<name>.service`, `systemctl --user`) or a
+//! system unit (`/etc/systemd/system/<name>.service`, `systemctl`) that starts at boot as the
+//! account's user. Both follow the launchd job: restarted after a failure but not after the clean
+//! exit that ends a drain, and given the drain's time to stop. The journal keeps the log.
+
+use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{Action, Definition, Plan, Step, Target};
+use super::{Action, Definition, Plan, Scope, Step, Target, install_binaries};
 
 pub(super) fn plan(target: &Target, action: &Action) -> Result<Plan> {
     let unit = format!("{}.service", target.label);
-    let dir = target.home.join(".config/systemd/user");
+    let dir = unit_dir(target);
     let path = dir.join(&unit);
-    let systemctl = |verb: &str| Step::run(&["systemctl", "--user", verb, &unit]);
+    let systemctl = |verbs: &[&str]| Step::Run {
+        argv: systemctl_argv(target, verbs),
+        may_fail: false,
+    };
     let steps = match action {
-        Action::Install(definition) => vec![
-            Step::CreateDir(dir),
-            Step::WriteFile {
+        Action::Install(definition) => {
+            let mut steps = Vec::new();
+            match target.account() {
+                None => steps.push(Step::CreateDir(dir)),
+                // ProtectSystem=strict cannot make a missing directory writable.
+                Some(account) => {
+                    steps.extend(writable_dirs(definition).map(|path| Step::CreateOwnedDir {
+                        path: path.into(),
+                        owner: account.name.clone(),
+                        group: account.group.clone(),
+                        uid: account.uid,
+                        gid: account.gid,
+                    }))
+                }
+            }
+            // Stopped (it drains) before the swap: a running corral would start the new worker.
+            steps.push(Step::Run {
+                argv: systemctl_argv(target, &["stop", &unit]),
+                may_fail: true,
+            });
+            steps.extend(install_binaries(definition));
+            steps.push(Step::WriteFile {
                 path,
-                contents: unit_file(definition),
-            },
-            Step::run(&["systemctl", "--user", "daemon-reload"]),
-            systemctl("enable"),
-            // `restart` starts a stopped unit and moves a running one to the new definition.
-            systemctl("restart"),
-        ],
+                contents: unit_file(target, definition),
+            });
+            steps.push(systemctl(&["daemon-reload"]));
+            steps.push(systemctl(&["enable", &unit]));
+            steps.push(systemctl(&["start", &unit]));
+            steps
+        }
         Action::Uninstall => vec![
-            Step::run_may_fail(&["systemctl", "--user", "disable", "--now", &unit]),
+            Step::Run {
+                argv: systemctl_argv(target, &["disable", "--now", &unit]),
+                may_fail: true,
+            },
             Step::RemoveFile(path),
-            Step::run(&["systemctl", "--user", "daemon-reload"]),
+            systemctl(&["daemon-reload"]),
         ],
-        Action::Status => vec![systemctl("status")],
-        Action::Start => vec![systemctl("start")],
-        Action::Stop => vec![systemctl("stop")],
+        Action::Status => vec![systemctl(&["status", &unit])],
+        Action::Start => vec![systemctl(&["start", &unit])],
+        Action::Stop => vec![systemctl(&["stop", &unit])],
+        Action::Restart => vec![systemctl(&["restart", &unit])],
     };
     Ok(Plan { steps })
 }
 
-fn unit_file(definition: &Definition) -> String {
+fn unit_dir(target: &Target) -> PathBuf {
+    match target.scope {
+        Scope::User => target.home.join(".config/systemd/user"),
+        Scope::System(_) => PathBuf::from("/etc/systemd/system"),
+    }
+}
+
+fn systemctl_argv(target: &Target, verbs: &[&str]) -> Vec<String> {
+    let mut argv = vec!["systemctl".to_string()];
+    if target.scope == Scope::User {
+        argv.push("--user".into());
+    }
+    argv.extend(verbs.iter().map(|verb| verb.to_string()));
+    argv
+}
+
+/// `corral service logs`: the unit's journal.
+pub(super) fn journalctl(target: &Target, lines: usize, follow: bool) -> Vec<String> {
+    let mut argv = vec!["journalctl".to_string()];
+    if target.scope == Scope::User {
+        argv.push("--user".into());
+    }
+    let unit = format!("{}.service", target.label);
+    argv.extend(["-u".into(), unit, "-n".into(), lines.to_string()]);
+    if follow {
+        argv.push("-f".into());
+    }
+    argv
+}
+
+/// What a system unit writes: the state directory (its worker sockets are under it) and any
+/// configured log or prefix cache directory.
+fn writable_dirs(definition: &Definition) -> impl Iterator<Item = &String> {
+    std::iter::once(&definition.state_dir).chain(&definition.writable)
+}
+
+fn unit_file(target: &Target, definition: &Definition) -> String {
     let exec_start: Vec<_> = definition.program.iter().map(|arg| quote(arg)).collect();
     let environment: String = definition
         .environment
         .iter()
         .map(|(name, value)| format!("Environment={}\n", quote(&format!("{name}={value}"))))
         .collect();
+    let (account, wanted_by) = match target.account() {
+        None => (String::new(), "default.target"),
+        Some(account) => (system_section(account, definition), "multi-user.target"),
+    };
     format!(
         "# Written by `corral service install`; `corral service uninstall` removes it.\n\
          [Unit]\n\
@@ -51,6 +120,7 @@ fn unit_file(definition: &Definition) -> String {
          ExecStart={exec_start}\n\
          WorkingDirectory={working_directory}\n\
          {environment}\
+         {account}\
          Restart=on-failure\n\
          RestartSec=5\n\
          # SIGTERM to corral alone: it drains, then stops its workers itself.\n\
@@ -58,11 +128,41 @@ fn unit_file(definition: &Definition) -> String {
          TimeoutStopSec={timeout}\n\
          \n\
          [Install]\n\
-         WantedBy=default.target\n",
+         WantedBy={wanted_by}\n",
         exec_start = exec_start.join(" "),
         working_directory = definition.working_directory.replace('%', "%%"),
         timeout = definition.exit_timeout.as_secs(),
     )
+}
+
+/// A system unit's user and its sandbox: the file system is read-only but for the directories
+/// corral writes (its worker sockets live in the state directory, which stays writable, so the
+/// supervisor and its workers still meet there), `/tmp` is the unit's own, and no process of it
+/// can gain privileges. The Hugging Face cache is writable where it exists, for pulls.
+fn system_section(account: &super::Account, definition: &Definition) -> String {
+    let hub = account.home.join(".cache/huggingface");
+    let writable: Vec<String> = writable_dirs(definition)
+        .cloned()
+        // `-`: no error when it does not exist.
+        .chain(std::iter::once(format!("-{}", hub.to_string_lossy())))
+        .map(|dir| quote_path(&dir))
+        .collect();
+    format!(
+        "User={user}\n\
+         Group={group}\n\
+         NoNewPrivileges=yes\n\
+         ProtectSystem=strict\n\
+         ReadWritePaths={writable}\n\
+         PrivateTmp=yes\n",
+        user = account.name,
+        group = account.group,
+        writable = writable.join(" "),
+    )
+}
+
+/// A path in a list of paths, where `%` starts a specifier but `$` is no variable.
+fn quote_path(path: &str) -> String {
+    quote(path).replace("$$", "$")
 }
 
 /// One double-quoted word of a unit file, where `%` starts a specifier and `$` a variable.
@@ -83,97 +183,4 @@ fn quote(word: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::time::Duration;
-
-    use super::*;
-    use crate::service::Platform;
-
-    fn target() -> Target {
-        Target::new(Platform::Systemd, None, "/home/ada".into(), 1000).unwrap()
-    }
-
-    fn definition() -> Definition {
-        Definition {
-            program: [
-                "/opt/corral/corral",
-                "serve",
-                "--models-dir",
-                "/home/ada/my models",
-            ]
-            .map(String::from)
-            .to_vec(),
-            environment: BTreeMap::from([
-                ("HOME".to_string(), "/home/ada".to_string()),
-                ("PATH".to_string(), "/usr/bin:/bin".to_string()),
-            ]),
-            working_directory: "/home/ada".to_string(),
-            exit_timeout: Duration::from_secs(45),
-        }
-    }
-
-    #[test]
-    fn install_writes_a_unit_that_restarts_on_failure_and_outlasts_the_drain() {
-        let plan = plan(&target(), &Action::Install(definition())).unwrap();
-        let Some(Step::WriteFile { path, contents }) = plan.steps.get(1) else {
-            panic!("install writes the unit second: {plan:?}");
-        };
-        assert_eq!(
-            path.to_str(),
-            Some("/home/ada/.config/systemd/user/corral.service")
-        );
-        let lines: Vec<_> = contents.lines().collect();
-        for expected in [
-            "[Service]",
-            r#"ExecStart="/opt/corral/corral" "serve" "--models-dir" "/home/ada/my models""#,
-            "WorkingDirectory=/home/ada",
-            r#"Environment="HOME=/home/ada""#,
-            r#"Environment="PATH=/usr/bin:/bin""#,
-            "Restart=on-failure",
-            "KillMode=mixed",
-            "TimeoutStopSec=45",
-            "[Install]",
-            "WantedBy=default.target",
-        ] {
-            assert!(lines.contains(&expected), "{expected:?} in\n{contents}");
-        }
-    }
-
-    #[test]
-    fn each_action_runs_its_systemctl_commands() {
-        let commands = |action| plan(&target(), &action).unwrap().commands();
-        assert_eq!(
-            commands(Action::Install(definition())),
-            [
-                "systemctl --user daemon-reload",
-                "systemctl --user enable corral.service",
-                "systemctl --user restart corral.service",
-            ]
-        );
-        assert_eq!(
-            commands(Action::Uninstall),
-            [
-                "systemctl --user disable --now corral.service",
-                "systemctl --user daemon-reload",
-            ]
-        );
-        assert_eq!(
-            commands(Action::Status),
-            ["systemctl --user status corral.service"]
-        );
-        assert_eq!(
-            commands(Action::Start),
-            ["systemctl --user start corral.service"]
-        );
-        assert_eq!(
-            commands(Action::Stop),
-            ["systemctl --user stop corral.service"]
-        );
-    }
-
-    #[test]
-    fn specifiers_variables_and_quotes_are_escaped() {
-        assert_eq!(quote(r#"50% of $HOME "x"\"#), r#""50%% of $$HOME \"x\"\\""#);
-    }
-}
+mod tests;
