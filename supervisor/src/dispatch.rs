@@ -12,7 +12,9 @@ use std::time::Duration;
 use corral_ipc::{FromWorker, GenerateRequest};
 use tokio::sync::mpsc;
 
-use crate::api::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
+use crate::api::{
+    Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, PinnedModel, StreamEvent,
+};
 use crate::metrics::{GenerationMetrics, Metrics};
 use crate::pool::{AcquireError, Lease, Pool};
 use crate::process::{RequestHandle, WorkerClient, WorkerProcesses};
@@ -61,6 +63,19 @@ impl Backend for Dispatch {
 
     fn resolve(&self, name: &str) -> Option<String> {
         self.registry.current().resolve(name).map(str::to_owned)
+    }
+
+    fn pinned_models(&self) -> Vec<PinnedModel> {
+        self.pool
+            .snapshot()
+            .into_iter()
+            .filter(|entry| entry.pinned)
+            .map(|entry| PinnedModel {
+                id: entry.model,
+                state: entry.phase.name(),
+                pid: entry.pid,
+            })
+            .collect()
     }
 
     async fn generate(

@@ -34,6 +34,21 @@ pub trait Backend: Send + Sync + 'static {
         model: &str,
         request: GenerateRequest,
     ) -> impl Future<Output = Result<GenerationStream, BackendError>> + Send;
+
+    /// The models kept loaded (pinned) and their state now, for `GET /health`: the server is
+    /// ready once each of them is. A backend without pinned models has none.
+    fn pinned_models(&self) -> Vec<PinnedModel> {
+        Vec::new()
+    }
+}
+
+/// A pinned model's state, as `GET /health?verbose=1` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedModel {
+    pub id: String,
+    /// `ready`, `starting`, `stopping`, `failed` or `not_running`.
+    pub state: &'static str,
+    pub pid: Option<u32>,
 }
 
 /// One entry of `GET /v1/models`.

@@ -30,7 +30,9 @@ mod types;
 mod tests;
 
 pub use anthropic::is_anthropic_route;
-pub use backend::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
+pub use backend::{
+    Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, PinnedModel, StreamEvent,
+};
 pub use router::{MAX_BODY_BYTES, router};
 pub use sampling::DEFAULT_MAX_TOKENS;
 pub use served_model::ServedModel;

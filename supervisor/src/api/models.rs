@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
-use serde::Serialize;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
 
 use super::backend::{Backend, ModelCard};
 use super::error::ApiError;
@@ -62,11 +63,55 @@ pub async fn get<B: Backend>(
         .ok_or(ApiError::ModelNotFound(name))
 }
 
+/// `GET /health`: 200 `{"status":"ok"}` once the server is ready, that is once every pinned
+/// model is; else 503 `{"status":"starting"}` (`"unavailable"` when one has failed), so a load
+/// balancer or a service manager's probe can tell a server that answers from one that serves.
+/// `?verbose=1` adds each pinned model's state.
 #[derive(Debug, Serialize)]
 pub struct Health {
     pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Vec<PinnedState>>,
 }
 
-pub async fn health() -> Json<Health> {
-    Json(Health { status: "ok" })
+#[derive(Debug, Serialize)]
+pub struct PinnedState {
+    pub id: String,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct HealthQuery {
+    #[serde(default)]
+    verbose: Option<String>,
+}
+
+pub async fn health<B: Backend>(
+    State(backend): State<Arc<B>>,
+    Query(query): Query<HealthQuery>,
+) -> (StatusCode, Json<Health>) {
+    let pinned = backend.pinned_models();
+    let (code, status) = if pinned.iter().all(|model| model.state == "ready") {
+        (StatusCode::OK, "ok")
+    } else if pinned.iter().any(|model| model.state == "failed") {
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    };
+    let verbose = query
+        .verbose
+        .is_some_and(|value| !matches!(value.as_str(), "" | "0" | "false"));
+    let pinned = verbose.then(|| {
+        pinned
+            .into_iter()
+            .map(|model| PinnedState {
+                id: model.id,
+                state: model.state,
+                pid: model.pid,
+            })
+            .collect()
+    });
+    (code, Json(Health { status, pinned }))
 }

@@ -37,7 +37,7 @@ pub fn router<B: Backend>(backend: Arc<B>, responses_store_size: usize) -> Route
         )
         .route("/v1/models", get(models::list::<B>))
         .route("/v1/models/{model}", get(models::get::<B>))
-        .route("/health", get(models::health))
+        .route("/health", get(models::health::<B>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
