@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
-use corral_worker::model::{KvCache, Model};
+use corral_worker::model::{KvCache, Model, Segment};
 
 const BATCHES: [usize; 6] = [1, 2, 4, 8, 16, 32];
 const PROMPT: usize = 100;
@@ -60,12 +60,16 @@ fn median_step(model: &Model, rows: usize) -> Duration {
     let mut times = Vec::new();
     for step in 0..WARMUP + STEPS {
         let started = Instant::now();
-        let mut borrowed: Vec<&mut [KvCache]> = caches
+        let mut segments: Vec<Segment> = caches
             .iter_mut()
-            .map(|cache| cache.as_mut_slice())
+            .zip(&tokens)
+            .map(|(cache, token)| Segment {
+                tokens: std::slice::from_ref(token),
+                cache: cache.as_mut_slice(),
+            })
             .collect();
         let logits = model
-            .step_hidden_states(&tokens, &mut borrowed)
+            .packed_hidden_states(&mut segments)
             .and_then(|hidden| model.logits(&hidden))
             .and_then(|logits| logits.as_dtype(mlx_rs::Dtype::Float32))
             .expect("a decode step");

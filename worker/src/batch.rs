@@ -1,24 +1,25 @@
 //! The batch: every sequence this worker is running, stepped together.
 //!
 //! Each step admits waiting requests while there are free slots and their prefill fits in
-//! memory, prefills one chunk of the oldest sequence still prefilling, and then runs one decode
-//! step for every sequence that has logits: each samples its own token, and the tokens of those
-//! that go on are forwarded together in one pass. A sequence that ends leaves the batch at once,
-//! and its KV cache is freed with it.
+//! memory, then runs one forward pass over the input of every sequence: the last token of those
+//! decoding and prompt chunks of those prefilling, packed together. Each sequence whose input
+//! ended in a next-token distribution samples from it at once. A sequence that ends leaves the
+//! batch at once, and its KV cache is freed with it.
 
 use std::collections::VecDeque;
 
+use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
 use crate::generation::{
     Event, FinishReason, GenerateError, GenerateRequest, Prepared, RejectReason, prepare,
 };
 use crate::loaded::LoadedModel;
-use crate::model::KvCache;
+use crate::model::{Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::Sampler;
-use crate::sequence::{Next, Sequence, done_without_compute, host_rows};
+use crate::sequence::{Sequence, done_without_compute, host_rows};
 
 /// Sequences decoded together unless the configuration says otherwise.
 pub const DEFAULT_MAX_SEQUENCES: usize = 16;
@@ -153,11 +154,11 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         });
     }
 
-    /// One round: admissions, one prefill chunk, one decode step.
+    /// One round: admissions, then one pass over the input of every sequence that has some.
     pub fn step(&mut self) {
         self.admit();
-        self.prefill_one_chunk();
-        self.decode();
+        self.end_cancelled();
+        self.pass();
     }
 
     /// Moves waiting requests into the batch in arrival order while a slot is free and the
@@ -229,91 +230,126 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         prefill_guard::admit(&model.config, model.dtype(), prefill, limit)
     }
 
-    /// Prefills one chunk of the oldest sequence still prefilling, so a long prompt holds up
-    /// the running sequences for one chunk per step at most.
-    fn prefill_one_chunk(&mut self) {
-        let Some(index) = self
-            .running
-            .iter()
-            .position(|running| running.sequence.unprefilled() > 0)
-        else {
-            return;
-        };
-        let running = &mut self.running[index];
-        let outcome = if (running.cancelled)() {
-            Err(Ok(FinishReason::Cancelled))
-        } else {
-            running
-                .sequence
-                .prefill(self.limits.prefill_chunk, self.prefix.as_deref_mut())
-                .map_err(|error| Err(error.into()))
-        };
-        if let Err(ending) = outcome {
-            self.running.swap_remove(index).end(ending);
-        }
-    }
-
-    /// Every sequence with logits samples its token; those that go on are forwarded together.
-    fn decode(&mut self) {
-        let mut forwarded: Vec<(usize, u32)> = Vec::new();
+    /// Sequences whose clients have gone leave before the pass, so nothing runs for them.
+    fn end_cancelled(&mut self) {
         let mut index = 0;
         while index < self.running.len() {
-            let running = &mut self.running[index];
-            let Some(logits) = running.sequence.take_logits() else {
-                index += 1;
-                continue;
-            };
-            let next = if (running.cancelled)() {
-                Ok(Next::Finished(FinishReason::Cancelled))
+            if (self.running[index].cancelled)() {
+                self.running.remove(index).end(Ok(FinishReason::Cancelled));
             } else {
-                let sink = &mut running.sink;
-                running
-                    .sequence
-                    .advance(logits, &mut |event| sink(Ok(event)))
-            };
-            match next {
-                Ok(Next::Forward(token)) => {
-                    forwarded.push((index, token));
-                    index += 1;
-                }
-                // The rows forwarded so far are all before `index`, so removal keeps them valid.
-                Ok(Next::Finished(reason)) => self.running.remove(index).end(Ok(reason)),
-                Err(error) => self.running.remove(index).end(Err(error)),
-            }
-        }
-        if forwarded.is_empty() {
-            return;
-        }
-        if let Err(error) = self.forward(&forwarded) {
-            // One pass computed every row, so its failure is every forwarded sequence's.
-            let message = error.to_string();
-            for &(index, _) in forwarded.iter().rev() {
-                let error = mlx_rs::error::Exception::from(message.as_str());
-                self.running.remove(index).end(Err(error.into()));
+                index += 1;
             }
         }
     }
 
-    /// One decode pass over the forwarded rows; each gets its logits.
-    fn forward(&mut self, forwarded: &[(usize, u32)]) -> Result<(), Exception> {
-        let tokens: Vec<u32> = forwarded.iter().map(|&(_, token)| token).collect();
-        let mut rows: Vec<&mut Sequence<'m>> = Vec::with_capacity(forwarded.len());
-        let mut wanted = forwarded.iter().map(|&(index, _)| index).peekable();
+    /// One forward pass over every sequence's input, packed along the position axis: the last
+    /// token of each decoding sequence, and prompt chunks of the oldest prefilling ones up to
+    /// `prefill_chunk` tokens in all. The weights are read once for all of them, so a decode
+    /// step rides along with a prefill instead of waiting for it. Every sequence whose input
+    /// ended in a next-token distribution then samples from it at once.
+    fn pass(&mut self) {
+        let mut budget = self.limits.prefill_chunk;
+        // Single-token inputs go first: the model rotates those in one op.
+        let (mut singles, mut longer) = (Vec::new(), Vec::new());
         for (index, running) in self.running.iter_mut().enumerate() {
-            if wanted.next_if_eq(&index).is_some() {
-                rows.push(&mut running.sequence);
+            let unprefilled = running.sequence.unprefilled();
+            let Some(segment) = running.sequence.next_input(budget) else {
+                continue;
+            };
+            let length = segment.tokens.len();
+            if unprefilled > 0 {
+                budget -= length;
+            }
+            let planned = Planned {
+                index,
+                length,
+                wants_logits: unprefilled == 0 || length == unprefilled,
+            };
+            let group = if length == 1 {
+                &mut singles
+            } else {
+                &mut longer
+            };
+            group.push((planned, segment));
+        }
+        if singles.is_empty() && longer.is_empty() {
+            return;
+        }
+        let (planned, mut segments): (Vec<Planned>, Vec<Segment<'_>>) =
+            singles.into_iter().chain(longer).unzip();
+        let logits = run_pass(&self.loaded.model, &mut segments, &planned);
+        drop(segments);
+        let mut logits = match logits {
+            Ok(rows) => rows.into_iter(),
+            Err(error) => {
+                // One pass computed every input, so its failure is every sequence's in it.
+                let message = error.to_string();
+                let mut failed: Vec<usize> = planned.iter().map(|planned| planned.index).collect();
+                failed.sort_unstable_by_key(|&index| std::cmp::Reverse(index));
+                for index in failed {
+                    let error = Exception::from(message.as_str());
+                    self.running.remove(index).end(Err(error.into()));
+                }
+                return;
+            }
+        };
+        let mut endings: Vec<(usize, Result<FinishReason, GenerateError>)> = Vec::new();
+        for planned in &planned {
+            let running = &mut self.running[planned.index];
+            let sampled = running
+                .sequence
+                .ran(planned.length, self.prefix.as_deref_mut());
+            let Some(row) = sampled.then(|| logits.next()).flatten() else {
+                continue;
+            };
+            let sink = &mut running.sink;
+            match running.sequence.advance(row, &mut |event| sink(Ok(event))) {
+                Ok(None) => {}
+                Ok(Some(reason)) => endings.push((planned.index, Ok(reason))),
+                Err(error) => endings.push((planned.index, Err(error))),
             }
         }
-        let mut caches: Vec<&mut [KvCache]> = rows
-            .iter_mut()
-            .map(|sequence| sequence.cache.as_mut_slice())
-            .collect();
-        let model = &self.loaded.model;
-        let hidden = model.step_hidden_states(&tokens, &mut caches)?;
-        let logits = host_rows(&model.logits(&hidden)?)?;
-        for (sequence, row) in rows.into_iter().zip(logits) {
-            sequence.set_logits(row);
+        // Removing from the back keeps the other indices valid.
+        endings.sort_unstable_by_key(|(index, _)| std::cmp::Reverse(*index));
+        for (index, ending) in endings {
+            self.running.remove(index).end(ending);
         }
-        Ok(())
     }
+}
+
+/// A sequence's place in a pass.
+#[derive(Clone, Copy)]
+struct Planned {
+    /// Its index in the batch.
+    index: usize,
+    /// Its tokens in the pass.
+    length: usize,
+    /// Whether its last position's logits are its next token's distribution.
+    wants_logits: bool,
+}
+
+/// Runs the pass; returns the logits of the last position of each segment that wants them, in
+/// order.
+fn run_pass(
+    model: &Model,
+    segments: &mut [Segment<'_>],
+    planned: &[Planned],
+) -> Result<Vec<Vec<f32>>, Exception> {
+    let hidden = model.packed_hidden_states(segments)?;
+    let mut end = 0;
+    let mut last_positions = Vec::new();
+    for planned in planned {
+        end += planned.length as i32;
+        if planned.wants_logits {
+            last_positions.push(end - 1);
+        }
+    }
+    if last_positions.is_empty() {
+        // Evaluating the pass writes its keys and values into the caches.
+        hidden.eval()?;
+        return Ok(Vec::new());
+    }
+    let count = last_positions.len() as i32;
+    let last = hidden.take_axis(Array::from_slice(&last_positions, &[count]), 1)?;
+    host_rows(&model.logits(&last)?)
 }

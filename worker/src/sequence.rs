@@ -1,14 +1,13 @@
-//! One sequence in the batch, from its admission to its `Done`: its KV cache, its prefill in
+//! One sequence in the batch, from its admission to its `Done`: its KV cache, its prompt in
 //! chunks, and per token the mask, the sample, the stop checks and the output it reports.
 //!
-//! The forward pass of a decode step is not here: the batch runs it for all its sequences at
-//! once and hands each its row of logits.
+//! The forward pass is not here: the batch runs one for all its sequences at once, each giving
+//! its input and getting back its row of logits.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use mlx_rs::error::Exception;
-use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 
 use crate::constraint::Constraint;
@@ -16,17 +15,10 @@ use crate::generation::{
     Event, FinishReason, GenerateError, GenerateRequest, Prepared, Timings, TokenLogprob,
 };
 use crate::loaded::LoadedModel;
-use crate::model::KvCache;
+use crate::model::{KvCache, Segment};
 use crate::output::{Output, Parts};
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{Sampler, logprobs};
-
-/// What a sequence needs after it handled its latest logits.
-pub(crate) enum Next {
-    /// Run the model on this token and bring back its logits.
-    Forward(u32),
-    Finished(FinishReason),
-}
 
 pub(crate) struct Sequence<'m> {
     loaded: &'m LoadedModel,
@@ -34,9 +26,9 @@ pub(crate) struct Sequence<'m> {
     cached_tokens: usize,
     /// Prompt positions in the cache so far (restored or prefilled).
     prefilled: usize,
-    pub(crate) cache: Vec<KvCache>,
-    /// The distribution of the next token, once the prefill or the last step produced it.
-    logits: Option<Vec<f32>>,
+    cache: Vec<KvCache>,
+    /// Whether the last sampled token (the end of `history`) still has to go through the model.
+    token_to_forward: bool,
     history: Vec<u32>,
     sampler: Sampler,
     constraint: Option<Constraint>,
@@ -80,7 +72,7 @@ impl<'m> Sequence<'m> {
             cached_tokens,
             prefilled: cached_tokens,
             cache,
-            logits: None,
+            token_to_forward: false,
             sampler,
             constraint: prepared.constraint,
             budget: ThinkingBudget::new(loaded, budget),
@@ -109,54 +101,52 @@ impl<'m> Sequence<'m> {
         self.prompt.len() - self.prefilled
     }
 
-    /// The logits waiting for a sample, once the prefill or the last step produced them.
-    pub(crate) fn take_logits(&mut self) -> Option<Vec<f32>> {
-        self.logits.take()
+    /// This sequence's share of the next pass: its last sampled token, or its next chunk of at
+    /// most `budget` prompt tokens; `None` while it has nothing to run.
+    pub(crate) fn next_input(&mut self, budget: usize) -> Option<Segment<'_>> {
+        let tokens = if self.token_to_forward {
+            &self.history[self.history.len() - 1..]
+        } else if self.unprefilled() > 0 && budget > 0 {
+            let end = (self.prefilled + budget).min(self.prompt.len());
+            &self.prompt[self.prefilled..end]
+        } else {
+            return None;
+        };
+        Some(Segment {
+            tokens,
+            cache: &mut self.cache,
+        })
     }
 
-    /// Prefills up to `chunk` more prompt tokens; the last chunk brings the first logits and
-    /// gives the prompt's blocks to the prefix cache.
-    pub(crate) fn prefill(
-        &mut self,
-        chunk: usize,
-        prefix: Option<&mut PrefixCache>,
-    ) -> Result<(), Exception> {
-        let end = (self.prefilled + chunk).min(self.prompt.len());
-        let hidden = self
-            .loaded
-            .model
-            .hidden_states(&self.prompt[self.prefilled..end], &mut self.cache)?;
-        self.prefilled = end;
-        if end < self.prompt.len() {
-            // Evaluating the chunk's output writes its keys and values into the cache.
-            return hidden.eval();
+    /// Records that a pass ran `length` tokens of this sequence's input; says whether the
+    /// logits of its last position are the distribution of its next token. The prompt's last
+    /// chunk gives its blocks to the prefix cache.
+    pub(crate) fn ran(&mut self, length: usize, prefix: Option<&mut PrefixCache>) -> bool {
+        if self.token_to_forward {
+            self.token_to_forward = false;
+            return true;
         }
-        let last = hidden.index((.., -1.., ..));
-        let rows = host_rows(&self.loaded.model.logits(&last)?)?;
-        let first = rows.into_iter().next();
-        self.logits = Some(first.ok_or_else(|| Exception::from("the prefill produced no logits"))?);
+        self.prefilled += length;
+        if self.unprefilled() > 0 {
+            return false;
+        }
         if let Some(prefix) = prefix {
             prefix.store(&self.prompt, &self.cache);
         }
         self.prefill_time = self.started.elapsed();
         self.decode_started = Some(Instant::now());
-        Ok(())
+        true
     }
 
-    /// The logits of the token this sequence last asked to be forwarded.
-    pub(crate) fn set_logits(&mut self, logits: Vec<f32>) {
-        self.logits = Some(logits);
-    }
-
-    /// Samples from `logits` (or feeds a forced token), reports the text it makes, and says
-    /// whether the sequence goes on.
+    /// Samples from `logits` (or feeds a forced token) and reports the text it makes; the
+    /// sequence ends with the returned reason, or goes on with its token as its next input.
     pub(crate) fn advance(
         &mut self,
         mut logits: Vec<f32>,
         emit: &mut dyn FnMut(Event),
-    ) -> Result<Next, GenerateError> {
+    ) -> Result<Option<FinishReason>, GenerateError> {
         if self.generated >= self.max_tokens {
-            return Ok(Next::Finished(FinishReason::Length));
+            return Ok(Some(FinishReason::Length));
         }
         let token = match self.budget.next_forced() {
             Some(token) => token,
@@ -173,7 +163,7 @@ impl<'m> Sequence<'m> {
         self.pending
             .record(self.loaded, self.top_logprobs, &logits, token);
         if self.loaded.eos_token_ids.contains(&token) {
-            return Ok(Next::Finished(FinishReason::Stop));
+            return Ok(Some(FinishReason::Stop));
         }
         if let Some(constraint) = self.constraint.as_mut() {
             constraint.accept(token)?;
@@ -192,12 +182,13 @@ impl<'m> Sequence<'m> {
             .is_some_and(Constraint::is_finished);
         let last_call_made = self.single_call && self.output.calls() > 0;
         if step.stopped || grammar_complete || last_call_made {
-            return Ok(Next::Finished(FinishReason::Stop));
+            return Ok(Some(FinishReason::Stop));
         }
         if self.generated >= self.max_tokens {
-            return Ok(Next::Finished(FinishReason::Length));
+            return Ok(Some(FinishReason::Length));
         }
-        Ok(Next::Forward(token))
+        self.token_to_forward = true;
+        Ok(None)
     }
 
     /// Reports the held-back text and the sequence's `Done`.

@@ -1,5 +1,5 @@
-//! Continuous batching changes no answer: each sequence's logits in a shared decode step are those
-//! of the same sequence run alone, and the engine's greedy text on the real model is the solo
+//! Continuous batching changes no answer: each sequence's logits in a shared pass (decode steps
+//! packed with other sequences' prompt chunks) are those of the same sequence run alone, and the engine's greedy text on the real model is the solo
 //! text, whatever the batch size, the moment a sequence joins, the cancellations beside it or the
 //! prefix-cache hits within it.
 
@@ -10,7 +10,7 @@ use corral_tests::{smollm2_gguf, tiny_model};
 use corral_worker::batch::BatchLimits;
 use corral_worker::engine::{Engine, EngineOptions, Submission};
 use corral_worker::generation::{Event, FinishReason, GenerateRequest, Prompt};
-use corral_worker::model::{KvCache, Model};
+use corral_worker::model::{KvCache, Model, Segment};
 use corral_worker::prefix_cache::PrefixCacheOptions;
 
 use crate::reference_logits::host_rows;
@@ -44,66 +44,103 @@ fn solo_logits(model: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
     rows
 }
 
-/// One sequence of the batched schedule: it joins at `join` (prefilled alone that step), takes
-/// part in every shared decode step after, and leaves after `steps` of them.
+/// One sequence of the batched schedule: its prompt enters the passes at pass `join`, in chunks
+/// of at most [`CHUNK`] tokens beside the others' decode steps and chunks, and it leaves after
+/// `steps` decode steps.
 struct Scheduled {
     prompt: Vec<u32>,
     join: usize,
     steps: usize,
 }
 
+/// Prompt tokens per pass and sequence, so long prompts take several passes.
+const CHUNK: usize = 40;
+
 struct Live {
     index: usize,
     cache: Vec<KvCache>,
+    prefilled: usize,
     logits: Vec<Vec<f32>>,
 }
 
-/// Runs the schedule with shared decode steps; returns each sequence's logits in order.
+/// Runs the schedule in packed passes as the batch does (single-token inputs first); returns
+/// each sequence's logits in order.
 fn batched_logits(model: &Model, schedule: &[Scheduled]) -> Vec<Vec<Vec<f32>>> {
     let mut results: Vec<Vec<Vec<f32>>> = vec![Vec::new(); schedule.len()];
     let mut live: Vec<Live> = Vec::new();
-    let last_step = schedule.iter().map(|s| s.join + s.steps).max().unwrap();
-    for step in 0..=last_step {
+    let mut pass = 0;
+    while pass <= schedule.iter().map(|s| s.join).max().unwrap() || !live.is_empty() {
         for (index, sequence) in schedule.iter().enumerate() {
-            if sequence.join == step {
-                let mut cache = model.new_cache();
-                let hidden = model.hidden_states(&sequence.prompt, &mut cache).unwrap();
-                let last = mlx_rs::ops::indexing::IndexOp::index(&hidden, (.., -1.., ..));
-                let logits = vec![host_rows(&model.logits(&last).unwrap()).remove(0)];
+            if sequence.join == pass {
                 live.push(Live {
                     index,
-                    cache,
-                    logits,
+                    cache: model.new_cache(),
+                    prefilled: 0,
+                    logits: Vec::new(),
                 });
             }
         }
-        // Sequences that took all their steps leave, their rows with them.
+        pass += 1;
+        // Sequences that took all their steps leave, their caches with them.
         for sequence in live.iter() {
             if sequence.logits.len() > schedule[sequence.index].steps {
                 results[sequence.index] = sequence.logits.clone();
             }
         }
         live.retain(|sequence| sequence.logits.len() <= schedule[sequence.index].steps);
-        if live.is_empty() {
+        live.sort_by_key(|sequence| schedule[sequence.index].prompt.len() - sequence.prefilled > 1);
+        let inputs: Vec<Vec<u32>> = live
+            .iter()
+            .map(|sequence| {
+                let prompt = &schedule[sequence.index].prompt;
+                match sequence.logits.last() {
+                    Some(logits) => vec![argmax(logits)],
+                    None => {
+                        let end = (sequence.prefilled + CHUNK).min(prompt.len());
+                        prompt[sequence.prefilled..end].to_vec()
+                    }
+                }
+            })
+            .collect();
+        if inputs.is_empty() {
             continue;
         }
-        let tokens: Vec<u32> = live
-            .iter()
-            .map(|sequence| argmax(sequence.logits.last().unwrap()))
-            .collect();
-        let mut caches: Vec<&mut [KvCache]> = live
+        let mut segments: Vec<Segment> = live
             .iter_mut()
-            .map(|sequence| sequence.cache.as_mut_slice())
+            .zip(&inputs)
+            .map(|(sequence, tokens)| Segment {
+                tokens,
+                cache: sequence.cache.as_mut_slice(),
+            })
             .collect();
-        let hidden = model.step_hidden_states(&tokens, &mut caches).unwrap();
-        let rows = host_rows(&model.logits(&hidden).unwrap());
-        assert_eq!(rows.len(), live.len());
-        for (sequence, row) in live.iter_mut().zip(rows) {
-            sequence.logits.push(row);
+        let hidden = model.packed_hidden_states(&mut segments).unwrap();
+        drop(segments);
+        let mut end = 0;
+        let mut wanting = Vec::new();
+        let mut last_positions = Vec::new();
+        for (slot, (sequence, tokens)) in live.iter_mut().zip(&inputs).enumerate() {
+            end += tokens.len() as i32;
+            let prompt = &schedule[sequence.index].prompt;
+            if sequence.logits.is_empty() {
+                sequence.prefilled += tokens.len();
+                if sequence.prefilled < prompt.len() {
+                    continue;
+                }
+            }
+            wanting.push(slot);
+            last_positions.push(end - 1);
         }
-    }
-    for sequence in live {
-        results[sequence.index] = sequence.logits;
+        if wanting.is_empty() {
+            hidden.eval().unwrap();
+            continue;
+        }
+        let positions = mlx_rs::Array::from_slice(&last_positions, &[last_positions.len() as i32]);
+        let last = hidden.take_axis(positions, 1).unwrap();
+        let rows = host_rows(&model.logits(&last).unwrap());
+        assert_eq!(rows.len(), wanting.len());
+        for (slot, row) in wanting.into_iter().zip(rows) {
+            live[slot].logits.push(row);
+        }
     }
     results
 }

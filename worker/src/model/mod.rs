@@ -62,6 +62,12 @@ pub enum ModelError {
 /// Per-frequency RoPE factors, as GGUF files of Llama 3.1 and later carry their scaling.
 const ROPE_FACTORS: &str = "rope_freqs.weight";
 
+/// One sequence's share of a packed pass: its new tokens and the cache they extend.
+pub struct Segment<'a> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut [KvCache],
+}
+
 pub struct Model {
     pub config: ModelConfig,
     embed_tokens: Embedding,
@@ -169,27 +175,29 @@ impl Model {
 
     /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.
     pub fn hidden_states(&self, tokens: &[u32], cache: &mut [KvCache]) -> Result<Array, Exception> {
-        let ids = Array::from_slice(tokens, &[1, tokens.len() as i32]);
-        self.forward(&ids, &mut [cache])
+        self.packed_hidden_states(&mut [Segment { tokens, cache }])
     }
 
-    /// One decode step for several sequences at once: `tokens[row]` extends `caches[row]`.
-    /// Returns the final hidden states `[rows, 1, hidden]`.
-    pub fn step_hidden_states(
-        &self,
-        tokens: &[u32],
-        caches: &mut [&mut [KvCache]],
-    ) -> Result<Array, Exception> {
-        let ids = Array::from_slice(tokens, &[tokens.len() as i32, 1]);
-        self.forward(&ids, caches)
-    }
-
-    fn forward(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array, Exception> {
-        let mut h = self.embed_tokens.lookup(ids)?;
+    /// One pass over the new tokens of several sequences, packed along the position axis in the
+    /// order of `segments`: each segment's tokens extend its own cache and attend only to it.
+    /// Returns the final hidden states `[1, total tokens, hidden]`.
+    pub fn packed_hidden_states(&self, segments: &mut [Segment<'_>]) -> Result<Array, Exception> {
+        let tokens: Vec<u32> = segments
+            .iter()
+            .flat_map(|segment| segment.tokens.iter().copied())
+            .collect();
+        let lengths: Vec<i32> = segments
+            .iter()
+            .map(|segment| segment.tokens.len() as i32)
+            .collect();
+        let ids = Array::from_slice(&tokens, &[1, tokens.len() as i32]);
+        let mut h = self.embed_tokens.lookup(&ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
-            let mut layer_caches: Vec<&mut KvCache> =
-                caches.iter_mut().map(|cache| &mut cache[index]).collect();
-            h = layer.forward(&h, &self.rope, &mut layer_caches)?;
+            let mut layer_caches: Vec<&mut KvCache> = segments
+                .iter_mut()
+                .map(|segment| &mut segment.cache[index])
+                .collect();
+            h = layer.forward(&h, &self.rope, &lengths, &mut layer_caches)?;
         }
         self.norm.forward(&h)
     }

@@ -5,6 +5,7 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops;
+use mlx_rs::ops::indexing::IndexOp;
 
 use super::ModelError;
 use super::config::{Architecture, ModelConfig};
@@ -88,16 +89,18 @@ impl Block {
         })
     }
 
-    /// `x` is `[rows, positions, hidden]`, one row per sequence, each with its own cache.
+    /// `x` is `[1, positions, hidden]`: the new positions of several sequences one after the
+    /// other, `lengths[i]` of them extending `caches[i]`.
     pub fn forward(
         &self,
         x: &Array,
         rope: &Rope,
+        lengths: &[i32],
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
-        let attended = self
-            .self_attn
-            .forward(&self.input_layernorm.forward(x)?, rope, caches)?;
+        let attended =
+            self.self_attn
+                .forward(&self.input_layernorm.forward(x)?, rope, lengths, caches)?;
         let h = ops::add(x, &attended)?;
         let mlp_out = self
             .mlp
@@ -163,56 +166,130 @@ impl Attention {
         })
     }
 
-    /// The projections run on all rows at once; each row's rotary offset, cache and attention
-    /// are its own, so sequences of different lengths share a step without padding or masks.
+    /// The projections run on all positions at once; each sequence's rotary offset, cache and
+    /// attention are its own, so sequences of different lengths share a pass without padding or
+    /// masks between them. The single-token sequences at the front (decode steps) rotate in one op.
     fn forward(
         &self,
         x: &Array,
         rope: &Rope,
+        lengths: &[i32],
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
-        let (rows, length) = (x.dim(0), x.dim(1));
-        let heads = |projected: Array, count: i32, norm: Option<&RmsNorm>| {
-            let split = projected.reshape(&[rows, length, count, -1])?;
-            let split = match norm {
-                Some(norm) => norm.forward(&split)?,
-                None => split,
+        let queries = self.q_proj.forward(x)?;
+        let keys = self.k_proj.forward(x)?;
+        let values = self.v_proj.forward(x)?;
+        let singles = lengths.iter().take_while(|&&length| length == 1).count();
+        let mut outputs = Vec::with_capacity(lengths.len() - singles + 1);
+        if singles > 1 {
+            let positions = |projected: &Array| projected.index((.., ..singles as i32, ..));
+            outputs.push(self.attend_singles(
+                &positions(&queries),
+                &positions(&keys),
+                &positions(&values),
+                rope,
+                &mut caches[..singles],
+            )?);
+        }
+        let mut start = if singles > 1 { singles as i32 } else { 0 };
+        let first_alone = if singles > 1 { singles } else { 0 };
+        for (&length, cache) in lengths[first_alone..]
+            .iter()
+            .zip(caches[first_alone..].iter_mut())
+        {
+            let positions = |projected: &Array| {
+                if length == x.dim(1) {
+                    projected.clone()
+                } else {
+                    projected.index((.., start..start + length, ..))
+                }
             };
-            split.transpose_axes(&[0, 2, 1, 3])
+            outputs.push(self.attend_sequence(
+                &positions(&queries),
+                &positions(&keys),
+                &positions(&values),
+                rope,
+                cache,
+            )?);
+            start += length;
+        }
+        let output = match outputs.as_slice() {
+            [only] => only.clone(),
+            _ => ops::concatenate(&outputs, 1)?,
         };
-        let queries = heads(
-            self.q_proj.forward(x)?,
-            self.num_heads,
-            self.q_norm.as_ref(),
-        )?;
-        let keys = heads(
-            self.k_proj.forward(x)?,
-            self.num_kv_heads,
-            self.k_norm.as_ref(),
-        )?;
-        let values = heads(self.v_proj.forward(x)?, self.num_kv_heads, None)?;
-        let attended = if let [cache] = caches {
-            let offset = cache.offset();
-            let queries = rope.apply(&queries, offset)?;
-            let keys = rope.apply(&keys, offset)?;
-            self.attend(&queries, &keys, &values, cache)?
-        } else {
-            let offsets: Vec<i32> = caches.iter().map(|cache| cache.offset()).collect();
-            let offsets = Array::from_slice(&offsets, &[rows]);
-            let queries = rope.apply_rows(&queries, &offsets)?.split_equal(rows, 0)?;
-            let keys = rope.apply_rows(&keys, &offsets)?.split_equal(rows, 0)?;
-            let values = values.split_equal(rows, 0)?;
-            let per_row = caches
-                .iter_mut()
-                .zip(queries.iter().zip(keys.iter().zip(&values)))
-                .map(|(cache, (queries, (keys, values)))| self.attend(queries, keys, values, cache))
-                .collect::<Result<Vec<_>, _>>()?;
-            ops::concatenate(&per_row, 0)?
-        };
-        let output = attended
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[rows, length, -1])?;
         self.o_proj.forward(&output)
+    }
+
+    /// `[1, positions, count * head_dim]` as `[rows, heads, positions / rows, head_dim]`, the
+    /// heads normalized where the model does (Qwen3).
+    fn heads(
+        projected: &Array,
+        rows: i32,
+        count: i32,
+        norm: Option<&RmsNorm>,
+    ) -> Result<Array, Exception> {
+        let split = projected.reshape(&[rows, -1, count, projected.dim(2) / count])?;
+        let split = match norm {
+            Some(norm) => norm.forward(&split)?,
+            None => split,
+        };
+        split.transpose_axes(&[0, 2, 1, 3])
+    }
+
+    /// One sequence's new positions (`[1, positions, width]` each) through its own attention;
+    /// returns `[1, positions, heads * head_dim]`.
+    fn attend_sequence(
+        &self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        rope: &Rope,
+        cache: &mut KvCache,
+    ) -> Result<Array, Exception> {
+        let length = queries.dim(1);
+        let offset = cache.offset();
+        let queries = rope.apply(
+            &Self::heads(queries, 1, self.num_heads, self.q_norm.as_ref())?,
+            offset,
+        )?;
+        let keys = rope.apply(
+            &Self::heads(keys, 1, self.num_kv_heads, self.k_norm.as_ref())?,
+            offset,
+        )?;
+        let values = Self::heads(values, 1, self.num_kv_heads, None)?;
+        self.attend(&queries, &keys, &values, cache)?
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[1, length, -1])
+    }
+
+    /// One new position for each of several sequences (`[1, rows, width]` each), rotated in one
+    /// op at each row's offset; each row attends over its own cache. Returns
+    /// `[1, rows, heads * head_dim]`.
+    fn attend_singles(
+        &self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        rope: &Rope,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        let rows = caches.len() as i32;
+        let offsets: Vec<i32> = caches.iter().map(|cache| cache.offset()).collect();
+        let offsets = Array::from_slice(&offsets, &[rows]);
+        let queries = Self::heads(queries, rows, self.num_heads, self.q_norm.as_ref())?;
+        let keys = Self::heads(keys, rows, self.num_kv_heads, self.k_norm.as_ref())?;
+        let values = Self::heads(values, rows, self.num_kv_heads, None)?;
+        let queries = rope.apply_rows(&queries, &offsets)?.split_equal(rows, 0)?;
+        let keys = rope.apply_rows(&keys, &offsets)?.split_equal(rows, 0)?;
+        let values = values.split_equal(rows, 0)?;
+        let per_row = caches
+            .iter_mut()
+            .zip(queries.iter().zip(keys.iter().zip(&values)))
+            .map(|(cache, (queries, (keys, values)))| self.attend(queries, keys, values, cache))
+            .collect::<Result<Vec<_>, _>>()?;
+        ops::concatenate(&per_row, 0)?
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[1, rows, -1])
     }
 
     /// One sequence's attention over its cache, its new positions already rotated:
