@@ -44,6 +44,8 @@ pub async fn track_requests(
     next: Next,
 ) -> Response {
     let started = Instant::now();
+    // One line per request when debugging (RUST_LOG=corral::metrics=debug).
+    tracing::debug!(method = %request.method(), uri = %request.uri(), "request");
     let route = request
         .extensions()
         .get::<MatchedPath>()

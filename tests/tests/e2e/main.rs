@@ -21,6 +21,7 @@ mod serve_memory;
 mod serve_metrics;
 mod serve_workers;
 mod service;
+mod service_logs;
 mod smollm2;
 mod worker_generate;
 mod worker_serve;
