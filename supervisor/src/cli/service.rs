@@ -102,7 +102,7 @@ impl ServiceArgs {
         let action = match self.action {
             ServiceAction::Install { prefix, serve_args } => {
                 let prefix = prefix.unwrap_or_else(|| target.default_prefix());
-                Action::Install(definition(&target, &serve_args, &prefix)?)
+                Action::Install(Box::new(definition(&target, &serve_args, &prefix)?))
             }
             ServiceAction::Uninstall => Action::Uninstall,
             ServiceAction::Status => Action::Status,

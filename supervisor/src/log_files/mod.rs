@@ -77,7 +77,7 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
             rotated.push((n, entry.path()));
         }
     }
-    rotated.sort_by(|a, b| b.0.cmp(&a.0));
+    rotated.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
     pending.sort();
     Ok(rotated
         .into_iter()

@@ -26,7 +26,7 @@ pub use target::{Account, Platform, Scope, Target, is_root};
 
 /// The subcommands of `corral service` that change or query the service.
 pub enum Action {
-    Install(Definition),
+    Install(Box<Definition>),
     Uninstall,
     Status,
     Start,

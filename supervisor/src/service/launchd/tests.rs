@@ -85,7 +85,7 @@ fn assert_common_keys(job: &Dictionary, definition: &Definition, logs: &str) {
 
 #[test]
 fn an_agent_runs_the_installed_copy_restarts_on_crash_and_outlasts_the_drain() {
-    let plan = plan(&agent(), &Action::Install(agent_definition())).unwrap();
+    let plan = plan(&agent(), &Action::Install(Box::new(agent_definition()))).unwrap();
     let (path, job) = written_plist(&plan);
     assert_eq!(
         path,
@@ -97,7 +97,7 @@ fn an_agent_runs_the_installed_copy_restarts_on_crash_and_outlasts_the_drain() {
 
 #[test]
 fn a_daemon_runs_as_its_user_with_that_users_state_and_system_logs() {
-    let plan = plan(&daemon(), &Action::Install(daemon_definition())).unwrap();
+    let plan = plan(&daemon(), &Action::Install(Box::new(daemon_definition()))).unwrap();
     let (path, job) = written_plist(&plan);
     assert_eq!(
         path,
@@ -147,7 +147,7 @@ fn a_daemon_runs_as_its_user_with_that_users_state_and_system_logs() {
 fn a_configured_log_directory_is_left_to_the_configuration() {
     let mut definition = agent_definition();
     definition.log_dir = Some("/var/log/corral".into());
-    let plan = plan(&agent(), &Action::Install(definition)).unwrap();
+    let plan = plan(&agent(), &Action::Install(Box::new(definition))).unwrap();
     let (_, job) = written_plist(&plan);
     let environment = job["EnvironmentVariables"].as_dictionary().unwrap();
     assert!(!environment.contains_key("CORRAL_LOG_DIR"));
@@ -155,7 +155,7 @@ fn a_configured_log_directory_is_left_to_the_configuration() {
 
 #[test]
 fn install_stops_the_old_version_swaps_the_binaries_then_bootstraps() {
-    let plan = plan(&agent(), &Action::Install(agent_definition())).unwrap();
+    let plan = plan(&agent(), &Action::Install(Box::new(agent_definition()))).unwrap();
     assert_eq!(
         plan.commands(),
         [
@@ -173,7 +173,7 @@ fn install_stops_the_old_version_swaps_the_binaries_then_bootstraps() {
         "launchctl bootstrap gui/501 /Users/ada/Library/LaunchAgents/com.corral.server.plist",
     );
 
-    let plan = super::plan(&daemon(), &Action::Install(daemon_definition())).unwrap();
+    let plan = super::plan(&daemon(), &Action::Install(Box::new(daemon_definition()))).unwrap();
     assert_eq!(
         plan.commands(),
         [

@@ -70,7 +70,7 @@ fn one<'a>(unit: &'a Unit, section: &str, key: &str) -> &'a str {
 fn a_user_unit_restarts_on_failure_and_outlasts_the_drain() {
     let plan = plan(
         &user(),
-        &Action::Install(definition("/home/ada", "/home/ada/.local/bin")),
+        &Action::Install(Box::new(definition("/home/ada", "/home/ada/.local/bin"))),
     )
     .unwrap();
     let (path, unit) = written_unit(&plan);
@@ -102,7 +102,7 @@ fn a_user_unit_restarts_on_failure_and_outlasts_the_drain() {
 
 #[test]
 fn a_system_unit_runs_as_its_user_sandboxed_with_its_directories_writable() {
-    let plan = plan(&system(), &Action::Install(system_definition())).unwrap();
+    let plan = plan(&system(), &Action::Install(Box::new(system_definition()))).unwrap();
     let (path, unit) = written_unit(&plan);
     assert_eq!(path.to_str(), Some("/etc/systemd/system/corral.service"));
     assert_eq!(one(&unit, "Service", "User"), "ada");
@@ -139,7 +139,7 @@ fn a_system_unit_runs_as_its_user_sandboxed_with_its_directories_writable() {
 fn install_stops_the_old_version_swaps_the_binaries_then_starts() {
     let plan = plan(
         &user(),
-        &Action::Install(definition("/home/ada", "/home/ada/.local/bin")),
+        &Action::Install(Box::new(definition("/home/ada", "/home/ada/.local/bin"))),
     )
     .unwrap();
     assert_eq!(
@@ -157,7 +157,7 @@ fn install_stops_the_old_version_swaps_the_binaries_then_starts() {
         "systemctl --user start corral.service",
     );
 
-    let plan = super::plan(&system(), &Action::Install(system_definition())).unwrap();
+    let plan = super::plan(&system(), &Action::Install(Box::new(system_definition()))).unwrap();
     assert_eq!(
         plan.commands(),
         [
