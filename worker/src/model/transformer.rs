@@ -179,24 +179,24 @@ impl Attention {
         let queries = self.q_proj.forward(x)?;
         let keys = self.k_proj.forward(x)?;
         let values = self.v_proj.forward(x)?;
-        let singles = lengths.iter().take_while(|&&length| length == 1).count();
-        let mut outputs = Vec::with_capacity(lengths.len() - singles + 1);
-        if singles > 1 {
-            let positions = |projected: &Array| projected.index((.., ..singles as i32, ..));
+        // A lone single-token input takes the per-sequence path, which rotates at a scalar offset.
+        let grouped = match lengths.iter().take_while(|&&length| length == 1).count() {
+            1 => 0,
+            count => count,
+        };
+        let mut outputs = Vec::with_capacity(lengths.len() - grouped + 1);
+        if grouped > 0 {
+            let positions = |projected: &Array| projected.index((.., ..grouped as i32, ..));
             outputs.push(self.attend_singles(
                 &positions(&queries),
                 &positions(&keys),
                 &positions(&values),
                 rope,
-                &mut caches[..singles],
+                &mut caches[..grouped],
             )?);
         }
-        let mut start = if singles > 1 { singles as i32 } else { 0 };
-        let first_alone = if singles > 1 { singles } else { 0 };
-        for (&length, cache) in lengths[first_alone..]
-            .iter()
-            .zip(caches[first_alone..].iter_mut())
-        {
+        let mut start = grouped as i32;
+        for (&length, cache) in lengths[grouped..].iter().zip(caches[grouped..].iter_mut()) {
             let positions = |projected: &Array| {
                 if length == x.dim(1) {
                     projected.clone()
