@@ -21,6 +21,22 @@ pub struct ModelDescription {
     pub size_bytes: u64,
     /// Why the worker cannot serve this model; `None` when it can.
     pub unservable: Option<String>,
+    /// What the model does, from its files; an older worker's description reads as `Chat`.
+    #[serde(default)]
+    pub kind: ModelKind,
+}
+
+/// The requests a model answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// A causal language model: chat, completions, Responses, Messages.
+    #[default]
+    Chat,
+    /// A model that maps texts to vectors: `/v1/embeddings`.
+    Embedding,
+    /// A model that scores query-document pairs: `/v1/rerank`.
+    Rerank,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ pub mod message;
 
 pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
-pub use describe::{ModelDescription, ModelFormat};
+pub use describe::{ModelDescription, ModelFormat, ModelKind};
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
     HANDSHAKE_TIMEOUT, HandshakeError, WORKER_TOKEN_ENV, supervisor_accept, tokens_match,

@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The version both sides must speak; checked once, in the handshake.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Supervisor → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +30,18 @@ pub enum ToWorker {
     Generate {
         id: u64,
         request: Box<GenerateRequest>,
+    },
+    /// Embed texts with an embedding model's worker; answered by `Embeddings` or `Rejected`
+    /// (or `Error`, should the compute fail).
+    Embed {
+        id: u64,
+        request: EmbedRequest,
+    },
+    /// Score documents against a query with a rerank model's worker; answered by `Scores` or
+    /// `Rejected` (or `Error`).
+    Rerank {
+        id: u64,
+        request: RerankRequest,
     },
     /// Stop request `id` at the next token boundary; the worker still ends it with `Done`
     /// (`FinishReason::Cancelled`) so the supervisor knows when the sequence is really gone.
@@ -105,12 +117,54 @@ pub enum FromWorker {
         usage: Usage,
         timings: Timings,
     },
+    /// The answer to `Embed`: one vector per input, in the request's order.
+    Embeddings {
+        id: u64,
+        vectors: Vec<Vec<f32>>,
+        /// Tokens of all inputs together, special tokens included.
+        prompt_tokens: u32,
+    },
+    /// The answer to `Rerank`: one relevance score per document, in the request's order.
+    Scores {
+        id: u64,
+        scores: Vec<f32>,
+        /// Tokens of all query-document pairs together, special tokens included.
+        prompt_tokens: u32,
+    },
     /// A request that was accepted failed mid-generation; no `Done` follows.
     Error {
         id: u64,
         message: String,
     },
     Stats(WorkerStats),
+}
+
+/// Texts to embed, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbedRequest {
+    pub inputs: Vec<EmbedInput>,
+    /// Cut an input longer than the model's maximum instead of refusing the request.
+    pub truncate: bool,
+    /// Keep the first `dimensions` components of each vector, re-normalized; only for models
+    /// trained for it (Matryoshka), refused otherwise.
+    pub dimensions: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum EmbedInput {
+    /// Tokenized by the worker, with the model's special tokens and instruction prefix.
+    Text(String),
+    /// Token ids, embedded as given.
+    Tokens(Vec<u32>),
+}
+
+/// A query and the documents to score against it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RerankRequest {
+    pub query: String,
+    pub documents: Vec<String>,
+    /// Cut a query-document pair longer than the model's maximum instead of refusing it.
+    pub truncate: bool,
 }
 
 /// Why the worker refused a request; the supervisor maps each kind to one HTTP status.
@@ -126,6 +180,9 @@ pub enum RejectKind {
     Overloaded,
     /// The worker received `Shutdown` and takes no new requests.
     ShuttingDown,
+    /// The model cannot do this (a chat request to an embedding model, `dimensions` for a
+    /// model not trained for it).
+    Unsupported,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -336,6 +393,8 @@ impl ToWorker {
             ToWorker::Welcome => "Welcome",
             ToWorker::Refused { .. } => "Refused",
             ToWorker::Generate { .. } => "Generate",
+            ToWorker::Embed { .. } => "Embed",
+            ToWorker::Rerank { .. } => "Rerank",
             ToWorker::Cancel { .. } => "Cancel",
             ToWorker::GetStats => "GetStats",
             ToWorker::Shutdown => "Shutdown",
@@ -354,6 +413,8 @@ impl FromWorker {
             FromWorker::Rejected { .. } => "Rejected",
             FromWorker::Delta { .. } => "Delta",
             FromWorker::Done { .. } => "Done",
+            FromWorker::Embeddings { .. } => "Embeddings",
+            FromWorker::Scores { .. } => "Scores",
             FromWorker::Error { .. } => "Error",
             FromWorker::Stats(_) => "Stats",
         }

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use corral_ipc::{ModelDescription, ModelFormat};
+use corral_ipc::{ModelDescription, ModelFormat, ModelKind};
 use serde::Deserialize;
 
 use crate::gguf::{self, GgufHeader};
@@ -26,6 +26,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         quantization: None,
         size_bytes: 0,
         unservable: None,
+        kind: ModelKind::Chat,
     };
     if !path.is_dir() {
         description.unservable = Some(if path.exists() {
@@ -47,6 +48,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         quantization: None,
         size_bytes: std::fs::metadata(path).map_or(0, |meta| meta.len()),
         unservable: None,
+        kind: ModelKind::Chat,
     };
     match GgufHeader::read(path) {
         Ok(header) => {

@@ -127,6 +127,14 @@ async fn serve(
             ToWorker::Generate { id, request } => {
                 submit(&engine, &sequences, &outbox, id, request);
             }
+            ToWorker::Embed { id, .. } | ToWorker::Rerank { id, .. } => {
+                let _ = outbox.send(FromWorker::Rejected {
+                    id,
+                    kind: RejectKind::Unsupported,
+                    message: "this worker serves a chat model".to_owned(),
+                    param: None,
+                });
+            }
             ToWorker::Cancel { id } => {
                 if let Some(flag) = lock(&sequences.cancel_flags).get(&id) {
                     flag.store(true, Ordering::Relaxed);

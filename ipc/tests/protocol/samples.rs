@@ -84,6 +84,25 @@ pub fn to_worker() -> Vec<ToWorker> {
                 template_kwargs: None,
             })),
         },
+        ToWorker::Embed {
+            id: 10,
+            request: EmbedRequest {
+                inputs: vec![
+                    EmbedInput::Text("a sentence to embed".into()),
+                    EmbedInput::Tokens(vec![101, 7592, 102]),
+                ],
+                truncate: true,
+                dimensions: Some(256),
+            },
+        },
+        ToWorker::Rerank {
+            id: 11,
+            request: RerankRequest {
+                query: "which one is a fruit?".into(),
+                documents: vec!["an apple".into(), "a hammer".into()],
+                truncate: false,
+            },
+        },
         ToWorker::Cancel { id: 7 },
         ToWorker::GetStats,
         ToWorker::Shutdown,
@@ -225,6 +244,22 @@ pub fn from_worker() -> Vec<FromWorker> {
                 prefill_ms: 1,
                 decode_ms: 0,
             },
+        },
+        FromWorker::Embeddings {
+            id: 10,
+            vectors: vec![vec![0.6, -0.8], vec![1.0, 0.0]],
+            prompt_tokens: 9,
+        },
+        FromWorker::Scores {
+            id: 11,
+            scores: vec![3.25, -7.5],
+            prompt_tokens: 14,
+        },
+        FromWorker::Rejected {
+            id: 12,
+            kind: RejectKind::Unsupported,
+            message: "dimensions: this model was not trained for shortened vectors".into(),
+            param: Some("dimensions".into()),
         },
         FromWorker::Error {
             id: 9,

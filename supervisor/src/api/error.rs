@@ -107,6 +107,9 @@ impl ApiError {
                 RejectKind::InvalidRequest => (INVALID, None, param.as_deref()),
                 RejectKind::Overloaded => (SERVER, Some("overloaded"), None),
                 RejectKind::ShuttingDown => (SERVER, Some("shutting_down"), None),
+                RejectKind::Unsupported => {
+                    (INVALID, Some("unsupported_for_model"), param.as_deref())
+                }
             },
             ApiError::Backend(BackendError::Unavailable { .. }) => {
                 (SERVER, Some("model_unavailable"), None)
@@ -130,7 +133,7 @@ fn backend_status(error: &BackendError) -> StatusCode {
         BackendError::InsufficientMemory { .. } => StatusCode::INSUFFICIENT_STORAGE,
         BackendError::Rejected { kind, .. } => match kind {
             RejectKind::PromptTooLong | RejectKind::PrefillMemory => StatusCode::PAYLOAD_TOO_LARGE,
-            RejectKind::InvalidRequest => StatusCode::BAD_REQUEST,
+            RejectKind::InvalidRequest | RejectKind::Unsupported => StatusCode::BAD_REQUEST,
             RejectKind::Overloaded | RejectKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         },
         BackendError::WorkerFailed { .. } => StatusCode::BAD_GATEWAY,

@@ -238,6 +238,8 @@ impl Shared {
         let (id, last) = match &frame {
             FromWorker::Accepted { id, .. } | FromWorker::Delta { id, .. } => (*id, false),
             FromWorker::Rejected { id, .. }
+            | FromWorker::Embeddings { id, .. }
+            | FromWorker::Scores { id, .. }
             | FromWorker::Done { id, .. }
             | FromWorker::Error { id, .. } => (*id, true),
             FromWorker::Stats(stats) => {

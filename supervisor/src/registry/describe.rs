@@ -98,6 +98,7 @@ mod tests {
             quantization: Some("Q4_1".to_owned()),
             size_bytes: 98_000_000,
             unservable: unservable.map(str::to_owned),
+            kind: corral_ipc::ModelKind::Chat,
         }
     }
 

@@ -188,6 +188,7 @@ done"#;
             quantization: Some("Q8_0".to_owned()),
             size_bytes: 8,
             unservable: None,
+            kind: corral_ipc::ModelKind::Chat,
         })
     );
     assert_eq!(
