@@ -27,7 +27,7 @@ fn every_to_worker_variant_round_trips() {
         assert_eq!(&round_trip(msg), msg);
     }
     let names: BTreeSet<_> = samples.iter().map(ToWorker::name).collect();
-    assert_eq!(names.len(), 6, "samples cover every variant: {names:?}");
+    assert_eq!(names.len(), 8, "samples cover every variant: {names:?}");
 }
 
 #[test]
@@ -37,7 +37,7 @@ fn every_from_worker_variant_round_trips() {
         assert_eq!(&round_trip(msg), msg);
     }
     let names: BTreeSet<_> = samples.iter().map(FromWorker::name).collect();
-    assert_eq!(names.len(), 9, "samples cover every variant: {names:?}");
+    assert_eq!(names.len(), 11, "samples cover every variant: {names:?}");
 }
 
 #[test]
