@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json with mlx-lm, and tests/data/smollm2_reference.json
-# with transformers and llama.cpp (run through `cargo xtask reference`, which passes the MLX version
-# and the SmolLM2 GGUF). Needs Python 3 with pip, network access to PyPI, and cmake and a C++
+# with transformers and llama.cpp, and the embedding references (embeddings.sh) with
+# sentence-transformers and transformers (run through `cargo xtask reference`, which passes the MLX
+# version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3 with pip, network access to PyPI, and cmake and a C++
 # compiler to build llama-cpp-python; the Rust tests themselves need no Python.
 set -euo pipefail
 
 mlx_version=$1
 gguf=$2
+minilm=$3
 mlx_lm_version=0.32.2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$root/build/reference
@@ -51,3 +53,5 @@ fi
 "$smollm2_venv/bin/python" "$root/scripts/reference/smollm2_reference.py" \
   "$gguf" "$root/tests/data/smollm2_reference.json"
 echo "wrote $root/tests/data/smollm2_reference.json"
+
+bash "$root/scripts/reference/embeddings.sh" "$minilm"
