@@ -9,11 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_ipc::{FromWorker, GenerateRequest};
-use tokio::sync::mpsc;
+use corral_ipc::{EmbedRequest, FromWorker, GenerateRequest, ModelKind, RerankRequest};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{
-    Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, PinnedModel, StreamEvent,
+    Backend, BackendError, CancelOnDrop, Embedded, GenerationStream, ModelCard, PinnedModel,
+    Scored, StreamEvent,
 };
 use crate::metrics::{GenerationMetrics, Metrics};
 use crate::pool::{AcquireError, Lease, Pool};
@@ -57,12 +58,62 @@ impl Backend for Dispatch {
             .map(|entry| ModelCard {
                 id: entry.id.clone(),
                 created: entry.created,
+                kind: entry.kind(),
             })
             .collect()
     }
 
     fn resolve(&self, name: &str) -> Option<String> {
         self.registry.current().resolve(name).map(str::to_owned)
+    }
+
+    fn kind(&self, model: &str) -> ModelKind {
+        self.registry
+            .current()
+            .get(model)
+            .map_or(ModelKind::Chat, |entry| entry.kind())
+    }
+
+    async fn embed(&self, model: &str, request: EmbedRequest) -> Result<Embedded, BackendError> {
+        let answer = self
+            .one_shot(model, |client| {
+                let client = client.clone();
+                let request = request.clone();
+                async move { client.embed(request).await }
+            })
+            .await?;
+        match answer {
+            FromWorker::Embeddings {
+                vectors,
+                prompt_tokens,
+                ..
+            } => Ok(Embedded {
+                vectors,
+                prompt_tokens,
+            }),
+            other => Err(unexpected(model, &other, "Embeddings")),
+        }
+    }
+
+    async fn rerank(&self, model: &str, request: RerankRequest) -> Result<Scored, BackendError> {
+        let answer = self
+            .one_shot(model, |client| {
+                let client = client.clone();
+                let request = request.clone();
+                async move { client.rerank(request).await }
+            })
+            .await?;
+        match answer {
+            FromWorker::Scores {
+                scores,
+                prompt_tokens,
+                ..
+            } => Ok(Scored {
+                scores,
+                prompt_tokens,
+            }),
+            other => Err(unexpected(model, &other, "Scores")),
+        }
     }
 
     fn pinned_models(&self) -> Vec<PinnedModel> {
@@ -83,17 +134,7 @@ impl Backend for Dispatch {
         model: &str,
         request: GenerateRequest,
     ) -> Result<GenerationStream, BackendError> {
-        if let Some(reason) = self
-            .registry
-            .current()
-            .get(model)
-            .and_then(|entry| entry.unservable_reason())
-        {
-            return Err(BackendError::Unservable {
-                model: model.to_owned(),
-                reason: reason.to_owned(),
-            });
-        }
+        self.check_servable(model)?;
         // Counts as queued from here until the worker accepts; dropped on every early return.
         let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
         let mut retried = false;
@@ -124,6 +165,121 @@ impl Backend for Dispatch {
                 Err(error) => return Err(error),
             }
         }
+    }
+}
+
+impl Dispatch {
+    fn check_servable(&self, model: &str) -> Result<(), BackendError> {
+        match self
+            .registry
+            .current()
+            .get(model)
+            .and_then(|entry| entry.unservable_reason())
+        {
+            Some(reason) => Err(BackendError::Unservable {
+                model: model.to_owned(),
+                reason: reason.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs a request answered by one frame (`Embed`, `Rerank`) on a leased worker of `model`:
+    /// admitted, leased and retried once on a worker that died before answering, as
+    /// generations are. The lease is held until the worker answers, even if the caller stops
+    /// waiting, so the worker is never stopped as idle while it still computes.
+    async fn one_shot<F, Fut>(&self, model: &str, send: F) -> Result<FromWorker, BackendError>
+    where
+        F: Fn(&Arc<WorkerClient>) -> Fut,
+        Fut: Future<Output = Result<RequestHandle, crate::process::ClientError>>,
+    {
+        self.check_servable(model)?;
+        let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
+        let mut retried = false;
+        loop {
+            let lease = self
+                .pool
+                .acquire(model, self.admission_wait)
+                .await
+                .map_err(unavailable)?;
+            let handle =
+                send(lease.handle())
+                    .await
+                    .map_err(|error| BackendError::WorkerFailed {
+                        message: error.to_string(),
+                    })?;
+            let (answer, answered) = oneshot::channel();
+            tokio::spawn(await_answer(handle, lease, answer));
+            let (frame, lease) = answered.await.map_err(|_| BackendError::Internal {
+                message: format!("the request to the worker for {model} was dropped"),
+            })?;
+            match frame {
+                Some(FromWorker::Rejected {
+                    kind,
+                    message,
+                    param,
+                    ..
+                }) => {
+                    return Err(BackendError::Rejected {
+                        kind,
+                        message,
+                        param,
+                    });
+                }
+                Some(FromWorker::Error { message, .. }) => {
+                    // The worker died before it answered: nothing reached the client, and the
+                    // request has no effect, so it runs once more on the worker that replaces it.
+                    if !retried && lease.handle().process().exited().is_some() {
+                        tracing::info!(
+                            model,
+                            pid = lease.pid(),
+                            message,
+                            "the worker died before it answered; retrying on a new worker"
+                        );
+                        retried = true;
+                        continue;
+                    }
+                    return Err(BackendError::WorkerFailed { message });
+                }
+                Some(frame) => {
+                    if let FromWorker::Embeddings { prompt_tokens, .. }
+                    | FromWorker::Scores { prompt_tokens, .. } = &frame
+                    {
+                        observed.accepted(*prompt_tokens);
+                    }
+                    lease.complete();
+                    return Ok(frame);
+                }
+                None => {
+                    return Err(BackendError::WorkerFailed {
+                        message: format!(
+                            "the worker for {model} (pid {}) closed the request without answering",
+                            lease.pid()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the one frame that answers `handle`'s request, holding `lease` until it comes,
+/// then hands both back (to a caller that may have left: the lease then ends here).
+async fn await_answer(
+    mut handle: RequestHandle,
+    lease: Lease<Arc<WorkerClient>>,
+    answer: oneshot::Sender<(Option<FromWorker>, Lease<Arc<WorkerClient>>)>,
+) {
+    let frame = handle.events.recv().await;
+    let _ = answer.send((frame, lease));
+}
+
+fn unexpected(model: &str, frame: &FromWorker, wanted: &str) -> BackendError {
+    BackendError::Internal {
+        message: format!(
+            "the worker for {model} answered {} where {wanted} was expected",
+            frame.name()
+        ),
     }
 }
 

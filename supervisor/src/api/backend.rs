@@ -12,7 +12,10 @@
 
 use std::future::Future;
 
-use corral_ipc::{FinishReason, GenerateRequest, RejectKind, TokenLogprob, ToolCall, Usage};
+use corral_ipc::{
+    EmbedRequest, FinishReason, GenerateRequest, ModelKind, RejectKind, RerankRequest,
+    TokenLogprob, ToolCall, Usage,
+};
 use tokio::sync::mpsc;
 
 /// Runs generations for the HTTP layer. Handlers are generic over it, so `generate` can be an
@@ -24,6 +27,10 @@ pub trait Backend: Send + Sync + 'static {
     /// The canonical id for a model name or alias, or `None` if no such model exists.
     fn resolve(&self, name: &str) -> Option<String>;
 
+    /// What the canonical model `model` answers, so a request for another kind is refused
+    /// before any worker starts. A model the worker could not describe counts as a chat model.
+    fn kind(&self, model: &str) -> ModelKind;
+
     /// Starts a generation on the canonical model `model`. Resolves once the worker has answered:
     /// `Ok` when it accepted (the stream carries its prompt's token count), `Err` when it refused
     /// or could not be reached. If the future is dropped before it resolves (the
@@ -34,6 +41,22 @@ pub trait Backend: Send + Sync + 'static {
         model: &str,
         request: GenerateRequest,
     ) -> impl Future<Output = Result<GenerationStream, BackendError>> + Send;
+
+    /// Embeds `request.inputs` with the embedding model `model`; resolves once the worker has
+    /// answered with every vector (or refused). The request holds its worker's lease until then.
+    fn embed(
+        &self,
+        model: &str,
+        request: EmbedRequest,
+    ) -> impl Future<Output = Result<Embedded, BackendError>> + Send;
+
+    /// Scores `request.documents` against `request.query` with the rerank model `model`, as
+    /// `embed` does.
+    fn rerank(
+        &self,
+        model: &str,
+        request: RerankRequest,
+    ) -> impl Future<Output = Result<Scored, BackendError>> + Send;
 
     /// The models kept loaded (pinned) and their state now, for `GET /health`: the server is
     /// ready once each of them is. A backend without pinned models has none.
@@ -57,6 +80,23 @@ pub struct ModelCard {
     pub id: String,
     /// Unix seconds; when the model was installed or first seen.
     pub created: u64,
+    pub kind: ModelKind,
+}
+
+/// An embedding model's answer: one vector per input, in the request's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens of every input together, as the worker counted them.
+    pub prompt_tokens: u32,
+}
+
+/// A rerank model's answer: one score per document, in the request's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    pub scores: Vec<f32>,
+    /// Tokens of every query-document pair together.
+    pub prompt_tokens: u32,
 }
 
 /// What an accepted generation reports, in order: any number of `Delta`, then `Done` or

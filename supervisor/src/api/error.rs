@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use corral_ipc::RejectKind;
+use corral_ipc::{ModelKind, RejectKind};
 use serde::Serialize;
 
 use super::backend::BackendError;
@@ -31,6 +31,14 @@ pub enum ApiError {
     BodyTooLarge,
     #[error("the model `{0}` does not exist")]
     ModelNotFound(String),
+    /// A chat request to an embedding model, an embeddings request to a chat model...
+    #[error("the model `{model}` is {} model and cannot answer {} requests; {}", a_kind(*.kind), wanted_requests(*.wanted), endpoint_hint(*.kind))]
+    WrongModelKind {
+        model: String,
+        kind: ModelKind,
+        /// The kind the called endpoint needs.
+        wanted: ModelKind,
+    },
     /// A `/v1/responses/{id}` that was never stored, was deleted or was evicted.
     #[error("No response found with id '{0}'.")]
     ResponseNotFound(String),
@@ -41,6 +49,10 @@ pub enum ApiError {
     RouteNotFound { method: String, path: String },
     #[error("{method} is not allowed on {path}")]
     MethodNotAllowed { method: String, path: String },
+    /// One input of an embeddings or rerank request is longer than the model takes; a 400 as
+    /// OpenAI answers it (a chat prompt too long stays a 413).
+    #[error("{message}")]
+    InputTooLong { message: String, param: String },
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
@@ -53,9 +65,28 @@ impl ApiError {
         }
     }
 
+    /// The worker's refusal of an over-long input as a 400 naming it (`input[3]`); any other
+    /// error unchanged.
+    pub fn input_too_long(error: BackendError, default_param: &str) -> Self {
+        match error {
+            BackendError::Rejected {
+                kind: RejectKind::PromptTooLong,
+                message,
+                param,
+            } => ApiError::InputTooLong {
+                message,
+                param: param.unwrap_or_else(|| default_param.to_owned()),
+            },
+            other => ApiError::Backend(other),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::InvalidRequest { .. } | ApiError::MalformedBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidRequest { .. }
+            | ApiError::MalformedBody(_)
+            | ApiError::WrongModelKind { .. }
+            | ApiError::InputTooLong { .. } => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ModelNotFound(_)
             | ApiError::RouteNotFound { .. }
@@ -86,12 +117,18 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest { param, .. } => (INVALID, None, Some(param)),
             ApiError::MalformedBody(_) => (INVALID, Some("invalid_json"), None),
+            ApiError::InputTooLong { param, .. } => {
+                (INVALID, Some("context_length_exceeded"), Some(param))
+            }
             ApiError::BodyTooLarge => (INVALID, Some("request_too_large"), None),
             ApiError::ModelNotFound(_) | ApiError::Backend(BackendError::UnknownModel { .. }) => {
                 ("not_found_error", Some("model_not_found"), Some("model"))
             }
             ApiError::Backend(BackendError::Unservable { .. }) => {
                 (INVALID, Some("model_not_servable"), Some("model"))
+            }
+            ApiError::WrongModelKind { .. } => {
+                (INVALID, Some("model_not_supported"), Some("model"))
             }
             ApiError::RouteNotFound { .. } => ("not_found_error", Some("unknown_url"), None),
             ApiError::ResponseNotFound(_) => (INVALID, Some("response_not_found"), None),
@@ -122,6 +159,33 @@ impl ApiError {
             }
             ApiError::Backend(BackendError::Internal { .. }) => (SERVER, None, None),
         }
+    }
+}
+
+fn a_kind(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Chat => "a chat",
+        ModelKind::Embedding => "an embedding",
+        ModelKind::Rerank => "a rerank",
+    }
+}
+
+fn wanted_requests(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Chat => "chat or completion",
+        ModelKind::Embedding => "embeddings",
+        ModelKind::Rerank => "rerank",
+    }
+}
+
+/// Where the model's own requests go.
+fn endpoint_hint(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Chat => {
+            "it answers /v1/chat/completions, /v1/completions, /v1/responses and /v1/messages"
+        }
+        ModelKind::Embedding => "it answers /v1/embeddings",
+        ModelKind::Rerank => "it answers /v1/rerank",
     }
 }
 

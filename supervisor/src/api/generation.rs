@@ -2,7 +2,7 @@
 //! returns once the worker accepted: only then is the HTTP status known), and, for
 //! non-streaming responses, gather every event into one result.
 
-use corral_ipc::{FinishReason, GenerateRequest, TokenLogprob, ToolCall, Usage};
+use corral_ipc::{FinishReason, GenerateRequest, ModelKind, TokenLogprob, ToolCall, Usage};
 
 use super::backend::{Backend, BackendError, GenerationStream, StreamEvent};
 use super::error::ApiError;
@@ -19,11 +19,29 @@ pub async fn start<B: Backend>(
     name: &str,
     request: GenerateRequest,
 ) -> Result<Started, ApiError> {
+    let model = resolve_kind(backend, name, ModelKind::Chat)?;
+    let events = backend.generate(&model, request).await?;
+    Ok(Started { model, events })
+}
+
+/// The canonical id of `name`, if it names a model of the kind `wanted`.
+pub fn resolve_kind<B: Backend>(
+    backend: &B,
+    name: &str,
+    wanted: ModelKind,
+) -> Result<String, ApiError> {
     let model = backend
         .resolve(name)
         .ok_or_else(|| ApiError::ModelNotFound(name.to_owned()))?;
-    let events = backend.generate(&model, request).await?;
-    Ok(Started { model, events })
+    let kind = backend.kind(&model);
+    if kind != wanted {
+        return Err(ApiError::WrongModelKind {
+            model,
+            kind,
+            wanted,
+        });
+    }
+    Ok(model)
 }
 
 /// The error for an event stream that closed before `Done` or `Failed`.

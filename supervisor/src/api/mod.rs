@@ -1,5 +1,6 @@
 //! The OpenAI-compatible HTTP API: `POST /v1/chat/completions`, `POST /v1/completions`,
-//! `GET /v1/models` and `GET /health`, served by axum over an abstract [`Backend`].
+//! `POST /v1/embeddings`, `POST /v1/rerank`, `GET /v1/models` and `GET /health` (and the
+//! Responses and Anthropic Messages APIs), served by axum over an abstract [`Backend`].
 //!
 //! This layer parses and validates requests, resolves model names, and relays a generation as
 //! JSON or server-sent events. It knows nothing of processes: the worker pool implements
@@ -11,6 +12,7 @@ mod backend;
 mod chat;
 mod chat_response;
 mod completions;
+mod embeddings;
 mod error;
 mod extract;
 mod generation;
@@ -18,6 +20,7 @@ mod logprobs;
 mod messages;
 mod models;
 mod output_format;
+mod rerank;
 mod responses;
 mod router;
 mod sampling;
@@ -31,7 +34,8 @@ mod tests;
 
 pub use anthropic::is_anthropic_route;
 pub use backend::{
-    Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, PinnedModel, StreamEvent,
+    Backend, BackendError, CancelOnDrop, Embedded, GenerationStream, ModelCard, PinnedModel,
+    Scored, StreamEvent,
 };
 pub use router::{MAX_BODY_BYTES, router};
 pub use sampling::DEFAULT_MAX_TOKENS;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use corral_ipc::ModelKind;
 use serde::{Deserialize, Serialize};
 
 use super::backend::{Backend, ModelCard};
@@ -23,6 +24,9 @@ pub struct ModelObject {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// `chat`, `embedding` or `rerank`: which endpoints the model answers (an extension field,
+    /// as llama.cpp and LM Studio add their own).
+    pub kind: ModelKind,
 }
 
 impl From<ModelCard> for ModelObject {
@@ -32,6 +36,7 @@ impl From<ModelCard> for ModelObject {
             object: "model",
             created: card.created,
             owned_by: "corral",
+            kind: card.kind,
         }
     }
 }

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 
 use super::backend::Backend;
 use super::error::ApiError;
-use super::{anthropic, chat, completions, models, responses};
+use super::{anthropic, chat, completions, embeddings, models, rerank, responses};
 
 /// Large enough for long chats with tool definitions; larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -35,6 +35,9 @@ pub fn router<B: Backend>(backend: Arc<B>, responses_store_size: usize) -> Route
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
         )
+        .route("/v1/embeddings", post(embeddings::handler::<B>))
+        .route("/v1/rerank", post(rerank::handler::<B>))
+        .route("/rerank", post(rerank::handler::<B>))
         .route("/v1/models", get(models::list::<B>))
         .route("/v1/models/{model}", get(models::get::<B>))
         .route("/health", get(models::health::<B>))

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use corral_ipc::{
-    FrameReader, FrameWriter, FromWorker, GenerateRequest, SupervisorConnection, ToWorker,
-    WorkerStats,
+    EmbedRequest, FrameReader, FrameWriter, FromWorker, GenerateRequest, RerankRequest,
+    SupervisorConnection, ToWorker, WorkerStats,
 };
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -48,7 +48,8 @@ pub enum ClientError {
 }
 
 /// One request's stream of frames: `Accepted` or `Rejected`, then `Delta`s, then `Done` or
-/// `Error`. The channel always ends with one of `Rejected`, `Done` or `Error`.
+/// `Error` (for `Embed` and `Rerank`: one `Embeddings`, `Scores`, `Rejected` or `Error`). The
+/// channel always ends with one of `Rejected`, `Done`, `Embeddings`, `Scores` or `Error`.
 #[derive(Debug)]
 pub struct RequestHandle {
     pub id: u64,
@@ -125,6 +126,27 @@ impl WorkerClient {
 
     /// Sends `request` under a new id and returns the channel its frames will arrive on.
     pub async fn generate(&self, request: GenerateRequest) -> Result<RequestHandle, ClientError> {
+        self.send_request(|id| ToWorker::Generate {
+            id,
+            request: Box::new(request),
+        })
+    }
+
+    /// Sends an `Embed` request; its channel gets one `Embeddings`, `Rejected` or `Error`.
+    pub async fn embed(&self, request: EmbedRequest) -> Result<RequestHandle, ClientError> {
+        self.send_request(|id| ToWorker::Embed { id, request })
+    }
+
+    /// Sends a `Rerank` request; its channel gets one `Scores`, `Rejected` or `Error`.
+    pub async fn rerank(&self, request: RerankRequest) -> Result<RequestHandle, ClientError> {
+        self.send_request(|id| ToWorker::Rerank { id, request })
+    }
+
+    /// Registers a new id's channel, then sends the frame `frame(id)`.
+    fn send_request(
+        &self,
+        frame: impl FnOnce(u64) -> ToWorker,
+    ) -> Result<RequestHandle, ClientError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, events) = mpsc::unbounded_channel();
         {
@@ -134,14 +156,7 @@ impl WorkerClient {
             }
             routes.pending.insert(id, sender);
         }
-        if self
-            .outbox
-            .send(ToWorker::Generate {
-                id,
-                request: Box::new(request),
-            })
-            .is_err()
-        {
+        if self.outbox.send(frame(id)).is_err() {
             self.shared.routes().pending.remove(&id);
             return Err(self.shared.closed_error("the writer task has ended"));
         }

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use corral_ipc::ModelDescription;
+use corral_ipc::{ModelDescription, ModelKind};
 use serde::Serialize;
 
 pub use huggingface::{hf_home, hub_cache_dir};
@@ -96,6 +96,14 @@ impl ModelEntry {
 
     pub fn is_servable(&self) -> bool {
         self.unservable_reason().is_none()
+    }
+
+    /// What the model answers, as the worker described it; an undescribed model counts as a
+    /// chat model (its worker refuses what it cannot do).
+    pub fn kind(&self) -> ModelKind {
+        self.description
+            .as_ref()
+            .map_or(ModelKind::Chat, |description| description.kind)
     }
 }
 

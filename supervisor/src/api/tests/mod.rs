@@ -3,8 +3,10 @@
 
 mod chat;
 mod completions;
+mod embeddings;
 mod errors;
 mod models;
+mod rerank;
 mod responses;
 mod responses_stream;
 mod streams;
@@ -16,12 +18,14 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode, header};
-use corral_ipc::{FinishReason, GenerateRequest, Usage};
+use corral_ipc::{EmbedRequest, FinishReason, GenerateRequest, ModelKind, RerankRequest, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
-use super::{Backend, BackendError, CancelOnDrop, GenerationStream, ModelCard, StreamEvent};
+use super::{
+    Backend, BackendError, CancelOnDrop, Embedded, GenerationStream, ModelCard, Scored, StreamEvent,
+};
 
 /// What the fake does with the next `generate` call.
 #[derive(Clone)]
@@ -37,6 +41,8 @@ enum Script {
 struct FakeBackend {
     script: Mutex<Script>,
     requests: Mutex<Vec<(String, GenerateRequest)>>,
+    embeds: Mutex<Vec<(String, EmbedRequest)>>,
+    reranks: Mutex<Vec<(String, RerankRequest)>>,
     cancels: Arc<AtomicUsize>,
     held: Mutex<Vec<mpsc::Sender<StreamEvent>>>,
 }
@@ -46,6 +52,8 @@ impl FakeBackend {
         Arc::new(FakeBackend {
             script: Mutex::new(script),
             requests: Mutex::new(Vec::new()),
+            embeds: Mutex::new(Vec::new()),
+            reranks: Mutex::new(Vec::new()),
             cancels: Arc::new(AtomicUsize::new(0)),
             held: Mutex::new(Vec::new()),
         })
@@ -82,14 +90,76 @@ impl FakeBackend {
 
 impl Backend for FakeBackend {
     fn models(&self) -> Vec<ModelCard> {
-        vec![ModelCard {
-            id: "tiny".to_owned(),
-            created: 1_700_000_000,
-        }]
+        vec![
+            ModelCard {
+                id: "tiny".to_owned(),
+                created: 1_700_000_000,
+                kind: ModelKind::Chat,
+            },
+            ModelCard {
+                id: "embedder".to_owned(),
+                created: 1_700_000_000,
+                kind: ModelKind::Embedding,
+            },
+            ModelCard {
+                id: "reranker".to_owned(),
+                created: 1_700_000_000,
+                kind: ModelKind::Rerank,
+            },
+        ]
     }
 
     fn resolve(&self, name: &str) -> Option<String> {
-        matches!(name, "tiny" | "tiny-alias").then(|| "tiny".to_owned())
+        match name {
+            "tiny" | "tiny-alias" => Some("tiny".to_owned()),
+            "embedder" | "reranker" => Some(name.to_owned()),
+            _ => None,
+        }
+    }
+
+    fn kind(&self, model: &str) -> ModelKind {
+        self.models()
+            .into_iter()
+            .find(|card| card.id == model)
+            .map_or(ModelKind::Chat, |card| card.kind)
+    }
+
+    async fn embed(&self, model: &str, request: EmbedRequest) -> Result<Embedded, BackendError> {
+        self.embeds
+            .lock()
+            .unwrap()
+            .push((model.to_owned(), request.clone()));
+        if let Script::Fail(error) = self.script.lock().unwrap().clone() {
+            return Err(error);
+        }
+        // Input i embeds as [i, 1 / (i + 1)], each one token long.
+        let vectors = (0..request.inputs.len())
+            .map(|index| vec![index as f32, 1.0 / (index + 1) as f32])
+            .collect();
+        Ok(Embedded {
+            vectors,
+            prompt_tokens: request.inputs.len() as u32,
+        })
+    }
+
+    async fn rerank(&self, model: &str, request: RerankRequest) -> Result<Scored, BackendError> {
+        self.reranks
+            .lock()
+            .unwrap()
+            .push((model.to_owned(), request.clone()));
+        if let Script::Fail(error) = self.script.lock().unwrap().clone() {
+            return Err(error);
+        }
+        // A document's score is its length: longer documents rank first.
+        let scores = request
+            .documents
+            .iter()
+            .map(|document| document.len() as f32)
+            .collect();
+        Ok(Scored {
+            scores,
+            prompt_tokens: 2 * request.documents.len() as u32,
+        })
     }
 
     async fn generate(

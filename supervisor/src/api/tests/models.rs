@@ -11,7 +11,12 @@ async fn models_and_health_answer() {
     assert_eq!(
         reply.json(),
         json!({"object": "list", "data": [
-            {"id": "tiny", "object": "model", "created": 1_700_000_000, "owned_by": "corral"},
+            {"id": "tiny", "object": "model", "created": 1_700_000_000, "owned_by": "corral",
+             "kind": "chat"},
+            {"id": "embedder", "object": "model", "created": 1_700_000_000, "owned_by": "corral",
+             "kind": "embedding"},
+            {"id": "reranker", "object": "model", "created": 1_700_000_000, "owned_by": "corral",
+             "kind": "rerank"},
         ]})
     );
     assert_eq!(
@@ -34,6 +39,30 @@ impl Backend for Pinned {
 
     fn resolve(&self, _name: &str) -> Option<String> {
         None
+    }
+
+    fn kind(&self, _model: &str) -> corral_ipc::ModelKind {
+        corral_ipc::ModelKind::Chat
+    }
+
+    async fn embed(
+        &self,
+        model: &str,
+        _request: corral_ipc::EmbedRequest,
+    ) -> Result<crate::api::Embedded, BackendError> {
+        Err(BackendError::UnknownModel {
+            model: model.to_owned(),
+        })
+    }
+
+    async fn rerank(
+        &self,
+        model: &str,
+        _request: corral_ipc::RerankRequest,
+    ) -> Result<crate::api::Scored, BackendError> {
+        Err(BackendError::UnknownModel {
+            model: model.to_owned(),
+        })
     }
 
     async fn generate(
