@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use corral_ipc::ModelFormat;
+use corral_ipc::{ModelFormat, ModelKind};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +167,8 @@ pub struct ModelsStatus {
 #[derive(Debug, Serialize)]
 pub struct ModelStatus {
     pub id: String,
+    /// `chat`, `embedding` or `rerank`: which endpoints answer it.
+    pub kind: ModelKind,
     /// Where it was found: `model-flag`, `models-dir`, `huggingface`, `lmstudio`, `ollama` or
     /// `default`.
     pub source: Source,
@@ -208,6 +210,7 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
             let description = entry.description.as_ref();
             ModelStatus {
                 id: entry.id.clone(),
+                kind: entry.kind(),
                 source: entry.source,
                 path: entry.path.clone(),
                 format: description.map(|description| description.format),

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::extract::State;
-use corral_ipc::WorkerStats;
+use corral_ipc::{ModelKind, WorkerStats};
 use serde::Serialize;
 
 use super::Admin;
@@ -22,6 +22,8 @@ pub struct WorkerList {
 #[derive(Debug, Serialize)]
 pub struct WorkerRow {
     pub model: String,
+    /// `chat`, `embedding` or `rerank`.
+    pub kind: ModelKind,
     /// `not_running`, `starting`, `ready`, `stopping` or `failed`.
     pub state: &'static str,
     pub stop_reason: Option<String>,
@@ -58,7 +60,14 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
             },
             None => (None, None),
         };
-        data.push(row(&entry.id, snapshot, now, stats, stats_error));
+        data.push(row(
+            &entry.id,
+            entry.kind(),
+            snapshot,
+            now,
+            stats,
+            stats_error,
+        ));
     }
     Json(WorkerList {
         object: "list",
@@ -68,6 +77,7 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
 
 fn row(
     model: &str,
+    kind: ModelKind,
     snapshot: Option<&EntrySnapshot>,
     now: Instant,
     stats: Option<WorkerStats>,
@@ -82,6 +92,7 @@ fn row(
     let pid = snapshot.and_then(|snapshot| snapshot.pid);
     WorkerRow {
         model: model.to_owned(),
+        kind,
         state: phase.name(),
         stop_reason,
         pid,

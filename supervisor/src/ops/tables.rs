@@ -8,6 +8,7 @@ pub fn ps(workers: &Value) -> String {
     let mut rows = vec![
         [
             "NAME",
+            "KIND",
             "PID",
             "STATE",
             "FOOTPRINT",
@@ -30,6 +31,7 @@ pub fn ps(workers: &Value) -> String {
         let stats = &worker["stats"];
         rows.push([
             text(&worker["model"]),
+            text(&worker["kind"]),
             text(&worker["pid"]),
             text(&worker["state"]),
             bytes(&worker["footprint_bytes"]),
@@ -51,7 +53,7 @@ pub fn ps(workers: &Value) -> String {
 pub fn models(status: &Value) -> String {
     let mut rows = vec![
         [
-            "ID", "SOURCE", "FORMAT", "QUANT", "SIZE", "PID", "MEMORY", "PINNED", "STATE",
+            "ID", "KIND", "SOURCE", "FORMAT", "QUANT", "SIZE", "PID", "MEMORY", "PINNED", "STATE",
         ]
         .map(str::to_owned),
     ];
@@ -62,6 +64,7 @@ pub fn models(status: &Value) -> String {
         };
         rows.push([
             text(&model["id"]),
+            text(&model["kind"]),
             text(&model["source"]),
             text(&model["format"]),
             text(&model["quantization"]),
@@ -171,7 +174,7 @@ mod tests {
     #[test]
     fn ps_shows_running_and_ended_workers_in_aligned_columns() {
         let workers = json!({"data": [
-            {"model": "llama", "pid": 41, "state": "ready", "footprint_bytes": 41943040,
+            {"model": "llama", "kind": "chat", "pid": 41, "state": "ready", "footprint_bytes": 41943040,
              "leases": 1, "uptime_secs": 75.2, "idle_secs": 0.5, "restarts": 0,
              "last_exit": null, "stats": {"mlx_active_bytes": 1048576, "active_sequences": 3,
              "queued_requests": 2}},
@@ -182,7 +185,7 @@ mod tests {
         let table = ps(&workers);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3, "{table}");
-        assert!(lines[0].starts_with("NAME   PID  STATE"), "{table}");
+        assert!(lines[0].starts_with("NAME   KIND  PID  STATE"), "{table}");
         assert!(lines[0].contains("LEASES  ACTIVE  QUEUED"), "{table}");
         assert!(
             lines[1].contains("40.0 MiB") && lines[1].contains("1m15s"),
@@ -206,10 +209,10 @@ mod tests {
     #[test]
     fn models_show_source_format_size_and_why_a_model_cannot_be_served() {
         let status = json!({"data": [
-            {"id": "llama3.2:latest", "source": "ollama", "format": "gguf",
+            {"id": "llama3.2:latest", "kind": "chat", "source": "ollama", "format": "gguf",
              "quantization": "Q4_K_M", "size_bytes": 2019377376u64, "unservable": null,
              "state": "ready", "pid": 41, "memory_bytes": 2147483648u64, "pinned": true},
-            {"id": "llava:7b", "source": "ollama", "format": null, "quantization": null,
+            {"id": "llava:7b", "kind": "chat", "source": "ollama", "format": null, "quantization": null,
              "size_bytes": null, "unservable": "a vision model", "state": "not_running",
              "pid": null, "memory_bytes": null, "pinned": false},
         ]});
@@ -217,7 +220,7 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3, "{table}");
         assert!(
-            lines[0].starts_with("ID               SOURCE  FORMAT  QUANT   SIZE"),
+            lines[0].starts_with("ID               KIND  SOURCE  FORMAT  QUANT   SIZE"),
             "{table}"
         );
         assert!(
