@@ -8,6 +8,8 @@ use std::path::Path;
 use corral_ipc::{ModelDescription, ModelFormat, ModelKind};
 use serde::Deserialize;
 
+use crate::embedding::bert::EncoderConfig;
+use crate::embedding::layout::{self, ConfigHead, Layout, Pooling, Role};
 use crate::gguf::{self, GgufHeader};
 use crate::model::ModelConfig;
 
@@ -92,9 +94,14 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         .map(|meta| meta.len())
         .sum();
     let config_path = dir.join("config.json");
-    let summary: Option<ConfigSummary> = std::fs::read_to_string(&config_path)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok());
+    let text = std::fs::read_to_string(&config_path).ok();
+    let summary: Option<ConfigSummary> = text
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok());
+    let head: ConfigHead = text
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
     if let Some(summary) = &summary {
         description.architecture = summary.model_type.clone();
         description.quantization = match &summary.quantization {
@@ -106,9 +113,18 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
                 .map(short_dtype),
         };
     }
+    let decoder = ModelConfig::load(dir);
+    let role = layout::role(dir, &head, decoder.is_ok());
+    description.kind = match role {
+        Role::EncoderEmbedding | Role::DecoderEmbedding => ModelKind::Embedding,
+        Role::CrossEncoder | Role::DecoderReranker => ModelKind::Rerank,
+        Role::Chat => ModelKind::Chat,
+    };
     description.unservable = if summary.as_ref().is_some_and(|s| s.vision_config.is_some()) {
         Some("a vision model (config.json has vision_config); corral serves text models".into())
-    } else if let Err(error) = ModelConfig::load(dir) {
+    } else if let Some(reason) = unservable_role(dir, role, &head) {
+        Some(reason)
+    } else if let (Role::Chat, Err(error)) = (role, decoder) {
         Some(error.to_string())
     } else if weights.is_empty() {
         Some(format!("{}: no *.safetensors weights", dir.display()))
@@ -119,6 +135,24 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
     };
 }
 
+/// Why an embedding or rerank model cannot be served, from its configuration.
+fn unservable_role(dir: &Path, role: Role, head: &ConfigHead) -> Option<String> {
+    match role {
+        Role::Chat => None,
+        Role::CrossEncoder if !head.is_encoder() => Some(format!(
+            "a sequence-classification head on {} is not supported (corral reranks with BERT-family cross-encoders and Qwen3-Reranker-style decoders)",
+            head.model_type.as_deref().unwrap_or("an unknown model_type")
+        )),
+        Role::EncoderEmbedding | Role::CrossEncoder => EncoderConfig::load(dir)
+            .err()
+            .map(|error| error.to_string())
+            .or_else(|| Layout::read(dir, Pooling::Mean).err().map(|error| error.to_string())),
+        Role::DecoderEmbedding | Role::DecoderReranker => Some(
+            "decoder embedding and reranking models are not served yet (corral serves BERT-family encoders)".into(),
+        ),
+    }
+}
+
 fn short_dtype(dtype: &str) -> String {
     match dtype {
         "float32" => "f32",
@@ -127,4 +161,58 @@ fn short_dtype(dtype: &str) -> String {
         other => other,
     }
     .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_dir(parent: &Path, name: &str, config: serde_json::Value) -> std::path::PathBuf {
+        let dir = parent.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        std::fs::write(dir.join("model.safetensors"), b"").unwrap();
+        std::fs::write(dir.join("tokenizer.json"), b"{}").unwrap();
+        dir
+    }
+
+    fn bert(model_type: &str, architecture: &str) -> serde_json::Value {
+        serde_json::json!({
+            "model_type": model_type, "architectures": [architecture], "vocab_size": 100,
+            "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 16, "max_position_embeddings": 64
+        })
+    }
+
+    #[test]
+    fn encoders_are_embedding_models_and_classifiers_rerank_models() {
+        let root = tempfile::tempdir().unwrap();
+        let embedder = describe(&model_dir(root.path(), "e5", bert("bert", "BertModel")));
+        assert_eq!(
+            (embedder.kind, embedder.unservable),
+            (ModelKind::Embedding, None)
+        );
+        let reranker = describe(&model_dir(
+            root.path(),
+            "bge-reranker",
+            bert("xlm-roberta", "XLMRobertaForSequenceClassification"),
+        ));
+        assert_eq!(
+            (reranker.kind, reranker.unservable),
+            (ModelKind::Rerank, None)
+        );
+    }
+
+    #[test]
+    fn unsupported_encoders_are_listed_with_a_reason() {
+        let root = tempfile::tempdir().unwrap();
+        let described = describe(&model_dir(
+            root.path(),
+            "modernbert",
+            bert("modernbert", "ModernBertModel"),
+        ));
+        assert_eq!(described.kind, ModelKind::Embedding);
+        let reason = described.unservable.unwrap();
+        assert!(reason.contains("modernbert"), "{reason}");
+    }
 }

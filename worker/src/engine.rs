@@ -50,7 +50,7 @@ struct Submitted {
 /// MLX's memory figures and the batch's occupancy, published by the engine thread after each
 /// step (reading MLX's figures is an MLX call, so no other thread may).
 #[derive(Debug, Default)]
-struct Gauges {
+pub(crate) struct Gauges {
     active: AtomicU64,
     cache: AtomicU64,
     peak: AtomicU64,
@@ -74,13 +74,30 @@ pub struct Occupancy {
 
 impl Gauges {
     fn publish_batch(&self, batch: &Batch<'_, '_, '_>) {
-        self.running
-            .store(batch.running() as u64, Ordering::Relaxed);
-        self.waiting
-            .store(batch.waiting() as u64, Ordering::Relaxed);
+        self.publish_occupancy(batch.running() as u64, batch.waiting() as u64);
     }
 
-    fn publish_memory(&self) {
+    pub(crate) fn publish_occupancy(&self, running: u64, waiting: u64) {
+        self.running.store(running, Ordering::Relaxed);
+        self.waiting.store(waiting, Ordering::Relaxed);
+    }
+
+    pub(crate) fn memory(&self) -> MemorySnapshot {
+        MemorySnapshot {
+            active: self.active.load(Ordering::Relaxed),
+            cache: self.cache.load(Ordering::Relaxed),
+            peak: self.peak.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn occupancy(&self) -> Occupancy {
+        Occupancy {
+            running: self.running.load(Ordering::Relaxed),
+            waiting: self.waiting.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn publish_memory(&self) {
         let read = |value: Result<usize, _>| value.map_or(0, |bytes: usize| bytes as u64);
         self.active
             .store(read(mlx_rs::memory::active_memory()), Ordering::Relaxed);
@@ -186,19 +203,12 @@ impl Engine {
     }
 
     pub fn memory(&self) -> MemorySnapshot {
-        MemorySnapshot {
-            active: self.gauges.active.load(Ordering::Relaxed),
-            cache: self.gauges.cache.load(Ordering::Relaxed),
-            peak: self.gauges.peak.load(Ordering::Relaxed),
-        }
+        self.gauges.memory()
     }
 
     /// The batch as of its last step.
     pub fn occupancy(&self) -> Occupancy {
-        Occupancy {
-            running: self.gauges.running.load(Ordering::Relaxed),
-            waiting: self.gauges.waiting.load(Ordering::Relaxed),
-        }
+        self.gauges.occupancy()
     }
 
     /// Queues a request whose events are collected on a channel.

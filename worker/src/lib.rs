@@ -5,6 +5,7 @@ pub mod chat_template;
 pub mod cli;
 pub mod constraint;
 pub mod describe;
+pub mod embedding;
 pub mod detokenizer;
 pub mod engine;
 pub mod generation;

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use corral_ipc::{
-    FromWorker, RejectKind, ToWorker, WORKER_TOKEN_ENV, WorkerStats, worker_handshake,
+    FromWorker, ModelKind, RejectKind, ToWorker, WORKER_TOKEN_ENV, WorkerStats, worker_handshake,
 };
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
-use crate::engine::{Engine, EngineOptions};
+use crate::describe::describe;
+use crate::embedding::engine::{EncodeJob, EncoderEngine, Work};
+use crate::engine::{Engine, EngineOptions, MemorySnapshot, ModelInfo, Occupancy};
 use crate::process_memory::peak_resident_bytes;
 use crate::wire::{Ending, to_generate_request, to_wire_event};
 
@@ -48,6 +50,45 @@ fn exit_with_parent() {
     }
 }
 
+/// The engine a worker runs: the decoder's batch for a chat model, the encoder's batcher for an
+/// embedding or rerank model (decided by `describe`'s kind, as the supervisor's registry is).
+enum Served {
+    Chat(Engine),
+    Encoder(EncoderEngine),
+}
+
+impl Served {
+    fn start(model: PathBuf, options: EngineOptions) -> Result<Self> {
+        match describe(&model).kind {
+            ModelKind::Chat => Ok(Self::Chat(Engine::start_with(model, options)?)),
+            ModelKind::Embedding | ModelKind::Rerank => {
+                Ok(Self::Encoder(EncoderEngine::start(model)?))
+            }
+        }
+    }
+
+    fn info(&self) -> &ModelInfo {
+        match self {
+            Self::Chat(engine) => &engine.info,
+            Self::Encoder(engine) => &engine.info,
+        }
+    }
+
+    fn memory(&self) -> MemorySnapshot {
+        match self {
+            Self::Chat(engine) => engine.memory(),
+            Self::Encoder(engine) => engine.memory(),
+        }
+    }
+
+    fn occupancy(&self) -> Occupancy {
+        match self {
+            Self::Chat(engine) => engine.occupancy(),
+            Self::Encoder(engine) => engine.occupancy(),
+        }
+    }
+}
+
 /// Requests in flight, for cancellation and for the stats.
 #[derive(Default)]
 struct Sequences {
@@ -72,13 +113,13 @@ async fn serve(
 
     let model_dir = model.clone();
     let memory_limit = options.memory_limit;
-    let started = tokio::task::spawn_blocking(move || Engine::start_with(model_dir, options))
+    let started = tokio::task::spawn_blocking(move || Served::start(model_dir, options))
         .await
         .context("the model loader panicked")?;
     let engine = match started {
         Ok(engine) => engine,
         Err(error) => {
-            let message = error.to_string();
+            let message = format!("{error:#}");
             writer
                 .write_frame(&FromWorker::LoadFailed {
                     message: message.clone(),
@@ -88,7 +129,7 @@ async fn serve(
             bail!("{message}");
         }
     };
-    let info = &engine.info;
+    let info = engine.info();
     writer
         .write_frame(&FromWorker::Ready {
             load_time_ms: info.load_time.as_millis() as u64,
@@ -123,31 +164,49 @@ async fn serve(
                 break;
             }
         };
-        match message {
-            ToWorker::Generate { id, request } => {
-                submit(&engine, &sequences, &outbox, id, request);
+        match (message, &engine) {
+            (ToWorker::Generate { id, request }, Served::Chat(engine)) => {
+                submit(engine, &sequences, &outbox, id, request);
             }
-            ToWorker::Embed { id, .. } | ToWorker::Rerank { id, .. } => {
+            (ToWorker::Embed { id, request }, Served::Encoder(engine)) => {
+                submit_encode(engine, &sequences, &outbox, id, Work::Embed(request));
+            }
+            (ToWorker::Rerank { id, request }, Served::Encoder(engine)) => {
+                submit_encode(engine, &sequences, &outbox, id, Work::Rerank(request));
+            }
+            (
+                ToWorker::Generate { id, .. }
+                | ToWorker::Embed { id, .. }
+                | ToWorker::Rerank { id, .. },
+                _,
+            ) => {
+                let serves = match &engine {
+                    Served::Chat(_) => "a chat model",
+                    Served::Encoder(encoder) if encoder.kind == ModelKind::Rerank => {
+                        "a rerank model"
+                    }
+                    Served::Encoder(_) => "an embedding model",
+                };
                 let _ = outbox.send(FromWorker::Rejected {
                     id,
                     kind: RejectKind::Unsupported,
-                    message: "this worker serves a chat model".to_owned(),
+                    message: format!("{} is {serves}", model.display()),
                     param: None,
                 });
             }
-            ToWorker::Cancel { id } => {
+            (ToWorker::Cancel { id }, _) => {
                 if let Some(flag) = lock(&sequences.cancel_flags).get(&id) {
                     flag.store(true, Ordering::Relaxed);
                 }
             }
-            ToWorker::GetStats => {
+            (ToWorker::GetStats, _) => {
                 let _ = outbox.send(FromWorker::Stats(stats(&engine, &sequences)));
             }
-            ToWorker::Shutdown => {
+            (ToWorker::Shutdown, _) => {
                 tracing::info!("shutdown requested");
                 break;
             }
-            other @ (ToWorker::Welcome | ToWorker::Refused { .. }) => {
+            (other @ (ToWorker::Welcome | ToWorker::Refused { .. }), _) => {
                 tracing::warn!(
                     message = other.name(),
                     "unexpected frame after the handshake"
@@ -220,7 +279,64 @@ fn submit(
     }
 }
 
-fn stats(engine: &Engine, sequences: &Sequences) -> WorkerStats {
+/// Queues an embedding or rerank request; its answer (or its silence, when cancelled) ends it.
+fn submit_encode(
+    engine: &EncoderEngine,
+    sequences: &Arc<Sequences>,
+    outbox: &mpsc::UnboundedSender<FromWorker>,
+    id: u64,
+    work: Work,
+) {
+    let refuse = |kind, message: String| {
+        let _ = outbox.send(FromWorker::Rejected {
+            id,
+            kind,
+            message,
+            param: None,
+        });
+    };
+    if lock(&sequences.cancel_flags).len() >= MAX_QUEUED {
+        return refuse(
+            RejectKind::Overloaded,
+            format!("{MAX_QUEUED} requests are already queued on this worker"),
+        );
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    let reply_outbox = outbox.clone();
+    let reply_sequences = sequences.clone();
+    let reply = Box::new(move |message: Option<FromWorker>| {
+        lock(&reply_sequences.cancel_flags).remove(&id);
+        let counter = match &message {
+            Some(FromWorker::Embeddings { .. } | FromWorker::Scores { .. }) => {
+                Some(&reply_sequences.completed)
+            }
+            None => Some(&reply_sequences.cancelled),
+            Some(_) => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(message) = message {
+            let _ = reply_outbox.send(message);
+        }
+    });
+    // The flag is registered before the job can finish, so a quick job cannot leave it behind.
+    let mut flags = lock(&sequences.cancel_flags);
+    flags.insert(id, cancel.clone());
+    let submitted = engine.submit(EncodeJob {
+        id,
+        work,
+        cancel,
+        reply,
+    });
+    if let Err(error) = submitted {
+        flags.remove(&id);
+        drop(flags);
+        refuse(RejectKind::ShuttingDown, error.to_string());
+    }
+}
+
+fn stats(engine: &Served, sequences: &Sequences) -> WorkerStats {
     let memory = engine.memory();
     let occupancy = engine.occupancy();
     let count = |value: u64| u32::try_from(value).unwrap_or(u32::MAX);
@@ -234,7 +350,10 @@ fn stats(engine: &Engine, sequences: &Sequences) -> WorkerStats {
         mlx_cache_bytes: memory.cache,
         mlx_peak_bytes: memory.peak,
         resident_bytes: peak_resident_bytes().unwrap_or(0),
-        prefix_cache: engine.prefix_stats(),
+        prefix_cache: match engine {
+            Served::Chat(engine) => engine.prefix_stats(),
+            Served::Encoder(_) => None,
+        },
     }
 }
 
