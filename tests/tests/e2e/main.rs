@@ -7,6 +7,7 @@ mod agents;
 mod anthropic;
 mod batching;
 mod discovery;
+mod embeddings;
 mod engine;
 mod gguf_agreement;
 mod lifecycle;
