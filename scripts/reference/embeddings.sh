@@ -27,3 +27,16 @@ fi
 "$venv/bin/python" "$root/scripts/reference/minilm_reference.py" \
   "$minilm" "$root/tests/data/minilm_reference.json"
 echo "wrote $root/tests/data/minilm_reference.json"
+
+fixtures=()
+while read -r name args; do
+  [[ -z $name || $name == \#* ]] && continue
+  rm -rf "${work:?}/$name"
+  # shellcheck disable=SC2086
+  cargo run --quiet --package corral -- fixture $args --out "$work/$name"
+  fixtures+=("$name=$work/$name:$args")
+done <"$root/scripts/reference/encoder_fixtures.txt"
+
+"$venv/bin/python" "$root/scripts/reference/encoder_reference.py" \
+  "$root/tests/data/encoder_reference.json" "${fixtures[@]}"
+echo "wrote $root/tests/data/encoder_reference.json"

@@ -2,8 +2,9 @@
 # Regenerates tests/data/reference_logits.json with mlx-lm, and tests/data/smollm2_reference.json
 # with transformers and llama.cpp, and the embedding references (embeddings.sh) with
 # sentence-transformers and transformers (run through `cargo xtask reference`, which passes the MLX
-# version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3 with pip, network access to PyPI, and cmake and a C++
-# compiler to build llama-cpp-python; the Rust tests themselves need no Python.
+# version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3 with pip, network
+# access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust tests themselves
+# need no Python.
 set -euo pipefail
 
 mlx_version=$1

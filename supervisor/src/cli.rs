@@ -12,7 +12,7 @@ use corral::config::{Config, LogConfig, Overrides};
 use corral::memory::MemoryAmount;
 use corral::ops::{self, Operation};
 use corral::serve::{self, ServeOptions};
-use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Format, GgufType, Size};
+use corral_fixture::{Arch, Bits, Dtype, FixtureOptions, Format, GgufType, Size, Task};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -60,7 +60,11 @@ pub enum Command {
     /// `corral fixture --size tiny --arch qwen3 --out DIR` writes config.json,
     /// generation_config.json, tokenizer.json, tokenizer_config.json and model.safetensors into
     /// DIR. `corral fixture --size tiny --arch qwen3 --gguf q8_0 --out FILE.gguf` writes the same
-    /// weights, tokenizer and chat template as one llama.cpp GGUF file.
+    /// weights, tokenizer and chat template as one llama.cpp GGUF file. `corral fixture --size
+    /// small --arch bert --task embedding --out DIR` writes a sentence-transformers BERT encoder
+    /// (all-MiniLM-L6-v2's shapes, WordPiece tokenizer, modules.json, 1_Pooling, 2_Normalize);
+    /// `--task rerank` a cross-encoder; `--arch qwen3 --task embedding` a Qwen3-Embedding-style
+    /// decoder embedder.
     Fixture(FixtureArgs),
     /// Serve the OpenAI API on local models, one worker process per model.
     Serve(ServeArgs),
@@ -234,9 +238,16 @@ pub struct FixtureArgs {
     /// biases stay f32); the weights are those of the f32 directory.
     #[arg(long, value_enum, conflicts_with_all = ["dtype", "quantize"])]
     gguf: Option<GgufType>,
-    /// Which model family's tensor names and config the fixture imitates.
+    /// Which model family's tensor names and config the fixture imitates (`bert`: an encoder;
+    /// its `small` has all-MiniLM-L6-v2's shapes).
     #[arg(long, value_enum, default_value_t = Arch::Llama)]
     arch: Arch,
+    /// What the model is for: `chat` (decoders' default), `embedding` (a sentence-transformers
+    /// model: mean pooling for bert, the encoders' default; last-token pooling and a
+    /// Qwen3-Embedding query prompt for decoders) or `rerank` (a bert cross-encoder,
+    /// `BertForSequenceClassification` with one label).
+    #[arg(long, value_enum)]
+    task: Option<Task>,
 }
 
 impl Command {
@@ -250,10 +261,12 @@ impl Command {
                     quantize: args.quantize,
                     format: args.gguf.map_or(Format::Safetensors, Format::Gguf),
                 };
-                let summary = corral_fixture::generate(&options, &args.out)?;
+                let task = args.task.unwrap_or(args.arch.default_task());
+                let summary = corral_fixture::generate_for_task(&options, task, &args.out)?;
                 println!(
-                    "wrote {} ({} parameters, vocab {}) to {}",
+                    "wrote {} {} ({} parameters, vocab {}) to {}",
                     options,
+                    task.name(),
                     summary.parameters,
                     summary.vocab_size,
                     args.out.display()
