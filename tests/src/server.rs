@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size, Task};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -61,6 +61,19 @@ impl Dirs {
         let path = self.state.path().join("corral.toml");
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    /// Adds a generated f32 model of `size` and `arch` for `task` (an embedding or rerank
+    /// fixture: a BERT encoder, a cross-encoder, a decoder embedder) under `name`.
+    pub fn add_task_fixture(&self, name: &str, size: Size, arch: Arch, task: Task) {
+        let options = FixtureOptions {
+            size,
+            arch,
+            dtype: Dtype::F32,
+            quantize: None,
+            format: Format::Safetensors,
+        };
+        corral_fixture::generate_for_task(&options, task, &self.models.path().join(name)).unwrap();
     }
 
     /// Tiny models named after `archs` ("llama", "qwen3", ...).

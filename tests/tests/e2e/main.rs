@@ -13,6 +13,7 @@ mod gguf_agreement;
 mod lifecycle;
 mod operations;
 mod prefix_cache;
+mod rerank;
 mod pull;
 mod reference_logits;
 mod responses;
