@@ -141,15 +141,29 @@ fn unservable_role(dir: &Path, role: Role, head: &ConfigHead) -> Option<String> 
         Role::Chat => None,
         Role::CrossEncoder if !head.is_encoder() => Some(format!(
             "a sequence-classification head on {} is not supported (corral reranks with BERT-family cross-encoders and Qwen3-Reranker-style decoders)",
-            head.model_type.as_deref().unwrap_or("an unknown model_type")
+            head.model_type
+                .as_deref()
+                .unwrap_or("an unknown model_type")
         )),
         Role::EncoderEmbedding | Role::CrossEncoder => EncoderConfig::load(dir)
             .err()
             .map(|error| error.to_string())
-            .or_else(|| Layout::read(dir, Pooling::Mean).err().map(|error| error.to_string())),
-        Role::DecoderEmbedding | Role::DecoderReranker => Some(
-            "decoder embedding and reranking models are not served yet (corral serves BERT-family encoders)".into(),
-        ),
+            .or_else(|| {
+                Layout::read(dir, Pooling::Mean)
+                    .err()
+                    .map(|error| error.to_string())
+            }),
+        Role::DecoderEmbedding | Role::DecoderReranker => {
+            match Layout::read(dir, Pooling::LastToken) {
+                Err(error) => Some(error.to_string()),
+                Ok(layout)
+                    if role == Role::DecoderEmbedding && layout.pooling != Pooling::LastToken =>
+                {
+                    Some("a decoder embedding model must pool its last token".into())
+                }
+                Ok(_) => None,
+            }
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use corral_ipc::{EmbedInput, EmbedRequest, FromWorker, RejectKind, RerankRequest};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size, Task};
+use corral_ipc::{EmbedInput, EmbedRequest, FromWorker, ModelKind, RejectKind, RerankRequest};
+use corral_worker::describe::describe;
 use corral_worker::embedding::engine::{EncoderEngine, Work};
 
 fn workspace() -> PathBuf {
@@ -163,4 +165,260 @@ fn an_empty_request_is_answered_with_no_vectors() {
     let Some(model) = minilm() else { return };
     let engine = EncoderEngine::start(model).unwrap();
     assert_eq!(vectors(embed(&engine, Vec::new())), (Vec::new(), 0));
+}
+
+fn reference(name: &str) -> serde_json::Value {
+    let path = workspace().join("tests/data").join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(value: &serde_json::Value) -> Vec<f32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn strings(value: &serde_json::Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn minilm_vectors_match_sentence_transformers() {
+    let Some(model) = minilm() else { return };
+    let reference = reference("minilm_reference.json");
+    let engine = EncoderEngine::start(model).unwrap();
+    let sentences = strings(&reference["sentences"]);
+    let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    for (index, sentence) in refs.iter().enumerate() {
+        let (vector, tokens) = vectors(embed(&engine, texts(&[sentence])));
+        let expected = floats(&reference["embeddings"][index]);
+        let similarity = cosine(&vector[0], &expected);
+        assert!(similarity > 0.9999, "sentence {index}: cosine {similarity}");
+        assert_eq!(
+            u64::from(tokens),
+            reference["token_counts"][index].as_u64().unwrap(),
+            "sentence {index}"
+        );
+    }
+    // All at once, batched by length, in the same order.
+    let (together, _) = vectors(embed(&engine, texts(&refs)));
+    for (index, vector) in together.iter().enumerate() {
+        assert!(cosine(vector, &floats(&reference["embeddings"][index])) > 0.9999);
+    }
+    let retrieval = &reference["retrieval"];
+    let query = retrieval["query"].as_str().unwrap();
+    let documents = strings(&retrieval["documents"]);
+    let (query, _) = vectors(embed(&engine, texts(&[query])));
+    let document_refs: Vec<&str> = documents.iter().map(String::as_str).collect();
+    let (documents, _) = vectors(embed(&engine, texts(&document_refs)));
+    let scores: Vec<f32> = documents.iter().map(|d| cosine(d, &query[0])).collect();
+    let mut ranking: Vec<usize> = (0..scores.len()).collect();
+    ranking.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let expected: Vec<usize> = retrieval["ranking"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(ranking, expected, "scores {scores:?}");
+}
+
+fn fixture(arch: Arch, size: Size, task: Task, dir: &Path) -> PathBuf {
+    let options = FixtureOptions {
+        size,
+        arch,
+        dtype: Dtype::F32,
+        quantize: None,
+        format: Format::Safetensors,
+    };
+    corral_fixture::generate_for_task(&options, task, dir).unwrap();
+    dir.to_path_buf()
+}
+
+/// Embeds `inputs` as texts and checks token ids and vectors against transformers'.
+fn check_embeddings(
+    engine: &EncoderEngine,
+    inputs: &[String],
+    ids: &serde_json::Value,
+    embeddings: &serde_json::Value,
+    name: &str,
+) {
+    for (index, input) in inputs.iter().enumerate() {
+        let expected_ids: Vec<u32> = ids[index]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_u64().unwrap() as u32)
+            .collect();
+        let (from_text, tokens) = vectors(embed(engine, texts(&[input])));
+        assert_eq!(tokens as usize, expected_ids.len(), "{name} input {index}");
+        let (from_ids, _) = vectors(embed(engine, vec![EmbedInput::Tokens(expected_ids)]));
+        let expected = floats(&embeddings[index]);
+        for vector in [&from_text[0], &from_ids[0]] {
+            let similarity = cosine(vector, &expected);
+            assert!(
+                similarity > 0.9999,
+                "{name} input {index}: cosine {similarity}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fixture_embeddings_match_transformers() {
+    let reference = reference("encoder_reference.json");
+    let root = tempfile::tempdir().unwrap();
+    for (name, arch, size) in [
+        ("tiny-bert-embedding", Arch::Bert, Size::Tiny),
+        ("small-bert-embedding", Arch::Bert, Size::Small),
+        ("tiny-qwen3-embedding", Arch::Qwen3, Size::Tiny),
+    ] {
+        let expected = &reference["fixtures"][name];
+        let dir = fixture(arch, size, Task::Embedding, &root.path().join(name));
+        let engine = EncoderEngine::start(dir).unwrap();
+        let inputs = strings(&expected["inputs"]);
+        check_embeddings(
+            &engine,
+            &inputs,
+            &expected["token_ids"],
+            &expected["embeddings"],
+            name,
+        );
+        if let Some(prompt) = expected["query_prompt"].as_str() {
+            let queries: Vec<String> = strings(&expected["queries"])
+                .iter()
+                .map(|query| format!("{prompt}{query}"))
+                .collect();
+            check_embeddings(
+                &engine,
+                &queries,
+                &expected["query_token_ids"],
+                &expected["query_embeddings"],
+                name,
+            );
+        }
+    }
+}
+
+fn scores(answer: FromWorker) -> Vec<f32> {
+    match answer {
+        FromWorker::Scores { scores, .. } => scores,
+        other => panic!("expected scores, got {other:?}"),
+    }
+}
+
+fn rerank(engine: &EncoderEngine, query: &str, documents: &[String]) -> Vec<f32> {
+    scores(
+        engine
+            .run(
+                1,
+                Work::Rerank(RerankRequest {
+                    query: query.to_owned(),
+                    documents: documents.to_vec(),
+                    truncate: false,
+                }),
+            )
+            .unwrap(),
+    )
+}
+
+#[test]
+fn fixture_cross_encoder_scores_are_the_sigmoid_of_transformers_logits() {
+    let reference = reference("encoder_reference.json");
+    let expected = &reference["fixtures"]["tiny-bert-rerank"];
+    let root = tempfile::tempdir().unwrap();
+    let dir = fixture(Arch::Bert, Size::Tiny, Task::Rerank, root.path());
+    let engine = EncoderEngine::start(dir).unwrap();
+    let documents = strings(&expected["documents"]);
+    let got = rerank(&engine, expected["query"].as_str().unwrap(), &documents);
+    let logits = floats(&expected["logits"]);
+    assert_eq!(got.len(), logits.len());
+    for (index, (score, logit)) in got.iter().zip(&logits).enumerate() {
+        let sigmoid = 1.0 / (1.0 + (-logit).exp());
+        assert!(
+            (score - sigmoid).abs() < 1e-4,
+            "document {index}: {score} vs sigmoid({logit})"
+        );
+    }
+    // Each document scores the same alone as beside the others.
+    for (index, document) in documents.iter().enumerate() {
+        let alone = rerank(
+            &engine,
+            expected["query"].as_str().unwrap(),
+            std::slice::from_ref(document),
+        );
+        assert!((alone[0] - got[index]).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn a_decoder_reranker_scores_probabilities_of_yes_unchanged_by_batching() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = fixture(
+        Arch::Qwen3,
+        Size::Tiny,
+        Task::Chat,
+        &root.path().join("tiny-qwen3-reranker"),
+    );
+    let engine = EncoderEngine::start(dir).unwrap();
+    let documents: Vec<String> = [
+        "The river ran slowly past the old mill.",
+        "a",
+        "The ferry had not come yet, so they waited on the quay until the evening.",
+    ]
+    .map(String::from)
+    .to_vec();
+    let together = rerank(&engine, "where does the river go", &documents);
+    for (index, document) in documents.iter().enumerate() {
+        let alone = rerank(
+            &engine,
+            "where does the river go",
+            std::slice::from_ref(document),
+        );
+        assert!((0.0..=1.0).contains(&together[index]), "{together:?}");
+        assert!(
+            (alone[0] - together[index]).abs() < 1e-4,
+            "{alone:?} vs {together:?}"
+        );
+    }
+}
+
+#[test]
+fn describe_gives_each_fixture_its_kind() {
+    let root = tempfile::tempdir().unwrap();
+    for (name, arch, task, kind) in [
+        (
+            "bert-embedding",
+            Arch::Bert,
+            Task::Embedding,
+            ModelKind::Embedding,
+        ),
+        ("bert-rerank", Arch::Bert, Task::Rerank, ModelKind::Rerank),
+        (
+            "qwen3-embedding",
+            Arch::Qwen3,
+            Task::Embedding,
+            ModelKind::Embedding,
+        ),
+        ("qwen3-reranker", Arch::Qwen3, Task::Chat, ModelKind::Rerank),
+        ("qwen3-chat", Arch::Qwen3, Task::Chat, ModelKind::Chat),
+    ] {
+        let dir = fixture(arch, Size::Tiny, task, &root.path().join(name));
+        let description = describe(&dir);
+        assert_eq!(
+            (description.kind, description.unservable),
+            (kind, None),
+            "{name}"
+        );
+    }
 }

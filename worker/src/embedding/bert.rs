@@ -112,6 +112,12 @@ impl EncoderConfig {
         (self.max_position_embeddings - self.position_offset()).max(0) as usize
     }
 
+    pub fn is_sequence_classifier(&self) -> bool {
+        self.architectures
+            .iter()
+            .any(|name| name.ends_with("ForSequenceClassification"))
+    }
+
     pub fn labels(&self) -> i32 {
         self.num_labels
             .or_else(|| self.id2label.as_ref().map(|labels| labels.len() as i32))

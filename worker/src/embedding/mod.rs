@@ -1,10 +1,12 @@
 //! Embedding and reranking models: a BERT-family encoder with its pooling (embeddings) or its
-//! classification head (cross-encoder rerank), tokenization of texts and query-document pairs,
-//! and the checks a request passes before it joins the batcher. Everything that touches MLX runs
-//! on the engine thread (`engine.rs`).
+//! classification head (cross-encoder rerank), or the worker's decoder pooled at the last token
+//! (decoder embeddings) or asked yes/no (decoder rerankers); tokenization of texts and
+//! query-document pairs, and the checks a request passes before it joins the batcher.
+//! Everything that touches MLX runs on the engine thread (`engine.rs`).
 
 pub mod batcher;
 pub mod bert;
+pub mod decoder;
 pub mod engine;
 pub mod heads;
 pub mod layout;
@@ -14,14 +16,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use corral_ipc::{EmbedInput, EmbedRequest, ModelKind, RejectKind, RerankRequest};
+use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::model::{ModelError, Weights};
+use crate::model::{Model, ModelConfig, ModelError, Weights};
+use crate::model_json::{JsonFileError, read_optional};
 use batcher::Item;
 use bert::{Encoder, EncoderConfig, PaddedBatch};
+use decoder::YesNo;
 use heads::ClassificationHead;
-use layout::{Layout, LayoutError, Pooling};
+use layout::{ConfigHead, Layout, LayoutError, Pooling, Role};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedLoadError {
@@ -29,8 +34,12 @@ pub enum EmbedLoadError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Config(#[from] JsonFileError),
     #[error("{path}: cannot load tokenizer: {message}")]
     Tokenizer { path: PathBuf, message: String },
+    #[error("{dir}: {message}")]
+    Unsupported { dir: PathBuf, message: String },
 }
 
 /// A request refused before any compute, with the field at fault.
@@ -51,12 +60,21 @@ impl Rejection {
     }
 }
 
-/// A loaded encoder and what it needs to turn requests into batch items and rows into answers.
+/// The network behind an embedding or rerank model.
+enum Network {
+    Encoder(Encoder),
+    CrossEncoder(Encoder, ClassificationHead),
+    DecoderEmbedding(Model),
+    DecoderReranker(Model, YesNo),
+}
+
+/// A loaded model and what it needs to turn requests into batch items and rows into answers.
 pub struct Embedder {
     pub dir: PathBuf,
-    encoder: Encoder,
-    /// The cross-encoder's head; `None` for an embedding model.
-    head: Option<ClassificationHead>,
+    network: Network,
+    vocab_size: u32,
+    /// Components of a vector.
+    dimension: usize,
     tokenizer: Tokenizer,
     /// The same tokenizer, cutting inputs at `max_tokens` (for requests that ask to truncate).
     truncating: Tokenizer,
@@ -70,11 +88,25 @@ pub struct Embedder {
 impl Embedder {
     pub fn load(dir: &Path) -> Result<Self, EmbedLoadError> {
         let started = Instant::now();
+        let head: ConfigHead = read_optional(&dir.join("config.json"))?.unwrap_or_default();
+        let decoder_config = ModelConfig::load(dir);
+        let role = layout::role(dir, &head, decoder_config.is_ok());
+        let mut embedder = match role {
+            Role::EncoderEmbedding | Role::CrossEncoder => Self::load_encoder(dir)?,
+            Role::DecoderEmbedding | Role::DecoderReranker => Self::load_decoder(dir, role)?,
+            Role::Chat => {
+                return Err(EmbedLoadError::Unsupported {
+                    dir: dir.to_path_buf(),
+                    message: "neither an embedding nor a rerank model".into(),
+                });
+            }
+        };
+        embedder.load_time = started.elapsed();
+        Ok(embedder)
+    }
+
+    fn load_encoder(dir: &Path) -> Result<Self, EmbedLoadError> {
         let config = EncoderConfig::load(dir)?;
-        let cross_encoder = config
-            .architectures
-            .iter()
-            .any(|name| name.ends_with("ForSequenceClassification"));
         // sentence-transformers pools a bare encoder by mean.
         let layout = Layout::read(dir, Pooling::Mean)?;
         let max_tokens = layout.max_seq_length.map_or(config.max_tokens(), |length| {
@@ -83,31 +115,80 @@ impl Embedder {
         let (tokenizer, truncating) = load_tokenizers(dir, max_tokens)?;
         let mut weights = Weights::load(dir, Default::default())?;
         let weight_bytes = weights.total_bytes();
-        let head = if cross_encoder {
+        let head = if config.is_sequence_classifier() {
             Some(ClassificationHead::load(&mut weights, &config)?)
         } else {
             None
         };
+        let (vocab_size, dimension) = (config.vocab_size as u32, config.hidden_size as usize);
         let encoder = Encoder::load(&mut weights, config)?;
         tracing::debug!(model = %dir.display(), tensors = ?weights.leftover_names(), "unused tensors");
         Ok(Self {
             dir: dir.to_path_buf(),
-            encoder,
-            head,
+            network: match head {
+                Some(head) => Network::CrossEncoder(encoder, head),
+                None => Network::Encoder(encoder),
+            },
+            vocab_size,
+            dimension,
             tokenizer,
             truncating,
             layout,
             max_tokens,
             weight_bytes,
-            load_time: started.elapsed(),
+            load_time: Duration::ZERO,
+        })
+    }
+
+    fn load_decoder(dir: &Path, role: Role) -> Result<Self, EmbedLoadError> {
+        let unsupported = |message: String| EmbedLoadError::Unsupported {
+            dir: dir.to_path_buf(),
+            message,
+        };
+        let layout = Layout::read(dir, Pooling::LastToken)?;
+        if role == Role::DecoderEmbedding && layout.pooling != Pooling::LastToken {
+            return Err(unsupported(format!(
+                "a decoder embedding model must pool its last token, not {:?}",
+                layout.pooling
+            )));
+        }
+        let model = Model::load(dir)?;
+        let context = model.config.max_position_embeddings;
+        let max_tokens = layout
+            .max_seq_length
+            .map_or(context, |length| length.min(context));
+        let (tokenizer, truncating) = load_tokenizers(dir, max_tokens)?;
+        let (vocab_size, dimension) = (
+            model.config.vocab_size as u32,
+            model.config.hidden_size as usize,
+        );
+        let weight_bytes = model.weight_bytes();
+        let network = if role == Role::DecoderReranker {
+            let answers = YesNo::find(&tokenizer).ok_or_else(|| {
+                unsupported("the vocabulary has no \"yes\" and \"no\" tokens to judge with".into())
+            })?;
+            Network::DecoderReranker(model, answers)
+        } else {
+            Network::DecoderEmbedding(model)
+        };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            network,
+            vocab_size,
+            dimension,
+            tokenizer,
+            truncating,
+            layout,
+            max_tokens,
+            weight_bytes,
+            load_time: Duration::ZERO,
         })
     }
 
     pub fn kind(&self) -> ModelKind {
-        if self.head.is_some() {
-            ModelKind::Rerank
-        } else {
-            ModelKind::Embedding
+        match self.network {
+            Network::Encoder(_) | Network::DecoderEmbedding(_) => ModelKind::Embedding,
+            Network::CrossEncoder(..) | Network::DecoderReranker(..) => ModelKind::Rerank,
         }
     }
 
@@ -125,7 +206,7 @@ impl Embedder {
 
     /// The batch items of an embedding request, one per input, checked.
     pub fn prepare_embed(&self, request: &EmbedRequest) -> Result<Vec<Item>, Rejection> {
-        if self.head.is_some() {
+        if self.kind() != ModelKind::Embedding {
             return Err(self.refuse_kind("embeddings"));
         }
         if let Some(dimensions) = request.dimensions {
@@ -140,7 +221,7 @@ impl Embedder {
     }
 
     fn check_dimensions(&self, dimensions: usize) -> Result<(), Rejection> {
-        let full = self.encoder.config.hidden_size as usize;
+        let full = self.dimension;
         let param = Some("dimensions".to_owned());
         if !self.layout.matryoshka {
             return Err(Rejection::new(
@@ -170,9 +251,9 @@ impl Embedder {
     ) -> Result<Item, Rejection> {
         let param = || Some(format!("input[{index}]"));
         match input {
-            EmbedInput::Text(text) => self.encode(text.as_str(), truncate, param),
+            EmbedInput::Text(text) => self.encode(text.as_str(), true, truncate, param),
             EmbedInput::Tokens(ids) => {
-                let vocab = self.encoder.config.vocab_size as u32;
+                let vocab = self.vocab_size;
                 if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
                     return Err(Rejection::new(
                         RejectKind::InvalidRequest,
@@ -191,29 +272,74 @@ impl Embedder {
         }
     }
 
-    /// The batch items of a rerank request: the query paired with each document.
+    /// The batch items of a rerank request: the query paired with each document (for a decoder
+    /// reranker, both written into its judging prompt).
     pub fn prepare_rerank(&self, request: &RerankRequest) -> Result<Vec<Item>, Rejection> {
-        if self.head.is_none() {
+        if self.kind() != ModelKind::Rerank {
             return Err(self.refuse_kind("rerank"));
         }
+        let decoder = matches!(self.network, Network::DecoderReranker(..));
         request
             .documents
             .iter()
             .enumerate()
             .map(|(index, document)| {
                 let param = || Some(format!("documents[{index}]"));
-                self.encode(
-                    (request.query.as_str(), document.as_str()),
-                    request.truncate,
-                    param,
-                )
+                if decoder {
+                    self.encode_judging_prompt(&request.query, document, request.truncate, param)
+                } else {
+                    let pair = (request.query.as_str(), document.as_str());
+                    self.encode(pair, true, request.truncate, param)
+                }
             })
             .collect()
+    }
+
+    /// A decoder reranker's prompt for one pair; truncation cuts the document.
+    fn encode_judging_prompt(
+        &self,
+        query: &str,
+        document: &str,
+        truncate: bool,
+        param: impl Fn() -> Option<String>,
+    ) -> Result<Item, Rejection> {
+        let mut parts = Vec::new();
+        for part in decoder::rerank_prompt(query, document) {
+            let encoding = self
+                .tokenizer
+                .encode(part.as_ref(), false)
+                .map_err(|error| {
+                    Rejection::new(
+                        RejectKind::InvalidRequest,
+                        format!("cannot tokenize: {error}"),
+                        param(),
+                    )
+                })?;
+            parts.push(encoding.get_ids().to_vec());
+        }
+        let [head, document, tail] = <[Vec<u32>; 3]>::try_from(parts).unwrap_or_default();
+        let total = head.len() + document.len() + tail.len();
+        if total > self.max_tokens {
+            let kept = self.max_tokens.saturating_sub(head.len() + tail.len());
+            // With the document cut to nothing, the query alone is too long: refuse even so.
+            self.check_length(total, truncate && kept > 0, &param)?;
+        }
+        let room = self.max_tokens.saturating_sub(head.len() + tail.len());
+        let ids: Vec<u32> = head
+            .into_iter()
+            .chain(document.into_iter().take(room))
+            .chain(tail)
+            .collect();
+        Ok(Item {
+            type_ids: vec![0; ids.len()],
+            ids,
+        })
     }
 
     fn encode<'s>(
         &self,
         input: impl Into<tokenizers::EncodeInput<'s>> + Clone,
+        special_tokens: bool,
         truncate: bool,
         param: impl Fn() -> Option<String>,
     ) -> Result<Item, Rejection> {
@@ -224,10 +350,16 @@ impl Embedder {
                 param(),
             )
         };
-        let mut encoding = self.tokenizer.encode(input.clone(), true).map_err(failed)?;
+        let mut encoding = self
+            .tokenizer
+            .encode(input.clone(), special_tokens)
+            .map_err(failed)?;
         if encoding.get_ids().len() > self.max_tokens {
             self.check_length(encoding.get_ids().len(), truncate, &param)?;
-            encoding = self.truncating.encode(input, true).map_err(failed)?;
+            encoding = self
+                .truncating
+                .encode(input, special_tokens)
+                .map_err(failed)?;
         }
         Ok(Item {
             ids: encoding.get_ids().to_vec(),
@@ -256,22 +388,26 @@ impl Embedder {
 
     /// One output per item: its vector, or its relevance score as a one-element vector.
     pub fn run(&self, items: &[&Item]) -> Result<Vec<Vec<f32>>, Exception> {
-        let pad = self.encoder.config.pad_token_id;
-        let batch = PaddedBatch::new(
-            items
-                .iter()
-                .map(|item| (item.ids.as_slice(), item.type_ids.as_slice())),
-            pad,
-        );
-        let hidden = self.encoder.forward(&batch)?;
-        if let Some(head) = &self.head {
-            let scores = head.scores(&hidden)?.reshape(&[-1, 1])?;
-            return pooling::to_host_rows(&scores);
-        }
-        let mut pooled = pooling::pool(&hidden, &batch.lengths, self.layout.pooling)?;
-        if self.layout.normalize {
-            pooled = pooling::normalize(&pooled)?;
-        }
+        let scores = |scores: Array| pooling::to_host_rows(&scores.reshape(&[-1, 1])?);
+        let pooled = match &self.network {
+            Network::Encoder(encoder) => {
+                let batch = padded(encoder, items);
+                let hidden = encoder.forward(&batch)?;
+                pooling::pool(&hidden, &batch.lengths, self.layout.pooling)?
+            }
+            Network::CrossEncoder(encoder, head) => {
+                return scores(head.scores(&encoder.forward(&padded(encoder, items))?)?);
+            }
+            Network::DecoderEmbedding(model) => decoder::embed(model, items)?,
+            Network::DecoderReranker(model, answers) => {
+                return scores(decoder::judge(model, items, *answers)?);
+            }
+        };
+        let pooled = if self.layout.normalize {
+            pooling::normalize(&pooled)?
+        } else {
+            pooled
+        };
         pooling::to_host_rows(&pooled)
     }
 
@@ -282,6 +418,15 @@ impl Embedder {
             None => vector,
         }
     }
+}
+
+fn padded(encoder: &Encoder, items: &[&Item]) -> PaddedBatch {
+    PaddedBatch::new(
+        items
+            .iter()
+            .map(|item| (item.ids.as_slice(), item.type_ids.as_slice())),
+        encoder.config.pad_token_id,
+    )
 }
 
 /// The model's tokenizer without its own padding or truncation (a `tokenizer.json` may fix
