@@ -2,6 +2,7 @@
 //! the forward pass. Everything here runs on the engine thread.
 
 mod config;
+pub(crate) mod cpu_math;
 mod kv_cache;
 mod layers;
 mod rope;

@@ -3,12 +3,13 @@
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
-use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::fast;
 use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
 use super::ModelError;
 use super::config::{Architecture, ModelConfig};
+use super::cpu_math;
 use super::kv_cache::KvCache;
 use super::layers::Linear;
 use super::rope::Rope;
@@ -302,9 +303,7 @@ impl Attention {
         cache: &mut KvCache,
     ) -> Result<Array, Exception> {
         let (keys, values) = cache.update_and_fetch(keys, values)?;
-        // One new position attends to everything cached; several need the causal mask.
-        let mask = (queries.dim(2) > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        fast::scaled_dot_product_attention(queries, &keys, &values, self.scale, mask, None)
+        cpu_math::attention(queries, &keys, &values, self.scale)
     }
 }
 
@@ -342,8 +341,7 @@ impl Mlp {
 
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let gate = self.gate_proj.forward(x)?;
-        let silu = ops::multiply(&gate, &ops::sigmoid(&gate)?)?;
-        let activated = ops::multiply(&silu, &self.up_proj.forward(x)?)?;
+        let activated = ops::multiply(&cpu_math::silu(&gate)?, &self.up_proj.forward(x)?)?;
         self.down_proj.forward(&activated)
     }
 }
