@@ -6,12 +6,12 @@
 use std::path::Path;
 
 use mlx_rs::error::Exception;
-use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::fast;
 use mlx_rs::ops;
 use mlx_rs::{Array, Dtype};
 use serde::Deserialize;
 
-use crate::model::{ModelError, Weights};
+use crate::model::{ModelError, Weights, cpu_math};
 
 use super::layout::SUPPORTED_ENCODERS;
 
@@ -235,35 +235,16 @@ impl Layer {
         let keys = split(self.key.forward(x)?)?;
         let values = split(self.value.forward(x)?)?;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let attended = fast::scaled_dot_product_attention(
-            &queries,
-            &keys,
-            &values,
-            scale,
-            ScaledDotProductAttentionMask::Array(mask),
-            None,
-        )?
-        .transpose_axes(&[0, 2, 1, 3])?
-        .reshape(&[rows, length, hidden])?;
+        let attended = cpu_math::padded_attention(&queries, &keys, &values, scale, mask)?
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[rows, length, hidden])?;
         let x = self
             .attention_norm
             .forward(&ops::add(&self.attention_out.forward(&attended)?, x)?)?;
-        let inner = gelu(&self.intermediate.forward(&x)?)?;
+        let inner = cpu_math::gelu(&self.intermediate.forward(&x)?)?;
         self.output_norm
             .forward(&ops::add(&self.output.forward(&inner)?, &x)?)
     }
-}
-
-/// GELU with the exact erf, as BERT's `gelu` is (not the tanh approximation).
-fn gelu(x: &Array) -> Result<Array, Exception> {
-    let erf = ops::erf(&ops::multiply(
-        x,
-        Array::from_f32(std::f32::consts::FRAC_1_SQRT_2),
-    )?)?;
-    ops::multiply(
-        &ops::multiply(x, Array::from_f32(0.5))?,
-        &ops::add(&erf, Array::from_f32(1.0))?,
-    )
 }
 
 /// One padded batch: rows of token ids, right-padded to the same length.

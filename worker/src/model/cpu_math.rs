@@ -132,6 +132,81 @@ pub fn attention(
     .reshape(&[1, heads, new_positions, head_dim])
 }
 
+/// Attention of a padded batch (`[rows, heads, length, head_dim]` each) in which every position
+/// sees every real key of its row: `key_mask` is `[rows, 1, 1, length]`, true for real keys. The
+/// same as MLX's `scaled_dot_product_attention` with that mask.
+pub fn padded_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    key_mask: &Array,
+) -> Result<Array, Exception> {
+    let scores = queries.dim(0) as usize
+        * queries.dim(1) as usize
+        * queries.dim(2) as usize
+        * keys.dim(2) as usize;
+    if !polynomial_pays(queries.dtype(), scores) {
+        let mask = ScaledDotProductAttentionMask::Array(key_mask);
+        return fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None);
+    }
+    let scores = ops::matmul(
+        &ops::multiply(queries, Array::from_f32(scale))?,
+        &keys.swap_axes(2, 3)?,
+    )?;
+    let masked = ops::select(key_mask, &scores, Array::from_f32(f32::NEG_INFINITY))?;
+    ops::matmul(&polynomial_softmax(&masked)?, values)
+}
+
+/// GELU with the exact erf, as BERT's `gelu` is: `x/2 · (1 + erf(x/√2))`, erf by Abramowitz and
+/// Stegun's 7.1.26 (absolute error below 1.5e-7) over the polynomial `exp`.
+pub fn gelu(x: &Array) -> Result<Array, Exception> {
+    let scaled = ops::multiply(x, Array::from_f32(std::f32::consts::FRAC_1_SQRT_2))?;
+    let erf = if polynomial_pays(x.dtype(), x.size()) {
+        polynomial_erf(&scaled)?
+    } else {
+        ops::erf(&scaled)?
+    };
+    ops::multiply(
+        &ops::multiply(x, Array::from_f32(0.5))?,
+        &ops::add(&erf, Array::from_f32(1.0))?,
+    )
+}
+
+/// `erf(x) = sign(x) · (1 - t·P(t) · e^(-x²))` with `t = 1 / (1 + p·|x|)`.
+fn polynomial_erf(x: &Array) -> Result<Array, Exception> {
+    const P: f32 = 0.327_591_1;
+    const COEFFICIENTS: [f32; 5] = [
+        0.254_829_6,
+        -0.284_496_74,
+        1.421_413_8,
+        -1.453_152_1,
+        1.061_405_4,
+    ];
+    let magnitude = ops::abs(x)?;
+    let t = ops::reciprocal(&ops::add(
+        &ops::multiply(&magnitude, Array::from_f32(P))?,
+        Array::from_f32(1.0),
+    )?)?;
+    let mut series = Array::from_f32(COEFFICIENTS[4]);
+    for &coefficient in COEFFICIENTS[..4].iter().rev() {
+        series = ops::add(&ops::multiply(&series, &t)?, Array::from_f32(coefficient))?;
+    }
+    let gaussian = polynomial_exp(&ops::negative(&ops::square(&magnitude)?)?)?;
+    let complement = ops::multiply(&ops::multiply(&series, &t)?, &gaussian)?;
+    ops::multiply(
+        &ops::sign(x)?,
+        &ops::subtract(Array::from_f32(1.0), &complement)?,
+    )
+}
+
+/// Softmax over the last axis, through the polynomial `exp`.
+fn polynomial_softmax(scores: &Array) -> Result<Array, Exception> {
+    let peak = scores.max_axis(-1, true)?;
+    let weights = polynomial_exp(&ops::subtract(scores, &peak)?)?;
+    ops::multiply(&weights, &ops::reciprocal(&weights.sum_axis(-1, true)?)?)
+}
+
 /// `[new_positions, cached]`: 0 where the `i`-th new position (at `cached - new_positions + i`)
 /// may attend, -inf where a key lies in its future.
 fn causal_mask(new_positions: i32, cached: i32) -> Result<Array, Exception> {
@@ -158,7 +233,15 @@ mod tests {
             &ops::maximum(&ops::abs(expected).unwrap(), Array::from_f32(1e-30)).unwrap(),
         )
         .unwrap();
-        relative.max(None).unwrap().item::<f32>()
+        relative.max(None).unwrap().item_exact::<f32>()
+    }
+
+    fn max_difference(got: &Array, expected: &Array) -> f32 {
+        ops::abs(&ops::subtract(got, expected).unwrap())
+            .unwrap()
+            .max(None)
+            .unwrap()
+            .item_exact::<f32>()
     }
 
     #[test]
@@ -187,11 +270,52 @@ mod tests {
         )
         .unwrap();
         let expected = ops::multiply(&x, &ops::sigmoid(&x).unwrap()).unwrap();
-        let difference = ops::abs(&ops::subtract(&silu(&x).unwrap(), &expected).unwrap())
-            .unwrap()
-            .max(None)
-            .unwrap()
-            .item::<f32>();
+        let difference = max_difference(&silu(&x).unwrap(), &expected);
+        assert!(difference < 1e-5, "max difference {difference}");
+    }
+
+    #[test]
+    fn gelu_matches_the_exact_erf_gelu() {
+        let x = ops::multiply(
+            &random::normal::<f32>(&[64, 300], None, None, None).unwrap(),
+            Array::from_f32(4.0),
+        )
+        .unwrap();
+        let erf =
+            ops::erf(&ops::multiply(&x, Array::from_f32(std::f32::consts::FRAC_1_SQRT_2)).unwrap())
+                .unwrap();
+        let expected = ops::multiply(
+            &ops::multiply(&x, Array::from_f32(0.5)).unwrap(),
+            &ops::add(&erf, Array::from_f32(1.0)).unwrap(),
+        )
+        .unwrap();
+        let difference = max_difference(&gelu(&x).unwrap(), &expected);
+        assert!(difference < 2e-6, "max difference {difference}");
+    }
+
+    #[test]
+    fn padded_attention_matches_mlx_with_the_same_key_mask() {
+        let (rows, heads, length, head_dim) = (3, 4, 40, 16);
+        let shape = [rows, heads, length, head_dim];
+        let queries = random::normal::<f32>(&shape, None, None, None).unwrap();
+        let keys = random::normal::<f32>(&shape, None, None, None).unwrap();
+        let values = random::normal::<f32>(&shape, None, None, None).unwrap();
+        let real: Vec<bool> = [40, 7, 23]
+            .iter()
+            .flat_map(|&real| (0..length).map(move |position| position < real))
+            .collect();
+        let key_mask = Array::from_slice(&real, &[rows, 1, 1, length]);
+        let expected = fast::scaled_dot_product_attention(
+            &queries,
+            &keys,
+            &values,
+            0.25,
+            ScaledDotProductAttentionMask::Array(&key_mask),
+            None,
+        )
+        .unwrap();
+        let got = padded_attention(&queries, &keys, &values, 0.25, &key_mask).unwrap();
+        let difference = max_difference(&got, &expected);
         assert!(difference < 1e-5, "max difference {difference}");
     }
 
@@ -208,11 +332,7 @@ mod tests {
                     .unwrap();
             let got = attention(&queries, &keys, &values, 0.25).unwrap();
             assert_eq!(got.shape(), expected.shape());
-            let difference = ops::abs(&ops::subtract(&got, &expected).unwrap())
-                .unwrap()
-                .max(None)
-                .unwrap()
-                .item::<f32>();
+            let difference = max_difference(&got, &expected);
             assert!(
                 difference < 1e-5,
                 "{new_positions} new of {cached}: max difference {difference}"
