@@ -101,6 +101,7 @@ impl WorkerClient {
             writer,
             outgoing,
             closing_rx,
+            process.clone(),
         ));
         tokio::spawn(read_frames(Arc::clone(&shared), reader, process.clone()));
         Self {
@@ -291,6 +292,7 @@ async fn write_frames(
     mut writer: FrameWriter<OwnedWriteHalf, ToWorker>,
     mut outgoing: mpsc::UnboundedReceiver<ToWorker>,
     mut closing: watch::Receiver<bool>,
+    process: WorkerProcess,
 ) {
     loop {
         let frame = tokio::select! {
@@ -301,10 +303,13 @@ async fn write_frames(
         // the write direction, which the worker reads as its cue to exit.
         let Some(frame) = frame else { return };
         if let Err(error) = writer.write_frame(&frame).await {
-            shared.fail_all(&format!(
+            // A write fails first when the worker was killed: the requests' error names the
+            // death, as the reader's would, so a caller can tell it and retry.
+            let failed = format!(
                 "cannot write to the worker for {} (pid {}): {error}",
                 shared.model, shared.pid
-            ));
+            );
+            shared.fail_all(&ended_message(&shared, &process, &failed).await);
             return;
         }
     }
@@ -329,23 +334,34 @@ async fn read_frames(
             }
         }
     };
+    let message = ended_message(
+        &shared,
+        &process,
+        &format!(
+            "the connection to the worker for {} (pid {}) ended: {ended}",
+            shared.model, shared.pid
+        ),
+    )
+    .await;
+    shared.fail_all(&message);
+}
+
+/// Why the connection ended for its requests: the process's exit status once it is known
+/// (waiting briefly for the reaper), else `otherwise`.
+async fn ended_message(shared: &Shared, process: &WorkerProcess, otherwise: &str) -> String {
     let status = match process.exited() {
         Some(status) => Some(status),
         None => tokio::time::timeout(EXIT_STATUS_WAIT, process.wait())
             .await
             .ok(),
     };
-    let message = match status {
+    match status {
         Some(status) => format!(
             "the worker for {} (pid {}) ended with {status}",
             shared.model, shared.pid
         ),
-        None => format!(
-            "the connection to the worker for {} (pid {}) ended: {ended}",
-            shared.model, shared.pid
-        ),
-    };
-    shared.fail_all(&message);
+        None => otherwise.to_owned(),
+    }
 }
 
 /// Routes the frames a dead worker managed to write before it died, so a request that finished
