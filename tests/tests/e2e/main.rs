@@ -17,6 +17,7 @@ mod rerank;
 mod pull;
 mod reference_logits;
 mod responses;
+mod retrieval_race;
 mod serve;
 mod serve_auth;
 mod serve_memory;
