@@ -174,6 +174,22 @@ fn each_endpoint_refuses_the_other_kinds_and_bad_requests_name_the_field() {
     // Refused before any worker started.
     assert!(server.worker_pids().is_empty());
 
+    // A pair longer than the model takes is refused naming the document, unless cut.
+    let long = "word ".repeat(2000);
+    let body = json!({"model": "reranker", "query": QUERY, "documents": ["short", long]});
+    let (status, answer) = rerank(&server, "/v1/rerank", body);
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"]["code"], "context_length_exceeded",
+        "{answer}"
+    );
+    assert_eq!(answer["error"]["param"], "documents[1]", "{answer}");
+    let body = json!({"model": "reranker", "query": QUERY, "documents": ["short", long],
+                      "truncate": true});
+    let (status, answer) = rerank(&server, "/v1/rerank", body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(ranked(&answer).len(), 2);
+
     for (body, param) in [
         (
             json!({"model": "reranker", "query": "", "documents": ["a"]}),
