@@ -304,21 +304,22 @@ fn submit_encode(
     let cancel = Arc::new(AtomicBool::new(false));
     let reply_outbox = outbox.clone();
     let reply_sequences = sequences.clone();
-    let reply = Box::new(move |message: Option<FromWorker>| {
+    let reply_cancel = cancel.clone();
+    let reply = Box::new(move |message: FromWorker| {
         lock(&reply_sequences.cancel_flags).remove(&id);
         let counter = match &message {
-            Some(FromWorker::Embeddings { .. } | FromWorker::Scores { .. }) => {
+            FromWorker::Embeddings { .. } | FromWorker::Scores { .. } => {
                 Some(&reply_sequences.completed)
             }
-            None => Some(&reply_sequences.cancelled),
-            Some(_) => None,
+            FromWorker::Error { .. } if reply_cancel.load(Ordering::Relaxed) => {
+                Some(&reply_sequences.cancelled)
+            }
+            _ => None,
         };
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(message) = message {
-            let _ = reply_outbox.send(message);
-        }
+        let _ = reply_outbox.send(message);
     });
     // The flag is registered before the job can finish, so a quick job cannot leave it behind.
     let mut flags = lock(&sequences.cancel_flags);

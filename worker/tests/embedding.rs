@@ -1,13 +1,17 @@
 //! The embedding engine on the real all-MiniLM-L6-v2 (`cargo xtask setup` fetches it into
-//! `build/models/`): its vectors against sentence-transformers' (`tests/data/`), a text's vector
-//! unchanged by what it is batched with, and the refusals a request can get.
+//! `build/models/`; these tests say SKIPPED and pass where it is absent) and on the encoder and
+//! decoder fixtures: vectors and scores against sentence-transformers' and transformers'
+//! (`tests/data/`), a text's vector unchanged by what it is batched with, the refusals a request
+//! can get, and `describe`'s kinds.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size, Task};
 use corral_ipc::{EmbedInput, EmbedRequest, FromWorker, ModelKind, RejectKind, RerankRequest};
 use corral_worker::describe::describe;
-use corral_worker::embedding::engine::{EncoderEngine, Work};
+use corral_worker::embedding::engine::{EncodeJob, EncoderEngine, Work};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -146,6 +150,16 @@ fn refusals_name_the_input_at_fault() {
     assert_eq!(
         rejected(dimensions),
         (RejectKind::Unsupported, Some("dimensions".into()))
+    );
+    let empty = engine
+        .run(
+            6,
+            request(false, None, vec![EmbedInput::Tokens(Vec::new())]),
+        )
+        .unwrap();
+    assert_eq!(
+        rejected(empty),
+        (RejectKind::InvalidRequest, Some("input[0]".into()))
     );
     let rerank = engine
         .run(
@@ -421,4 +435,29 @@ fn describe_gives_each_fixture_its_kind() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn a_cancelled_request_still_ends_with_one_frame() {
+    let Some(model) = minilm() else { return };
+    let engine = EncoderEngine::start(model).unwrap();
+    let (answer, answered) = std::sync::mpsc::channel();
+    engine
+        .submit(EncodeJob {
+            id: 9,
+            work: Work::Embed(EmbedRequest {
+                inputs: texts(&["never embedded"]),
+                truncate: false,
+                dimensions: None,
+            }),
+            cancel: Arc::new(AtomicBool::new(true)),
+            reply: Box::new(move |message| answer.send(message).unwrap()),
+        })
+        .unwrap();
+    match answered.recv().unwrap() {
+        FromWorker::Error { id, message } => assert_eq!((id, message.as_str()), (9, "cancelled")),
+        other => panic!("expected the cancellation's Error, got {other:?}"),
+    }
+    // The engine goes on serving.
+    assert_eq!(vectors(embed(&engine, texts(&["still here"]))).0.len(), 1);
 }

@@ -21,9 +21,9 @@ pub enum Work {
     Rerank(RerankRequest),
 }
 
-/// Where a request's answer goes, called once on the engine thread; `None` when the request was
-/// cancelled and its result dropped.
-pub type Reply = Box<dyn FnOnce(Option<FromWorker>) + Send>;
+/// Where a request's answer goes, called once on the engine thread. A request cancelled before
+/// its last batch gets `Error` ("cancelled"), so that every request ends with one frame.
+pub type Reply = Box<dyn FnOnce(FromWorker) + Send>;
 
 pub struct EncodeJob {
     pub id: u64,
@@ -116,11 +116,7 @@ impl EncoderEngine {
                 let _ = answer.send(message);
             }),
         })?;
-        answered
-            .recv()
-            .ok()
-            .flatten()
-            .ok_or(EncoderEngineError::Stopped)
+        answered.recv().map_err(|_| EncoderEngineError::Stopped)
     }
 
     pub fn memory(&self) -> MemorySnapshot {
@@ -178,7 +174,10 @@ fn serve_batches(
             }
         }
         for cancelled in batcher.remove_where(|pending| pending.cancel.load(Ordering::Relaxed)) {
-            (cancelled.reply)(None);
+            (cancelled.reply)(FromWorker::Error {
+                id: cancelled.id,
+                message: "cancelled".to_owned(),
+            });
         }
         publish(gauges, &batcher);
         run_one_batch(embedder, &mut batcher);
@@ -204,12 +203,12 @@ fn accept(embedder: &Embedder, batcher: &mut Batcher<Pending>, job: EncodeJob) {
     let items = match prepared {
         Ok(items) => items,
         Err(rejection) => {
-            return (job.reply)(Some(FromWorker::Rejected {
+            return (job.reply)(FromWorker::Rejected {
                 id: job.id,
                 kind: rejection.kind,
                 message: rejection.message,
                 param: rejection.param,
-            }));
+            });
         }
     };
     let tokens: usize = items.iter().map(|item| item.ids.len()).sum();
@@ -243,10 +242,10 @@ fn run_one_batch(embedder: &Embedder, batcher: &mut Batcher<Pending>) {
         Err(error) => {
             tracing::error!(%error, model = %embedder.dir.display(), "encoder batch failed");
             for pending in batcher.fail(&rows) {
-                (pending.reply)(Some(FromWorker::Error {
+                (pending.reply)(FromWorker::Error {
                     id: pending.id,
                     message: format!("{}: the encoder failed: {error}", embedder.dir.display()),
-                }));
+                });
             }
         }
     }
@@ -280,5 +279,5 @@ fn answer(embedder: &Embedder, pending: Pending, outputs: Vec<Vec<f32>>) {
             prompt_tokens,
         }
     };
-    reply(Some(message));
+    reply(message);
 }

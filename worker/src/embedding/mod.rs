@@ -216,7 +216,10 @@ impl Embedder {
             .inputs
             .iter()
             .enumerate()
-            .map(|(index, input)| self.embed_item(index, input, request.truncate))
+            .map(|(index, input)| {
+                let item = self.embed_item(index, input, request.truncate)?;
+                nonempty(item, || format!("input[{index}]"))
+            })
             .collect()
     }
 
@@ -285,12 +288,13 @@ impl Embedder {
             .enumerate()
             .map(|(index, document)| {
                 let param = || Some(format!("documents[{index}]"));
-                if decoder {
+                let item = if decoder {
                     self.encode_judging_prompt(&request.query, document, request.truncate, param)
                 } else {
                     let pair = (request.query.as_str(), document.as_str());
                     self.encode(pair, true, request.truncate, param)
-                }
+                }?;
+                nonempty(item, || format!("documents[{index}]"))
             })
             .collect()
     }
@@ -418,6 +422,19 @@ impl Embedder {
             None => vector,
         }
     }
+}
+
+/// Refuses an input with no tokens at all (`[]`, or a text a tokenizer without special tokens
+/// turns into nothing): it has no vector, and a row with every key masked would be NaN.
+fn nonempty(item: Item, param: impl Fn() -> String) -> Result<Item, Rejection> {
+    if item.ids.is_empty() {
+        return Err(Rejection::new(
+            RejectKind::InvalidRequest,
+            format!("{} has no tokens", param()),
+            Some(param()),
+        ));
+    }
+    Ok(item)
 }
 
 fn padded(encoder: &Encoder, items: &[&Item]) -> PaddedBatch {
