@@ -202,31 +202,39 @@ impl Dispatch {
                 .acquire(model, self.admission_wait)
                 .await
                 .map_err(unavailable)?;
-            let handle =
-                send(lease.handle())
-                    .await
-                    .map_err(|error| BackendError::WorkerFailed {
+            let answer = match send(lease.handle()).await {
+                Ok(handle) => {
+                    let (answer, answered) = oneshot::channel();
+                    tokio::spawn(await_answer(handle, lease, answer));
+                    answered.await.map_err(|_| BackendError::Internal {
+                        message: format!("the request to the worker for {model} was dropped"),
+                    })?
+                }
+                Err(error) => (
+                    Some(FromWorker::Error {
+                        id: 0,
                         message: error.to_string(),
-                    })?;
-            let (answer, answered) = oneshot::channel();
-            tokio::spawn(await_answer(handle, lease, answer));
-            let (frame, lease) = answered.await.map_err(|_| BackendError::Internal {
-                message: format!("the request to the worker for {model} was dropped"),
-            })?;
-            match frame {
-                Some(FromWorker::Rejected {
-                    kind,
-                    message,
-                    param,
-                    ..
-                }) => {
+                    }),
+                    lease,
+                ),
+            };
+            match answer {
+                (
+                    Some(FromWorker::Rejected {
+                        kind,
+                        message,
+                        param,
+                        ..
+                    }),
+                    _,
+                ) => {
                     return Err(BackendError::Rejected {
                         kind,
                         message,
                         param,
                     });
                 }
-                Some(FromWorker::Error { message, .. }) => {
+                (Some(FromWorker::Error { message, .. }), lease) => {
                     // The worker died before it answered: nothing reached the client, and the
                     // request has no effect, so it runs once more on the worker that replaces it.
                     if !retried && lease.handle().process().exited().is_some() {
@@ -241,7 +249,7 @@ impl Dispatch {
                     }
                     return Err(BackendError::WorkerFailed { message });
                 }
-                Some(frame) => {
+                (Some(frame), lease) => {
                     if let FromWorker::Embeddings { prompt_tokens, .. }
                     | FromWorker::Scores { prompt_tokens, .. } = &frame
                     {
@@ -250,7 +258,7 @@ impl Dispatch {
                     lease.complete();
                     return Ok(frame);
                 }
-                None => {
+                (None, lease) => {
                     return Err(BackendError::WorkerFailed {
                         message: format!(
                             "the worker for {model} (pid {}) closed the request without answering",
