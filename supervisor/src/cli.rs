@@ -238,14 +238,14 @@ pub struct FixtureArgs {
     /// biases stay f32); the weights are those of the f32 directory.
     #[arg(long, value_enum, conflicts_with_all = ["dtype", "quantize"])]
     gguf: Option<GgufType>,
-    /// Which model family's tensor names and config the fixture imitates (`bert`: an encoder;
-    /// its `small` has all-MiniLM-L6-v2's shapes).
+    /// Which model family's tensor names and config the fixture imitates (`bert`, `xlm-roberta`:
+    /// encoders; bert's `small` has all-MiniLM-L6-v2's shapes).
     #[arg(long, value_enum, default_value_t = Arch::Llama)]
     arch: Arch,
     /// What the model is for: `chat` (decoders' default), `embedding` (a sentence-transformers
     /// model: mean pooling for bert, the encoders' default; last-token pooling and a
-    /// Qwen3-Embedding query prompt for decoders) or `rerank` (a bert cross-encoder,
-    /// `BertForSequenceClassification` with one label).
+    /// Qwen3-Embedding query prompt for decoders) or `rerank` (a one-label cross-encoder,
+    /// bert or xlm-roberta).
     #[arg(long, value_enum)]
     task: Option<Task>,
 }
