@@ -77,6 +77,17 @@ impl Gauges {
         self.publish_occupancy(batch.running() as u64, batch.waiting() as u64);
     }
 
+    /// Moves one request between the gauges (never below zero).
+    fn move_occupancy(&self, waiting: i64, running: i64) {
+        let shift = |gauge: &AtomicU64, by: i64| {
+            let _ = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |value| {
+                Some(value.saturating_add_signed(by))
+            });
+        };
+        shift(&self.waiting, waiting);
+        shift(&self.running, running);
+    }
+
     pub(crate) fn publish_occupancy(&self, running: u64, waiting: u64) {
         self.running.store(running, Ordering::Relaxed);
         self.waiting.store(waiting, Ordering::Relaxed);
@@ -259,18 +270,18 @@ impl Drop for Engine {
 
 /// Steps the batch while it has work; waits for a request when it has none. Ends when the
 /// queue is closed and the batch has finished what it holds.
-fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gauges: &Gauges) {
+fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gauges: &Arc<Gauges>) {
     let mut open = true;
     loop {
         if batch.is_idle() {
             match jobs.recv() {
-                Ok(submitted) => batch.submit(job(submitted)),
+                Ok(submitted) => batch.submit(job(submitted, gauges)),
                 Err(mpsc::RecvError) => return,
             }
         }
         while open {
             match jobs.try_recv() {
-                Ok(submitted) => batch.submit(job(submitted)),
+                Ok(submitted) => batch.submit(job(submitted, gauges)),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => open = false,
             }
@@ -285,12 +296,30 @@ fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gau
     }
 }
 
-fn job(submitted: Submitted) -> Job<'static> {
+fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {
     let Submitted {
         request,
         cancel,
-        sink,
+        mut sink,
     } = submitted;
+    // The occupancy a request's own frames imply is published before each frame leaves, so
+    // stats asked for right after a `Rejected` or `Done` already count it out (the batch's
+    // own figures follow after its step).
+    let gauges = gauges.clone();
+    let mut started = false;
+    let sink: EventSink = Box::new(move |event| {
+        match &event {
+            Ok(Event::Accepted { .. }) if !started => {
+                started = true;
+                gauges.move_occupancy(-1, 1);
+            }
+            Ok(Event::Done { .. }) | Err(_) => {
+                gauges.move_occupancy(if started { 0 } else { -1 }, if started { -1 } else { 0 });
+            }
+            _ => {}
+        }
+        sink(event);
+    });
     Job {
         request,
         cancelled: Box::new(move || cancel.load(Ordering::Relaxed)),
