@@ -187,7 +187,8 @@ impl Dispatch {
     /// Runs a request answered by one frame (`Embed`, `Rerank`) on a leased worker of `model`:
     /// admitted, leased and retried once on a worker that died before answering, as
     /// generations are. The lease is held until the worker answers, even if the caller stops
-    /// waiting, so the worker is never stopped as idle while it still computes.
+    /// waiting (the request is then cancelled), so the worker is never stopped as idle while it
+    /// still computes.
     async fn one_shot<F, Fut>(&self, model: &str, send: F) -> Result<FromWorker, BackendError>
     where
         F: Fn(&Arc<WorkerClient>) -> Fut,
@@ -204,11 +205,16 @@ impl Dispatch {
                 .map_err(unavailable)?;
             let answer = match send(lease.handle()).await {
                 Ok(handle) => {
+                    // A client that leaves cancels the request; the worker still answers it
+                    // (with an error), which ends the lease.
+                    let mut cancel = cancel_guard(lease.handle(), handle.id);
                     let (answer, answered) = oneshot::channel();
                     tokio::spawn(await_answer(handle, lease, answer));
-                    answered.await.map_err(|_| BackendError::Internal {
+                    let answer = answered.await.map_err(|_| BackendError::Internal {
                         message: format!("the request to the worker for {model} was dropped"),
-                    })?
+                    })?;
+                    cancel.disarm();
+                    answer
                 }
                 Err(error) => (
                     Some(FromWorker::Error {

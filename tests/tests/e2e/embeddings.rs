@@ -5,10 +5,11 @@
 use std::ffi::OsStr;
 use std::path::Path;
 use std::thread;
+use std::time::Duration;
 
-use corral_tests::minilm_model;
 use corral_tests::sdk;
 use corral_tests::server::{Dirs, Server};
+use corral_tests::{minilm_model, wait_until};
 use serde_json::{Value, json};
 
 const MODEL: &str = "all-MiniLM-L6-v2";
@@ -341,4 +342,36 @@ fn concurrent_requests_to_one_embedding_model_each_get_their_own_vectors() {
     });
     assert_eq!(server.worker_row(MODEL)["leases"], 0);
     assert_eq!(server.worker_pids().len(), 1);
+}
+
+#[test]
+fn a_client_that_leaves_mid_request_gives_its_lease_back_and_the_worker_serves_on() {
+    let reference = reference();
+    let (_dirs, server) = minilm_server(&[]);
+    let long = reference.sentences.last().unwrap().clone();
+    let inputs = vec![long; 256];
+    // Gives up long before 256 inputs of 155 tokens are embedded, on any machine this runs on;
+    // should it not, the request simply finishes, and the rest holds the same.
+    let impatient = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(server.url("/v1/embeddings"))
+        .json(&json!({"model": MODEL, "input": inputs}))
+        .send();
+    assert!(sent.is_err() || sent.unwrap().status() == 200);
+    wait_until("the abandoned request's lease to end", || {
+        server.worker_row(MODEL)["leases"] == 0
+    });
+    let (status, body) = embed(
+        &server,
+        json!({"model": MODEL, "input": reference.sentences[0]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_close(
+        &embedding_vectors(&body),
+        &reference.embeddings[..1],
+        "after the abandoned one",
+    );
 }
