@@ -173,16 +173,21 @@ fn serve_batches(
                 Err(mpsc::TryRecvError::Disconnected) => open = false,
             }
         }
-        for cancelled in batcher.remove_where(|pending| pending.cancel.load(Ordering::Relaxed)) {
-            (cancelled.reply)(FromWorker::Error {
-                id: cancelled.id,
+        let cancelled = batcher.remove_where(|pending| pending.cancel.load(Ordering::Relaxed));
+        publish(gauges, &batcher);
+        for pending in cancelled {
+            (pending.reply)(FromWorker::Error {
+                id: pending.id,
                 message: "cancelled".to_owned(),
             });
         }
-        publish(gauges, &batcher);
-        run_one_batch(embedder, &mut batcher);
+        let answers = run_one_batch(embedder, &mut batcher);
+        // Published before the answers leave, so stats asked for after one count it out.
         publish(gauges, &batcher);
         gauges.publish_memory();
+        for (reply, message) in answers {
+            reply(message);
+        }
         if !open && batcher.is_empty() {
             return;
         }
@@ -221,37 +226,45 @@ fn accept(embedder: &Embedder, batcher: &mut Batcher<Pending>, job: EncodeJob) {
         reply: job.reply,
     };
     if items.is_empty() {
-        answer(embedder, pending, Vec::new());
+        let (reply, message) = answer(embedder, pending, Vec::new());
+        reply(message);
     } else {
         batcher.push(pending, items);
     }
 }
 
-fn run_one_batch(embedder: &Embedder, batcher: &mut Batcher<Pending>) {
+/// Runs the next batch; returns the requests it completed (or failed) with their answers.
+fn run_one_batch(embedder: &Embedder, batcher: &mut Batcher<Pending>) -> Vec<(Reply, FromWorker)> {
     let batch = batcher.next_batch();
     if batch.is_empty() {
-        return;
+        return Vec::new();
     }
     let (rows, items): (Vec<_>, Vec<&Item>) = batch.into_iter().unzip();
     match embedder.run(&items) {
-        Ok(outputs) => {
-            for (pending, outputs) in batcher.complete(&rows, outputs) {
-                answer(embedder, pending, outputs);
-            }
-        }
+        Ok(outputs) => batcher
+            .complete(&rows, outputs)
+            .into_iter()
+            .map(|(pending, outputs)| answer(embedder, pending, outputs))
+            .collect(),
         Err(error) => {
             tracing::error!(%error, model = %embedder.dir.display(), "encoder batch failed");
-            for pending in batcher.fail(&rows) {
-                (pending.reply)(FromWorker::Error {
-                    id: pending.id,
-                    message: format!("{}: the encoder failed: {error}", embedder.dir.display()),
-                });
-            }
+            batcher
+                .fail(&rows)
+                .into_iter()
+                .map(|pending| {
+                    let message = FromWorker::Error {
+                        id: pending.id,
+                        message: format!("{}: the encoder failed: {error}", embedder.dir.display()),
+                    };
+                    (pending.reply, message)
+                })
+                .collect()
         }
     }
 }
 
-fn answer(embedder: &Embedder, pending: Pending, outputs: Vec<Vec<f32>>) {
+/// A completed request's reply and its answer.
+fn answer(embedder: &Embedder, pending: Pending, outputs: Vec<Vec<f32>>) -> (Reply, FromWorker) {
     let Pending {
         id,
         rerank,
@@ -279,5 +292,5 @@ fn answer(embedder: &Embedder, pending: Pending, outputs: Vec<Vec<f32>>) {
             prompt_tokens,
         }
     };
-    reply(message);
+    (reply, message)
 }
