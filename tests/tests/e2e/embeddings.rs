@@ -159,6 +159,19 @@ fn minilm_vectors_and_retrieval_ranking_match_sentence_transformers() {
     let tokens: u64 = reference.token_counts.iter().sum();
     assert_eq!(body["usage"]["prompt_tokens"], tokens, "{body}");
     assert_eq!(body["usage"]["total_tokens"], tokens, "{body}");
+    // Counted like chat requests: by route and model, with their prompt tokens.
+    let metrics = corral_tests::server::client()
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let request_line = format!(
+        "corral_http_requests_total{{route=\"/v1/embeddings\",model=\"{MODEL}\",status=\"200\"}} 1"
+    );
+    assert!(metrics.contains(&request_line), "{metrics}");
+    let tokens_line = format!("corral_prompt_tokens_total{{model=\"{MODEL}\"}} {tokens}");
+    assert!(metrics.contains(&tokens_line), "{metrics}");
 
     // The retrieval example: the documents ranked by cosine with the query, as the reference.
     let mut inputs = vec![reference.query.clone()];
