@@ -7,8 +7,8 @@ use std::process::ExitStatus;
 
 use corral_fixture::Arch;
 use corral_ipc::{
-    FinishReason, FromWorker, GenerateRequest, HandshakeError, Prompt, SupervisorConnection,
-    ToWorker, supervisor_accept,
+    EmbedInput, EmbedRequest, FinishReason, FromWorker, GenerateRequest, HandshakeError, Prompt,
+    RejectKind, RerankRequest, SupervisorConnection, ToWorker, supervisor_accept,
 };
 use corral_tests::{PATIENCE, binary, tiny_model};
 use tokio::net::{UnixListener, UnixStream};
@@ -478,4 +478,76 @@ async fn a_worker_with_the_wrong_token_is_refused() {
     assert!(matches!(error, HandshakeError::BadToken), "{error}");
     assert_eq!(worker.exit().await.code(), Some(1));
     assert!(worker.socket_dir.path().exists());
+}
+
+#[tokio::test]
+async fn an_embedding_worker_embeds_refuses_other_requests_and_reports_its_queue() {
+    let model = corral_tests::minilm_model();
+    let (mut worker, listener) = Worker::spawn(&model, TOKEN);
+    let stream = accept(&listener).await;
+    let mut connection = supervisor_accept(stream, TOKEN, worker.child.id(), PATIENCE)
+        .await
+        .unwrap();
+    match recv(&mut connection).await {
+        // all-MiniLM-L6-v2's max_seq_length.
+        FromWorker::Ready { context_length, .. } => assert_eq!(context_length, 256),
+        other => panic!("expected Ready, got {other:?}"),
+    }
+    let inputs = ["hello world", "a"].map(|text| EmbedInput::Text(text.into()));
+    connection
+        .send(&ToWorker::Embed {
+            id: 1,
+            request: EmbedRequest {
+                inputs: inputs.to_vec(),
+                truncate: false,
+                dimensions: None,
+            },
+        })
+        .await
+        .unwrap();
+    match recv(&mut connection).await {
+        FromWorker::Embeddings {
+            id: 1,
+            vectors,
+            prompt_tokens,
+        } => {
+            // [CLS] hello world [SEP] and [CLS] a [SEP].
+            assert_eq!(prompt_tokens, 7);
+            assert_eq!(vectors.iter().map(Vec::len).collect::<Vec<_>>(), [384, 384]);
+        }
+        other => panic!("expected Embeddings, got {other:?}"),
+    }
+    connection
+        .send(&ToWorker::Generate {
+            id: 2,
+            request: Box::new(chat(4, None)),
+        })
+        .await
+        .unwrap();
+    connection
+        .send(&ToWorker::Rerank {
+            id: 3,
+            request: RerankRequest {
+                query: "q".into(),
+                documents: vec!["d".into()],
+                truncate: false,
+            },
+        })
+        .await
+        .unwrap();
+    for id in [2, 3] {
+        match recv(&mut connection).await {
+            FromWorker::Rejected { id: got, kind, .. } => {
+                assert_eq!((got, kind), (id, RejectKind::Unsupported));
+            }
+            other => panic!("expected Rejected, got {other:?}"),
+        }
+    }
+    let stats = stats(&mut connection).await;
+    assert_eq!((stats.completed, stats.cancelled), (1, 0));
+    assert_eq!((stats.active_sequences, stats.queued_requests), (0, 0));
+    assert!(stats.mlx_active_bytes > 0);
+    assert!(stats.prefix_cache.is_none());
+    connection.send(&ToWorker::Shutdown).await.unwrap();
+    assert!(worker.exit().await.success());
 }
