@@ -7,6 +7,7 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
+use corral_fixture::{Arch, Size, Task};
 use corral_tests::sdk;
 use corral_tests::server::{Dirs, Server};
 use corral_tests::{minilm_model, wait_until};
@@ -387,4 +388,35 @@ fn a_client_that_leaves_mid_request_gives_its_lease_back_and_the_worker_serves_o
         &reference.embeddings[..1],
         "after the abandoned one",
     );
+}
+
+#[test]
+fn a_decoder_embedding_model_embeds_each_input_as_it_does_alone() {
+    let dirs = Dirs::with_models(&[]);
+    dirs.add_task_fixture("qwen3-embedder", Size::Tiny, Arch::Qwen3, Task::Embedding);
+    let server = Server::start(&dirs);
+    assert_eq!(server.worker_row("qwen3-embedder")["kind"], "embedding");
+    let texts = [
+        "the first text",
+        "a second, longer text than the first one",
+        "3",
+    ];
+    let (status, body) = embed(&server, json!({"model": "qwen3-embedder", "input": texts}));
+    assert_eq!(status, 200, "{body}");
+    let together = embedding_vectors(&body);
+    for (index, text) in texts.iter().enumerate() {
+        let (status, body) = embed(&server, json!({"model": "qwen3-embedder", "input": text}));
+        assert_eq!(status, 200, "{body}");
+        let alone = embedding_vectors(&body);
+        assert_close(
+            &alone,
+            &together[index..=index],
+            &format!("input {index} alone"),
+        );
+    }
+    let response = server.post(
+        "/v1/chat/completions",
+        &json!({"model": "qwen3-embedder", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(response.status(), 400);
 }
