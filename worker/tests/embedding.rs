@@ -296,6 +296,7 @@ fn fixture_embeddings_match_transformers() {
         ("tiny-bert-embedding", Arch::Bert, Size::Tiny),
         ("small-bert-embedding", Arch::Bert, Size::Small),
         ("tiny-qwen3-embedding", Arch::Qwen3, Size::Tiny),
+        ("tiny-xlmr-embedding", Arch::XlmRoberta, Size::Tiny),
     ] {
         let expected = &reference["fixtures"][name];
         let dir = fixture(arch, size, Task::Embedding, &root.path().join(name));
@@ -349,29 +350,34 @@ fn rerank(engine: &EncoderEngine, query: &str, documents: &[String]) -> Vec<f32>
 #[test]
 fn fixture_cross_encoder_scores_are_the_sigmoid_of_transformers_logits() {
     let reference = reference("encoder_reference.json");
-    let expected = &reference["fixtures"]["tiny-bert-rerank"];
     let root = tempfile::tempdir().unwrap();
-    let dir = fixture(Arch::Bert, Size::Tiny, Task::Rerank, root.path());
-    let engine = EncoderEngine::start(dir).unwrap();
-    let documents = strings(&expected["documents"]);
-    let got = rerank(&engine, expected["query"].as_str().unwrap(), &documents);
-    let logits = floats(&expected["logits"]);
-    assert_eq!(got.len(), logits.len());
-    for (index, (score, logit)) in got.iter().zip(&logits).enumerate() {
-        let sigmoid = 1.0 / (1.0 + (-logit).exp());
-        assert!(
-            (score - sigmoid).abs() < 1e-4,
-            "document {index}: {score} vs sigmoid({logit})"
-        );
-    }
-    // Each document scores the same alone as beside the others.
-    for (index, document) in documents.iter().enumerate() {
-        let alone = rerank(
-            &engine,
-            expected["query"].as_str().unwrap(),
-            std::slice::from_ref(document),
-        );
-        assert!((alone[0] - got[index]).abs() < 1e-5);
+    for (name, arch) in [
+        ("tiny-bert-rerank", Arch::Bert),
+        ("tiny-xlmr-rerank", Arch::XlmRoberta),
+    ] {
+        let expected = &reference["fixtures"][name];
+        let dir = fixture(arch, Size::Tiny, Task::Rerank, &root.path().join(name));
+        let engine = EncoderEngine::start(dir).unwrap();
+        let query = expected["query"].as_str().unwrap();
+        let documents = strings(&expected["documents"]);
+        let got = rerank(&engine, query, &documents);
+        let logits = floats(&expected["logits"]);
+        assert_eq!(got.len(), logits.len(), "{name}");
+        for (index, (score, logit)) in got.iter().zip(&logits).enumerate() {
+            let sigmoid = 1.0 / (1.0 + (-logit).exp());
+            assert!(
+                (score - sigmoid).abs() < 1e-4,
+                "{name} document {index}: {score} vs sigmoid({logit})"
+            );
+        }
+        // Each document scores the same alone as beside the others.
+        for (index, document) in documents.iter().enumerate() {
+            let alone = rerank(&engine, query, std::slice::from_ref(document));
+            assert!(
+                (alone[0] - got[index]).abs() < 1e-5,
+                "{name} document {index}"
+            );
+        }
     }
 }
 
@@ -418,6 +424,18 @@ fn describe_gives_each_fixture_its_kind() {
             ModelKind::Embedding,
         ),
         ("bert-rerank", Arch::Bert, Task::Rerank, ModelKind::Rerank),
+        (
+            "xlmr-embedding",
+            Arch::XlmRoberta,
+            Task::Embedding,
+            ModelKind::Embedding,
+        ),
+        (
+            "xlmr-rerank",
+            Arch::XlmRoberta,
+            Task::Rerank,
+            ModelKind::Rerank,
+        ),
         (
             "qwen3-embedding",
             Arch::Qwen3,
