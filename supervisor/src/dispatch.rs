@@ -203,59 +203,23 @@ impl Dispatch {
                 .acquire(model, self.admission_wait)
                 .await
                 .map_err(unavailable)?;
-            let answer = match send(lease.handle()).await {
+            let (answer, lease) = match send(lease.handle()).await {
                 Ok(handle) => {
                     // A client that leaves cancels the request; the worker still answers it
                     // (with an error), which ends the lease.
                     let mut cancel = cancel_guard(lease.handle(), handle.id);
                     let (answer, answered) = oneshot::channel();
                     tokio::spawn(await_answer(handle, lease, answer));
-                    let answer = answered.await.map_err(|_| BackendError::Internal {
+                    let (frame, lease) = answered.await.map_err(|_| BackendError::Internal {
                         message: format!("the request to the worker for {model} was dropped"),
                     })?;
                     cancel.disarm();
-                    answer
+                    (one_answer(model, lease.pid(), frame), lease)
                 }
-                Err(error) => (
-                    Some(FromWorker::Error {
-                        id: 0,
-                        message: error.to_string(),
-                    }),
-                    lease,
-                ),
+                Err(error) => (Attempt::Failed(error.to_string()), lease),
             };
             match answer {
-                (
-                    Some(FromWorker::Rejected {
-                        kind,
-                        message,
-                        param,
-                        ..
-                    }),
-                    _,
-                ) => {
-                    return Err(BackendError::Rejected {
-                        kind,
-                        message,
-                        param,
-                    });
-                }
-                (Some(FromWorker::Error { message, .. }), lease) => {
-                    // The worker died before it answered: nothing reached the client, and the
-                    // request has no effect, so it runs once more on the worker that replaces it.
-                    if !retried && lease.handle().process().exited().is_some() {
-                        tracing::info!(
-                            model,
-                            pid = lease.pid(),
-                            message,
-                            "the worker died before it answered; retrying on a new worker"
-                        );
-                        retried = true;
-                        continue;
-                    }
-                    return Err(BackendError::WorkerFailed { message });
-                }
-                (Some(frame), lease) => {
+                Attempt::Answered(frame) => {
                     if let FromWorker::Embeddings { prompt_tokens, .. }
                     | FromWorker::Scores { prompt_tokens, .. } = &frame
                     {
@@ -264,16 +228,51 @@ impl Dispatch {
                     lease.complete();
                     return Ok(frame);
                 }
-                (None, lease) => {
-                    return Err(BackendError::WorkerFailed {
-                        message: format!(
-                            "the worker for {model} (pid {}) closed the request without answering",
-                            lease.pid()
-                        ),
-                    });
+                Attempt::Refused(error) => return Err(error),
+                // The worker died before it answered: nothing reached the client, and the
+                // request has no effect, so it runs once more on the worker that replaces it.
+                Attempt::Failed(message)
+                    if !retried && lease.handle().process().exited().is_some() =>
+                {
+                    tracing::info!(
+                        model,
+                        pid = lease.pid(),
+                        message,
+                        "the worker died before it answered; retrying on a new worker"
+                    );
+                    retried = true;
                 }
+                Attempt::Failed(message) => return Err(BackendError::WorkerFailed { message }),
             }
         }
+    }
+}
+
+/// What one worker made of a one-answer request.
+enum Attempt {
+    Answered(FromWorker),
+    Refused(BackendError),
+    /// The worker failed, or died, before it answered.
+    Failed(String),
+}
+
+fn one_answer(model: &str, pid: u32, frame: Option<FromWorker>) -> Attempt {
+    match frame {
+        Some(FromWorker::Rejected {
+            kind,
+            message,
+            param,
+            ..
+        }) => Attempt::Refused(BackendError::Rejected {
+            kind,
+            message,
+            param,
+        }),
+        Some(FromWorker::Error { message, .. }) => Attempt::Failed(message),
+        Some(frame) => Attempt::Answered(frame),
+        None => Attempt::Failed(format!(
+            "the worker for {model} (pid {pid}) closed the request without answering"
+        )),
     }
 }
 
