@@ -227,17 +227,17 @@ mod tests {
     use super::*;
 
     fn max_relative_difference(got: &Array, expected: &Array) -> f32 {
-        let difference = ops::abs(&ops::subtract(got, expected).unwrap()).unwrap();
+        let difference = ops::abs(ops::subtract(got, expected).unwrap()).unwrap();
         let relative = ops::divide(
             &difference,
-            &ops::maximum(&ops::abs(expected).unwrap(), Array::from_f32(1e-30)).unwrap(),
+            ops::maximum(ops::abs(expected).unwrap(), Array::from_f32(1e-30)).unwrap(),
         )
         .unwrap();
         relative.max(None).unwrap().item_exact::<f32>()
     }
 
     fn max_difference(got: &Array, expected: &Array) -> f32 {
-        ops::abs(&ops::subtract(got, expected).unwrap())
+        ops::abs(ops::subtract(got, expected).unwrap())
             .unwrap()
             .max(None)
             .unwrap()
@@ -265,11 +265,11 @@ mod tests {
     #[test]
     fn silu_matches_x_times_sigmoid() {
         let x = ops::multiply(
-            &random::normal::<f32>(&[64, 300], None, None, None).unwrap(),
+            random::normal::<f32>(&[64, 300], None, None, None).unwrap(),
             Array::from_f32(20.0),
         )
         .unwrap();
-        let expected = ops::multiply(&x, &ops::sigmoid(&x).unwrap()).unwrap();
+        let expected = ops::multiply(&x, ops::sigmoid(&x).unwrap()).unwrap();
         let difference = max_difference(&silu(&x).unwrap(), &expected);
         assert!(difference < 1e-5, "max difference {difference}");
     }
@@ -277,16 +277,16 @@ mod tests {
     #[test]
     fn gelu_matches_the_exact_erf_gelu() {
         let x = ops::multiply(
-            &random::normal::<f32>(&[64, 300], None, None, None).unwrap(),
+            random::normal::<f32>(&[64, 300], None, None, None).unwrap(),
             Array::from_f32(4.0),
         )
         .unwrap();
         let erf =
-            ops::erf(&ops::multiply(&x, Array::from_f32(std::f32::consts::FRAC_1_SQRT_2)).unwrap())
+            ops::erf(ops::multiply(&x, Array::from_f32(std::f32::consts::FRAC_1_SQRT_2)).unwrap())
                 .unwrap();
         let expected = ops::multiply(
-            &ops::multiply(&x, Array::from_f32(0.5)).unwrap(),
-            &ops::add(&erf, Array::from_f32(1.0)).unwrap(),
+            ops::multiply(&x, Array::from_f32(0.5)).unwrap(),
+            ops::add(&erf, Array::from_f32(1.0)).unwrap(),
         )
         .unwrap();
         let difference = max_difference(&gelu(&x).unwrap(), &expected);
