@@ -148,11 +148,16 @@ pub struct EmbedRequest {
     /// Keep the first `dimensions` components of each vector, re-normalized; only for models
     /// trained for it (Matryoshka), refused otherwise.
     pub dimensions: Option<u32>,
+    /// Which of the model's prompts (`config_sentence_transformers.json`, e.g. Qwen3-Embedding's
+    /// `query` instruction) goes before each text input; `None` means the model's default
+    /// prompt, if it names one.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EmbedInput {
-    /// Tokenized by the worker, with the model's special tokens and instruction prefix.
+    /// Tokenized by the worker, with the model's special tokens, after the request's prompt.
     Text(String),
     /// Token ids, embedded as given.
     Tokens(Vec<u32>),

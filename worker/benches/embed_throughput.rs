@@ -42,6 +42,7 @@ fn main() {
                     .collect(),
                 truncate: false,
                 dimensions: None,
+                prompt_name: None,
             })
         });
     } else {

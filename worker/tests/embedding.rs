@@ -43,6 +43,14 @@ fn texts(texts: &[&str]) -> Vec<EmbedInput> {
 }
 
 fn embed(engine: &EncoderEngine, inputs: Vec<EmbedInput>) -> FromWorker {
+    embed_after_prompt(engine, inputs, None)
+}
+
+fn embed_after_prompt(
+    engine: &EncoderEngine,
+    inputs: Vec<EmbedInput>,
+    prompt_name: Option<&str>,
+) -> FromWorker {
     engine
         .run(
             1,
@@ -50,6 +58,7 @@ fn embed(engine: &EncoderEngine, inputs: Vec<EmbedInput>) -> FromWorker {
                 inputs,
                 truncate: false,
                 dimensions: None,
+                prompt_name: prompt_name.map(str::to_owned),
             }),
         )
         .unwrap()
@@ -119,6 +128,7 @@ fn refusals_name_the_input_at_fault() {
             inputs,
             truncate,
             dimensions,
+            prompt_name: None,
         })
     };
     let rejected = |answer| match answer {
@@ -260,9 +270,12 @@ fn fixture(arch: Arch, size: Size, task: Task, dir: &Path) -> PathBuf {
 }
 
 /// Embeds `inputs` as texts and checks token ids and vectors against transformers'.
+/// Each of `inputs` as text (after the model's prompt `prompt_name`) and as the reference's
+/// token ids (which include the prompt's), against the reference's vectors.
 fn check_embeddings(
     engine: &EncoderEngine,
     inputs: &[String],
+    prompt_name: Option<&str>,
     ids: &serde_json::Value,
     embeddings: &serde_json::Value,
     name: &str,
@@ -274,7 +287,7 @@ fn check_embeddings(
             .iter()
             .map(|id| id.as_u64().unwrap() as u32)
             .collect();
-        let (from_text, tokens) = vectors(embed(engine, texts(&[input])));
+        let (from_text, tokens) = vectors(embed_after_prompt(engine, texts(&[input]), prompt_name));
         assert_eq!(tokens as usize, expected_ids.len(), "{name} input {index}");
         let (from_ids, _) = vectors(embed(engine, vec![EmbedInput::Tokens(expected_ids)]));
         let expected = floats(&embeddings[index]);
@@ -305,22 +318,27 @@ fn fixture_embeddings_match_transformers() {
         check_embeddings(
             &engine,
             &inputs,
+            None,
             &expected["token_ids"],
             &expected["embeddings"],
             name,
         );
-        if let Some(prompt) = expected["query_prompt"].as_str() {
-            let queries: Vec<String> = strings(&expected["queries"])
-                .iter()
-                .map(|query| format!("{prompt}{query}"))
-                .collect();
+        if expected["query_prompt"].is_string() {
             check_embeddings(
                 &engine,
-                &queries,
+                &strings(&expected["queries"]),
+                Some("query"),
                 &expected["query_token_ids"],
                 &expected["query_embeddings"],
                 name,
             );
+            match embed_after_prompt(&engine, texts(&["a query"]), Some("passage")) {
+                FromWorker::Rejected { kind, param, .. } => {
+                    assert_eq!(kind, RejectKind::InvalidRequest, "{name}");
+                    assert_eq!(param.as_deref(), Some("prompt_name"), "{name}");
+                }
+                other => panic!("{name}: an unknown prompt name gave {other:?}"),
+            }
         }
     }
 }
@@ -467,6 +485,7 @@ fn a_cancelled_request_still_ends_with_one_frame() {
                 inputs: texts(&["never embedded"]),
                 truncate: false,
                 dimensions: None,
+                prompt_name: None,
             }),
             cancel: Arc::new(AtomicBool::new(true)),
             reply: Box::new(move |message| answer.send(message).unwrap()),

@@ -93,6 +93,7 @@ pub fn to_worker() -> Vec<ToWorker> {
                 ],
                 truncate: true,
                 dimensions: Some(256),
+                prompt_name: Some("query".into()),
             },
         },
         ToWorker::Rerank {

@@ -1,7 +1,8 @@
 //! `POST /v1/embeddings`, in OpenAI's shape: `input` as a string, an array of strings, an array
 //! of token ids or an array of such arrays; `encoding_format` `float` or `base64`;
-//! `dimensions`; `user` (accepted, unused). One extension: `truncate: true` (as Ollama and TEI
-//! name it) cuts an input longer than the model's maximum instead of refusing the request.
+//! `dimensions`; `user` (accepted, unused). Two extensions, named as Hugging Face TEI names them:
+//! `truncate: true` cuts an input longer than the model's maximum instead of refusing the
+//! request, and `prompt_name` picks the model's prompt to put before each text (`"query"`).
 //!
 //! The input is checked here, where the error can name the index of the input at fault; the
 //! worker checks what only the model knows (lengths, token ids, `dimensions`).
@@ -34,6 +35,10 @@ pub struct EmbeddingsRequest {
     dimensions: Option<i64>,
     #[serde(default)]
     truncate: bool,
+    /// Which of the model's prompts goes before each text (TEI's field: `"query"` for
+    /// Qwen3-Embedding's instruction); the model's default prompt when absent.
+    #[serde(default)]
+    prompt_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +99,7 @@ async fn respond<B: Backend>(
         inputs,
         truncate: body.truncate,
         dimensions,
+        prompt_name: body.prompt_name,
     };
     let embedded = backend
         .embed(&model, request)

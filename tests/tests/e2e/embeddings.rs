@@ -419,4 +419,28 @@ fn a_decoder_embedding_model_embeds_each_input_as_it_does_alone() {
         &json!({"model": "qwen3-embedder", "messages": [{"role": "user", "content": "hi"}]}),
     );
     assert_eq!(response.status(), 400);
+
+    // `prompt_name: "query"` is the fixture's query instruction written before the text.
+    let instruction = "Instruct: Given a web search query, retrieve relevant passages that \
+                       answer the query\nQuery:";
+    let query = |body: Value| {
+        let (status, body) = embed(&server, body);
+        assert_eq!(status, 200, "{body}");
+        embedding_vectors(&body)
+    };
+    let prompted = query(json!({"model": "qwen3-embedder", "input": texts[0],
+                                "prompt_name": "query"}));
+    let written = query(json!({"model": "qwen3-embedder",
+                               "input": format!("{instruction}{}", texts[0])}));
+    assert_close(&prompted, &written, "the query prompt");
+    assert!(
+        cosine(&prompted[0], &together[0]) < 0.9999,
+        "the prompt changed nothing"
+    );
+    let (status, body) = embed(
+        &server,
+        json!({"model": "qwen3-embedder", "input": "x", "prompt_name": "passage"}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "prompt_name", "{body}");
 }

@@ -501,6 +501,7 @@ async fn an_embedding_worker_embeds_refuses_other_requests_and_reports_its_queue
                 inputs: inputs.to_vec(),
                 truncate: false,
                 dimensions: None,
+                prompt_name: None,
             },
         })
         .await

@@ -13,6 +13,7 @@
 //! - A causal language model with `modules.json` → a decoder embedding model (Qwen3-Embedding).
 //! - Anything else → Chat.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -134,7 +135,7 @@ struct SentenceBertConfig {
 #[derive(Debug, Default, Deserialize)]
 struct SentenceTransformersConfig {
     #[serde(default)]
-    prompts: std::collections::BTreeMap<String, String>,
+    prompts: BTreeMap<String, String>,
     default_prompt_name: Option<String>,
     matryoshka_dimensions: Option<Vec<usize>>,
 }
@@ -158,8 +159,10 @@ pub struct Layout {
     pub normalize: bool,
     /// `sentence_bert_config.json`'s `max_seq_length`, when given.
     pub max_seq_length: Option<usize>,
-    /// The prefix put before each query text (the default prompt), when the model has one.
-    pub query_prompt: Option<String>,
+    /// `config_sentence_transformers.json`'s prompts by name, put before a text input.
+    pub prompts: BTreeMap<String, String>,
+    /// The prompt used when a request names none.
+    pub default_prompt_name: Option<String>,
     /// Whether `dimensions` may cut its vectors (see [`matryoshka_trained`]).
     pub matryoshka: bool,
 }
@@ -191,13 +194,32 @@ impl Layout {
             read_optional(&dir.join("sentence_bert_config.json"))?.unwrap_or_default();
         let st_config: SentenceTransformersConfig =
             read_optional(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default();
-        let query_prompt = query_prompt(&st_config);
+        let matryoshka = matryoshka_trained(dir, &st_config);
         Ok(Self {
             pooling,
             normalize: has(".Normalize").is_some(),
             max_seq_length: bert.max_seq_length,
-            query_prompt,
-            matryoshka: matryoshka_trained(dir, &st_config),
+            prompts: st_config.prompts,
+            default_prompt_name: st_config.default_prompt_name,
+            matryoshka,
+        })
+    }
+
+    /// The text put before each text input of a request naming `prompt_name` (`None`: the
+    /// model's default prompt, or nothing); an unknown name is an error listing the known ones.
+    pub fn prompt(&self, prompt_name: Option<&str>) -> Result<&str, String> {
+        let Some(name) = prompt_name.or(self.default_prompt_name.as_deref()) else {
+            return Ok("");
+        };
+        self.prompts.get(name).map(String::as_str).ok_or_else(|| {
+            let known: Vec<&str> = self.prompts.keys().map(String::as_str).collect();
+            match known.as_slice() {
+                [] => format!("prompt {name:?}: this model has no prompts"),
+                _ => format!(
+                    "prompt {name:?}: this model's prompts are {}",
+                    known.join(", ")
+                ),
+            }
         })
     }
 }
@@ -224,22 +246,6 @@ fn pooling_of(config: &PoolingConfig, path: &Path) -> Result<Pooling, LayoutErro
         // sentence-transformers' own default when no mode is set.
         Pooling::Mean
     })
-}
-
-/// The query prompt: the `query` prompt (Qwen3-Embedding, E5 and BGE name theirs so), else the
-/// default prompt.
-fn query_prompt(config: &SentenceTransformersConfig) -> Option<String> {
-    config
-        .prompts
-        .get("query")
-        .or_else(|| {
-            config
-                .default_prompt_name
-                .as_ref()
-                .and_then(|name| config.prompts.get(name))
-        })
-        .filter(|prompt| !prompt.is_empty())
-        .cloned()
 }
 
 /// Whether the model was trained for Matryoshka truncation: `matryoshka_dimensions` in
@@ -318,10 +324,11 @@ mod tests {
         );
         let layout = Layout::read(dir.path(), Pooling::Mean).unwrap();
         assert_eq!(layout.pooling, Pooling::LastToken);
-        assert_eq!(
-            layout.query_prompt.as_deref(),
-            Some("Instruct: find\nQuery:")
-        );
+        assert_eq!(layout.prompt(Some("query")), Ok("Instruct: find\nQuery:"));
+        assert_eq!(layout.prompt(Some("document")), Ok(""));
+        assert_eq!(layout.prompt(None), Ok(""));
+        let unknown = layout.prompt(Some("passage")).unwrap_err();
+        assert!(unknown.contains("document, query"), "{unknown}");
         assert!(layout.matryoshka);
     }
 

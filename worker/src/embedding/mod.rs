@@ -212,12 +212,22 @@ impl Embedder {
         if let Some(dimensions) = request.dimensions {
             self.check_dimensions(dimensions as usize)?;
         }
+        let prompt = self
+            .layout
+            .prompt(request.prompt_name.as_deref())
+            .map_err(|message| {
+                Rejection::new(
+                    RejectKind::InvalidRequest,
+                    format!("{}: {message}", self.dir.display()),
+                    Some("prompt_name".to_owned()),
+                )
+            })?;
         request
             .inputs
             .iter()
             .enumerate()
             .map(|(index, input)| {
-                let item = self.embed_item(index, input, request.truncate)?;
+                let item = self.embed_item(index, input, prompt, request.truncate)?;
                 nonempty(item, || format!("input[{index}]"))
             })
             .collect()
@@ -246,15 +256,22 @@ impl Embedder {
         Ok(())
     }
 
+    /// One input as a batch item: a text after `prompt`, token ids as given.
     fn embed_item(
         &self,
         index: usize,
         input: &EmbedInput,
+        prompt: &str,
         truncate: bool,
     ) -> Result<Item, Rejection> {
         let param = || Some(format!("input[{index}]"));
         match input {
-            EmbedInput::Text(text) => self.encode(text.as_str(), true, truncate, param),
+            EmbedInput::Text(text) if prompt.is_empty() => {
+                self.encode(text.as_str(), true, truncate, param)
+            }
+            EmbedInput::Text(text) => {
+                self.encode(format!("{prompt}{text}").as_str(), true, truncate, param)
+            }
             EmbedInput::Tokens(ids) => {
                 let vocab = self.vocab_size;
                 if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {

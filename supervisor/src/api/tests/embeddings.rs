@@ -42,15 +42,16 @@ async fn an_array_of_strings_gets_one_float_vector_each_in_order() {
             inputs: vec![EmbedInput::Text("a".into()), EmbedInput::Text("b".into())],
             truncate: false,
             dimensions: None,
+            prompt_name: None,
         }
     );
 }
 
 #[tokio::test]
-async fn token_ids_truncate_and_dimensions_reach_the_worker() {
+async fn token_ids_truncate_dimensions_and_prompt_name_reach_the_worker() {
     let backend = FakeBackend::replying(hello_world());
     let body = json!({"model": "embedder", "input": [[1, 2], [3]], "truncate": true,
-                      "dimensions": 64});
+                      "dimensions": 64, "prompt_name": "query"});
     let reply = post(&backend, "/v1/embeddings", body).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json());
     let (_, request) = embeds(&backend).pop().unwrap();
@@ -60,6 +61,7 @@ async fn token_ids_truncate_and_dimensions_reach_the_worker() {
             inputs: vec![EmbedInput::Tokens(vec![1, 2]), EmbedInput::Tokens(vec![3])],
             truncate: true,
             dimensions: Some(64),
+            prompt_name: Some("query".into()),
         }
     );
 }
