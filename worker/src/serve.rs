@@ -235,14 +235,7 @@ fn submit(
     id: u64,
     request: Box<corral_ipc::GenerateRequest>,
 ) {
-    let refuse = |kind, message: String| {
-        let _ = outbox.send(FromWorker::Rejected {
-            id,
-            kind,
-            message,
-            param: None,
-        });
-    };
+    let refuse = |kind, message: String| send_rejection(outbox, id, kind, message);
     if lock(&sequences.cancel_flags).len() >= MAX_QUEUED {
         return refuse(
             RejectKind::Overloaded,
@@ -287,14 +280,7 @@ fn submit_encode(
     id: u64,
     work: Work,
 ) {
-    let refuse = |kind, message: String| {
-        let _ = outbox.send(FromWorker::Rejected {
-            id,
-            kind,
-            message,
-            param: None,
-        });
-    };
+    let refuse = |kind, message: String| send_rejection(outbox, id, kind, message);
     if lock(&sequences.cancel_flags).len() >= MAX_QUEUED {
         return refuse(
             RejectKind::Overloaded,
@@ -335,6 +321,21 @@ fn submit_encode(
         drop(flags);
         refuse(RejectKind::ShuttingDown, error.to_string());
     }
+}
+
+/// Answers request `id` with `Rejected`, naming no field.
+fn send_rejection(
+    outbox: &mpsc::UnboundedSender<FromWorker>,
+    id: u64,
+    kind: RejectKind,
+    message: String,
+) {
+    let _ = outbox.send(FromWorker::Rejected {
+        id,
+        kind,
+        message,
+        param: None,
+    });
 }
 
 fn stats(engine: &Served, sequences: &Sequences) -> WorkerStats {

@@ -28,8 +28,11 @@ pub trait Backend: Send + Sync + 'static {
     fn resolve(&self, name: &str) -> Option<String>;
 
     /// What the canonical model `model` answers, so a request for another kind is refused
-    /// before any worker starts. A model the worker could not describe counts as a chat model.
-    fn kind(&self, model: &str) -> ModelKind;
+    /// before any worker starts. A model the worker could not describe counts as a chat model,
+    /// as does every model of a backend that serves only chat models.
+    fn kind(&self, _model: &str) -> ModelKind {
+        ModelKind::Chat
+    }
 
     /// Starts a generation on the canonical model `model`. Resolves once the worker has answered:
     /// `Ok` when it accepted (the stream carries its prompt's token count), `Err` when it refused
@@ -44,19 +47,26 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Embeds `request.inputs` with the embedding model `model`; resolves once the worker has
     /// answered with every vector (or refused). The request holds its worker's lease until then.
+    /// A backend that serves only chat models has no model to embed with.
     fn embed(
         &self,
         model: &str,
-        request: EmbedRequest,
-    ) -> impl Future<Output = Result<Embedded, BackendError>> + Send;
+        _request: EmbedRequest,
+    ) -> impl Future<Output = Result<Embedded, BackendError>> + Send {
+        let model = model.to_owned();
+        async move { Err(BackendError::UnknownModel { model }) }
+    }
 
     /// Scores `request.documents` against `request.query` with the rerank model `model`, as
     /// `embed` does.
     fn rerank(
         &self,
         model: &str,
-        request: RerankRequest,
-    ) -> impl Future<Output = Result<Scored, BackendError>> + Send;
+        _request: RerankRequest,
+    ) -> impl Future<Output = Result<Scored, BackendError>> + Send {
+        let model = model.to_owned();
+        async move { Err(BackendError::UnknownModel { model }) }
+    }
 
     /// The models kept loaded (pinned) and their state now, for `GET /health`: the server is
     /// ready once each of them is. A backend without pinned models has none.

@@ -58,30 +58,6 @@ impl Backend for Fake {
         (name == "tiny" || name.starts_with("claude-")).then(|| "tiny".to_owned())
     }
 
-    fn kind(&self, _model: &str) -> corral_ipc::ModelKind {
-        corral_ipc::ModelKind::Chat
-    }
-
-    async fn embed(
-        &self,
-        model: &str,
-        _request: corral_ipc::EmbedRequest,
-    ) -> Result<crate::api::Embedded, BackendError> {
-        Err(BackendError::UnknownModel {
-            model: model.to_owned(),
-        })
-    }
-
-    async fn rerank(
-        &self,
-        model: &str,
-        _request: corral_ipc::RerankRequest,
-    ) -> Result<crate::api::Scored, BackendError> {
-        Err(BackendError::UnknownModel {
-            model: model.to_owned(),
-        })
-    }
-
     async fn generate(
         &self,
         _model: &str,

@@ -41,30 +41,6 @@ impl Backend for Pinned {
         None
     }
 
-    fn kind(&self, _model: &str) -> corral_ipc::ModelKind {
-        corral_ipc::ModelKind::Chat
-    }
-
-    async fn embed(
-        &self,
-        model: &str,
-        _request: corral_ipc::EmbedRequest,
-    ) -> Result<crate::api::Embedded, BackendError> {
-        Err(BackendError::UnknownModel {
-            model: model.to_owned(),
-        })
-    }
-
-    async fn rerank(
-        &self,
-        model: &str,
-        _request: corral_ipc::RerankRequest,
-    ) -> Result<crate::api::Scored, BackendError> {
-        Err(BackendError::UnknownModel {
-            model: model.to_owned(),
-        })
-    }
-
     async fn generate(
         &self,
         model: &str,
