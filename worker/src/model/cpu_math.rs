@@ -27,7 +27,7 @@ fn polynomial_pays(dtype: Dtype, elements: usize) -> bool {
 }
 
 /// Whether the default device is the CPU, where MLX's `exp` is scalar.
-fn on_cpu() -> bool {
+pub(crate) fn on_cpu() -> bool {
     static ON_CPU: OnceLock<bool> = OnceLock::new();
     *ON_CPU.get_or_init(|| {
         Device::try_default()

@@ -44,6 +44,12 @@ impl KvCache {
         self.offset
     }
 
+    /// The whole buffers, `[1, kv_heads, capacity, head_dim]` each, of which the first
+    /// [`offset`](Self::offset) positions are filled; `None` before the first update.
+    pub fn buffers(&self) -> Option<(&Array, &Array)> {
+        self.keys.as_ref().zip(self.values.as_ref())
+    }
+
     /// Appends `[batch, kv_heads, positions, head_dim]` keys and values; returns the whole history.
     pub fn update_and_fetch(
         &mut self,

@@ -61,6 +61,11 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        if let Self::Dense { weight, bias } = self
+            && let Some(product) = host_product(x, weight, bias.as_ref())?
+        {
+            return Ok(product);
+        }
         match self {
             Self::Dense {
                 weight,
@@ -117,7 +122,10 @@ impl Embedding {
     /// The tied output projection: hidden states times the table's transpose.
     pub fn as_linear(&self, x: &Array) -> Result<Array, Exception> {
         match self {
-            Self::Dense(weight) => ops::matmul(x, weight.t()),
+            Self::Dense(weight) => match host_product(x, weight, None)? {
+                Some(product) => Ok(product),
+                None => ops::matmul(x, weight.t()),
+            },
             Self::Quantized(quantized) => quantized.matmul_transposed(x),
         }
     }
@@ -128,6 +136,26 @@ impl Embedding {
             Self::Quantized(quantized) => quantized.scales.dtype(),
         }
     }
+}
+
+/// `x · weightᵀ (+ bias)` computed on the host where that beats MLX's matmul (a few rows on an
+/// x86 CPU, see `row_matmul`); `None` leaves it to MLX.
+#[cfg(target_arch = "x86_64")]
+fn host_product(
+    x: &Array,
+    weight: &Array,
+    bias: Option<&Array>,
+) -> Result<Option<Array>, Exception> {
+    super::row_matmul::matmul_transposed(x, weight, bias)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_product(
+    _x: &Array,
+    _weight: &Array,
+    _bias: Option<&Array>,
+) -> Result<Option<Array>, Exception> {
+    Ok(None)
 }
 
 impl QuantizedWeight {

@@ -3,9 +3,12 @@
 
 mod config;
 pub(crate) mod cpu_math;
+mod host_attention;
 mod kv_cache;
 mod layers;
 mod rope;
+#[cfg(target_arch = "x86_64")]
+mod row_matmul;
 mod transformer;
 mod weights;
 

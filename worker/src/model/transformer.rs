@@ -10,6 +10,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use super::ModelError;
 use super::config::{Architecture, ModelConfig};
 use super::cpu_math;
+use super::host_attention;
 use super::kv_cache::KvCache;
 use super::layers::Linear;
 use super::rope::Rope;
@@ -180,9 +181,10 @@ impl Attention {
         let queries = self.q_proj.forward(x)?;
         let keys = self.k_proj.forward(x)?;
         let values = self.v_proj.forward(x)?;
-        // A lone single-token input takes the per-sequence path, which rotates at a scalar offset.
+        // A lone single-token input takes the per-sequence path, which rotates at a scalar offset,
+        // unless it attends on the host.
         let grouped = match lengths.iter().take_while(|&&length| length == 1).count() {
-            1 => 0,
+            1 if !host_attention::applies(x.dtype()) => 0,
             count => count,
         };
         let mut outputs = Vec::with_capacity(lengths.len() - grouped + 1);
@@ -280,13 +282,32 @@ impl Attention {
         let queries = Self::heads(queries, rows, self.num_heads, self.q_norm.as_ref())?;
         let keys = Self::heads(keys, rows, self.num_kv_heads, self.k_norm.as_ref())?;
         let values = Self::heads(values, rows, self.num_kv_heads, None)?;
-        let queries = rope.apply_rows(&queries, &offsets)?.split_equal(rows, 0)?;
+        let queries = rope.apply_rows(&queries, &offsets)?;
         let keys = rope.apply_rows(&keys, &offsets)?.split_equal(rows, 0)?;
         let values = values.split_equal(rows, 0)?;
+        for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
+            cache.update_and_fetch(keys, values)?;
+        }
+        if host_attention::applies(queries.dtype())
+            && let Some(output) = host_attention::attend(
+                &queries,
+                caches,
+                self.num_heads as usize,
+                self.num_kv_heads as usize,
+                self.scale,
+            )?
+        {
+            return Ok(output);
+        }
         let per_row = caches
-            .iter_mut()
-            .zip(queries.iter().zip(keys.iter().zip(&values)))
-            .map(|(cache, (queries, (keys, values)))| self.attend(queries, keys, values, cache))
+            .iter()
+            .zip(queries.split_equal(rows, 0)?)
+            .map(|(cache, queries)| {
+                let (keys, values) = cache
+                    .positions(0, cache.offset())
+                    .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
+                cpu_math::attention(&queries, &keys, &values, self.scale)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         ops::concatenate(&per_row, 0)?
             .transpose_axes(&[0, 2, 1, 3])?
