@@ -6,7 +6,8 @@
 #   mlx_lm            mlx_lm.server (OpenBLAS preloaded)
 #   vllm-mlx          vllm-mlx serve --continuous-batching (OpenBLAS preloaded)
 # then one table (summarize.py): aggregate output tok/s, TTFT p50/p99, per-request decode tok/s,
-# RSS after each config, and per server its ready time, idle/final RSS and VmHWM.
+# RSS after each config, and per server its ready time, idle/final RSS and VmHWM; then each corral
+# worker's own peak RSS and MLX peak (the harness's VmHWM is the supervisor's).
 #
 # Usage: scripts/bench_batching.sh [CORRAL_BIN_DIR [PEERS_DIR [MODELS]]]
 #   CORRAL_BIN_DIR  holds corral and corral-worker (default: target/release of this checkout)
@@ -87,7 +88,9 @@ echo "bench_batching: results in $run" >&2
 while read -r name; do unset "$name"; done < <(compgen -e | grep '^CORRAL_' || true)
 
 bench_pid=""
+watcher_pid=""
 on_signal() {
+  if [[ -n $watcher_pid ]]; then kill "$watcher_pid" 2>/dev/null || true; fi
   if [[ -n $bench_pid ]]; then
     kill -INT "$bench_pid" 2>/dev/null || true # bench.py's finally stops its server's group
     wait "$bench_pid" 2>/dev/null || true
@@ -98,6 +101,33 @@ on_signal() {
 trap on_signal INT TERM
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# The harness's VmHWM is the supervisor's; a corral worker's own peak resident set comes from
+# `/admin/workers` (the worker's getrusage), polled while its pass runs: the last answer wins.
+watch_worker_peak() {
+  local label=$1 port=$2 answer
+  while sleep 1; do
+    if answer=$(curl -sf "http://127.0.0.1:$port/admin/workers" 2>/dev/null); then
+      printf '%s\n' "$answer" >"$run/workers-$label.json"
+    fi
+  done
+}
+worker_peaks() {
+  python3 - "$run" <<'PY'
+import glob, json, os, sys
+rows = []
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "workers-*.json"))):
+    label = os.path.basename(path)[len("workers-"):-len(".json")]
+    for worker in json.load(open(path)).get("data", []):
+        stats = worker.get("stats") or {}
+        if stats.get("resident_bytes"):
+            rows.append(f"| {label} | {stats['resident_bytes'] / 2**20:.0f} | {stats.get('mlx_peak_bytes', 0) / 2**20:.0f} |")
+if rows:
+    print("| corral worker | peak RSS MB | MLX peak MB |")
+    print("|---|---|---|")
+    print("\n".join(rows))
+PY
+}
 
 failed=()
 files=()
@@ -145,9 +175,14 @@ for m in $models; do
     corral | corral-seq1)
       config=()
       if [[ $server == corral-seq1 ]]; then config=(--config "$run/corral-seq1.toml"); fi
+      watch_worker_peak "$label" "$port" &
+      watcher_pid=$!
       bench "$label" "$port" --model "$m" --health /health -- \
         "$bin_dir/corral" serve "${config[@]}" --host 127.0.0.1 --port "$port" \
         --models-dir "$run/models-$m" --state-dir "$run/state-$label" --pin "$m"
+      kill "$watcher_pid" 2>/dev/null || true
+      wait "$watcher_pid" 2>/dev/null || true
+      watcher_pid=""
       ;;
     mlx_lm)
       bench "$label" "$port" --env "LD_PRELOAD=$openblas" \
@@ -182,6 +217,8 @@ echo "## corral batching vs peers: models $models; configs CxM (C clients x M st
   "requests, ~100 prompt tokens, 32 out, temperature 0)$of"
 echo
 if ((${#existing[@]})); then python3 "$run/summarize.py" "${median[@]}" "${existing[@]}"; fi
+echo
+worker_peaks
 echo
 echo "results: $run"
 if ((${#failed[@]})); then
