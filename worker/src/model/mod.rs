@@ -1,5 +1,5 @@
 //! A Llama-family causal language model on MLX: loading a Hugging Face checkpoint directory and
-//! the forward pass. Everything here runs on the engine thread.
+//! the forward pass. Every MLX call here runs on the engine thread.
 
 mod config;
 pub(crate) mod cpu_math;
@@ -18,6 +18,14 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
 pub use config::{Architecture, ModelConfig, Quantization};
+
+/// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
+#[cfg(test)]
+fn spread_values(count: usize, seed: u32) -> Vec<f32> {
+    (0..count as u32)
+        .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+        .collect()
+}
 pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
 use layers::{Embedding, Linear};
 use rope::Rope;

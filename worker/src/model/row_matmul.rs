@@ -227,12 +227,7 @@ mod tests {
     use mlx_rs::ops;
 
     use super::*;
-
-    fn values(count: usize, seed: u32) -> Vec<f32> {
-        (0..count as u32)
-            .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
-            .collect()
-    }
+    use crate::model::spread_values as values;
 
     #[test]
     fn matches_mlx_for_every_row_count_and_ragged_shapes() {
