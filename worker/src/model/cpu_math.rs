@@ -36,23 +36,44 @@ pub(crate) fn on_cpu() -> bool {
     })
 }
 
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+const LN_2: f32 = std::f32::consts::LN_2;
+/// (ln 2)^k / k!, so that the polynomial in f is 2^f.
+const COEFFICIENTS: [f32; 7] = [
+    1.0,
+    LN_2,
+    LN_2 * LN_2 / 2.0,
+    LN_2 * LN_2 * LN_2 / 6.0,
+    LN_2 * LN_2 * LN_2 * LN_2 / 24.0,
+    LN_2 * LN_2 * LN_2 * LN_2 * LN_2 / 120.0,
+    LN_2 * LN_2 * LN_2 * LN_2 * LN_2 * LN_2 / 720.0,
+];
+
+/// [`polynomial_exp`] on host memory, in place, for the host attention: the same clamp, range
+/// reduction and polynomial in a branch-free loop that the compiler vectorizes, where `f32::exp`
+/// is a scalar call of about 20 ns.
+pub(crate) fn polynomial_exp_in_place(values: &mut [f32]) {
+    // Adding and subtracting 1.5 · 2^23 rounds an f32 below 2^22 to the nearest integer.
+    const ROUNDER: f32 = 12_582_912.0;
+    for value in values {
+        let scaled = (*value * LOG2_E).clamp(-126.0, 126.0);
+        let whole = (scaled + ROUNDER) - ROUNDER;
+        let fraction = scaled - whole;
+        let mut power = COEFFICIENTS[6];
+        for &coefficient in COEFFICIENTS[..6].iter().rev() {
+            power = power * fraction + coefficient;
+        }
+        // (n + 127) << 23 is the f32 whose value is 2^n.
+        let exponent = f32::from_bits(((whole as i32 + 127) as u32) << 23);
+        *value = power * exponent;
+    }
+}
+
 /// `e^x` for f32 `x`: `2^n · 2^f` with `n` the integer nearest `x·log2(e)`, `2^f` a degree-6
 /// Taylor polynomial on `|f| ≤ 0.5`, and `2^n` written straight into a float's exponent bits.
 /// Inputs are clamped to `±126·ln 2` (about ±87.3), so the result stays a normal float: below the
 /// range it is 1.2e-38 instead of 0, above it 8.5e37 instead of infinity.
 fn polynomial_exp(x: &Array) -> Result<Array, Exception> {
-    const LOG2_E: f32 = std::f32::consts::LOG2_E;
-    const LN_2: f32 = std::f32::consts::LN_2;
-    // (ln 2)^k / k!, so that the polynomial in f is 2^f.
-    const COEFFICIENTS: [f32; 7] = [
-        1.0,
-        LN_2,
-        LN_2 * LN_2 / 2.0,
-        LN_2 * LN_2 * LN_2 / 6.0,
-        LN_2 * LN_2 * LN_2 * LN_2 / 24.0,
-        LN_2 * LN_2 * LN_2 * LN_2 * LN_2 / 120.0,
-        LN_2 * LN_2 * LN_2 * LN_2 * LN_2 * LN_2 / 720.0,
-    ];
     let scaled = ops::clip(
         &ops::multiply(x, Array::from_f32(LOG2_E))?,
         (Array::from_f32(-126.0), Array::from_f32(126.0)),
@@ -252,6 +273,19 @@ mod tests {
         let x = Array::from_slice(&steps, &[100_001]);
         let error = max_relative_difference(&polynomial_exp(&x).unwrap(), &ops::exp(&x).unwrap());
         assert!(error < 3e-7, "relative error {error}");
+    }
+
+    #[test]
+    fn the_host_polynomial_exp_is_the_mlx_one() {
+        let mut steps: Vec<f32> = (0..=100_000)
+            .map(|i| -100.0 + 200.0 * i as f32 / 1e5)
+            .collect();
+        steps.extend([f32::NEG_INFINITY, -1000.0, 1000.0]);
+        let expected = polynomial_exp(&Array::from_slice(&steps, &[steps.len() as i32])).unwrap();
+        polynomial_exp_in_place(&mut steps);
+        let error =
+            max_relative_difference(&Array::from_slice(&steps, &[steps.len() as i32]), &expected);
+        assert!(error < 2.5e-7, "relative difference {error}");
     }
 
     #[test]

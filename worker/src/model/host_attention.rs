@@ -1,4 +1,5 @@
-//! A decode step's attention on the CPU, computed on the host for all its sequences at once.
+//! Attention on the CPU, computed on the host: a decode step's for all its sequences at once, and
+//! a prompt chunk's.
 //!
 //! One new position attending over a cache of a few hundred is a few hundred thousand multiplies
 //! a sequence, but MLX's CPU backend spends it in a dozen ops and two small BLAS calls per key
@@ -13,7 +14,7 @@ use rayon::prelude::*;
 use super::cpu_math;
 use super::kv_cache::KvCache;
 
-/// Whether a decode step of `dtype` attends on the host: f32 on MLX's CPU backend. Metal and
+/// Whether attention over `dtype` runs on the host: f32 on MLX's CPU backend. Metal and
 /// CUDA run attention in fused kernels.
 pub(crate) fn applies(dtype: Dtype) -> bool {
     dtype == Dtype::Float32 && cpu_math::on_cpu()
@@ -38,30 +39,20 @@ pub(crate) fn attend(
     };
     let arrays = buffers.iter().flat_map(|(keys, values)| [*keys, *values]);
     mlx_rs::transforms::eval(std::iter::once(queries).chain(arrays))?;
-    let head_dim = queries.dim(-1) as usize;
     let shape = Heads {
         heads,
         kv_heads,
-        head_dim,
+        head_dim: queries.dim(-1) as usize,
         scale,
     };
-    let mut cached = Vec::with_capacity(caches.len());
-    for (cache, (keys, values)) in caches.iter().zip(&buffers) {
-        let capacity = keys.dim(2) as usize;
-        let (Ok(keys), Ok(values)) = (keys.try_as_slice::<f32>(), values.try_as_slice::<f32>())
-        else {
-            return Ok(None);
-        };
-        if keys.len() != kv_heads * capacity * head_dim || values.len() != keys.len() {
-            return Ok(None);
-        }
-        cached.push(CachedHeads {
-            keys,
-            values,
-            capacity,
-            length: cache.offset() as usize,
-        });
-    }
+    let Some(cached) = caches
+        .iter()
+        .zip(&buffers)
+        .map(|(cache, (keys, values))| CachedHeads::read(keys, values, cache.offset(), shape))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
     let Ok(queries) = queries.try_as_slice::<f32>() else {
         return Ok(None);
     };
@@ -69,8 +60,45 @@ pub(crate) fn attend(
     let rows = caches.len() as i32;
     Ok(Some(Array::from_slice(
         &output,
-        &[1, rows, (heads * head_dim) as i32],
+        &[1, rows, (heads * shape.head_dim) as i32],
     )))
+}
+
+/// `queries` is `[1, heads, positions, head_dim]`, one sequence's new rotated positions, whose
+/// keys and values are already the last of `cache`; each attends up to its own position. Returns
+/// the same shape, or `None` where the host cannot read the buffers.
+///
+/// MLX computes this as a `[heads, positions, cached]` score array through a dozen elementwise
+/// ops, each writing a fresh array of that size: a 256-token chunk late in an 8,000-token prompt
+/// spent most of its time there and in the page faults of those arrays. Here each position's
+/// scores stay in a buffer of one row.
+pub(crate) fn attend_chunk(
+    queries: &Array,
+    cache: &KvCache,
+    kv_heads: usize,
+    scale: f32,
+) -> Result<Option<Array>, Exception> {
+    let Some((keys, values)) = cache.buffers() else {
+        return Ok(None);
+    };
+    mlx_rs::transforms::eval([queries, keys, values])?;
+    let shape = Heads {
+        heads: queries.dim(1) as usize,
+        kv_heads,
+        head_dim: queries.dim(-1) as usize,
+        scale,
+    };
+    let Some(cached) = CachedHeads::read(keys, values, cache.offset(), shape) else {
+        return Ok(None);
+    };
+    let Ok(query_data) = queries.try_as_slice::<f32>() else {
+        return Ok(None);
+    };
+    if query_data.len() / (shape.heads * shape.head_dim) > cached.length {
+        return Ok(None);
+    }
+    let output = attend_causal_chunk(query_data, &cached, shape);
+    Ok(Some(Array::from_slice(&output, queries.shape())))
 }
 
 /// One sequence's cached keys and values: `[kv_heads, capacity, head_dim]` row-major, of which
@@ -104,46 +132,100 @@ pub(crate) fn attend_one_position(
         .par_chunks_mut(width)
         .zip(queries.par_chunks(width))
         .zip(caches.par_iter())
-        .for_each(|((output, queries), cache)| attend_row(output, queries, cache, shape));
+        .for_each_init(Vec::new, |weights, ((output, queries), cache)| {
+            for (head, (output, query)) in output
+                .chunks_exact_mut(shape.head_dim)
+                .zip(queries.chunks_exact(shape.head_dim))
+                .enumerate()
+            {
+                let (keys, values) = cache.filled(head, cache.length, shape);
+                attend_head(output, query, keys, values, shape.scale, weights);
+            }
+        });
     output
 }
 
-fn attend_row(output: &mut [f32], queries: &[f32], cache: &CachedHeads<'_>, shape: Heads) {
-    let Heads {
-        heads,
-        kv_heads,
-        head_dim,
-        scale,
-    } = shape;
-    let group = heads / kv_heads;
-    let mut weights = vec![0f32; cache.length];
-    for (head, (output, query)) in output
-        .chunks_exact_mut(head_dim)
-        .zip(queries.chunks_exact(head_dim))
+/// `queries` is `[heads, positions, head_dim]`, one sequence's new (rotated) positions, whose
+/// keys and values are already the last `positions` of `cache`; each sees the keys up to its own.
+/// Returns the same shape.
+pub(crate) fn attend_causal_chunk(
+    queries: &[f32],
+    cache: &CachedHeads<'_>,
+    shape: Heads,
+) -> Vec<f32> {
+    let positions = queries.len() / (shape.heads * shape.head_dim);
+    let first = cache.length - positions;
+    let mut output = vec![0f32; queries.len()];
+    output
+        .par_chunks_mut(shape.head_dim)
+        .zip(queries.par_chunks(shape.head_dim))
         .enumerate()
-    {
-        let start = head / group * cache.capacity * head_dim;
-        let filled = start..start + cache.length * head_dim;
-        let keys = cache.keys[filled.clone()].chunks_exact(head_dim);
-        for (weight, key) in weights.iter_mut().zip(keys) {
-            *weight = dot(query, key) * scale;
+        .for_each_init(Vec::new, |weights, (index, (output, query))| {
+            let (head, position) = (index / positions, index % positions);
+            let (keys, values) = cache.filled(head, first + position + 1, shape);
+            attend_head(output, query, keys, values, shape.scale, weights);
+        });
+    output
+}
+
+impl<'a> CachedHeads<'a> {
+    /// An evaluated cache's buffers (`[1, kv_heads, capacity, head_dim]` each) as host slices, or
+    /// `None` where they are not row-major f32 of that shape.
+    fn read(keys: &'a Array, values: &'a Array, offset: i32, shape: Heads) -> Option<Self> {
+        let capacity = keys.dim(2) as usize;
+        let (Ok(keys), Ok(values)) = (keys.try_as_slice::<f32>(), values.try_as_slice::<f32>())
+        else {
+            return None;
+        };
+        let length = usize::try_from(offset).ok()?;
+        let complete = keys.len() == shape.kv_heads * capacity * shape.head_dim;
+        (complete && values.len() == keys.len() && length <= capacity).then_some(CachedHeads {
+            keys,
+            values,
+            capacity,
+            length,
+        })
+    }
+
+    /// The first `length` keys and values of the key head that query head `head` reads.
+    fn filled(&self, head: usize, length: usize, shape: Heads) -> (&[f32], &[f32]) {
+        let start = head / (shape.heads / shape.kv_heads) * self.capacity * shape.head_dim;
+        let filled = start..start + length * shape.head_dim;
+        (&self.keys[filled.clone()], &self.values[filled])
+    }
+}
+
+/// One head's query over `keys` and `values` (`[length, head_dim]` each) into `output`;
+/// `weights` is scratch space.
+fn attend_head(
+    output: &mut [f32],
+    query: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    weights: &mut Vec<f32>,
+) {
+    let head_dim = query.len();
+    weights.clear();
+    weights.extend(
+        keys.chunks_exact(head_dim)
+            .map(|key| dot(query, key) * scale),
+    );
+    let peak = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for weight in weights.iter_mut() {
+        *weight -= peak;
+    }
+    cpu_math::polynomial_exp_in_place(weights);
+    let total: f32 = weights.iter().sum();
+    output.fill(0.0);
+    for (weight, value) in weights.iter().zip(values.chunks_exact(head_dim)) {
+        for (out, value) in output.iter_mut().zip(value) {
+            *out += weight * value;
         }
-        let peak = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut total = 0.0;
-        for weight in &mut weights {
-            *weight = (*weight - peak).exp();
-            total += *weight;
-        }
-        let values = cache.values[filled].chunks_exact(head_dim);
-        for (weight, value) in weights.iter().zip(values) {
-            for (out, value) in output.iter_mut().zip(value) {
-                *out += weight * value;
-            }
-        }
-        let normalizer = total.recip();
-        for out in output.iter_mut() {
-            *out *= normalizer;
-        }
+    }
+    let normalizer = total.recip();
+    for out in output.iter_mut() {
+        *out *= normalizer;
     }
 }
 
@@ -236,6 +318,60 @@ mod tests {
                     "row {row}, element {index}: {host} vs {mlx}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_chunk_matches_mlx_causal_attention_after_earlier_positions() {
+        let shape = Heads {
+            heads: 6,
+            kv_heads: 2,
+            head_dim: 20,
+            scale: 20f32.powf(-0.5),
+        };
+        // Nine cached positions before a five-position chunk, in a buffer of 24.
+        let (capacity, before, positions) = (24usize, 9usize, 5usize);
+        let kv = shape.kv_heads * capacity * shape.head_dim;
+        let (cached_keys, cached_values) = (values(kv, 21), values(kv, 22));
+        let queries = values(shape.heads * positions * shape.head_dim, 23);
+        let cache = CachedHeads {
+            keys: &cached_keys,
+            values: &cached_values,
+            capacity,
+            length: before + positions,
+        };
+        let host = attend_causal_chunk(&queries, &cache, shape);
+
+        let filled = |buffer: &Vec<f32>| {
+            let dims = [
+                1,
+                shape.kv_heads as i32,
+                capacity as i32,
+                shape.head_dim as i32,
+            ];
+            Array::from_slice(buffer, &dims).index((.., .., ..(before + positions) as i32, ..))
+        };
+        // MLX's causal mask aligns the queries with the last keys, as a chunk after a prefix is.
+        let dims = [
+            1,
+            shape.heads as i32,
+            positions as i32,
+            shape.head_dim as i32,
+        ];
+        let expected = fast::scaled_dot_product_attention(
+            Array::from_slice(&queries, &dims),
+            filled(&cached_keys),
+            filled(&cached_values),
+            shape.scale,
+            ScaledDotProductAttentionMask::Causal,
+            None,
+        )
+        .unwrap();
+        for (index, (host, mlx)) in host.iter().zip(expected.as_slice::<f32>()).enumerate() {
+            assert!(
+                (host - mlx).abs() < 1e-5,
+                "element {index}: {host} vs {mlx}"
+            );
         }
     }
 }

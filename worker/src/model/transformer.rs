@@ -324,6 +324,16 @@ impl Attention {
         cache: &mut KvCache,
     ) -> Result<Array, Exception> {
         let (keys, values) = cache.update_and_fetch(keys, values)?;
+        if host_attention::applies(queries.dtype())
+            && let Some(output) = host_attention::attend_chunk(
+                queries,
+                cache,
+                self.num_kv_heads as usize,
+                self.scale,
+            )?
+        {
+            return Ok(output);
+        }
         cpu_math::attention(queries, &keys, &values, self.scale)
     }
 }
