@@ -52,6 +52,7 @@ const COEFFICIENTS: [f32; 7] = [
 /// [`polynomial_exp`] on host memory, in place, for the host attention: the same clamp, range
 /// reduction and polynomial in a branch-free loop that the compiler vectorizes, where `f32::exp`
 /// is a scalar call of about 20 ns.
+#[inline(always)]
 pub(crate) fn polynomial_exp_in_place(values: &mut [f32]) {
     // Adding and subtracting 1.5 · 2^23 rounds an f32 below 2^22 to the nearest integer.
     const ROUNDER: f32 = 12_582_912.0;

@@ -71,7 +71,8 @@ pub(crate) fn attend(
 /// MLX computes this as a `[heads, positions, cached]` score array through a dozen elementwise
 /// ops, each writing a fresh array of that size: a 256-token chunk late in an 8,000-token prompt
 /// spent most of its time there and in the page faults of those arrays. Here each position's
-/// scores stay in a buffer of one row.
+/// scores stay in a buffer of one row: that prompt on the tiny fixture in 256-token chunks took
+/// 8.0 s against 37.9 s, and 6.6 s against 91 s in one pass.
 pub(crate) fn attend_chunk(
     queries: &Array,
     cache: &KvCache,
@@ -205,31 +206,114 @@ fn attend_head(
     scale: f32,
     weights: &mut Vec<f32>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        unsafe { attend_head_avx2(output, query, keys, values, scale, weights) };
+        return;
+    }
+    attend_head_vectorized(output, query, keys, values, scale, weights);
+}
+
+/// [`attend_head`] compiled for AVX2, whose vectors are twice as wide as the x86-64 baseline's:
+/// an 8,000-token prompt on the tiny fixture in 256-token chunks took 8.0 s against 11.0 s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn attend_head_avx2(
+    output: &mut [f32],
+    query: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    weights: &mut Vec<f32>,
+) {
+    attend_head_vectorized(output, query, keys, values, scale, weights);
+}
+
+/// The loops of [`attend_head`], written so that the compiler vectorizes them for whichever
+/// instruction set the caller is compiled for.
+#[inline(always)]
+fn attend_head_vectorized(
+    output: &mut [f32],
+    query: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    weights: &mut Vec<f32>,
+) {
     let head_dim = query.len();
-    weights.clear();
-    weights.extend(
-        keys.chunks_exact(head_dim)
-            .map(|key| dot(query, key) * scale),
-    );
-    let peak = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    weights.resize(keys.len() / head_dim, 0.0);
+    // Plain loops rather than iterator adapters, which the compiler may keep out of line and
+    // so compile for the baseline instruction set.
+    for (weight, key) in weights.iter_mut().zip(keys.chunks_exact(head_dim)) {
+        *weight = dot(query, key) * scale;
+    }
+    let peak = in_lanes(weights, f32::NEG_INFINITY, f32::max);
     for weight in weights.iter_mut() {
         *weight -= peak;
     }
     cpu_math::polynomial_exp_in_place(weights);
-    let total: f32 = weights.iter().sum();
-    output.fill(0.0);
-    for (weight, value) in weights.iter().zip(values.chunks_exact(head_dim)) {
-        for (out, value) in output.iter_mut().zip(value) {
-            *out += weight * value;
-        }
-    }
+    let total = in_lanes(weights, 0.0, |sum, weight| sum + weight);
+    weighted_sum(output, weights, values);
     let normalizer = total.recip();
     for out in output.iter_mut() {
         *out *= normalizer;
     }
 }
 
+/// `output = Σ weights[k] · values[k]` with `values` `[weights.len(), output.len()]`. The key loop
+/// runs inside a block of 32 output dimensions, whose sums then stay in four vector registers
+/// instead of being loaded and stored for every key.
+#[inline(always)]
+fn weighted_sum(output: &mut [f32], weights: &[f32], values: &[f32]) {
+    const BLOCK: usize = 32;
+    let head_dim = output.len();
+    let mut start = 0;
+    while start + BLOCK <= head_dim {
+        let mut sums = [0f32; BLOCK];
+        for (weight, value) in weights.iter().zip(values.chunks_exact(head_dim)) {
+            let block = &value[start..start + BLOCK];
+            for lane in 0..BLOCK {
+                sums[lane] += weight * block[lane];
+            }
+        }
+        output[start..start + BLOCK].copy_from_slice(&sums);
+        start += BLOCK;
+    }
+    if start < head_dim {
+        let tail = &mut output[start..];
+        tail.fill(0.0);
+        for (weight, value) in weights.iter().zip(values.chunks_exact(head_dim)) {
+            for (sum, value) in tail.iter_mut().zip(&value[start..]) {
+                *sum += weight * value;
+            }
+        }
+    }
+}
+
+/// `values` folded by `combine` in eight independent lanes, so that it vectorizes, then the lanes.
+#[inline(always)]
+fn in_lanes(values: &[f32], start: f32, combine: impl Fn(f32, f32) -> f32) -> f32 {
+    const LANES: usize = 8;
+    let mut lanes = [start; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let mut folded = start;
+    for &value in chunks.remainder() {
+        folded = combine(folded, value);
+    }
+    for chunk in chunks {
+        for lane in 0..LANES {
+            lanes[lane] = combine(lanes[lane], chunk[lane]);
+        }
+    }
+    for lane in lanes {
+        folded = combine(folded, lane);
+    }
+    folded
+}
+
 /// A dot product in eight independent lanes, so that it vectorizes.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 8;
     let mut lanes = [0f32; LANES];
@@ -326,8 +410,8 @@ mod tests {
         let shape = Heads {
             heads: 6,
             kv_heads: 2,
-            head_dim: 20,
-            scale: 20f32.powf(-0.5),
+            head_dim: 40,
+            scale: 40f32.powf(-0.5),
         };
         // Nine cached positions before a five-position chunk, in a buffer of 24.
         let (capacity, before, positions) = (24usize, 9usize, 5usize);
