@@ -61,17 +61,8 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        if let Self::Dense { weight, bias } = self
-            && let Some(product) = host_product(x, weight, bias.as_ref())?
-        {
-            return Ok(product);
-        }
         match self {
-            Self::Dense {
-                weight,
-                bias: Some(bias),
-            } => ops::addmm(bias, x, weight.t(), None, None),
-            Self::Dense { weight, bias: None } => ops::matmul(x, weight.t()),
+            Self::Dense { weight, bias } => dense_product(x, weight, bias.as_ref()),
             Self::Quantized { weight, bias } => {
                 let output = weight.matmul_transposed(x)?;
                 match bias {
@@ -122,10 +113,7 @@ impl Embedding {
     /// The tied output projection: hidden states times the table's transpose.
     pub fn as_linear(&self, x: &Array) -> Result<Array, Exception> {
         match self {
-            Self::Dense(weight) => match host_product(x, weight, None)? {
-                Some(product) => Ok(product),
-                None => ops::matmul(x, weight.t()),
-            },
+            Self::Dense(weight) => dense_product(x, weight, None),
             Self::Quantized(quantized) => quantized.matmul_transposed(x),
         }
     }
@@ -135,6 +123,17 @@ impl Embedding {
             Self::Dense(weight) => weight.dtype(),
             Self::Quantized(quantized) => quantized.scales.dtype(),
         }
+    }
+}
+
+/// `x · weightᵀ (+ bias)` for an unquantized weight: on the host where that is faster, else MLX.
+fn dense_product(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, Exception> {
+    if let Some(product) = host_product(x, weight, bias)? {
+        return Ok(product);
+    }
+    match bias {
+        Some(bias) => ops::addmm(bias, x, weight.t(), None, None),
+        None => ops::matmul(x, weight.t()),
     }
 }
 
