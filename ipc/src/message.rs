@@ -90,6 +90,10 @@ pub enum FromWorker {
         /// `param` of the API's error.
         #[serde(default)]
         param: Option<String>,
+        /// For `PromptTooLong` on a generation: the numbers, which each API words its own way
+        /// (Claude Code looks for Anthropic's `prompt is too long: N tokens > M maximum`).
+        #[serde(default)]
+        overflow: Option<ContextOverflow>,
     },
     Delta {
         id: u64,
@@ -170,6 +174,13 @@ pub struct RerankRequest {
     pub documents: Vec<String>,
     /// Cut a query-document pair longer than the model's maximum instead of refusing it.
     pub truncate: bool,
+}
+
+/// A prompt that does not fit the model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextOverflow {
+    pub prompt_tokens: u32,
+    pub context_tokens: u32,
 }
 
 /// Why the worker refused a request; the supervisor maps each kind to one HTTP status.

@@ -321,6 +321,13 @@ async fn submit(
     let prompt_tokens = match handle.events.recv().await {
         Some(FromWorker::Accepted { prompt_tokens, .. }) => prompt_tokens,
         Some(FromWorker::Rejected {
+            overflow: Some(overflow),
+            ..
+        }) => {
+            cancel.disarm();
+            return Err(BackendError::ContextOverflow(overflow));
+        }
+        Some(FromWorker::Rejected {
             kind,
             message,
             param,

@@ -192,6 +192,7 @@ async fn serve(
                     kind: RejectKind::Unsupported,
                     message: format!("{} is {serves}", model.display()),
                     param: None,
+                    overflow: None,
                 });
             }
             (ToWorker::Cancel { id }, _) => {
@@ -335,6 +336,7 @@ fn send_rejection(
         kind,
         message,
         param: None,
+        overflow: None,
     });
 }
 

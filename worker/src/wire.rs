@@ -1,8 +1,9 @@
 //! Conversions between the wire protocol's types and the engine's.
 
 use corral_ipc::{
-    FinishReason as WireFinish, FromWorker, GenerateRequest as WireRequest, Prompt as WirePrompt,
-    RejectKind, Timings as WireTimings, TokenLogprob as WireLogprob, TopLogprob, Usage,
+    ContextOverflow, FinishReason as WireFinish, FromWorker, GenerateRequest as WireRequest,
+    Prompt as WirePrompt, RejectKind, Timings as WireTimings, TokenLogprob as WireLogprob,
+    TopLogprob, Usage,
 };
 
 use crate::generation::{
@@ -124,6 +125,13 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                 RejectReason::PrefillMemory(_) => RejectKind::PrefillMemory,
                 _ => RejectKind::InvalidRequest,
             };
+            let overflow = match reason {
+                RejectReason::PromptTooLong { prompt, context } => Some(ContextOverflow {
+                    prompt_tokens: saturate(prompt),
+                    context_tokens: saturate(context),
+                }),
+                _ => None,
+            };
             let message = reason.to_string();
             let param = reason.param().map(str::to_owned);
             (
@@ -132,6 +140,7 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                     kind,
                     message,
                     param,
+                    overflow,
                 },
                 Some(Ending::Rejected),
             )

@@ -140,30 +140,38 @@ pub fn from_worker() -> Vec<FromWorker> {
             kind: RejectKind::PromptTooLong,
             message: "prompt is 40000 tokens, context is 32768".into(),
             param: None,
+            overflow: Some(ContextOverflow {
+                prompt_tokens: 40000,
+                context_tokens: 32768,
+            }),
         },
         FromWorker::Rejected {
             id: 3,
             kind: RejectKind::InvalidRequest,
             message: String::new(),
             param: Some("tools[0].function.name".into()),
+            overflow: None,
         },
         FromWorker::Rejected {
             id: 4,
             kind: RejectKind::PrefillMemory,
             message: "needs 3 GiB".into(),
             param: None,
+            overflow: None,
         },
         FromWorker::Rejected {
             id: 5,
             kind: RejectKind::Overloaded,
             message: "queue full".into(),
             param: None,
+            overflow: None,
         },
         FromWorker::Rejected {
             id: 6,
             kind: RejectKind::ShuttingDown,
             message: "shutting down".into(),
             param: None,
+            overflow: None,
         },
         FromWorker::Delta {
             id: 1,
@@ -261,6 +269,7 @@ pub fn from_worker() -> Vec<FromWorker> {
             kind: RejectKind::Unsupported,
             message: "dimensions: this model was not trained for shortened vectors".into(),
             param: Some("dimensions".into()),
+            overflow: None,
         },
         FromWorker::Error {
             id: 9,

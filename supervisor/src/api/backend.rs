@@ -13,8 +13,8 @@
 use std::future::Future;
 
 use corral_ipc::{
-    EmbedRequest, FinishReason, GenerateRequest, ModelKind, RejectKind, RerankRequest,
-    TokenLogprob, ToolCall, Usage,
+    ContextOverflow, EmbedRequest, FinishReason, GenerateRequest, ModelKind, RejectKind,
+    RerankRequest, TokenLogprob, ToolCall, Usage,
 };
 use tokio::sync::mpsc;
 
@@ -227,6 +227,15 @@ pub enum BackendError {
         message: String,
         param: Option<String>,
     },
+    /// The prompt does not fit the model's context. Worded as OpenAI words it, since clients
+    /// (LiteLLM, agent CLIs) look for "maximum context length"; Anthropic's routes reword it.
+    #[error(
+        "This model's maximum context length is {} tokens. However, your messages resulted in \
+         {} tokens. Please reduce the length of the messages.",
+        .0.context_tokens,
+        .0.prompt_tokens
+    )]
+    ContextOverflow(ContextOverflow),
     /// The worker failed before it answered, or died while generating.
     #[error("the worker failed: {message}")]
     WorkerFailed { message: String },

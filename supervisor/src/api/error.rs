@@ -154,6 +154,9 @@ impl ApiError {
             ApiError::Backend(BackendError::InsufficientMemory { .. }) => {
                 (SERVER, Some("insufficient_memory"), None)
             }
+            ApiError::Backend(BackendError::ContextOverflow(_)) => {
+                (INVALID, Some("context_length_exceeded"), Some("messages"))
+            }
             ApiError::Backend(BackendError::WorkerFailed { .. }) => {
                 (SERVER, Some("worker_failed"), None)
             }
@@ -196,10 +199,13 @@ fn backend_status(error: &BackendError) -> StatusCode {
         BackendError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         BackendError::InsufficientMemory { .. } => StatusCode::INSUFFICIENT_STORAGE,
         BackendError::Rejected { kind, .. } => match kind {
-            RejectKind::PromptTooLong | RejectKind::PrefillMemory => StatusCode::PAYLOAD_TOO_LARGE,
-            RejectKind::InvalidRequest | RejectKind::Unsupported => StatusCode::BAD_REQUEST,
+            RejectKind::PrefillMemory => StatusCode::PAYLOAD_TOO_LARGE,
+            RejectKind::PromptTooLong | RejectKind::InvalidRequest | RejectKind::Unsupported => {
+                StatusCode::BAD_REQUEST
+            }
             RejectKind::Overloaded | RejectKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         },
+        BackendError::ContextOverflow(_) => StatusCode::BAD_REQUEST,
         BackendError::WorkerFailed { .. } => StatusCode::BAD_GATEWAY,
         BackendError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }

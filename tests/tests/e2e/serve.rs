@@ -215,7 +215,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
                 "/v1/completions",
                 &json!({"model": "llama", "prompt": "word ".repeat(9000), "max_tokens": 2}),
             ),
-            413,
+            400,
         ),
     ];
     for (response, status) in cases {
@@ -241,6 +241,49 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(response.status(), 413);
     let body: Value = response.json().unwrap();
     assert!(body["error"]["message"].is_string(), "{body}");
+}
+
+/// Each API's own words for a prompt over the context, the ones its clients act on: OpenAI's
+/// `context_length_exceeded`, Anthropic's `prompt is too long: N tokens > M maximum`.
+#[test]
+fn a_prompt_over_the_context_gets_each_apis_context_error() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let server = Server::start(&dirs);
+    let long = "word ".repeat(9000);
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "llama", "messages": [{"role": "user", "content": long}]}),
+        ),
+        ("/v1/responses", json!({"model": "llama", "input": long})),
+    ] {
+        let response = server.post(path, &body);
+        assert_eq!(response.status().as_u16(), 400, "{path}");
+        let body: Value = response.json().unwrap();
+        assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("This model's maximum context length is "),
+            "{message}"
+        );
+    }
+    let response = server.post(
+        "/v1/messages",
+        &json!({"model": "llama", "max_tokens": 8, "messages": [{"role": "user", "content": long}]}),
+    );
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    let numbers: Vec<&str> = message
+        .strip_prefix("prompt is too long: ")
+        .and_then(|rest| rest.strip_suffix(" maximum"))
+        .map(|rest| rest.split(" tokens > ").collect())
+        .unwrap_or_default();
+    assert_eq!(numbers.len(), 2, "{message}");
+    let prompt: u32 = numbers[0].parse().unwrap();
+    let context: u32 = numbers[1].parse().unwrap();
+    assert!(prompt > context, "{message}");
 }
 
 #[test]

@@ -213,6 +213,7 @@ fn accept(embedder: &Embedder, batcher: &mut Batcher<Pending>, job: EncodeJob) {
                 kind: rejection.kind,
                 message: rejection.message,
                 param: rejection.param,
+                overflow: None,
             });
         }
     };

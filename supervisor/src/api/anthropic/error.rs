@@ -54,7 +54,8 @@ impl AnthropicError {
         let status = self.0.status();
         match &self.0 {
             ApiError::BodyTooLarge => (status, "request_too_large"),
-            ApiError::Backend(BackendError::Rejected {
+            ApiError::Backend(BackendError::ContextOverflow(_))
+            | ApiError::Backend(BackendError::Rejected {
                 kind: RejectKind::PromptTooLong | RejectKind::PrefillMemory,
                 ..
             }) => (StatusCode::BAD_REQUEST, INVALID),
@@ -71,17 +72,29 @@ impl AnthropicError {
     /// The `error` object, also the data of a stream's `error` event.
     pub fn body(&self) -> ErrorBody {
         let (_, kind) = self.classify();
-        ErrorBody::new(kind, self.0.to_string())
+        ErrorBody::new(kind, self.message())
+    }
+
+    /// Anthropic's own wording where a client acts on it: Claude Code offers to compact the
+    /// conversation when it reads `prompt is too long: N tokens > M maximum`.
+    fn message(&self) -> String {
+        match &self.0 {
+            ApiError::Backend(BackendError::ContextOverflow(overflow)) => format!(
+                "prompt is too long: {} tokens > {} maximum",
+                overflow.prompt_tokens, overflow.context_tokens
+            ),
+            error => error.to_string(),
+        }
     }
 }
 
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        let (status, kind) = self.classify();
+        let (status, _) = self.classify();
         if status.is_server_error() {
             tracing::warn!(status = status.as_u16(), error = %self.0, "request failed");
         }
-        let mut response = (status, Json(ErrorBody::new(kind, self.0.to_string()))).into_response();
+        let mut response = (status, Json(self.body())).into_response();
         if let ApiError::Backend(BackendError::Unavailable {
             retry_after_secs, ..
         }) = self.0

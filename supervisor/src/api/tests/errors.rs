@@ -1,6 +1,6 @@
 //! Every failure answers with the OpenAI error body and the status its cause maps to.
 
-use corral_ipc::RejectKind;
+use corral_ipc::{ContextOverflow, RejectKind};
 use serde_json::json;
 
 use super::*;
@@ -232,10 +232,7 @@ async fn backend_errors_map_to_their_statuses() {
         param: None,
     };
     let cases = [
-        (
-            rejected(RejectKind::PromptTooLong),
-            StatusCode::PAYLOAD_TOO_LARGE,
-        ),
+        (rejected(RejectKind::PromptTooLong), StatusCode::BAD_REQUEST),
         (
             rejected(RejectKind::PrefillMemory),
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -292,23 +289,30 @@ async fn backend_errors_map_to_their_statuses() {
     }
 }
 
+/// OpenAI's 400 with `code: context_length_exceeded` and its wording, which clients match on.
 #[tokio::test]
-async fn a_prompt_too_long_is_a_413_context_length_exceeded() {
-    let error = BackendError::Rejected {
-        kind: RejectKind::PromptTooLong,
-        message: "the prompt has 9000 tokens; the context window is 8192".to_owned(),
-        param: None,
-    };
-    let reply = post(
-        &FakeBackend::failing(error),
-        "/v1/chat/completions",
-        chat_body(),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
-    let error = reply.error();
-    assert_eq!(error["code"], "context_length_exceeded");
-    assert!(error["message"].as_str().unwrap().contains("9000 tokens"));
+async fn a_prompt_too_long_is_a_400_context_length_exceeded_with_the_numbers() {
+    let error = BackendError::ContextOverflow(ContextOverflow {
+        prompt_tokens: 20322,
+        context_tokens: 8192,
+    });
+    let backend = FakeBackend::failing(error);
+    let responses_body = json!({"model": "tiny", "input": "hi"});
+    for (path, body) in [
+        ("/v1/chat/completions", chat_body()),
+        ("/v1/responses", responses_body),
+    ] {
+        let reply = post(&backend, path, body).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{path}");
+        let error = reply.error();
+        assert_eq!(error["code"], "context_length_exceeded");
+        assert_eq!(error["type"], "invalid_request_error");
+        assert_eq!(
+            error["message"],
+            "This model's maximum context length is 8192 tokens. However, your messages \
+             resulted in 20322 tokens. Please reduce the length of the messages."
+        );
+    }
 }
 
 #[tokio::test]
