@@ -16,6 +16,7 @@ mod embeddings;
 mod error;
 mod extract;
 mod generation;
+mod hosted_tools;
 mod logprobs;
 mod messages;
 mod models;

@@ -4,7 +4,8 @@
 //! (`response.rs`, `stream.rs`) and errors (`error.rs`).
 //!
 //! Headers: `x-api-key` is checked like a bearer key (`auth.rs`); `anthropic-version` and
-//! `anthropic-beta` are accepted and ignored, since one behaviour serves every version.
+//! `anthropic-beta` are accepted and ignored, since one behaviour serves every version. Server
+//! tools are left out of the prompt and named in a header (`api::hosted_tools`).
 
 mod content;
 mod error;
@@ -52,13 +53,14 @@ async fn respond<B: Backend>(
         .ok_or_else(|| AnthropicError::invalid("max_tokens: field required"))?;
     let name = body.model.clone();
     let stream = body.stream();
-    let request = body.into_generate(max_tokens)?;
+    let (request, dropped) = body.into_generate(max_tokens)?;
+    dropped.log_new("/v1/messages");
     let started = generation::start(backend.as_ref(), &name, request).await?;
     if stream {
-        return Ok(stream::response(started.events, name).into_response());
+        return Ok(dropped.attach(stream::response(started.events, name).into_response()));
     }
     let collected = generation::collect(started.events).await?;
-    Ok(Json(Message::new(name, collected)).into_response())
+    Ok(dropped.attach(Json(Message::new(name, collected)).into_response()))
 }
 
 /// The prompt's length as the model's own template and tokenizer make it: the worker renders
@@ -76,7 +78,7 @@ async fn count<B: Backend>(
     body: MessagesRequest,
 ) -> Result<Response, AnthropicError> {
     let name = body.model.clone();
-    let mut request = body.into_generate(1)?;
+    let (mut request, _) = body.into_generate(1)?;
     request.count_only = true;
     let started = generation::start(backend.as_ref(), &name, request).await?;
     let input_tokens = started.events.prompt_tokens;

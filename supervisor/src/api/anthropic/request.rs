@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::content;
 use super::error::AnthropicError;
+use crate::api::hosted_tools::Dropped;
 use crate::api::output_format;
 use crate::api::tools::Tools;
 
@@ -45,12 +46,17 @@ impl MessagesRequest {
         self.stream.unwrap_or(false)
     }
 
-    /// The worker request; `max_tokens` is the handler's (required, or 1 to count tokens).
-    pub fn into_generate(self, max_tokens: u32) -> Result<GenerateRequest, AnthropicError> {
+    /// The worker request, and the server tools it left out; `max_tokens` is the handler's
+    /// (required, or 1 to count tokens).
+    pub fn into_generate(
+        self,
+        max_tokens: u32,
+    ) -> Result<(GenerateRequest, Dropped), AnthropicError> {
         if max_tokens == 0 {
             return Err(AnthropicError::invalid("max_tokens: must be at least 1"));
         }
-        let tools = Tools::check(openai_tools(self.tools.unwrap_or_default())?)?;
+        let (tools, dropped) = openai_tools(self.tools.unwrap_or_default())?;
+        let tools = Tools::check(tools)?;
         let (tool_choice, parallel_tool_calls) = tool_choice(&tools, self.tool_choice.as_ref())?;
         let (format, effort) = output_config(self.output_config.as_ref())?;
         let output_format = match (format, self.grammar.as_deref()) {
@@ -67,7 +73,7 @@ impl MessagesRequest {
             tools: (!tools.tools.is_empty()).then_some(tools.tools),
             template_kwargs: template_kwargs(self.thinking.as_ref(), effort)?,
         };
-        Ok(GenerateRequest {
+        let request = GenerateRequest {
             prompt,
             max_tokens,
             temperature: in_range(self.temperature, 1.0, "temperature")?,
@@ -85,7 +91,8 @@ impl MessagesRequest {
             output_format,
             count_only: false,
             reasoning_budget: thinking_budget(self.thinking.as_ref())?,
-        })
+        };
+        Ok((request, dropped))
     }
 }
 
@@ -111,35 +118,39 @@ fn stop_sequences(stops: Option<Vec<String>>) -> Result<Vec<String>, AnthropicEr
     Ok(stops)
 }
 
-/// `{name, description, input_schema}` as an OpenAI function tool. Anthropic's server tools
-/// (`web_search_…`, `bash_…`) run on Anthropic's side and have no meaning here.
-fn openai_tools(tools: Vec<Value>) -> Result<Vec<Value>, AnthropicError> {
-    tools
-        .into_iter()
-        .enumerate()
-        .map(|(index, tool)| {
-            match tool.get("type").and_then(Value::as_str) {
-                None | Some("custom") => {}
-                Some(kind) => {
-                    return Err(AnthropicError::invalid(format!(
-                        "tools[{index}].type: `{kind}` is a server tool, which this server \
-                         does not run; give custom tools with an input_schema"
-                    )));
-                }
+/// Custom tools, `{name, description, input_schema}`, as OpenAI function tools. Anthropic's
+/// typed tools (`web_search_…`, `code_execution_…`, `bash_…`) are defined and run by Anthropic's
+/// side, so they are left out (`hosted_tools`), never refused: Claude Code may send them.
+fn openai_tools(tools: Vec<Value>) -> Result<(Vec<Value>, Dropped), AnthropicError> {
+    let mut dropped = Dropped::default();
+    let mut functions = Vec::with_capacity(tools.len());
+    for (index, tool) in tools.into_iter().enumerate() {
+        match tool.get("type") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(kind)) if kind == "custom" => {}
+            Some(Value::String(kind)) => {
+                dropped.add(kind);
+                continue;
             }
-            let mut function = Map::new();
-            for (from, to) in [
-                ("name", "name"),
-                ("description", "description"),
-                ("input_schema", "parameters"),
-            ] {
-                if let Some(value) = tool.get(from) {
-                    function.insert(to.to_owned(), value.clone());
-                }
+            Some(_) => {
+                return Err(AnthropicError::invalid(format!(
+                    "tools[{index}].type: must be a string"
+                )));
             }
-            Ok(json!({"type": "function", "function": function}))
-        })
-        .collect()
+        }
+        let mut function = Map::new();
+        for (from, to) in [
+            ("name", "name"),
+            ("description", "description"),
+            ("input_schema", "parameters"),
+        ] {
+            if let Some(value) = tool.get(from) {
+                function.insert(to.to_owned(), value.clone());
+            }
+        }
+        functions.push(json!({"type": "function", "function": function}));
+    }
+    Ok((functions, dropped))
 }
 
 /// `{"type": "auto" | "any" | "tool" | "none", "name"?, "disable_parallel_tool_use"?}`.

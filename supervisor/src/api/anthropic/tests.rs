@@ -548,10 +548,6 @@ async fn bad_requests_get_anthropics_error_shape_and_status() {
             "`g`",
         ),
         (
-            ask(json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]})),
-            "server tool",
-        ),
-        (
             ask(json!({"thinking": {"type": "sometimes"}})),
             "thinking.type",
         ),
@@ -654,6 +650,13 @@ async fn backend_failures_map_to_anthropics_statuses() {
             },
             (400, "invalid_request_error"),
         ),
+        (
+            BackendError::ContextOverflow(corral_ipc::ContextOverflow {
+                prompt_tokens: 20322,
+                context_tokens: 8192,
+            }),
+            (400, "invalid_request_error"),
+        ),
     ];
     for (error, expected) in cases {
         let backend = Fake::failing(error);
@@ -663,4 +666,56 @@ async fn backend_failures_map_to_anthropics_statuses() {
             assert_anthropic_error(status, &body, expected);
         }
     }
+}
+
+/// Claude Code reads this exact wording as "the conversation must be compacted".
+#[tokio::test]
+async fn a_prompt_too_long_reads_as_anthropics_own_message() {
+    let backend = Fake::failing(BackendError::ContextOverflow(corral_ipc::ContextOverflow {
+        prompt_tokens: 20322,
+        context_tokens: 8192,
+    }));
+    for stream in [false, true] {
+        let (status, body) = post(&backend, "/v1/messages", ask(json!({"stream": stream}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(
+            body["error"]["message"],
+            "prompt is too long: 20322 tokens > 8192 maximum"
+        );
+    }
+}
+
+/// Anthropic's typed tools run on Anthropic's side: left out of the prompt, named in a header.
+#[tokio::test]
+async fn server_tools_are_left_out_and_named_in_a_header() {
+    let backend = Fake::replying(vec![delta("Hi", "", Vec::new()), done(FinishReason::Stop)]);
+    let body = ask(json!({"tools": [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+        {"name": "get_weather", "input_schema": {"type": "object"}},
+        {"type": "code_execution_20250825", "name": "code_execution"},
+    ]}));
+    let response = crate::api::router(backend.clone(), 4)
+        .oneshot(
+            Request::post("/v1/messages")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[crate::api::hosted_tools::HEADER],
+        "code_execution_20250825, web_search_20250305"
+    );
+    let Prompt::Chat { tools, .. } = backend.last_request().prompt else {
+        panic!("a chat prompt");
+    };
+    let tools = tools.unwrap();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|tool| tool["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_weather"]);
 }

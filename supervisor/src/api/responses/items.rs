@@ -1,8 +1,11 @@
 //! A Responses `input` turned into the chat messages the worker's templates render: a string is
 //! one user message; items are messages (`input_text`/`output_text` parts joined into one
-//! string), `function_call` items (merged into the assistant turn before them, as chat keeps a
-//! turn's calls together) and `function_call_output` items (`tool` messages). `reasoning` items
-//! are accepted and left out, as chat templates drop past thinking.
+//! string), `function_call` and `custom_tool_call` items (merged into the assistant turn before
+//! them, as chat keeps a turn's calls together; a namespaced call under its flat name, a custom
+//! call with its text as the `input` argument, as `tools.rs` offers them) and their outputs
+//! (`tool` messages). `additional_tools` items carry tools, which `tools.rs` reads. Items that
+//! record what hosted tools or the provider did (`reasoning`, `web_search_call`, `compaction`...)
+//! are accepted and left out: chat templates drop past thinking, and corral ran none of them.
 //!
 //! Arguments stay JSON strings here, as chat clients send them; `messages::normalize` parses
 //! them for the templates later, so the stored conversation keeps the client's text.
@@ -10,9 +13,34 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::tools::{custom_arguments, flat_name};
 use crate::api::error::ApiError;
 
 const ROLES: [&str; 4] = ["user", "system", "developer", "assistant"];
+
+/// Items a client may replay that hold nothing a local model's prompt can use.
+const LEFT_OUT: [&str; 20] = [
+    "reasoning",
+    "additional_tools",
+    "compaction",
+    "compaction_summary",
+    "item_reference",
+    "web_search_call",
+    "file_search_call",
+    "image_generation_call",
+    "code_interpreter_call",
+    "computer_call",
+    "computer_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "tool_search_call",
+    "tool_search_output",
+    "mcp_list_tools",
+    "mcp_call",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "ghost_snapshot",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -31,29 +59,37 @@ pub fn messages(input: Input) -> Result<Vec<Value>, ApiError> {
         let field = |name: &str| item.get(name).and_then(Value::as_str);
         match field("type").unwrap_or("message") {
             "message" => messages.push(message(index, item)?),
-            "function_call" => {
+            kind @ ("function_call" | "custom_tool_call") => {
+                let name = required(index, field("name"), "name")?;
+                let name = match field("namespace") {
+                    Some(namespace) => flat_name(namespace, name),
+                    None => name.to_owned(),
+                };
+                let arguments = if kind == "custom_tool_call" {
+                    custom_arguments(required(index, field("input"), "input")?)
+                } else {
+                    required(index, field("arguments"), "arguments")?.to_owned()
+                };
                 let call = json!({
                     "id": required(index, field("call_id"), "call_id")?,
                     "type": "function",
-                    "function": {
-                        "name": required(index, field("name"), "name")?,
-                        "arguments": required(index, field("arguments"), "arguments")?,
-                    },
+                    "function": {"name": name, "arguments": arguments},
                 });
                 push_call(&mut messages, call);
             }
-            "function_call_output" => messages.push(json!({
+            "function_call_output" | "custom_tool_call_output" => messages.push(json!({
                 "role": "tool",
                 "tool_call_id": required(index, field("call_id"), "call_id")?,
                 "content": text(index, item.get("output"), "output")?,
             })),
-            "reasoning" => {}
+            kind if LEFT_OUT.contains(&kind) => {}
             other => {
                 return Err(invalid(
                     index,
                     format!(
                         "input[{index}] has type `{other}`; supported are message, \
-                         function_call, function_call_output and reasoning"
+                         function_call, custom_tool_call, their outputs, additional_tools, and \
+                         the records of hosted tools and reasoning (left out)"
                     ),
                     "type",
                 ));

@@ -10,6 +10,7 @@ mod object;
 mod request;
 mod store;
 mod stream;
+mod tools;
 
 use std::sync::Arc;
 
@@ -46,6 +47,8 @@ async fn respond<B: Backend>(
 ) -> Result<Response, ApiError> {
     let name = body.model.clone();
     let prepared = body.prepare(&store)?;
+    let dropped = prepared.tools.dropped.clone();
+    dropped.log_new("/v1/responses");
     let started = generation::start(backend.as_ref(), &name, prepared.generate).await?;
     let mut response = ResponseObject::in_progress(started.model, prepared.echo);
     let recorder = Recorder {
@@ -53,7 +56,8 @@ async fn respond<B: Backend>(
         conversation: prepared.conversation,
     };
     if prepared.stream {
-        return Ok(stream::response(started.events, response, recorder).into_response());
+        let events = stream::response(started.events, response, recorder, prepared.tools);
+        return Ok(dropped.attach(events.into_response()));
     }
     let collected = generation::collect(started.events).await?;
     let reason = collected.finish_reason;
@@ -62,10 +66,11 @@ async fn respond<B: Backend>(
         collected.text,
         collected.tool_calls,
         reason,
+        &prepared.tools,
     );
     response.finish(output, reason, collected.usage);
     recorder.record(&response);
-    Ok(Json(response).into_response())
+    Ok(dropped.attach(Json(response).into_response()))
 }
 
 pub async fn retrieve(

@@ -6,10 +6,11 @@ use corral_ipc::{FinishReason, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::tools::{ClientCall, ForcedCustom, ResponseTools, custom_arguments, flat_name};
 use crate::api::tools::call_id;
 use crate::api::types::{response_id, unix_now};
 
-/// An OpenAI-style id: `resp_…`, `msg_…`, `fc_…`, `rs_…`.
+/// An OpenAI-style id: `resp_…`, `msg_…`, `fc_…`, `ctc_…`, `rs_…`.
 pub fn item_id(prefix: &str) -> String {
     response_id(prefix).replacen('-', "_", 1)
 }
@@ -88,7 +89,19 @@ pub enum OutputItem {
         id: String,
         call_id: String,
         name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
         arguments: String,
+        status: &'static str,
+    },
+    /// A call of a custom tool: free-form text, not JSON arguments.
+    CustomToolCall {
+        id: String,
+        call_id: String,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        input: String,
         status: &'static str,
     },
 }
@@ -130,15 +143,48 @@ impl OutputItem {
         }
     }
 
-    /// A whole call, as the worker sends it: named with fresh item and call ids.
-    pub fn function_call(call: ToolCall) -> Self {
-        OutputItem::FunctionCall {
-            id: item_id("fc"),
+    /// A whole call, as the worker sends it, in the client's terms, with fresh item and call ids.
+    pub fn call(call: ToolCall, tools: &ResponseTools) -> Self {
+        match tools.client_call(call) {
+            ClientCall::Function {
+                name,
+                namespace,
+                arguments,
+            } => OutputItem::FunctionCall {
+                id: item_id("fc"),
+                call_id: call_id(),
+                name,
+                namespace,
+                arguments,
+                status: "completed",
+            },
+            ClientCall::Custom {
+                name,
+                namespace,
+                input,
+            } => Self::custom_call(item_id("ctc"), name, namespace, input),
+        }
+    }
+
+    pub fn custom_call(id: String, name: String, namespace: Option<String>, input: String) -> Self {
+        OutputItem::CustomToolCall {
+            id,
             call_id: call_id(),
-            name: call.name,
-            arguments: call.arguments,
+            name,
+            namespace,
+            input,
             status: "completed",
         }
+    }
+
+    /// A forced custom tool's call, whose input is the answer's whole text.
+    pub fn forced_call(id: String, forced: &ForcedCustom, input: String) -> Self {
+        Self::custom_call(
+            id,
+            forced.tool.name.clone(),
+            forced.tool.namespace.clone(),
+            input,
+        )
     }
 }
 
@@ -225,25 +271,29 @@ pub fn message_status(reason: FinishReason) -> &'static str {
 }
 
 /// The items of a whole answer, in the order the model wrote them: thinking, text, calls. A
-/// message is always present unless the model only called tools, as OpenAI answers.
+/// message is always present unless the model only called tools, as OpenAI answers; when the
+/// request forced a custom tool, the text is that tool's input.
 pub fn output_items(
     reasoning: String,
     text: String,
     calls: Vec<ToolCall>,
     reason: FinishReason,
+    tools: &ResponseTools,
 ) -> Vec<OutputItem> {
     let mut items = Vec::new();
     if !reasoning.is_empty() {
         items.push(OutputItem::reasoning(item_id("rs"), reasoning));
     }
-    if !text.is_empty() || calls.is_empty() {
+    if let Some(forced) = &tools.forced {
+        items.push(OutputItem::forced_call(item_id("ctc"), forced, text));
+    } else if !text.is_empty() || calls.is_empty() {
         items.push(OutputItem::message(
             item_id("msg"),
             text,
             message_status(reason),
         ));
     }
-    items.extend(calls.into_iter().map(OutputItem::function_call));
+    items.extend(calls.into_iter().map(|call| OutputItem::call(call, tools)));
     items
 }
 
@@ -260,11 +310,25 @@ pub fn assistant_messages(output: &[OutputItem]) -> Vec<Value> {
             OutputItem::FunctionCall {
                 call_id,
                 name,
+                namespace,
                 arguments,
                 ..
             } => calls.push(json!({
                 "id": call_id, "type": "function",
-                "function": {"name": name, "arguments": arguments},
+                "function": {"name": prompt_name(name, namespace.as_deref()), "arguments": arguments},
+            })),
+            OutputItem::CustomToolCall {
+                call_id,
+                name,
+                namespace,
+                input,
+                ..
+            } => calls.push(json!({
+                "id": call_id, "type": "function",
+                "function": {
+                    "name": prompt_name(name, namespace.as_deref()),
+                    "arguments": custom_arguments(input),
+                },
             })),
             OutputItem::Reasoning { .. } => {}
         }
@@ -274,4 +338,8 @@ pub fn assistant_messages(output: &[OutputItem]) -> Vec<Value> {
         message["tool_calls"] = Value::Array(calls);
     }
     vec![message]
+}
+
+fn prompt_name(name: &str, namespace: Option<&str>) -> String {
+    namespace.map_or_else(|| name.to_owned(), |namespace| flat_name(namespace, name))
 }

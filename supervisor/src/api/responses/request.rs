@@ -1,7 +1,9 @@
 //! `POST /v1/responses`'s body and its translation into the chat-shaped worker request the
-//! other endpoints send: instructions become a system message, flat function tools take chat's
-//! nested shape, `text.format` becomes a `response_format`, `reasoning.effort` the template's
+//! other endpoints send: instructions become a system message, tools take chat's shape
+//! (`tools.rs`), `text.format` becomes a `response_format`, `reasoning.effort` the template's
 //! `reasoning_effort`. Validation reuses chat's checks, so both APIs refuse the same things.
+//! Fields that only steer OpenAI's service (`include`, `prompt_cache_key`, `service_tier`,
+//! `text.verbosity`, `reasoning.summary`, `client_metadata`...) are accepted and have no effect.
 
 use corral_ipc::{GenerateRequest, Prompt};
 use serde::Deserialize;
@@ -10,6 +12,7 @@ use serde_json::{Map, Value, json};
 use super::items::{self, Input};
 use super::object::Echo;
 use super::store::ResponseStore;
+use super::tools::ResponseTools;
 use crate::api::chat::template_kwargs;
 use crate::api::error::ApiError;
 use crate::api::messages;
@@ -52,6 +55,8 @@ pub struct Prepared {
     /// The conversation so far, without instructions: the previous response's, then this input.
     pub conversation: Vec<Value>,
     pub stream: bool,
+    /// How the model's calls go back to the client, and what was left out.
+    pub tools: ResponseTools,
 }
 
 impl CreateRequest {
@@ -68,6 +73,12 @@ impl CreateRequest {
             }
             None => Vec::new(),
         };
+        let response_tools = self.tools.unwrap_or_default();
+        let mut tools = ResponseTools::translate(
+            std::iter::once(("tools".to_owned(), response_tools.as_slice()))
+                .chain(additional_tools(&input)),
+        )?;
+        let choice = tools.apply_choice(self.tool_choice.as_ref())?;
         let input = items::messages(input)?;
         if input.is_empty() && conversation.is_empty() {
             return Err(ApiError::invalid(
@@ -82,21 +93,32 @@ impl CreateRequest {
         }
         prompt_messages.extend(conversation.iter().cloned());
 
-        let response_tools = self.tools.unwrap_or_default();
-        let tools = Tools::check(chat_tools(&response_tools)?)?;
-        let tool_choice = tools.choice(chat_tool_choice(self.tool_choice.as_ref()).as_ref())?;
+        let checked = Tools::check(tools.chat.clone())?;
+        let tool_choice = checked.choice(choice.as_ref())?;
         let effort = self.reasoning.and_then(|reasoning| reasoning.effort);
         let prompt = Prompt::Chat {
             messages: messages::normalize(prompt_messages)?,
-            tools: (!tools.tools.is_empty()).then_some(tools.tools),
+            tools: (!checked.tools.is_empty()).then_some(checked.tools),
             template_kwargs: template_kwargs(None, effort.clone())?,
         };
         let format = self.text.and_then(|text| text.format);
+        let grammar = tools
+            .forced
+            .as_ref()
+            .and_then(|forced| forced.grammar.clone());
+        if grammar.is_some() && format.is_some() {
+            return Err(ApiError::invalid(
+                "text.format cannot be combined with a tool_choice that forces a custom tool \
+                 with a grammar: the tool's grammar shapes the answer",
+                "text.format",
+            ));
+        }
         let params = SamplingParams {
             model: self.model,
             temperature: self.temperature,
             top_p: self.top_p,
             response_format: format.as_ref().map(chat_response_format),
+            grammar,
             ..SamplingParams::default()
         };
         let max_tokens = self.max_output_tokens;
@@ -123,44 +145,25 @@ impl CreateRequest {
             echo,
             conversation,
             stream: self.stream.unwrap_or(false),
+            tools,
         })
     }
 }
 
-/// Responses function tools are flat (`{"type": "function", "name", "parameters", ...}`);
-/// chat's nest the function. Other tool types (web search, files) need OpenAI's servers.
-fn chat_tools(tools: &[Value]) -> Result<Vec<Value>, ApiError> {
-    tools
+/// The tool lists of `additional_tools` input items, named by where they are.
+fn additional_tools(input: &Input) -> Vec<(String, &[Value])> {
+    let Input::Items(items) = input else {
+        return Vec::new();
+    };
+    items
         .iter()
         .enumerate()
-        .map(|(index, tool)| {
-            let kind = tool.get("type").and_then(Value::as_str).unwrap_or("none");
-            if kind != "function" {
-                return Err(ApiError::invalid(
-                    format!("tools[{index}] has type `{kind}`; only function tools are supported"),
-                    format!("tools[{index}].type"),
-                ));
-            }
-            let mut function = Map::new();
-            for key in ["name", "description", "parameters", "strict"] {
-                if let Some(value) = tool.get(key).filter(|value| !value.is_null()) {
-                    function.insert(key.to_owned(), value.clone());
-                }
-            }
-            Ok(json!({"type": "function", "function": function}))
+        .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("additional_tools"))
+        .filter_map(|(index, item)| {
+            let tools = item.get("tools")?.as_array()?;
+            Some((format!("input[{index}].tools"), tools.as_slice()))
         })
         .collect()
-}
-
-/// `{"type": "function", "name"}` in chat's shape; the modes pass as they are.
-fn chat_tool_choice(choice: Option<&Value>) -> Option<Value> {
-    let choice = choice?;
-    match choice.get("name") {
-        Some(name) if choice.get("type") == Some(&json!("function")) => {
-            Some(json!({"type": "function", "function": {"name": name}}))
-        }
-        _ => Some(choice.clone()),
-    }
 }
 
 /// `text.format` in chat's `response_format` shape: json_schema's fields sit beside its type.

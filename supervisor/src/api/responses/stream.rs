@@ -3,10 +3,12 @@
 //! `output_item.added`, its content (`content_part.added`, text or reasoning deltas and their
 //! `.done`, `content_part.done`; or a call's `function_call_arguments.delta`/`.done`),
 //! `output_item.done`; and last `response.completed` (`response.incomplete` at the token limit,
-//! `response.failed` when the worker fails mid-stream).
+//! `response.failed` when the worker fails mid-stream). A custom tool's call carries its text
+//! in `custom_tool_call_input.delta`/`.done` instead of arguments.
 //!
-//! Text and reasoning items stay open across deltas; a call arrives whole from the worker, so
-//! its item opens and closes at once. The final object carries the same items, with the same
+//! Text and reasoning items stay open across deltas, and so does a forced custom tool's call,
+//! whose input is the answer's text; any other call arrives whole from the worker, so its item
+//! opens and closes at once. The final object carries the same items, with the same
 //! ids, as the events did. Dropping the stream (the client left) cancels the generation.
 
 use std::collections::VecDeque;
@@ -18,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::object::{OutputItem, ResponseObject, Status, item_id, message_status, output_text};
 use super::store::Recorder;
+use super::tools::ResponseTools;
 use crate::api::backend::{GenerationStream, StreamEvent};
 use crate::api::sse::{Relay, SseEvent, relay};
 
@@ -25,6 +28,8 @@ use crate::api::sse::{Relay, SseEvent, relay};
 enum Kind {
     Reasoning,
     Message,
+    /// The input of the custom tool the request forces.
+    CustomInput,
 }
 
 /// The text or reasoning item being written.
@@ -44,12 +49,14 @@ struct Streamed {
     open: Option<Open>,
     pending: VecDeque<SseEvent>,
     finished: bool,
+    tools: ResponseTools,
 }
 
 pub fn response(
     events: GenerationStream,
     response: ResponseObject,
     recorder: Recorder,
+    tools: ResponseTools,
 ) -> Sse<impl Stream<Item = SseEvent> + Send + 'static> {
     let mut streamed = Streamed {
         response,
@@ -59,6 +66,7 @@ pub fn response(
         open: None,
         pending: VecDeque::new(),
         finished: false,
+        tools,
     };
     streamed.lifecycle("response.created");
     streamed.lifecycle("response.in_progress");
@@ -86,7 +94,7 @@ impl Relay for Streamed {
                     self.write(Kind::Reasoning, &reasoning);
                 }
                 if !text.is_empty() {
-                    self.write(Kind::Message, &text);
+                    self.write(self.text_kind(), &text);
                 }
                 for call in tool_calls {
                     self.call(call);
@@ -104,6 +112,15 @@ impl Relay for Streamed {
 }
 
 impl Streamed {
+    /// What the answer's text is: a message, or a forced custom tool's input.
+    fn text_kind(&self) -> Kind {
+        if self.tools.forced.is_some() {
+            Kind::CustomInput
+        } else {
+            Kind::Message
+        }
+    }
+
     fn emit(&mut self, kind: &'static str, mut payload: Value) {
         payload["type"] = json!(kind);
         payload["sequence_number"] = json!(self.sequence);
@@ -138,6 +155,10 @@ impl Streamed {
                 "response.output_text.delta"
             }
             Kind::Reasoning => "response.reasoning_text.delta",
+            Kind::CustomInput => {
+                let payload = json!({"item_id": open.id, "output_index": index, "delta": delta});
+                return self.emit("response.custom_tool_call_input.delta", payload);
+            }
         };
         self.emit(event, payload);
     }
@@ -160,6 +181,7 @@ impl Streamed {
                 });
                 (id, item, json!({"type": "reasoning_text", "text": ""}))
             }
+            Kind::CustomInput => return self.open_custom_input(),
         };
         let index = self.output.len();
         self.emit(
@@ -175,6 +197,39 @@ impl Streamed {
             id,
             text: String::new(),
         });
+    }
+
+    /// The forced custom tool's call, open for its input; it has no content parts.
+    fn open_custom_input(&mut self) {
+        let Some(forced) = &self.tools.forced else {
+            return;
+        };
+        let id = item_id("ctc");
+        let mut item = json!(OutputItem::forced_call(id.clone(), forced, String::new()));
+        item["status"] = json!("in_progress");
+        let index = self.output.len();
+        self.emit(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        self.open = Some(Open {
+            kind: Kind::CustomInput,
+            id,
+            text: String::new(),
+        });
+    }
+
+    fn close_custom_input(&mut self, id: String, input: String) {
+        let Some(forced) = &self.tools.forced else {
+            return;
+        };
+        let item = OutputItem::forced_call(id.clone(), forced, input.clone());
+        let index = self.output.len();
+        self.emit(
+            "response.custom_tool_call_input.done",
+            json!({"item_id": id, "output_index": index, "input": input}),
+        );
+        self.item_done(item);
     }
 
     /// Ends the open item, if any, with its whole text.
@@ -194,6 +249,7 @@ impl Streamed {
                 json!({"type": "reasoning_text", "text": text}),
                 OutputItem::reasoning(id.clone(), text.clone()),
             ),
+            Kind::CustomInput => return self.close_custom_input(id, text),
         };
         let mut payload = json!({
             "item_id": id, "output_index": index, "content_index": 0, "text": text,
@@ -220,26 +276,45 @@ impl Streamed {
 
     fn call(&mut self, call: ToolCall) {
         self.close("completed");
-        let item = OutputItem::function_call(call);
-        let OutputItem::FunctionCall { id, arguments, .. } = &item else {
-            return;
+        let item = OutputItem::call(call, &self.tools);
+        // A function's call carries `arguments`, a custom tool's its `input`.
+        let (id, field, text, [delta, done]) = match &item {
+            OutputItem::FunctionCall { id, arguments, .. } => (
+                id,
+                "arguments",
+                arguments,
+                [
+                    "response.function_call_arguments.delta",
+                    "response.function_call_arguments.done",
+                ],
+            ),
+            OutputItem::CustomToolCall { id, input, .. } => (
+                id,
+                "input",
+                input,
+                [
+                    "response.custom_tool_call_input.delta",
+                    "response.custom_tool_call_input.done",
+                ],
+            ),
+            OutputItem::Message { .. } | OutputItem::Reasoning { .. } => return,
         };
-        let (id, arguments) = (id.clone(), arguments.clone());
+        let (id, text) = (id.clone(), text.clone());
         let index = self.output.len();
         let mut added = json!(item);
-        added["arguments"] = json!("");
+        added[field] = json!("");
         added["status"] = json!("in_progress");
         self.emit(
             "response.output_item.added",
             json!({"output_index": index, "item": added}),
         );
         self.emit(
-            "response.function_call_arguments.delta",
-            json!({"item_id": id, "output_index": index, "delta": arguments}),
+            delta,
+            json!({"item_id": id, "output_index": index, "delta": text}),
         );
         self.emit(
-            "response.function_call_arguments.done",
-            json!({"item_id": id, "output_index": index, "arguments": arguments}),
+            done,
+            json!({"item_id": id, "output_index": index, field: text}),
         );
         self.item_done(item);
     }
@@ -252,7 +327,7 @@ impl Streamed {
             .iter()
             .any(|item| !matches!(item, OutputItem::Reasoning { .. }));
         if !answered {
-            self.open_item(Kind::Message);
+            self.open_item(self.text_kind());
             self.close(message_status(reason));
         }
         let output = std::mem::take(&mut self.output);

@@ -9,6 +9,7 @@ mod models;
 mod rerank;
 mod responses;
 mod responses_stream;
+mod responses_tools;
 mod streams;
 mod tools;
 

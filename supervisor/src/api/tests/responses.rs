@@ -152,17 +152,14 @@ async fn bad_input_is_a_400_naming_the_field_before_the_backend() {
     let backend = FakeBackend::replying(hello_world());
     let cases = [
         (
-            json!({"input": "x", "tools": [{"type": "web_search"}]}),
+            json!({"input": "x", "tools": [{"type": "teleport"}]}),
             "tools[0].type",
         ),
         (
             json!({"input": [{"role": "robot", "content": "x"}]}),
             "input[0].role",
         ),
-        (
-            json!({"input": [{"type": "computer_call"}]}),
-            "input[0].type",
-        ),
+        (json!({"input": [{"type": "hologram"}]}), "input[0].type"),
         (
             json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
             "input[0].content",
