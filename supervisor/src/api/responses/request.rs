@@ -84,7 +84,9 @@ impl CreateRequest {
 
         let response_tools = self.tools.unwrap_or_default();
         let tools = Tools::check(chat_tools(&response_tools)?)?;
-        let tool_choice = tools.choice(chat_tool_choice(self.tool_choice.as_ref()).as_ref())?;
+        let tool_choice = chat_tool_choice(self.tool_choice.as_ref())
+            .map(|choice| tools.choice(Some(&choice)))
+            .transpose()?;
         let effort = self.reasoning.and_then(|reasoning| reasoning.effort);
         let prompt = Prompt::Chat {
             messages: messages::normalize(prompt_messages)?,
