@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+use crate::SamplingValues;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelDescription {
     /// The model directory or `.gguf` file, as given.
     pub path: PathBuf,
@@ -24,6 +26,16 @@ pub struct ModelDescription {
     /// What the model does, from its files; an older worker's description reads as `Chat`.
     #[serde(default)]
     pub kind: ModelKind,
+    /// The sampling a GGUF's `general.sampling.*` metadata recommends.
+    #[serde(default)]
+    pub gguf_sampling: SamplingValues,
+    /// The sampling the model folder's `generation_config.json` recommends.
+    #[serde(default)]
+    pub generation_config: SamplingValues,
+    /// What the worker found wrong but could serve anyway (a malformed `generation_config.json`),
+    /// each naming its file, for the supervisor to log.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// The requests a model answers.

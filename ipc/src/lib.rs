@@ -10,6 +10,7 @@ pub mod describe;
 pub mod framed;
 pub mod handshake;
 pub mod message;
+pub mod sampling;
 
 pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
@@ -20,3 +21,4 @@ pub use handshake::{
     worker_handshake,
 };
 pub use message::*;
+pub use sampling::SamplingValues;

@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The version both sides must speak; checked once, in the handshake.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Supervisor → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -251,24 +251,28 @@ pub enum OutputFormat {
     Lark { grammar: String },
 }
 
-/// What to generate and how to sample it. Sampling fields are plain values with neutral settings
-/// (`top_p` 1.0, `top_k` 0, `min_p` 0.0, `repetition_penalty` 1.0 mean "off"); the supervisor
-/// applies the OpenAI defaults, so the worker never has to guess them.
+/// What to generate and how to sample it. A sampling field is `None` where the client left it
+/// out: the supervisor fills those in from the model's defaults before sending, so the worker
+/// only sees `None` from other callers, and reads it as "off" (temperature 1, filters and
+/// penalties off, `max_tokens` up to the context window, no stop strings, `tool_choice` auto).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerateRequest {
     pub prompt: Prompt,
-    pub max_tokens: u32,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: u32,
-    pub min_p: f32,
-    pub repetition_penalty: f32,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    /// OpenAI's: subtracted once from the logit of every token already generated.
+    pub presence_penalty: Option<f32>,
+    /// OpenAI's: subtracted from a token's logit once per time it was generated.
+    pub frequency_penalty: Option<f32>,
     pub seed: Option<u64>,
-    pub stop: Vec<String>,
+    pub stop: Option<Vec<String>>,
     /// How many alternatives to report per token (`top_logprobs`); `None` means no logprobs.
     pub logprobs: Option<u32>,
-    #[serde(default)]
-    pub tool_choice: ToolChoice,
+    pub tool_choice: Option<ToolChoice>,
     /// `None` lets the model's format decide (several calls where it can express them).
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
@@ -287,22 +291,23 @@ pub struct GenerateRequest {
 }
 
 impl GenerateRequest {
-    /// Greedy decoding of `prompt` with every other sampler off, no stop strings and no
-    /// logprobs: what `/v1/completions` sends for a body with only a prompt, `max_tokens` and
-    /// `temperature: 0`.
+    /// Greedy decoding of `prompt` up to `max_tokens`, with nothing else asked: no filters, no
+    /// stop strings, no logprobs.
     pub fn greedy(prompt: Prompt, max_tokens: u32) -> Self {
         Self {
             prompt,
-            max_tokens,
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
+            max_tokens: Some(max_tokens),
+            temperature: Some(0.0),
+            top_p: None,
+            top_k: None,
+            min_p: None,
+            repetition_penalty: None,
+            presence_penalty: None,
+            frequency_penalty: None,
             seed: None,
-            stop: Vec::new(),
+            stop: None,
             logprobs: None,
-            tool_choice: ToolChoice::Auto,
+            tool_choice: None,
             parallel_tool_calls: None,
             output_format: None,
             count_only: false,

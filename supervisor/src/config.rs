@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use corral_ipc::SamplingValues;
 use serde::Deserialize;
 
 use crate::memory::MemoryAmount;
@@ -188,6 +189,37 @@ pub struct ModelSettings {
     pub idle_timeout_secs: Option<u64>,
     /// Overrides `[batching] max_sequences` for this model.
     pub max_sequences: Option<usize>,
+    /// Sampling defaults for what a request leaves out; they win over the model's own files.
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    /// The default answer length.
+    pub max_tokens: Option<u32>,
+    pub stop: Option<Vec<String>>,
+    /// `auto`, `required`, `none` or a tool's name: the tool choice of a request that has tools,
+    /// says nothing about the choice, and ends with a user turn.
+    pub tool_choice: Option<String>,
+}
+
+impl ModelSettings {
+    /// The sampling defaults this configuration sets.
+    pub fn sampling(&self) -> SamplingValues {
+        SamplingValues {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+        }
+    }
 }
 
 impl Config {
@@ -356,6 +388,7 @@ impl Config {
             );
         }
         check_batching(&from_file.batching, &from_file.models)?;
+        check_sampling(&from_file.models)?;
         check_log(&from_file.log)?;
         let mut models = from_file.models;
         for model in overrides.pinned {
@@ -404,6 +437,22 @@ impl Config {
             },
         })
     }
+}
+
+/// Refuses sampling defaults the worker would refuse, naming the model and the key.
+fn check_sampling(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
+    for (model, settings) in models {
+        let (_, problems) = settings.sampling().without_invalid();
+        if let Some(problem) = problems.first() {
+            bail!("[models.\"{model}\"]: {problem}");
+        }
+        if settings.tool_choice.as_deref().is_some_and(str::is_empty) {
+            bail!(
+                "[models.\"{model}\"]: tool_choice must be auto, required, none or a tool's name"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Refuses batching values the worker would refuse, naming the key, before any worker starts.
@@ -489,6 +538,46 @@ mod tests {
         assert_eq!(config.drain_timeout, Duration::from_secs(3));
         assert_eq!(config.aliases["fast"], "tiny");
         assert_eq!(config.responses_store_size, 5);
+    }
+
+    #[test]
+    fn a_models_sampling_defaults_and_tool_choice_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corral.toml");
+        std::fs::write(
+            &file,
+            "[models.\"org/qwen\"]\ntemperature = 0.6\ntop_p = 0.95\ntop_k = 20\nmin_p = 0.0\n\
+             repetition_penalty = 1.05\npresence_penalty = 1.5\nfrequency_penalty = -0.5\n\
+             max_tokens = 64\nstop = [\"END\"]\ntool_choice = \"required\"\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&file), Overrides::default()).unwrap();
+        let settings = &config.models["org/qwen"];
+        assert_eq!(
+            settings.sampling(),
+            SamplingValues {
+                temperature: Some(0.6),
+                top_p: Some(0.95),
+                top_k: Some(20),
+                min_p: Some(0.0),
+                repetition_penalty: Some(1.05),
+                presence_penalty: Some(1.5),
+                frequency_penalty: Some(-0.5),
+                max_tokens: Some(64),
+                stop: Some(vec!["END".to_owned()]),
+            }
+        );
+        assert_eq!(settings.tool_choice.as_deref(), Some("required"));
+
+        std::fs::write(&file, "[models.m]\ntop_p = 1.5\n").unwrap();
+        let error = format!(
+            "{:#}",
+            Config::load(Some(&file), Overrides::default()).unwrap_err()
+        );
+        assert!(
+            error.contains("models.\"m\"") && error.contains("top_p"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -16,10 +16,12 @@ use crate::api::{
     Backend, BackendError, CancelOnDrop, Embedded, GenerationStream, ModelCard, PinnedModel,
     Scored, StreamEvent,
 };
+use crate::config::Config;
 use crate::metrics::{GenerationMetrics, Metrics};
 use crate::pool::{AcquireError, Lease, Pool};
 use crate::process::{RequestHandle, WorkerClient, WorkerProcesses};
 use crate::registry::SharedRegistry;
+use crate::sampling_defaults::{SamplingDefaults, apply_tool_choice};
 
 /// Events buffered between a worker and a slow client before the relay waits.
 const STREAM_BUFFER: usize = 256;
@@ -30,20 +32,35 @@ pub struct Dispatch {
     /// How long a request may wait for room or a backoff before its model starts.
     admission_wait: Duration,
     metrics: Arc<Metrics>,
+    /// For each model's `[models.ID]` sampling defaults and default tool choice.
+    config: Arc<Config>,
 }
 
 impl Dispatch {
     pub fn new(
         registry: Arc<SharedRegistry>,
         pool: Pool<WorkerProcesses>,
-        admission_wait: Duration,
         metrics: Arc<Metrics>,
+        config: Arc<Config>,
     ) -> Self {
         Self {
             registry,
             pool,
-            admission_wait,
+            admission_wait: config.memory.admission_wait,
             metrics,
+            config,
+        }
+    }
+
+    /// Fills in what `request` leaves out from the model's defaults: the one place every API's
+    /// request passes once its model is known.
+    fn apply_defaults(&self, model: &str, request: &mut GenerateRequest) {
+        let settings = self.config.models.get(model);
+        if let Some(entry) = self.registry.current().get(model) {
+            SamplingDefaults::for_model(settings, entry).apply(request);
+        }
+        if let Some(choice) = settings.and_then(|settings| settings.tool_choice.as_deref()) {
+            apply_tool_choice(choice, request);
         }
     }
 }
@@ -132,9 +149,10 @@ impl Backend for Dispatch {
     async fn generate(
         &self,
         model: &str,
-        request: GenerateRequest,
+        mut request: GenerateRequest,
     ) -> Result<GenerationStream, BackendError> {
         self.check_servable(model)?;
+        self.apply_defaults(model, &mut request);
         // Counts as queued from here until the worker accepts; dropped on every early return.
         let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
         let mut retried = false;

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod process;
 pub mod pull;
 pub mod registry;
+pub mod sampling_defaults;
 pub mod serve;
 pub mod service;
 pub mod state_dir;

@@ -123,8 +123,8 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let backend = Arc::new(Dispatch::new(
         registry.clone(),
         pool.clone(),
-        config.memory.admission_wait,
         metrics.clone(),
+        config.clone(),
     ));
     let admin = Arc::new(Admin {
         pool: pool.clone(),

@@ -12,6 +12,7 @@ use crate::embedding::bert::EncoderConfig;
 use crate::embedding::layout::{self, ConfigHead, Layout, Pooling, Role};
 use crate::gguf::{self, GgufHeader};
 use crate::model::ModelConfig;
+use crate::sampling_defaults;
 
 pub fn describe(path: &Path) -> ModelDescription {
     if gguf::is_gguf(path) {
@@ -29,6 +30,9 @@ pub fn describe(path: &Path) -> ModelDescription {
         size_bytes: 0,
         unservable: None,
         kind: ModelKind::Chat,
+        gguf_sampling: Default::default(),
+        generation_config: Default::default(),
+        warnings: Vec::new(),
     };
     if !path.is_dir() {
         description.unservable = Some(if path.exists() {
@@ -51,9 +55,14 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         size_bytes: std::fs::metadata(path).map_or(0, |meta| meta.len()),
         unservable: None,
         kind: ModelKind::Chat,
+        gguf_sampling: Default::default(),
+        generation_config: Default::default(),
+        warnings: Vec::new(),
     };
     match GgufHeader::read(path) {
         Ok(header) => {
+            (description.gguf_sampling, description.warnings) =
+                sampling_defaults::from_gguf(&header);
             description.architecture = header.architecture().map(str::to_owned);
             description.quantization = Some(header.quantization_summary());
             description.unservable = gguf::check(&header).err().map(|error| error.to_string());
@@ -113,6 +122,8 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
                 .map(short_dtype),
         };
     }
+    (description.generation_config, description.warnings) =
+        sampling_defaults::from_generation_config(dir);
     let decoder = ModelConfig::load(dir);
     let role = layout::role(dir, &head, decoder.is_ok());
     description.kind = match role {

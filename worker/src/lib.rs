@@ -21,6 +21,7 @@ pub mod prefill_guard;
 pub mod prefix_cache;
 mod process_memory;
 pub mod sampling;
+pub mod sampling_defaults;
 mod sequence;
 pub mod serve;
 pub mod stop_strings;

@@ -1,5 +1,5 @@
-//! Everything a worker loads for its model: weights, tokenizer, chat template, stop tokens and
-//! generation defaults. Built and used only on the engine thread.
+//! Everything a worker loads for its model: weights, tokenizer, chat template and stop tokens.
+//! (Sampling defaults are the supervisor's: `describe` reports them.) Built and used only on the engine thread.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
@@ -14,7 +14,7 @@ use crate::constraint::{ConstraintError, ConstraintFactory};
 use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
-use crate::stop_tokens::{GenerationDefaults, eos_token_ids, generation_defaults};
+use crate::stop_tokens::eos_token_ids;
 use crate::tools::ModelFormats;
 
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +40,6 @@ pub struct LoadedModel {
     pub tokenizer: Arc<Tokenizer>,
     pub chat_template: Option<ChatTemplate>,
     pub eos_token_ids: BTreeSet<u32>,
-    pub defaults: GenerationDefaults,
     /// The tool-call and reasoning formats its template and vocabulary reveal.
     pub formats: ModelFormats,
     pub load_time: Duration,
@@ -62,7 +61,6 @@ impl LoadedModel {
                 tokenizer: Arc::new(loaded.tokenizer),
                 chat_template: loaded.chat_template,
                 eos_token_ids: loaded.eos_token_ids,
-                defaults: GenerationDefaults::default(),
                 formats,
                 load_time: started.elapsed(),
                 constraints: OnceCell::new(),
@@ -83,7 +81,6 @@ impl LoadedModel {
         let model = Model::load(dir)?;
         let chat_template = ChatTemplate::from_model_dir(dir)?;
         let eos_token_ids = eos_token_ids(dir, &tokenizer)?;
-        let defaults = generation_defaults(dir)?;
         let formats = detect_formats(chat_template.as_ref(), &tokenizer);
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -91,7 +88,6 @@ impl LoadedModel {
             tokenizer: Arc::new(tokenizer),
             chat_template,
             eos_token_ids,
-            defaults,
             formats,
             load_time: started.elapsed(),
             constraints: OnceCell::new(),

@@ -2,7 +2,7 @@
 //!
 //! The engine thread copies each step's logits (one f32 per vocabulary entry) to the host and
 //! decides here, in plain Rust, so sampling is testable without MLX and costs no extra graph
-//! evaluations. The pipeline: repetition penalty; then argmax when `temperature == 0`; otherwise
+//! evaluations. The pipeline: penalties (repetition, presence, frequency); then argmax when `temperature == 0`; otherwise
 //! temperature, top-k, top-p, min-p, and a draw from what is left, renormalized. Applying the
 //! filters after temperature is Hugging Face's order (mlx-lm filters the unscaled distribution
 //! and applies temperature only in the final draw); the two differ only when temperature != 1
@@ -30,8 +30,8 @@ use thresholds::{drop_below, kth_largest, nucleus_threshold, sum};
 /// One request's sampling settings, in OpenAI's vocabulary plus the usual extensions.
 ///
 /// The default is OpenAI's (temperature 1, everything else off), so that a request which omits
-/// a field samples as it would against OpenAI; greedy decoding is `temperature: 0.0`. Defaults
-/// from a model's `generation_config.json` are for the caller to layer on top.
+/// a field samples as it would against OpenAI; greedy decoding is `temperature: 0.0`. A model's
+/// own defaults are layered on top by the supervisor, before the request gets here.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
     /// 0 means greedy (argmax); otherwise logits are divided by it.
@@ -45,7 +45,11 @@ pub struct SamplingParams {
     pub min_p: f32,
     /// Divides positive logits (multiplies negative ones) of recently seen tokens; 1 is off.
     pub repetition_penalty: f32,
-    /// How many of the most recent tokens of the history the penalty looks at.
+    /// Subtracted once from the logit of each recently seen token; 0 is off.
+    pub presence_penalty: f32,
+    /// Subtracted from a recently seen token's logit once per occurrence; 0 is off.
+    pub frequency_penalty: f32,
+    /// How many of the most recent tokens of the history the penalties look at.
     pub repetition_context: usize,
     /// Makes the draws reproducible; `None` seeds from the clock and process id.
     pub seed: Option<u64>,
@@ -59,6 +63,8 @@ impl Default for SamplingParams {
             top_k: 0,
             min_p: 0.0,
             repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             repetition_context: 64,
             seed: None,
         }
@@ -76,6 +82,10 @@ pub enum InvalidParams {
     MinP(f32),
     #[error("repetition_penalty must be a finite number > 0, got {0}")]
     RepetitionPenalty(f32),
+    #[error("presence_penalty must be between -2 and 2, got {0}")]
+    PresencePenalty(f32),
+    #[error("frequency_penalty must be between -2 and 2, got {0}")]
+    FrequencyPenalty(f32),
 }
 
 /// Logits that no token can be drawn from: the model's (or the engine's) fault.
@@ -97,7 +107,7 @@ pub struct Sampler {
     weights: Vec<f32>,
     /// Room for the selections that find the top-k and top-p thresholds.
     scratch: Vec<f32>,
-    /// The penalized window of the history, deduplicated.
+    /// The penalized window of the history, sorted so that each token's occurrences are a run.
     recent: Vec<u32>,
 }
 
@@ -119,15 +129,15 @@ impl Sampler {
     }
 
     /// Picks the next token from one step's `logits`. `history` is the sequence so far (prompt
-    /// and generated tokens, as mlx-lm passes it); only its last `repetition_context` tokens
-    /// are penalized, each once however often it occurs. NaN logits count as -inf.
+    /// and generated tokens, as mlx-lm passes it to its logits processors); only its last
+    /// `repetition_context` tokens are penalized. NaN logits count as -inf.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, SampleError> {
         if logits.is_empty() {
             return Err(SampleError::EmptyLogits);
         }
         self.weights.clear();
         self.weights.extend(logits.iter().map(|&x| sanitize(x)));
-        self.apply_repetition_penalty(history);
+        self.apply_penalties(history);
         let best = argmax(&self.weights).ok_or(SampleError::NoCandidate {
             vocab: logits.len(),
         })?;
@@ -164,21 +174,32 @@ impl Sampler {
         }
     }
 
-    fn apply_repetition_penalty(&mut self, history: &[u32]) {
-        let penalty = self.params.repetition_penalty;
-        if penalty == 1.0 {
+    /// The repetition penalty scales a seen token's logit once; presence and frequency
+    /// penalties (mlx-lm's logits processors, OpenAI's semantics) subtract once, and once per
+    /// occurrence.
+    fn apply_penalties(&mut self, history: &[u32]) {
+        let p = &self.params;
+        let (repetition, presence, frequency) = (
+            p.repetition_penalty,
+            p.presence_penalty,
+            p.frequency_penalty,
+        );
+        if repetition == 1.0 && presence == 0.0 && frequency == 0.0 {
             return;
         }
-        let start = history.len().saturating_sub(self.params.repetition_context);
+        let start = history.len().saturating_sub(p.repetition_context);
         self.recent.clear();
         self.recent.extend_from_slice(&history[start..]);
         self.recent.sort_unstable();
-        self.recent.dedup();
-        for &id in &self.recent {
+        for run in self.recent.chunk_by(|a, b| a == b) {
             // Ids past the vocabulary (a padded embedding, a caller's mistake) have no logit.
-            if let Some(x) = self.weights.get_mut(id as usize) {
-                let penalized = if *x < 0.0 { *x * penalty } else { *x / penalty };
-                *x = sanitize(penalized);
+            if let Some(x) = self.weights.get_mut(run[0] as usize) {
+                let scaled = if *x < 0.0 {
+                    *x * repetition
+                } else {
+                    *x / repetition
+                };
+                *x = sanitize(scaled - presence - frequency * run.len() as f32);
             }
         }
     }
@@ -235,6 +256,12 @@ fn validate(p: &SamplingParams) -> Result<(), InvalidParams> {
     }
     if !(p.repetition_penalty.is_finite() && p.repetition_penalty > 0.0) {
         return Err(InvalidParams::RepetitionPenalty(p.repetition_penalty));
+    }
+    if !(-2.0..=2.0).contains(&p.presence_penalty) {
+        return Err(InvalidParams::PresencePenalty(p.presence_penalty));
+    }
+    if !(-2.0..=2.0).contains(&p.frequency_penalty) {
+        return Err(InvalidParams::FrequencyPenalty(p.frequency_penalty));
     }
     Ok(())
 }

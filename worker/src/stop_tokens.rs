@@ -1,4 +1,4 @@
-//! Which token ids end a generation, and the sampling defaults a model ships with.
+//! Which token ids end a generation.
 //!
 //! Models declare their end-of-sequence tokens in up to three places that often disagree:
 //! Llama 3 Instruct names `<|end_of_text|>` in `config.json` but ends its turns with `<|eot_id|>`,
@@ -68,41 +68,6 @@ pub fn eos_token_ids(
         ids.insert(id);
     }
     Ok(ids)
-}
-
-/// The sampling settings of `generation_config.json`, for requests that leave them out.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct GenerationDefaults {
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    /// 0 (off) where the file says 0 or a negative number.
-    pub top_k: Option<usize>,
-    pub repetition_penalty: Option<f32>,
-    /// `false` means the model's authors intend greedy decoding.
-    pub do_sample: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawDefaults {
-    temperature: Option<f32>,
-    top_p: Option<f32>,
-    top_k: Option<i64>,
-    repetition_penalty: Option<f32>,
-    do_sample: Option<bool>,
-}
-
-/// Reads the defaults; a model without `generation_config.json` simply has none.
-pub fn generation_defaults(model_dir: &Path) -> Result<GenerationDefaults, JsonFileError> {
-    let Some(raw) = read_optional::<RawDefaults>(&model_dir.join(GENERATION_CONFIG))? else {
-        return Ok(GenerationDefaults::default());
-    };
-    Ok(GenerationDefaults {
-        temperature: raw.temperature,
-        top_p: raw.top_p,
-        top_k: raw.top_k.map(|k| usize::try_from(k).unwrap_or(0)),
-        repetition_penalty: raw.repetition_penalty,
-        do_sample: raw.do_sample,
-    })
 }
 
 #[cfg(test)]

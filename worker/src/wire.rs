@@ -14,6 +14,7 @@ use crate::sampling::SamplingParams;
 
 pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
     let request = *request;
+    let sampling = sampling_params(&request);
     GenerateRequest {
         prompt: match request.prompt {
             WirePrompt::Text(text) => Prompt::Text(text),
@@ -28,25 +29,34 @@ pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
             },
             WirePrompt::Tokens(tokens) => Prompt::Tokens(tokens),
         },
-        sampling: SamplingParams {
-            temperature: request.temperature,
-            top_p: request.top_p,
-            top_k: request.top_k as usize,
-            min_p: request.min_p,
-            repetition_penalty: request.repetition_penalty,
-            seed: request.seed,
-            ..SamplingParams::default()
-        },
-        max_tokens: request.max_tokens as usize,
-        stop: request.stop,
+        sampling,
+        // `None` only from callers other than the supervisor: up to the context window.
+        max_tokens: request.max_tokens.map_or(usize::MAX, |max| max as usize),
+        stop: request.stop.unwrap_or_default(),
         logprobs: request.logprobs.map(|top| top as usize),
         output: OutputOptions {
-            tool_choice: request.tool_choice,
+            tool_choice: request.tool_choice.unwrap_or_default(),
             parallel_tool_calls: request.parallel_tool_calls,
             format: request.output_format,
             reasoning_budget: request.reasoning_budget.map(|budget| budget as usize),
         },
         count_only: request.count_only,
+    }
+}
+
+/// The request's sampling, with what it leaves out off (see `GenerateRequest`).
+fn sampling_params(request: &WireRequest) -> SamplingParams {
+    let off = SamplingParams::default();
+    SamplingParams {
+        temperature: request.temperature.unwrap_or(off.temperature),
+        top_p: request.top_p.unwrap_or(off.top_p),
+        top_k: request.top_k.map_or(off.top_k, |k| k as usize),
+        min_p: request.min_p.unwrap_or(off.min_p),
+        repetition_penalty: request.repetition_penalty.unwrap_or(off.repetition_penalty),
+        presence_penalty: request.presence_penalty.unwrap_or(off.presence_penalty),
+        frequency_penalty: request.frequency_penalty.unwrap_or(off.frequency_penalty),
+        seed: request.seed,
+        ..off
     }
 }
 

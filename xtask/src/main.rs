@@ -90,7 +90,17 @@ fn run() -> Result<ExitCode> {
             // `cargo xtask serve -- --port 8000` and `cargo xtask serve --port 8000` both work.
             args.extend(rest.into_iter().skip_while(|arg| arg == "--"));
             // With no model configured, corral serves this one: a real instruct model.
-            let default_model = test_models::ensure(&paths::Paths::discover()?)?;
+            let paths = paths::Paths::discover()?;
+            let default_model = test_models::ensure(&paths)?;
+            // ... with its published sampling, unless the user brings a configuration.
+            let own_config = std::env::var_os("CORRAL_CONFIG").is_some()
+                || args
+                    .iter()
+                    .any(|arg| arg.to_str().is_some_and(|arg| arg.starts_with("--config")));
+            if !own_config {
+                args.push("--config".into());
+                args.push(test_models::serve_config(&paths)?.into());
+            }
             let mut command = cargo.command(&args);
             command.env("CORRAL_DEFAULT_MODEL", default_model);
             cargo.status(command)

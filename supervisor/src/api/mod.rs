@@ -39,5 +39,4 @@ pub use backend::{
     Scored, StreamEvent,
 };
 pub use router::{MAX_BODY_BYTES, router};
-pub use sampling::DEFAULT_MAX_TOKENS;
 pub use served_model::ServedModel;

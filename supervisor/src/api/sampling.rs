@@ -1,19 +1,18 @@
 //! The request fields chat and completions share (sampling, limits, `n`, streaming), and their
-//! validation into the neutral values `GenerateRequest` carries.
+//! validation into `GenerateRequest`. A field the client leaves out stays `None` there: dispatch
+//! fills it in from the model's defaults (`sampling_defaults`), once the model is known.
 //!
 //! Validation happens here, before the backend is asked, so a bad value is a 400 that names the
 //! parameter rather than a worker-side failure. Fields OpenAI defines but corral cannot honour
 //! are refused with a message saying so, never silently ignored.
 
-use corral_ipc::{GenerateRequest, Prompt, ToolChoice};
+use corral_ipc::{GenerateRequest, Prompt};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
 use super::output_format;
 
-/// Used when the client sets neither `max_tokens` nor `max_completion_tokens`.
-pub const DEFAULT_MAX_TOKENS: u32 = 512;
 /// OpenAI's limit on alternatives per token.
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 /// OpenAI's limit on stop sequences.
@@ -31,6 +30,8 @@ pub struct SamplingParams {
     pub top_k: Option<i64>,
     pub min_p: Option<f32>,
     pub repetition_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
     pub seed: Option<u64>,
     pub stop: Option<StopInput>,
     pub n: Option<u32>,
@@ -83,8 +84,7 @@ impl SamplingParams {
         }
         let output_format =
             output_format::parse(self.response_format.as_ref(), self.grammar.as_deref())?;
-        let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-        if max_tokens == 0 {
+        if max_tokens == Some(0) {
             return Err(ApiError::invalid(
                 "max_tokens must be at least 1",
                 "max_tokens",
@@ -93,17 +93,19 @@ impl SamplingParams {
         Ok(GenerateRequest {
             prompt,
             max_tokens,
-            temperature: in_range(self.temperature, 1.0, 0.0, 2.0, "temperature")?,
-            top_p: in_range(self.top_p, 1.0, 0.0, 1.0, "top_p")?,
+            temperature: in_range(self.temperature, 0.0, 2.0, "temperature")?,
+            top_p: in_range(self.top_p, 0.0, 1.0, "top_p")?,
             top_k: self
                 .top_k
-                .map_or(0, |k| u32::try_from(k.max(0)).unwrap_or(u32::MAX)),
-            min_p: in_range(self.min_p, 0.0, 0.0, 1.0, "min_p")?,
+                .map(|k| u32::try_from(k.max(0)).unwrap_or(u32::MAX)),
+            min_p: in_range(self.min_p, 0.0, 1.0, "min_p")?,
             repetition_penalty: repetition_penalty(self.repetition_penalty)?,
+            presence_penalty: in_range(self.presence_penalty, -2.0, 2.0, "presence_penalty")?,
+            frequency_penalty: in_range(self.frequency_penalty, -2.0, 2.0, "frequency_penalty")?,
             seed: self.seed,
-            stop: stop_sequences(self.stop.as_ref())?,
+            stop: self.stop.as_ref().map(stop_sequences).transpose()?,
             logprobs,
-            tool_choice: ToolChoice::Auto,
+            tool_choice: None,
             parallel_tool_calls: None,
             output_format,
             count_only: false,
@@ -125,14 +127,13 @@ pub fn top_logprobs(count: u32, param: &'static str) -> Result<u32, ApiError> {
 
 fn in_range(
     value: Option<f32>,
-    default: f32,
     min: f32,
     max: f32,
     param: &'static str,
-) -> Result<f32, ApiError> {
+) -> Result<Option<f32>, ApiError> {
     match value {
-        None => Ok(default),
-        Some(value) if (min..=max).contains(&value) => Ok(value),
+        None => Ok(None),
+        Some(value) if (min..=max).contains(&value) => Ok(Some(value)),
         Some(value) => Err(ApiError::invalid(
             format!("{param} must be between {min} and {max}, got {value}"),
             param,
@@ -140,10 +141,10 @@ fn in_range(
     }
 }
 
-fn repetition_penalty(value: Option<f32>) -> Result<f32, ApiError> {
+fn repetition_penalty(value: Option<f32>) -> Result<Option<f32>, ApiError> {
     match value {
-        None => Ok(1.0),
-        Some(value) if value > 0.0 && value.is_finite() => Ok(value),
+        None => Ok(None),
+        Some(value) if value > 0.0 && value.is_finite() => Ok(Some(value)),
         Some(value) => Err(ApiError::invalid(
             format!("repetition_penalty must be greater than 0, got {value}"),
             "repetition_penalty",
@@ -151,11 +152,10 @@ fn repetition_penalty(value: Option<f32>) -> Result<f32, ApiError> {
     }
 }
 
-fn stop_sequences(stop: Option<&StopInput>) -> Result<Vec<String>, ApiError> {
+fn stop_sequences(stop: &StopInput) -> Result<Vec<String>, ApiError> {
     let stop = match stop {
-        None => Vec::new(),
-        Some(StopInput::One(one)) => vec![one.clone()],
-        Some(StopInput::Many(many)) => many.clone(),
+        StopInput::One(one) => vec![one.clone()],
+        StopInput::Many(many) => many.clone(),
     };
     if stop.len() > MAX_STOP_SEQUENCES {
         return Err(ApiError::invalid(

@@ -68,6 +68,9 @@ fn parse(stdout: &str, asked: &[PathBuf], worker: &Path) -> HashMap<PathBuf, Mod
     for line in stdout.lines().filter(|line| !line.trim().is_empty()) {
         match serde_json::from_str::<ModelDescription>(line) {
             Ok(description) if asked.contains(&description.path) => {
+                for warning in &description.warnings {
+                    tracing::warn!(path = %description.path.display(), "{warning}");
+                }
                 described.insert(description.path.clone(), description);
             }
             Ok(description) => {
@@ -99,6 +102,9 @@ mod tests {
             size_bytes: 98_000_000,
             unservable: unservable.map(str::to_owned),
             kind: corral_ipc::ModelKind::Chat,
+            gguf_sampling: Default::default(),
+            generation_config: Default::default(),
+            warnings: Vec::new(),
         }
     }
 

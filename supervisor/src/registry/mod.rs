@@ -17,6 +17,7 @@ mod huggingface;
 mod lmstudio;
 mod models_dir;
 mod ollama;
+mod ollama_params;
 mod shared;
 mod sources;
 
@@ -24,7 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use corral_ipc::{ModelDescription, ModelKind};
+use corral_ipc::{ModelDescription, ModelKind, SamplingValues};
 use serde::Serialize;
 
 pub use huggingface::{hf_home, hub_cache_dir};
@@ -47,7 +48,7 @@ pub enum Source {
     Default,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelEntry {
     pub id: String,
     /// A model directory, or one GGUF file (an Ollama blob, which has no `.gguf` extension); the
@@ -62,6 +63,8 @@ pub struct ModelEntry {
     /// What the worker made of the files; `None` until described, or when describing failed
     /// (the model is then assumed servable, and its worker says otherwise when it starts).
     pub description: Option<ModelDescription>,
+    /// The sampling defaults of an Ollama model's params layer; empty for other sources.
+    pub ollama_params: SamplingValues,
 }
 
 impl ModelEntry {
@@ -74,6 +77,7 @@ impl ModelEntry {
             created: modified_secs(path),
             problem: None,
             description: None,
+            ollama_params: SamplingValues::default(),
         }
     }
 

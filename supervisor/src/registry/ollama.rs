@@ -10,21 +10,22 @@
 //! The blob's digest is checked to be 64 hex digits before it becomes a file name. A manifest
 //! that is not JSON, has no model layer, names a missing blob or one that is not a GGUF, or
 //! carries a vision projector or a LoRA adapter, is listed as unservable with the reason. The
-//! template, parameters and system prompt layers are ignored: the GGUF's own chat template is
-//! used.
+//! params layer gives the model's sampling defaults (`ollama_params.rs`); the template and
+//! system prompt layers are ignored: the GGUF's own chat template is used.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{Kind, ModelEntry, Source, children, kind_of, name_of};
+use super::{Kind, ModelEntry, Source, children, kind_of, name_of, ollama_params};
 
 const OLLAMA_REGISTRY: &str = "registry.ollama.ai";
 const LIBRARY: &str = "library";
 const MODEL_LAYER: &str = "application/vnd.ollama.image.model";
 const PROJECTOR_LAYER: &str = "application/vnd.ollama.image.projector";
 const ADAPTER_LAYER: &str = "application/vnd.ollama.image.adapter";
+const PARAMS_LAYER: &str = "application/vnd.ollama.image.params";
 /// Real manifests are a few hundred bytes; anything far larger is not one.
 const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
@@ -86,7 +87,11 @@ fn model_id(registry: &str, namespace: &str, name: &str, tag: &str) -> String {
 fn model(root: &Path, manifest: &Path, id: String) -> ModelEntry {
     let source = Source::Ollama;
     match blob(root, manifest) {
-        Ok(blob) => ModelEntry::new(id, &blob, source),
+        Ok((blob, params)) => ModelEntry {
+            ollama_params: params
+                .map_or_else(Default::default, |params| ollama_params::read(&params, &id)),
+            ..ModelEntry::new(id, &blob, source)
+        },
         Err((path, problem)) => {
             tracing::warn!(model = %id, manifest = %manifest.display(), %problem, "an Ollama model cannot be served");
             ModelEntry::unservable(id, &path, source, problem)
@@ -94,8 +99,12 @@ fn model(root: &Path, manifest: &Path, id: String) -> ModelEntry {
     }
 }
 
-/// The GGUF blob the manifest names, or the path at fault and why it cannot be served.
-fn blob(root: &Path, manifest_path: &Path) -> Result<PathBuf, (PathBuf, String)> {
+/// The GGUF blob the manifest names and its params blob if it has one, or the path at fault and
+/// why it cannot be served.
+fn blob(
+    root: &Path,
+    manifest_path: &Path,
+) -> Result<(PathBuf, Option<PathBuf>), (PathBuf, String)> {
     let at_manifest = |problem: String| (manifest_path.to_path_buf(), problem);
     let manifest = read_manifest(manifest_path).map_err(|problem| {
         at_manifest(format!(
@@ -137,9 +146,20 @@ fn blob(root: &Path, manifest_path: &Path) -> Result<PathBuf, (PathBuf, String)>
             layer.digest.escape_debug()
         ))
     })?;
-    let blob = root.join("blobs").join(format!("sha256-{hex}"));
+    let blob = blob_path(root, hex);
     check_gguf(&blob).map_err(|problem| (blob.clone(), problem))?;
-    Ok(blob)
+    // A params layer naming no proper blob is only a lost default, not a reason to refuse.
+    let params = manifest
+        .layers
+        .iter()
+        .find(|layer| layer.media_type == PARAMS_LAYER)
+        .and_then(|layer| sha256_hex(&layer.digest))
+        .map(|hex| blob_path(root, hex));
+    Ok((blob, params))
+}
+
+fn blob_path(root: &Path, hex: &str) -> PathBuf {
+    root.join("blobs").join(format!("sha256-{hex}"))
 }
 
 fn read_manifest(path: &Path) -> Result<Manifest, String> {

@@ -18,6 +18,7 @@ mod reference_logits;
 mod rerank;
 mod responses;
 mod retrieval_race;
+mod sampling_defaults;
 mod serve;
 mod serve_auth;
 mod serve_memory;

@@ -16,7 +16,7 @@ use std::path::Path;
 use tokenizers::Tokenizer;
 
 pub use config::ARCHITECTURES;
-pub use header::{GgufError, GgufHeader};
+pub use header::{GgufError, GgufHeader, Value};
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
 use crate::model::{Model, ModelConfig, ModelError};

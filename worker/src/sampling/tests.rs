@@ -232,6 +232,40 @@ fn repetition_penalty_counts_each_token_once() {
 }
 
 #[test]
+fn presence_penalty_subtracts_once_however_often_a_token_was_seen() {
+    // 2.0 - 0.5 = 1.5 < 1.6, whether token 0 was seen once or three times.
+    assert_eq!(greedy(&[2.0, 1.6], &[0], |p| p.presence_penalty = 0.5), 1);
+    assert_eq!(
+        greedy(&[2.0, 1.4], &[0, 0, 0], |p| p.presence_penalty = 0.5),
+        0
+    );
+}
+
+#[test]
+fn frequency_penalty_subtracts_once_per_occurrence() {
+    // Seen twice: 2.0 - 2 * 0.3 = 1.4 < 1.5; seen once: 1.7 > 1.5.
+    assert_eq!(
+        greedy(&[2.0, 1.5], &[0, 0], |p| p.frequency_penalty = 0.3),
+        1
+    );
+    assert_eq!(greedy(&[2.0, 1.5], &[0], |p| p.frequency_penalty = 0.3), 0);
+}
+
+#[test]
+fn penalties_outside_openais_range_are_refused() {
+    let params = seeded(0, |p| p.presence_penalty = 2.5);
+    assert_eq!(
+        Sampler::new(params).unwrap_err(),
+        InvalidParams::PresencePenalty(2.5)
+    );
+    let params = seeded(0, |p| p.frequency_penalty = -3.0);
+    assert_eq!(
+        Sampler::new(params).unwrap_err(),
+        InvalidParams::FrequencyPenalty(-3.0)
+    );
+}
+
+#[test]
 fn repetition_penalty_only_sees_the_recent_context() {
     let adjust = |p: &mut SamplingParams| {
         p.repetition_penalty = 2.0;

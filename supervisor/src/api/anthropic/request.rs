@@ -75,16 +75,18 @@ impl MessagesRequest {
         };
         let request = GenerateRequest {
             prompt,
-            max_tokens,
-            temperature: in_range(self.temperature, 1.0, "temperature")?,
-            top_p: in_range(self.top_p, 1.0, "top_p")?,
+            max_tokens: Some(max_tokens),
+            temperature: in_range(self.temperature, "temperature")?,
+            top_p: in_range(self.top_p, "top_p")?,
             top_k: self
                 .top_k
-                .map_or(0, |k| u32::try_from(k.max(0)).unwrap_or(u32::MAX)),
-            min_p: 0.0,
-            repetition_penalty: 1.0,
+                .map(|k| u32::try_from(k.max(0)).unwrap_or(u32::MAX)),
+            min_p: None,
+            repetition_penalty: None,
+            presence_penalty: None,
+            frequency_penalty: None,
             seed: self.seed,
-            stop: stop_sequences(self.stop_sequences)?,
+            stop: self.stop_sequences.map(stop_sequences).transpose()?,
             logprobs: None,
             tool_choice,
             parallel_tool_calls,
@@ -97,10 +99,10 @@ impl MessagesRequest {
 }
 
 /// Anthropic's ranges for both are 0 to 1.
-fn in_range(value: Option<f32>, default: f32, name: &str) -> Result<f32, AnthropicError> {
+fn in_range(value: Option<f32>, name: &str) -> Result<Option<f32>, AnthropicError> {
     match value {
-        None => Ok(default),
-        Some(value) if (0.0..=1.0).contains(&value) => Ok(value),
+        None => Ok(None),
+        Some(value) if (0.0..=1.0).contains(&value) => Ok(Some(value)),
         Some(value) => Err(AnthropicError::invalid(format!(
             "{name}: must be between 0 and 1, got {value}"
         ))),
@@ -108,8 +110,7 @@ fn in_range(value: Option<f32>, default: f32, name: &str) -> Result<f32, Anthrop
 }
 
 /// Any number of stop sequences (Anthropic sets no limit), none empty.
-fn stop_sequences(stops: Option<Vec<String>>) -> Result<Vec<String>, AnthropicError> {
-    let stops = stops.unwrap_or_default();
+fn stop_sequences(stops: Vec<String>) -> Result<Vec<String>, AnthropicError> {
     if stops.iter().any(String::is_empty) {
         return Err(AnthropicError::invalid(
             "stop_sequences: a stop sequence must not be empty",
@@ -157,9 +158,9 @@ fn openai_tools(tools: Vec<Value>) -> Result<(Vec<Value>, Dropped), AnthropicErr
 fn tool_choice(
     tools: &Tools,
     choice: Option<&Value>,
-) -> Result<(ToolChoice, Option<bool>), AnthropicError> {
+) -> Result<(Option<ToolChoice>, Option<bool>), AnthropicError> {
     let Some(choice) = choice.filter(|choice| !choice.is_null()) else {
-        return Ok((ToolChoice::Auto, None));
+        return Ok((None, None));
     };
     let openai = match choice.get("type").and_then(Value::as_str) {
         Some("auto") => json!("auto"),
@@ -186,7 +187,7 @@ fn tool_choice(
             ));
         }
     };
-    Ok((tools.choice(Some(&openai))?, parallel))
+    Ok((Some(tools.choice(Some(&openai))?), parallel))
 }
 
 /// `output_config`: `format` (`{"type": "json_schema", "schema"}`) and `effort`.

@@ -249,12 +249,12 @@ async fn a_claude_code_conversation_becomes_the_chat_request_templates_render() 
         kwargs,
         json!({"enable_thinking": true, "reasoning_effort": "low"})
     );
-    assert_eq!(request.tool_choice, ToolChoice::Required);
+    assert_eq!(request.tool_choice, Some(ToolChoice::Required));
     assert_eq!(request.parallel_tool_calls, Some(false));
-    assert_eq!(request.stop.len(), 5);
+    assert_eq!(request.stop.map(|stop| stop.len()), Some(5));
     assert_eq!(
         (request.max_tokens, request.temperature, request.top_k),
-        (100, 0.0, 5)
+        (Some(100), Some(0.0), Some(5))
     );
 }
 
@@ -273,7 +273,7 @@ async fn tool_choice_thinking_and_output_config_map_to_their_worker_settings() {
     for (choice, expected) in cases {
         let body = ask(json!({"tools": tools, "tool_choice": choice}));
         assert_eq!(post(&backend, "/v1/messages", body).await.0, StatusCode::OK);
-        assert_eq!(backend.last_request().tool_choice, expected);
+        assert_eq!(backend.last_request().tool_choice, Some(expected));
         assert_eq!(backend.last_request().parallel_tool_calls, None);
     }
     let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});

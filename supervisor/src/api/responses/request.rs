@@ -5,7 +5,7 @@
 //! Fields that only steer OpenAI's service (`include`, `prompt_cache_key`, `service_tier`,
 //! `text.verbosity`, `reasoning.summary`, `client_metadata`...) are accepted and have no effect.
 
-use corral_ipc::{GenerateRequest, Prompt};
+use corral_ipc::{GenerateRequest, Prompt, ToolChoice};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -94,7 +94,14 @@ impl CreateRequest {
         prompt_messages.extend(conversation.iter().cloned());
 
         let checked = Tools::check(tools.chat.clone())?;
-        let tool_choice = checked.choice(choice.as_ref())?;
+        // `None` lets the model's default tool_choice apply; a forced custom tool shapes the
+        // answer itself, so the call is left to the grammar.
+        let tool_choice = match (&tools.forced, choice) {
+            (Some(_), _) => Some(ToolChoice::Auto),
+            (None, choice) => choice
+                .map(|choice| checked.choice(Some(&choice)))
+                .transpose()?,
+        };
         let effort = self.reasoning.and_then(|reasoning| reasoning.effort);
         let prompt = Prompt::Chat {
             messages: messages::normalize(prompt_messages)?,

@@ -60,39 +60,44 @@ async fn length_and_cancelled_map_to_openai_finish_reasons() {
 }
 
 #[tokio::test]
-async fn sampling_fields_reach_the_worker_with_openai_defaults() {
+async fn sampling_fields_the_client_leaves_out_are_left_for_the_models_defaults() {
     let backend = FakeBackend::replying(hello_world());
     let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]});
     post(&backend, "/v1/chat/completions", body).await;
     let request = backend.last_request().1;
-    assert_eq!(request.max_tokens, crate::api::DEFAULT_MAX_TOKENS);
-    assert_eq!(request.temperature, 1.0);
-    assert_eq!(request.top_p, 1.0);
-    assert_eq!(request.top_k, 0);
-    assert_eq!(request.repetition_penalty, 1.0);
-    assert!(request.stop.is_empty());
+    assert_eq!(request.max_tokens, None);
+    assert_eq!(request.temperature, None);
+    assert_eq!(request.top_p, None);
+    assert_eq!(request.top_k, None);
+    assert_eq!(request.repetition_penalty, None);
+    assert_eq!(request.stop, None);
+    assert_eq!(request.tool_choice, None);
     assert_eq!(request.logprobs, None);
 
     let body = json!({
         "model": "tiny", "messages": [{"role": "user", "content": "Hi"}],
         "max_tokens": 7, "max_completion_tokens": 9, "temperature": 0.2, "top_p": 0.5,
         "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "seed": 42, "stop": "END",
-        "n": 1, "user": "someone", "frequency_penalty": 0, "response_format": {"type": "text"},
+        "n": 1, "user": "someone", "frequency_penalty": 0.5, "presence_penalty": -1,
+        "response_format": {"type": "text"},
     });
     let reply = post(&backend, "/v1/chat/completions", body).await;
     assert_eq!(reply.status, StatusCode::OK);
     let request = backend.last_request().1;
     assert_eq!(
-        request.max_tokens, 9,
+        request.max_tokens,
+        Some(9),
         "max_completion_tokens wins over max_tokens"
     );
-    assert_eq!(request.temperature, 0.2);
-    assert_eq!(request.top_p, 0.5);
-    assert_eq!(request.top_k, 40);
-    assert_eq!(request.min_p, 0.05);
-    assert_eq!(request.repetition_penalty, 1.1);
+    assert_eq!(request.temperature, Some(0.2));
+    assert_eq!(request.top_p, Some(0.5));
+    assert_eq!(request.top_k, Some(40));
+    assert_eq!(request.min_p, Some(0.05));
+    assert_eq!(request.repetition_penalty, Some(1.1));
+    assert_eq!(request.frequency_penalty, Some(0.5));
+    assert_eq!(request.presence_penalty, Some(-1.0));
     assert_eq!(request.seed, Some(42));
-    assert_eq!(request.stop, vec!["END".to_owned()]);
+    assert_eq!(request.stop, Some(vec!["END".to_owned()]));
 }
 
 #[tokio::test]

@@ -86,8 +86,8 @@ async fn text_input_with_instructions_answers_one_message_and_usage() {
         0
     );
     let request = backend.last_request().1;
-    assert_eq!(request.max_tokens, 7);
-    assert_eq!(request.temperature, 0.5);
+    assert_eq!(request.max_tokens, Some(7));
+    assert_eq!(request.temperature, Some(0.5));
     let (messages, tools, _) = chat_prompt(&request);
     assert_eq!(
         messages,
@@ -129,9 +129,9 @@ async fn flat_function_tools_choice_format_and_effort_reach_the_worker_in_chat_s
     );
     assert_eq!(
         request.tool_choice,
-        ToolChoice::Function {
+        Some(ToolChoice::Function {
             name: "get_weather".to_owned()
-        }
+        })
     );
     assert_eq!(request.parallel_tool_calls, Some(false));
     assert_eq!(

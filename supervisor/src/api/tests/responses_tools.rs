@@ -100,9 +100,9 @@ async fn namespace_tools_are_offered_flat_and_called_back_with_their_namespace()
     assert_eq!(names, ["mcp__files__read"]);
     assert_eq!(
         request.tool_choice,
-        ToolChoice::Function {
+        Some(ToolChoice::Function {
             name: "mcp__files__read".to_owned()
-        }
+        })
     );
     assert_eq!(
         messages[1]["tool_calls"][0]["function"]["name"],
@@ -195,7 +195,7 @@ async fn a_forced_custom_tool_holds_the_whole_answer_to_its_grammar() {
             ["apply_patch"],
             "the tool stays described to the model"
         );
-        assert_eq!(request.tool_choice, ToolChoice::Auto);
+        assert_eq!(request.tool_choice, Some(ToolChoice::Auto));
         assert_eq!(
             request.output_format,
             grammar.map(|grammar| OutputFormat::Lark { grammar })

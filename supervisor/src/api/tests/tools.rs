@@ -60,9 +60,9 @@ async fn tool_choice_parallel_calls_and_template_kwargs_reach_the_worker() {
     let request = backend.last_request().1;
     assert_eq!(
         request.tool_choice,
-        ToolChoice::Function {
+        Some(ToolChoice::Function {
             name: "get_weather".to_owned()
-        }
+        })
     );
     assert_eq!(request.parallel_tool_calls, Some(false));
     let Prompt::Chat {

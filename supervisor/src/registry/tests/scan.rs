@@ -189,6 +189,9 @@ done"#;
             size_bytes: 8,
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
+            gguf_sampling: Default::default(),
+            generation_config: Default::default(),
+            warnings: Vec::new(),
         })
     );
     assert_eq!(
