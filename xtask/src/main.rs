@@ -94,7 +94,9 @@ fn run() -> Result<ExitCode> {
             let default_model = test_models::ensure(&paths)?;
             // ... with its published sampling, unless the user brings a configuration.
             let own_config = std::env::var_os("CORRAL_CONFIG").is_some()
-                || args.iter().any(|arg| arg.to_str().is_some_and(|arg| arg.starts_with("--config")));
+                || args
+                    .iter()
+                    .any(|arg| arg.to_str().is_some_and(|arg| arg.starts_with("--config")));
             if !own_config {
                 args.push("--config".into());
                 args.push(test_models::serve_config(&paths)?.into());

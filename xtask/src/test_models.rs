@@ -39,8 +39,7 @@ top_p = 0.9
 /// Writes [`SERVE_CONFIG`] under `target/` (this checkout's own) and returns its path.
 pub fn serve_config(paths: &Paths) -> Result<PathBuf> {
     let path = paths.root.join("target/xtask-serve.toml");
-    std::fs::write(&path, SERVE_CONFIG)
-        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, SERVE_CONFIG).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
 
