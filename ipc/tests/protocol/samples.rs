@@ -6,18 +6,20 @@ use serde_json::json;
 pub fn generate_request(prompt: Prompt) -> GenerateRequest {
     GenerateRequest {
         prompt,
-        max_tokens: 256,
-        temperature: 0.7,
-        top_p: 0.95,
-        top_k: 40,
-        min_p: 0.05,
-        repetition_penalty: 1.1,
+        max_tokens: Some(256),
+        temperature: Some(0.7),
+        top_p: Some(0.95),
+        top_k: Some(40),
+        min_p: Some(0.05),
+        repetition_penalty: Some(1.1),
+        presence_penalty: Some(0.5),
+        frequency_penalty: Some(-0.25),
         seed: Some(u64::MAX),
-        stop: vec!["</s>".into(), "\n\nUser:".into()],
+        stop: Some(vec!["</s>".into(), "\n\nUser:".into()]),
         logprobs: Some(5),
-        tool_choice: ToolChoice::Function {
+        tool_choice: Some(ToolChoice::Function {
             name: "get_weather".into(),
-        },
+        }),
         parallel_tool_calls: Some(false),
         output_format: Some(OutputFormat::JsonSchema {
             schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
@@ -66,8 +68,8 @@ pub fn to_worker() -> Vec<ToWorker> {
             request: Box::new(GenerateRequest {
                 seed: None,
                 logprobs: None,
-                stop: vec![],
-                tool_choice: ToolChoice::Auto,
+                stop: None,
+                tool_choice: None,
                 parallel_tool_calls: None,
                 count_only: true,
                 output_format: Some(OutputFormat::Lark {
