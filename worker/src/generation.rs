@@ -109,8 +109,12 @@ pub struct Timings {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// The prompt fits and generation begins.
-    Accepted { prompt_tokens: usize },
+    /// The prompt fits and generation begins, `cached_tokens` of it restored from the prefix
+    /// cache.
+    Accepted {
+        prompt_tokens: usize,
+        cached_tokens: usize,
+    },
     /// Text of `token_count` sampled tokens (text is held back while it may be a stop string
     /// or an incomplete character, so one delta can cover several tokens).
     Delta {
