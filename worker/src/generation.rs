@@ -17,6 +17,7 @@ use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
+use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
 use crate::tools::{ToolFormat, mistral_call_ids, rewrite_messages};
 
@@ -337,17 +338,28 @@ fn render(
     } else {
         messages
     };
-    Ok(if taught {
-        template.render_with(
-            &rewrite_messages(messages, tools),
-            None,
-            true,
-            template_kwargs,
-        )?
-    } else {
-        let tools = (!tools.is_empty()).then(|| serde_json::Value::from(tools.to_vec()));
-        template.render_with(messages, tools.as_ref(), true, template_kwargs)?
-    })
+    let render_as_given = |messages: &[serde_json::Value]| {
+        if taught {
+            template.render_with(
+                &rewrite_messages(messages, tools),
+                None,
+                true,
+                template_kwargs,
+            )
+        } else {
+            let tools = (!tools.is_empty()).then(|| serde_json::Value::from(tools.to_vec()));
+            template.render_with(messages, tools.as_ref(), true, template_kwargs)
+        }
+    };
+    match render_as_given(messages) {
+        Ok(text) => Ok(text),
+        // A template that refuses a system message past the start gets it as a marked user
+        // turn, in place (see `system_reminder`).
+        Err(refused) => match system_reminder::as_user_turns(messages) {
+            Some(rewritten) => Ok(render_as_given(&rewritten)?),
+            None => Err(refused.into()),
+        },
+    }
 }
 
 fn output_constraint(

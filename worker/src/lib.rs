@@ -25,5 +25,6 @@ mod sequence;
 pub mod serve;
 pub mod stop_strings;
 pub mod stop_tokens;
+mod system_reminder;
 pub mod tools;
 mod wire;
