@@ -16,6 +16,8 @@ pub mod disk;
 mod key;
 mod ram;
 mod tail;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::rc::Rc;
