@@ -81,6 +81,10 @@ pub enum FromWorker {
     Accepted {
         id: u64,
         prompt_tokens: u32,
+        /// Of those, restored from the prefix cache (Anthropic's stream reports it first
+        /// thing); `None` from a worker that does not say.
+        #[serde(default)]
+        cached_tokens: Option<u32>,
     },
     Rejected {
         id: u64,

@@ -171,7 +171,8 @@ impl Backend for Dispatch {
                         accepted.prompt_tokens,
                         receiver,
                         accepted.cancel,
-                    ));
+                    )
+                    .with_cached_tokens(accepted.cached_tokens));
                 }
                 // The worker died before it took the request, so nothing of it reached the
                 // client: once more on the worker that replaces it. Only once, so a request that
@@ -318,6 +319,7 @@ fn unexpected(model: &str, frame: &FromWorker, wanted: &str) -> BackendError {
 struct Accepted {
     handle: RequestHandle,
     prompt_tokens: u32,
+    cached_tokens: u32,
     cancel: CancelOnDrop,
 }
 
@@ -336,8 +338,12 @@ async fn submit(
             })?;
     // Armed from here on: if this future or the stream is dropped, the worker is told.
     let mut cancel = cancel_guard(client, handle.id);
-    let prompt_tokens = match handle.events.recv().await {
-        Some(FromWorker::Accepted { prompt_tokens, .. }) => prompt_tokens,
+    let (prompt_tokens, cached_tokens) = match handle.events.recv().await {
+        Some(FromWorker::Accepted {
+            prompt_tokens,
+            cached_tokens,
+            ..
+        }) => (prompt_tokens, cached_tokens.unwrap_or(0)),
         Some(FromWorker::Rejected {
             overflow: Some(overflow),
             ..
@@ -377,6 +383,7 @@ async fn submit(
     Ok(Accepted {
         handle,
         prompt_tokens,
+        cached_tokens,
         cancel,
     })
 }

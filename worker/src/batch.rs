@@ -70,11 +70,22 @@ struct Running<'m, 's> {
 }
 
 impl Running<'_, '_> {
-    /// Ends the sequence with `reason`, or with the error that stopped it.
-    fn end(mut self, ending: Result<FinishReason, GenerateError>) {
+    /// Ends the sequence with `reason`, or with the error that stopped it. One that ran to an
+    /// end first gives what it computed to the prefix cache, for the conversation's next turn;
+    /// one whose pass failed may hold half-written caches, so it gives nothing.
+    fn end(
+        mut self,
+        ending: Result<FinishReason, GenerateError>,
+        prefix: Option<&mut PrefixCache>,
+    ) {
         let sink = &mut self.sink;
         let result = match ending {
-            Ok(reason) => self.sequence.finish(reason, &mut |event| sink(Ok(event))),
+            Ok(reason) => {
+                if let Some(prefix) = prefix {
+                    self.sequence.keep(prefix);
+                }
+                self.sequence.finish(reason, &mut |event| sink(Ok(event)))
+            }
             Err(error) => Err(error),
         };
         if let Err(error) = result {
@@ -144,7 +155,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             return (job.sink)(Err(reason.into()));
         }
         if job.request.count_only {
-            (job.sink)(Ok(Event::Accepted { prompt_tokens }));
+            (job.sink)(Ok(Event::Accepted {
+                prompt_tokens,
+                cached_tokens: 0,
+            }));
             return (job.sink)(Ok(done_without_compute(FinishReason::Stop, prompt_tokens)));
         }
         self.waiting.push_back(Waiting {
@@ -172,7 +186,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             let prompt_tokens = waiting.prepared.tokens.len();
             if (waiting.job.cancelled)() {
                 // Nobody waits for it, so it skips the prefill too.
-                (waiting.job.sink)(Ok(Event::Accepted { prompt_tokens }));
+                (waiting.job.sink)(Ok(Event::Accepted {
+                    prompt_tokens,
+                    cached_tokens: 0,
+                }));
                 (waiting.job.sink)(Ok(done_without_compute(
                     FinishReason::Cancelled,
                     prompt_tokens,
@@ -187,7 +204,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 self.waiting.push_front(waiting);
                 return;
             }
-            (waiting.job.sink)(Ok(Event::Accepted { prompt_tokens }));
+            // Restored before `Accepted`, which then says how much of the prompt was cached.
             let sequence = Sequence::start(
                 self.loaded,
                 &waiting.job.request,
@@ -195,6 +212,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 waiting.sampler,
                 self.prefix.as_deref_mut(),
             );
+            (waiting.job.sink)(Ok(Event::Accepted {
+                prompt_tokens,
+                cached_tokens: sequence.cached_tokens(),
+            }));
             self.running.push(Running {
                 sequence,
                 cancelled: waiting.job.cancelled,
@@ -235,7 +256,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let mut index = 0;
         while index < self.running.len() {
             if (self.running[index].cancelled)() {
-                self.running.remove(index).end(Ok(FinishReason::Cancelled));
+                let prefix = self.prefix.as_deref_mut();
+                self.running
+                    .remove(index)
+                    .end(Ok(FinishReason::Cancelled), prefix);
             } else {
                 index += 1;
             }
@@ -288,7 +312,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 failed.sort_unstable_by_key(|&index| std::cmp::Reverse(index));
                 for index in failed {
                     let error = Exception::from(message.as_str());
-                    self.running.remove(index).end(Err(error.into()));
+                    self.running.remove(index).end(Err(error.into()), None);
                 }
                 return;
             }
@@ -312,7 +336,8 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         // Removing from the back keeps the other indices valid.
         endings.sort_unstable_by_key(|(index, _)| std::cmp::Reverse(*index));
         for (index, ending) in endings {
-            self.running.remove(index).end(ending);
+            let prefix = self.prefix.as_deref_mut();
+            self.running.remove(index).end(ending, prefix);
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
+use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
 use crate::tools::{ToolFormat, mistral_call_ids, rewrite_messages};
 
@@ -109,8 +110,12 @@ pub struct Timings {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// The prompt fits and generation begins.
-    Accepted { prompt_tokens: usize },
+    /// The prompt fits and generation begins, `cached_tokens` of it restored from the prefix
+    /// cache.
+    Accepted {
+        prompt_tokens: usize,
+        cached_tokens: usize,
+    },
     /// Text of `token_count` sampled tokens (text is held back while it may be a stop string
     /// or an incomplete character, so one delta can cover several tokens).
     Delta {
@@ -333,17 +338,28 @@ fn render(
     } else {
         messages
     };
-    Ok(if taught {
-        template.render_with(
-            &rewrite_messages(messages, tools),
-            None,
-            true,
-            template_kwargs,
-        )?
-    } else {
-        let tools = (!tools.is_empty()).then(|| serde_json::Value::from(tools.to_vec()));
-        template.render_with(messages, tools.as_ref(), true, template_kwargs)?
-    })
+    let render_as_given = |messages: &[serde_json::Value]| {
+        if taught {
+            template.render_with(
+                &rewrite_messages(messages, tools),
+                None,
+                true,
+                template_kwargs,
+            )
+        } else {
+            let tools = (!tools.is_empty()).then(|| serde_json::Value::from(tools.to_vec()));
+            template.render_with(messages, tools.as_ref(), true, template_kwargs)
+        }
+    };
+    match render_as_given(messages) {
+        Ok(text) => Ok(text),
+        // A template that refuses a system message past the start gets it as a marked user
+        // turn, in place (see `system_reminder`).
+        Err(refused) => match system_reminder::as_user_turns(messages) {
+            Some(rewritten) => Ok(render_as_given(&rewritten)?),
+            None => Err(refused.into()),
+        },
+    }
 }
 
 fn output_constraint(

@@ -26,5 +26,6 @@ mod sequence;
 pub mod serve;
 pub mod stop_strings;
 pub mod stop_tokens;
+mod system_reminder;
 pub mod tools;
 mod wire;

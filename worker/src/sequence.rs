@@ -96,6 +96,20 @@ impl<'m> Sequence<'m> {
         self.prompt.len()
     }
 
+    /// Prompt tokens the prefix cache restored.
+    pub(crate) fn cached_tokens(&self) -> usize {
+        self.cached_tokens
+    }
+
+    /// Gives what this sequence computed to the prefix cache: the tokens whose keys and values
+    /// every layer holds, which leaves out the last sampled token (never run) and what a
+    /// cancelled prefill did not reach.
+    pub(crate) fn keep(&self, prefix: &mut PrefixCache) {
+        let held = self.cache.iter().map(KvCache::offset).min().unwrap_or(0);
+        let held = usize::try_from(held).unwrap_or(0).min(self.history.len());
+        prefix.store_sequence(&self.history[..held], &self.cache);
+    }
+
     /// Prompt tokens not yet in the cache.
     pub(crate) fn unprefilled(&self) -> usize {
         self.prompt.len() - self.prefilled

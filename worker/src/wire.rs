@@ -73,10 +73,14 @@ pub enum Ending {
 /// The frame for one engine event, and, for the request's last event, how it ended.
 pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorker, Option<Ending>) {
     match event {
-        Ok(Event::Accepted { prompt_tokens }) => (
+        Ok(Event::Accepted {
+            prompt_tokens,
+            cached_tokens,
+        }) => (
             FromWorker::Accepted {
                 id,
                 prompt_tokens: saturate(prompt_tokens),
+                cached_tokens: Some(saturate(cached_tokens)),
             },
             None,
         ),

@@ -136,6 +136,7 @@ pub fn from_worker() -> Vec<FromWorker> {
         FromWorker::Accepted {
             id: 1,
             prompt_tokens: 17,
+            cached_tokens: Some(16),
         },
         FromWorker::Rejected {
             id: 2,

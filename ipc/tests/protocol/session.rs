@@ -21,6 +21,7 @@ async fn fake_worker(path: std::path::PathBuf) {
                 conn.send(&FromWorker::Accepted {
                     id,
                     prompt_tokens: 4,
+                    cached_tokens: None,
                 })
                 .await
                 .expect("send");
@@ -97,6 +98,7 @@ async fn supervisor_and_worker_exchange_a_request_over_a_listener() {
             FromWorker::Accepted {
                 id: 42,
                 prompt_tokens: 4,
+                ..
             } => {}
             FromWorker::Delta {
                 id: 42,

@@ -141,6 +141,8 @@ impl StreamEvent {
 pub struct GenerationStream {
     /// The prompt's length in tokens, as the worker counted it when it accepted.
     pub prompt_tokens: u32,
+    /// Of those, restored from the worker's prefix cache.
+    pub cached_tokens: u32,
     events: mpsc::Receiver<StreamEvent>,
     cancel: CancelOnDrop,
 }
@@ -153,9 +155,15 @@ impl GenerationStream {
     ) -> Self {
         GenerationStream {
             prompt_tokens,
+            cached_tokens: 0,
             events,
             cancel,
         }
+    }
+
+    pub fn with_cached_tokens(mut self, cached_tokens: u32) -> Self {
+        self.cached_tokens = cached_tokens;
+        self
     }
 
     /// The next event, or `None` when the backend dropped its sender. A terminal event disarms

@@ -29,7 +29,7 @@ fn queued_requests_each_run_to_their_end_in_order() {
     let second = engine.submit(request("The second one", 7)).unwrap();
     for (submission, max_tokens) in [(&first, 20), (&second, 7)] {
         let events = collect(submission);
-        assert!(matches!(events[0], Event::Accepted { prompt_tokens } if prompt_tokens > 0));
+        assert!(matches!(events[0], Event::Accepted { prompt_tokens, .. } if prompt_tokens > 0));
         let Some(Event::Done {
             finish_reason,
             timings,

@@ -3,6 +3,7 @@
 //! process, and its agreement with mlx-lm's logits. What the modules share (the binaries, the
 //! generated models, a running `corral serve`) is the `corral-tests` library in `tests/src/`.
 
+mod agent_turns;
 mod agents;
 mod anthropic;
 mod batching;

@@ -129,6 +129,7 @@ async fn serves_a_generation_then_shuts_down_cleanly() {
     let FromWorker::Accepted {
         id: 7,
         prompt_tokens,
+        ..
     } = recv(&mut connection).await
     else {
         panic!("expected Accepted");

@@ -2,8 +2,6 @@
 //! sequence, and turned into bytes for the SSD tier and back. Everything here runs on the engine
 //! thread, like every MLX call.
 
-use std::rc::Rc;
-
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
@@ -46,12 +44,13 @@ pub fn cut(cache: &[KvCache], start: i32, end: i32) -> Result<Vec<(Array, Array)
     Ok(layers)
 }
 
-/// A cache holding `blocks` in order, ready to prefill what follows them.
-pub fn join(blocks: &[Rc<Block>], layers: usize) -> Result<Vec<KvCache>, Exception> {
+/// A cache holding `parts` in order (each a run of positions, per layer its keys and values:
+/// whole blocks, then maybe a tail), ready to prefill what follows them.
+pub fn join(parts: &[&[(Array, Array)]], layers: usize) -> Result<Vec<KvCache>, Exception> {
     (0..layers)
         .map(|layer| {
-            let keys: Vec<&Array> = blocks.iter().map(|block| &block.layers[layer].0).collect();
-            let values: Vec<&Array> = blocks.iter().map(|block| &block.layers[layer].1).collect();
+            let keys: Vec<&Array> = parts.iter().map(|part| &part[layer].0).collect();
+            let values: Vec<&Array> = parts.iter().map(|part| &part[layer].1).collect();
             Ok(KvCache::from_prefix(
                 mlx_rs::ops::concatenate(&keys, 2)?,
                 mlx_rs::ops::concatenate(&values, 2)?,

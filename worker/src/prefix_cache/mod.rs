@@ -5,13 +5,19 @@
 //! Two tiers: MLX arrays in RAM (`ram.rs`, shared by every sequence that uses them, LRU under a
 //! byte budget) and one file per block on SSD (`disk/`, written by a background thread), which
 //! outlives the worker: a restarted worker indexes the directory and serves from it. A block
-//! that fails its checks on load is deleted, never served. The cache lives on the engine thread;
-//! its counters are atomics the serve loop reads for stats.
+//! that fails its checks on load is deleted, never served. Beside the blocks, RAM keeps the tail
+//! of each finished sequence past its last whole block (`tail.rs`), so the next turn of a
+//! conversation reuses everything the last one computed, its generated tokens included, to the
+//! token. The cache lives on the engine thread; its counters are atomics the serve loop reads for
+//! stats.
 
 pub mod blocks;
 pub mod disk;
 mod key;
 mod ram;
+mod tail;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -19,17 +25,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use corral_ipc::PrefixCacheStats;
-use mlx_rs::Dtype;
+use mlx_rs::{Array, Dtype};
 
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
 use blocks::{Block, cut, dtype_tag, from_payload, join, to_payload};
 use disk::{BlockShape, DiskTier, Fingerprint};
 use ram::RamTier;
+use tail::{Tail, TailStore};
 
 /// Tokens per block unless configured: small enough that a changed tail wastes little,
 /// large enough that per-block overhead (a file, a hash, a concatenation) stays small.
 pub const DEFAULT_BLOCK_TOKENS: usize = 256;
+
+/// The tails' own bound, as a fraction of the RAM tier's budget: a tail is under one block, and
+/// one per live conversation is what they are for.
+const TAIL_SHARE_OF_RAM: u64 = 8;
 
 #[derive(Debug, Clone)]
 pub struct PrefixCacheOptions {
@@ -91,6 +102,7 @@ pub struct PrefixCache {
     shape: BlockShape,
     dtype: Dtype,
     ram: RamTier,
+    tails: TailStore,
     disk: Option<DiskTier>,
     counters: Arc<PrefixCounters>,
 }
@@ -134,14 +146,16 @@ impl PrefixCache {
             shape,
             dtype,
             ram: RamTier::new(options.ram_bytes),
+            tails: TailStore::new(options.ram_bytes / TAIL_SHARE_OF_RAM),
             disk,
             counters,
         })
     }
 
-    /// A cache holding the longest run of cached blocks at the start of `prompt`, leaving at least
-    /// one token to prefill (its logits start the generation), and how many tokens it holds.
-    /// Any failure only costs the reuse: the sequence then starts cold.
+    /// A cache holding the longest run of cached blocks at the start of `prompt`, then as much
+    /// of a kept tail after them as the prompt repeats, leaving at least one token to prefill
+    /// (its logits start the generation), and how many tokens it holds. Any failure only costs
+    /// the reuse: the sequence then starts cold.
     pub fn restore(
         &mut self,
         prompt: &[u32],
@@ -160,7 +174,10 @@ impl PrefixCache {
                 None => break,
             }
         }
-        let hit_tokens = found.len() * self.block_tokens;
+        let block_hits = found.len() * self.block_tokens;
+        let parent = found.last().map_or(self.fingerprint, |block| block.key);
+        let tail = self.tails.find(&parent, &prompt[block_hits..]);
+        let hit_tokens = block_hits + tail.as_ref().map_or(0, |(_, reused)| *reused);
         let counters = &self.counters;
         PrefixCounters::add(&counters.hit_blocks, found.len() as u64);
         PrefixCounters::add(
@@ -169,13 +186,17 @@ impl PrefixCache {
         );
         PrefixCounters::add(&counters.hit_tokens, hit_tokens as u64);
         PrefixCounters::add(&counters.miss_tokens, (prompt.len() - hit_tokens) as u64);
-        if found.is_empty() {
+        if hit_tokens == 0 {
             return (cold(), 0);
         }
-        match join(&found, self.shape.layers as usize) {
+        let tail_layers = tail.map(|(tail, reused)| tail.first(reused));
+        let mut parts: Vec<&[(Array, Array)]> =
+            found.iter().map(|block| block.layers.as_slice()).collect();
+        parts.extend(tail_layers.as_deref());
+        match join(&parts, self.shape.layers as usize) {
             Ok(cache) => (cache, hit_tokens),
             Err(error) => {
-                tracing::warn!(%error, "prefix cache: cannot restore blocks; prefilling cold");
+                tracing::warn!(%error, "prefix cache: cannot restore a prefix; prefilling cold");
                 (cold(), 0)
             }
         }
@@ -184,7 +205,34 @@ impl PrefixCache {
     /// Keeps the whole blocks of `prompt` that `cache` now holds and the cache does not.
     pub fn store(&mut self, prompt: &[u32], cache: &[KvCache]) {
         let keys = key::block_keys(&self.fingerprint, prompt, self.block_tokens);
-        for (index, key) in keys.into_iter().enumerate() {
+        self.keep_blocks(&keys, cache);
+        self.publish_bytes();
+    }
+
+    /// Keeps what a finished sequence computed: `tokens` are those whose keys and values `cache`
+    /// holds (its prompt and generated tokens but the last sampled one). Their whole blocks go
+    /// to both tiers, the tokens after them to the tails.
+    pub fn store_sequence(&mut self, tokens: &[u32], cache: &[KvCache]) {
+        let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
+        let whole = keys.len() * self.block_tokens;
+        if self.keep_blocks(&keys, cache) && whole < tokens.len() {
+            let parent = keys.last().copied().unwrap_or(self.fingerprint);
+            match cut(cache, whole as i32, tokens.len() as i32) {
+                Ok(layers) => {
+                    let tail = Tail::new(parent, tokens[whole..].to_vec(), layers);
+                    let evicted = self.tails.insert(tail);
+                    PrefixCounters::add(&self.counters.ram_evictions, evicted);
+                }
+                Err(error) => tracing::warn!(%error, "prefix cache: cannot keep a tail"),
+            }
+        }
+        self.publish_bytes();
+    }
+
+    /// Keeps the blocks `keys` name that RAM lacks, cut from `cache` in order; false when one
+    /// could not be cut (the rest are then not kept either).
+    fn keep_blocks(&mut self, keys: &[disk::BlockKey], cache: &[KvCache]) -> bool {
+        for (index, key) in keys.iter().copied().enumerate() {
             if self.ram.get(&key).is_some() {
                 continue;
             }
@@ -193,7 +241,7 @@ impl PrefixCache {
                 Ok(layers) => layers,
                 Err(error) => {
                     tracing::warn!(%error, "prefix cache: cannot keep a block");
-                    return;
+                    return false;
                 }
             };
             let block = Rc::new(Block::new(key, layers));
@@ -208,9 +256,14 @@ impl PrefixCache {
             let evicted = self.ram.insert(block);
             PrefixCounters::add(&self.counters.ram_evictions, evicted);
         }
+        true
+    }
+
+    /// The RAM the blocks and the tails hold, for stats.
+    fn publish_bytes(&self) {
         self.counters
             .ram_bytes
-            .store(self.ram.bytes(), Ordering::Relaxed);
+            .store(self.ram.bytes() + self.tails.bytes(), Ordering::Relaxed);
     }
 
     /// A block from the SSD tier, into RAM; a payload that does not fit the model is forgotten.

@@ -1,9 +1,11 @@
 //! Anthropic's conversation (`system` and `messages` with content blocks) as the OpenAI-shaped
 //! messages the worker's chat templates render.
 //!
-//! - `system`, a string or text blocks, and any `system` role message inside `messages` (Claude
-//!   Code sends those) become one leading system message, in order: most chat templates accept a
-//!   system message only at the start.
+//! - `system`, a string or text blocks, and the `system` role messages that open `messages`
+//!   become one leading system message, in order. A `system` message after a turn (Claude Code
+//!   sends those) stays in place: moving it to the start would change the start of every later
+//!   prompt and lose the prefix cache's reuse. A template that refuses it there gets it from the
+//!   worker as a marked user turn.
 //! - A user turn's `tool_result` blocks become `role: tool` messages, placed before the turn's
 //!   text, since templates expect results right after the assistant's calls.
 //! - An assistant turn's `thinking` becomes `reasoning_content`, its `tool_use` blocks
@@ -35,7 +37,10 @@ pub fn messages(
             .get("content")
             .ok_or_else(|| AnthropicError::invalid(format!("{at}.content: field required")))?;
         match message.get("role").and_then(Value::as_str) {
-            Some("system") => system_text.push(text_of(content, &at)?),
+            Some("system") if translated.is_empty() => system_text.push(text_of(content, &at)?),
+            Some("system") => {
+                translated.push(json!({"role": "system", "content": text_of(content, &at)?}))
+            }
             Some("user") => user(content, &at, &mut translated)?,
             Some("assistant") => translated.push(assistant(content, &at)?),
             _ => {

@@ -48,10 +48,12 @@ pub fn response(
     events: GenerationStream,
     model: String,
 ) -> Sse<impl Stream<Item = SseEvent> + Send + 'static> {
+    // The worker restored its prefix before accepting, so the prompt's split is final here;
+    // `message_delta` repeats it with the output count.
     let usage = UsageBody::from(Usage {
         prompt_tokens: events.prompt_tokens,
         completion_tokens: 0,
-        cached_tokens: 0,
+        cached_tokens: events.cached_tokens,
     });
     let message = json!({
         "id": message_id(), "type": "message", "role": "assistant", "model": model,

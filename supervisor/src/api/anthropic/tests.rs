@@ -231,13 +231,14 @@ async fn a_claude_code_conversation_becomes_the_chat_request_templates_render() 
     assert_eq!(
         Value::Array(messages),
         json!([
-            {"role": "system", "content": "You are Claude Code.\nBe brief.\n\nReminder: stay on topic."},
+            {"role": "system", "content": "You are Claude Code.\nBe brief."},
             {"role": "user", "content": "Weather?"},
             {"role": "assistant", "content": "Checking.", "reasoning_content": "Use the tool.",
              "tool_calls": [{"id": "toolu_1", "type": "function",
                              "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
             {"role": "tool", "tool_call_id": "toolu_1", "content": "21C"},
             {"role": "user", "content": "And tomorrow?"},
+            {"role": "system", "content": "Reminder: stay on topic."},
         ])
     );
     assert_eq!(

@@ -96,10 +96,12 @@ async fn interleaved_frames_reach_their_own_requests() {
         FromWorker::Accepted {
             id: b,
             prompt_tokens: 2,
+            cached_tokens: None,
         },
         FromWorker::Accepted {
             id: a,
             prompt_tokens: 1,
+            cached_tokens: None,
         },
         delta(a, "x"),
         delta(b, "y"),
@@ -123,7 +125,8 @@ async fn interleaved_frames_reach_their_own_requests() {
         vec![
             FromWorker::Accepted {
                 id: a,
-                prompt_tokens: 1
+                prompt_tokens: 1,
+                cached_tokens: None,
             },
             delta(a, "x"),
             delta(a, "z"),
@@ -135,7 +138,8 @@ async fn interleaved_frames_reach_their_own_requests() {
         vec![
             FromWorker::Accepted {
                 id: b,
-                prompt_tokens: 2
+                prompt_tokens: 2,
+                cached_tokens: None,
             },
             delta(b, "y"),
             done(b)
