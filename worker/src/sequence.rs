@@ -107,7 +107,7 @@ impl<'m> Sequence<'m> {
     pub(crate) fn keep(&self, prefix: &mut PrefixCache) {
         let held = self.cache.iter().map(KvCache::offset).min().unwrap_or(0);
         let held = usize::try_from(held).unwrap_or(0).min(self.history.len());
-        prefix.store_sequence(&self.history[..held], &self.cache);
+        prefix.store_sequence(&self.history[..held], self.prompt.len(), &self.cache);
     }
 
     /// Prompt tokens not yet in the cache.

@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 const MODEL: &str = "SmolLM2-135M-Instruct";
 const TURNS: usize = 6;
+/// The city each turn's tool call asks about.
+const CITIES: [&str; TURNS] = ["Paris", "Oslo", "Lima", "Cairo", "Tokyo", "Quito"];
 /// Reuse the previous turn's prompt must reach, in the usage of every later turn.
 const MIN_REUSE: f64 = 0.95;
 
@@ -108,13 +110,12 @@ fn anthropic_turn(server: &Server, messages: &Value, stream: bool) -> (String, (
 #[test]
 fn six_anthropic_turns_with_a_mid_conversation_system_message_each_reuse_the_last_turn() {
     let (_dirs, server) = serve();
-    let cities = ["Paris", "Oslo", "Lima", "Cairo", "Tokyo", "Quito"];
     let mut messages = vec![json!({"role": "user", "content": "What is the weather in Paris?"})];
     let mut reuse = Reuse::default();
     for turn in 0..TURNS {
         let (answer, (prompt, cached)) = anthropic_turn(&server, &json!(messages), turn % 2 == 1);
         reuse.record(prompt, cached);
-        let city = cities[(turn + 1) % cities.len()];
+        let city = CITIES[(turn + 1) % TURNS];
         let id = format!("toolu_{turn}");
         messages.push(json!({"role": "assistant", "content": [
             {"type": "text", "text": answer},
@@ -172,14 +173,13 @@ fn responses_turn(server: &Server, input: &Value, stream: bool) -> (String, (u64
 #[test]
 fn six_responses_turns_replaying_their_whole_input_each_reuse_the_last_turn() {
     let (_dirs, server) = serve();
-    let cities = ["Paris", "Oslo", "Lima", "Cairo", "Tokyo", "Quito"];
     let mut input = vec![json!({"type": "message", "role": "user",
                                 "content": "What is the weather in Paris?"})];
     let mut reuse = Reuse::default();
     for turn in 0..TURNS {
         let (answer, (prompt, cached)) = responses_turn(&server, &json!(input), turn % 2 == 1);
         reuse.record(prompt, cached);
-        let city = cities[(turn + 1) % cities.len()];
+        let city = CITIES[(turn + 1) % TURNS];
         let call_id = format!("call_{turn}");
         input.push(json!({"type": "message", "role": "assistant",
                           "content": [{"type": "output_text", "text": answer}]}));

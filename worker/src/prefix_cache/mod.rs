@@ -6,7 +6,7 @@
 //! byte budget) and one file per block on SSD (`disk/`, written by a background thread), which
 //! outlives the worker: a restarted worker indexes the directory and serves from it. A block
 //! that fails its checks on load is deleted, never served. Beside the blocks, RAM keeps the tail
-//! of each finished sequence past its last whole block (`tail.rs`), so the next turn of a
+//! of each finished sequence past its prompt's last whole block (`tail.rs`), so the next turn of a
 //! conversation reuses everything the last one computed, its generated tokens included, to the
 //! token. The cache lives on the engine thread; its counters are atomics the serve loop reads for
 //! stats.
@@ -174,9 +174,28 @@ impl PrefixCache {
                 None => break,
             }
         }
+        // A tail starts where its sequence's prompt had its last whole block, so a block that
+        // mixes the last turn's generated tokens with their re-rendering does not match; each
+        // depth of the chain is tried, and the longest reuse wins.
+        let mut best: Option<(usize, Rc<Tail>, usize)> = None;
+        for depth in (0..=found.len()).rev() {
+            let parent = depth
+                .checked_sub(1)
+                .map_or(self.fingerprint, |index| found[index].key);
+            let start = depth * self.block_tokens;
+            if let Some((tail, reused)) = self.tails.find(&parent, &prompt[start..])
+                && best
+                    .as_ref()
+                    .is_none_or(|(_, _, most)| start + reused > *most)
+            {
+                best = Some((depth, tail, start + reused));
+            }
+        }
+        if let Some((depth, _, _)) = &best {
+            found.truncate(*depth);
+        }
         let block_hits = found.len() * self.block_tokens;
-        let parent = found.last().map_or(self.fingerprint, |block| block.key);
-        let tail = self.tails.find(&parent, &prompt[block_hits..]);
+        let tail = best.map(|(_, tail, total)| (tail, total - block_hits));
         let hit_tokens = block_hits + tail.as_ref().map_or(0, |(_, reused)| *reused);
         let counters = &self.counters;
         PrefixCounters::add(&counters.hit_blocks, found.len() as u64);
@@ -210,16 +229,21 @@ impl PrefixCache {
     }
 
     /// Keeps what a finished sequence computed: `tokens` are those whose keys and values `cache`
-    /// holds (its prompt and generated tokens but the last sampled one). Their whole blocks go
-    /// to both tiers, the tokens after them to the tails.
-    pub fn store_sequence(&mut self, tokens: &[u32], cache: &[KvCache]) {
+    /// holds (its prompt and generated tokens but the last sampled one), of which the first
+    /// `prompt` came from the prompt. Their whole blocks go to both tiers; a tail, from the
+    /// prompt's last whole block to the end, to RAM: the next turn re-renders the generated
+    /// tokens, maybe differently, so it matches them only after that boundary.
+    pub fn store_sequence(&mut self, tokens: &[u32], prompt: usize, cache: &[KvCache]) {
         let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
-        let whole = keys.len() * self.block_tokens;
-        if self.keep_blocks(&keys, cache) && whole < tokens.len() {
-            let parent = keys.last().copied().unwrap_or(self.fingerprint);
-            match cut(cache, whole as i32, tokens.len() as i32) {
+        let prompt_blocks = prompt.min(tokens.len()) / self.block_tokens;
+        let start = prompt_blocks * self.block_tokens;
+        if self.keep_blocks(&keys, cache) && start < tokens.len() {
+            let parent = prompt_blocks
+                .checked_sub(1)
+                .map_or(self.fingerprint, |index| keys[index]);
+            match cut(cache, start as i32, tokens.len() as i32) {
                 Ok(layers) => {
-                    let tail = Tail::new(parent, tokens[whole..].to_vec(), layers);
+                    let tail = Tail::new(parent, tokens[start..].to_vec(), layers);
                     let evicted = self.tails.insert(tail);
                     PrefixCounters::add(&self.counters.ram_evictions, evicted);
                 }

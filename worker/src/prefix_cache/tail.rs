@@ -1,5 +1,6 @@
-//! Tails: the tokens a finished sequence computed past its last whole block, with their keys
-//! and values, kept under the chain key of the blocks before them. Whole blocks alone make an
+//! Tails: the tokens a finished sequence computed past its prompt's last whole block (the
+//! prompt's rest and the generated tokens), with their keys and values, kept under the chain key
+//! of the blocks before them. Whole blocks alone make an
 //! agent's next turn prefill again up to `block_tokens - 1` tokens of what the last turn already
 //! computed; a tail lets it match to the token. The next prompt can differ from what was generated
 //! (a template re-serializes a tool call, appends its end-of-turn marker), so a tail is reused up
