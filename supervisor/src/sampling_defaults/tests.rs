@@ -151,6 +151,13 @@ fn the_default_tool_choice_applies_to_a_fresh_user_turn_with_tools() {
         defaulted("none", chat(user.clone(), true)),
         Some(ToolChoice::None)
     );
+    // Claude Code ends its requests with a system message after the user's turn.
+    let reminded = json!([{"role": "user", "content": "what time is it?"},
+        {"role": "system", "content": "Today is Tuesday."}]);
+    assert_eq!(
+        defaulted("required", chat(reminded, true)),
+        Some(ToolChoice::Required)
+    );
     // A tool the request does not offer, or no tools at all: nothing to choose.
     assert_eq!(defaulted("other_tool", chat(user.clone(), true)), None);
     assert_eq!(defaulted("required", chat(user, false)), None);
@@ -175,5 +182,10 @@ fn the_default_tool_choice_leaves_a_stated_choice_and_a_tool_result_alone() {
         .as_array_mut()
         .unwrap()
         .push(json!({"role": "user", "content": "thanks"}));
+    assert_eq!(defaulted("required", chat(with_text.clone(), true)), None);
+    with_text
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "system", "content": "reminder"}));
     assert_eq!(defaulted("required", chat(with_text, true)), None);
 }

@@ -47,20 +47,20 @@ pub fn apply_tool_choice(configured: &str, request: &mut GenerateRequest) {
 
 /// The last message is the user's, and no tool result came in since the model's last turn
 /// (Anthropic clients send a tool's result and more user text in one turn, which the Messages
-/// route splits into a `tool` message and a `user` one).
+/// route splits into a `tool` message and a `user` one). System messages after it do not count:
+/// Claude Code ends its requests with one, after the user's turn.
 fn ends_with_a_fresh_user_turn(messages: &[Value]) -> bool {
-    let role = |message: &Value| {
-        message
-            .get("role")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    messages.last().and_then(role).as_deref() == Some("user")
-        && messages
+    let roles: Vec<&str> = messages
+        .iter()
+        .rev()
+        .map(|message| message.get("role").and_then(Value::as_str).unwrap_or(""))
+        .filter(|role| !matches!(*role, "system" | "developer"))
+        .collect();
+    roles.first() == Some(&"user")
+        && roles
             .iter()
-            .rev()
-            .map_while(|message| role(message).filter(|role| role != "assistant"))
-            .all(|role| role != "tool")
+            .take_while(|role| **role != "assistant")
+            .all(|role| *role != "tool")
 }
 
 /// The name of a chat-shaped tool: `{"type": "function", "function": {"name": ...}}`.
