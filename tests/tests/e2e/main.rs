@@ -6,6 +6,7 @@
 mod agents;
 mod anthropic;
 mod batching;
+mod clients;
 mod discovery;
 mod embeddings;
 mod engine;
