@@ -3,11 +3,16 @@
 //! a real `corral serve` on every run (`replay`), and the CLIs themselves run headless against
 //! corral (`live`, skipped when `build/clients/` is missing).
 
+mod live;
 mod record;
+mod replay;
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
-use corral_tests::clients::{Api, Cli};
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
+use corral_tests::clients::{Api, Cli, MODEL};
+use corral_tests::server::{Dirs, Server};
 
 fn recordings_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/data/clients"))
@@ -62,3 +67,25 @@ const CASES: &[Case] = &[
     case(Cli::Opencode, Api::Responses, None, false),
     case(Cli::Opencode, Api::Responses, Some("tool"), true),
 ];
+
+/// A `corral serve` of the long-context fixture as `clients::MODEL`, the CLIs' default model names
+/// aliased to it, and `extra_config` (TOML) after that.
+fn serve_fixture(extra_config: &str) -> (Server, Dirs) {
+    let dirs = Dirs {
+        models: tempfile::tempdir().unwrap(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    let options = FixtureOptions {
+        size: Size::Long,
+        arch: Arch::Qwen3,
+        dtype: Dtype::F32,
+        quantize: None,
+        format: Format::Safetensors,
+    };
+    corral_fixture::generate(&options, &dirs.models.path().join(MODEL)).unwrap();
+    let config = dirs.write_config(&format!(
+        "[aliases]\n\"claude-*\" = \"{MODEL}\"\n\"gpt-*\" = \"{MODEL}\"\n\n{extra_config}"
+    ));
+    let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
+    (server, dirs)
+}
