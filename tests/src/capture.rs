@@ -8,7 +8,6 @@
 //! the tool, sends its result, gets text and ends.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -17,6 +16,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+
+use crate::loopback::Loopback;
 
 /// The tool the server calls, with the arguments it passes.
 #[derive(Debug, Clone)]
@@ -34,61 +35,29 @@ struct Shared {
 type Captured = Arc<Mutex<Shared>>;
 
 pub struct CaptureServer {
-    address: SocketAddr,
+    server: Loopback,
     state: Captured,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl CaptureServer {
     pub fn start(tool: Option<ToolCall>) -> Self {
         let state = Captured::default();
         state.lock().unwrap().tool = tool;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let address = listener.local_addr().unwrap();
         let app = Router::new().fallback(capture).with_state(state.clone());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                tokio::select! {
-                    served = axum::serve(listener, app) => served.unwrap(),
-                    _ = stopped => {}
-                }
-            });
-        });
         Self {
-            address,
+            server: Loopback::serve(app),
             state,
-            stop: Some(stop),
-            thread: Some(thread),
         }
     }
 
     /// `http://127.0.0.1:PORT`, without a path.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
+        format!("http://{}", self.server.address)
     }
 
     /// Every request so far, in arrival order: `{"method", "path", "headers", "body"}`.
     pub fn requests(&self) -> Vec<Value> {
         self.state.lock().unwrap().requests.clone()
-    }
-}
-
-impl Drop for CaptureServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
