@@ -12,7 +12,6 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 
-use corral_fixture::LONG_MAX_POSITION_EMBEDDINGS;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
@@ -131,10 +130,6 @@ pub struct Run<'a> {
     /// Codex only: whether its config names a model. Without one it sends its newest default
     /// model's request shape (`additional_tools`, `text.verbosity`, `reasoning.context`).
     pub configured_model: bool,
-    /// A cap on the answer's tokens, where the CLI has a setting for it (Claude Code, opencode;
-    /// Codex sends no limit, and corral's default is 512). Random weights rarely end an answer,
-    /// and these CLIs ask for 32,000 to 64,000 tokens: uncapped, each answer fills the context.
-    pub max_output_tokens: Option<u32>,
 }
 
 /// What a finished run printed.
@@ -242,10 +237,6 @@ impl Run<'_> {
             .env("DISABLE_ERROR_REPORTING", "1")
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_AUTOUPDATER", "1")
-            .envs(
-                self.max_output_tokens
-                    .map(|tokens| ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", tokens.to_string())),
-            )
             .args([
                 "-p",
                 self.prompt,
@@ -302,11 +293,6 @@ impl Run<'_> {
             Api::Messages => "@ai-sdk/anthropic",
             Api::Responses => "@ai-sdk/openai",
         };
-        let mut model = json!({"name": MODEL});
-        if let Some(tokens) = self.max_output_tokens {
-            // opencode takes the output limit only beside the context limit: the test model's.
-            model["limit"] = json!({"context": LONG_MAX_POSITION_EMBEDDINGS, "output": tokens});
-        }
         let config = json!({
             "$schema": "https://opencode.ai/config.json",
             "autoupdate": false,
@@ -316,7 +302,7 @@ impl Run<'_> {
                 "npm": package,
                 "name": "corral",
                 "options": {"baseURL": format!("{}/v1", self.base_url), "apiKey": "corral-test"},
-                "models": {MODEL: model},
+                "models": {MODEL: {"name": MODEL}},
             }},
         });
         let dir = home.join(".config/opencode");

@@ -1,7 +1,7 @@
-//! The agent CLIs themselves, headless against a real `corral serve` of the long-context fixture,
-//! each with its default configuration and tool set (but the answer's length, capped where the
-//! CLI lets a user cap it): every CLI over every API it speaks must end with exit status 0 and a
-//! non-empty answer; and each must run a harmless tool of its own that
+//! The agent CLIs themselves, headless against a real `corral serve` of the long-context fixture
+//! (whose answers end, `layout::steer_to_end` in the fixture), each with its default
+//! configuration and tool set: every CLI over every API it speaks must end with exit status 0 and
+//! a non-empty answer; and each must run a harmless tool of its own that
 //! corral's `[models.ID] tool_choice` makes the model call, then answer. Skipped, with the reason,
 //! when `cargo xtask setup` could not install the CLIs (no npm).
 
@@ -13,8 +13,6 @@ use serde_json::Value;
 use super::serve_fixture;
 
 const PROMPT: &str = "say hi";
-/// The cap on each answer (see `Run::max_output_tokens`).
-const ANSWER_TOKENS: u32 = 64;
 
 /// Every CLI over every API it speaks.
 const PAIRS: &[(Cli, Api)] = &[
@@ -95,7 +93,6 @@ fn run(bin: &Path, cli: Cli, api: Api, base_url: &str) -> (Finished, Sandbox) {
         base_url,
         prompt: PROMPT,
         configured_model: true,
-        max_output_tokens: Some(ANSWER_TOKENS),
     };
     run.finish(bin)
 }

@@ -48,7 +48,6 @@ fn record(bin: &std::path::Path, case: &Case) -> Vec<Value> {
         base_url: &base_url,
         prompt: if case.tool { TOOL_PROMPT } else { PROMPT },
         configured_model: case.configured_model(),
-        max_output_tokens: None,
     };
     let (finished, sandbox) = run.finish(bin);
     assert!(
