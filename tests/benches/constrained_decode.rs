@@ -157,10 +157,7 @@ struct Fixture {
 }
 
 fn measure_fixture(size: Size, passes: usize) -> Fixture {
-    let name = match size {
-        Size::Small => "small",
-        Size::Tiny => "tiny",
-    };
+    let name = size.name();
     let dir = tempfile::tempdir().expect("a temporary model directory");
     let options = FixtureOptions {
         size,

@@ -26,6 +26,8 @@ use axum::routing::get;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::loopback::Loopback;
+
 /// A repository of the fake hub.
 #[derive(Debug, Clone, Default)]
 pub struct FakeRepo {
@@ -83,46 +85,23 @@ struct HubState {
 type Shared = Arc<Mutex<HubState>>;
 
 pub struct FakeHub {
-    address: SocketAddr,
+    server: Loopback,
     state: Shared,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl FakeHub {
     /// Listens on a free port of 127.0.0.1, on a thread of its own.
     pub fn start() -> Self {
         let state = Shared::default();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let address = listener.local_addr().unwrap();
-        let app = router(state.clone());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                // Stopping drops the runtime, and with it every open connection.
-                tokio::select! {
-                    served = axum::serve(listener, app) => served.unwrap(),
-                    _ = stopped => {}
-                }
-            });
-        });
         Self {
-            address,
+            server: Loopback::serve(router(state.clone())),
             state,
-            stop: Some(stop),
-            thread: Some(thread),
         }
     }
 
     /// What `HF_ENDPOINT` is set to.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.address)
+        format!("http://{}", self.server.address)
     }
 
     pub fn add(&self, id: &str, repo: FakeRepo) {
@@ -155,17 +134,6 @@ impl FakeHub {
             .filter(|seen| seen.method == "GET" && seen.path.ends_with(&format!("/{file}")))
             .filter(|seen| !seen.path.contains("/resolve/") || !is_lfs(file))
             .collect()
-    }
-}
-
-impl Drop for FakeHub {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -1,10 +1,14 @@
 //! Helpers for the end-to-end tests in `tests/e2e/`: the built binaries, generated fixture models,
 //! the real test model and waiting on a condition; `server` is a running `corral serve`,
 //! `fake_hub` a Hugging Face hub for the pull tests, `sdk` the official Python client SDKs, and
-//! `bench` holds what the benches in `benches/` share.
+//! `bench` holds what the benches in `benches/` share; `clients` runs the agent CLIs and `capture`
+//! records what they send; `loopback` serves those stand-in servers.
 
 pub mod bench;
+pub mod capture;
+pub mod clients;
 pub mod fake_hub;
+pub mod loopback;
 pub mod sdk;
 pub mod server;
 

@@ -5,9 +5,11 @@
 //! config that overrides mlx-sys's build script. Every other command runs cargo with that config.
 //! On macOS mlx-sys builds by itself and these commands are plain cargo. On every platform `setup`
 //! also fetches the real models the tests run (`test_models`: SmolLM2, `minilm`: all-MiniLM-L6-v2)
-//! and installs the client SDKs the end-to-end tests speak to corral with (`sdk`).
+//! and installs the client SDKs the end-to-end tests speak to corral with (`sdk`) and, where npm
+//! exists, the agent CLIs they run against it (`clients`).
 
 mod cargo_config;
+mod clients;
 mod minilm;
 mod mlx_c;
 mod paths;
@@ -27,7 +29,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   setup            prepare MLX for this machine, fetch the test models and install the client
-                   SDKs the tests use (idempotent; seconds when already done)
+                   SDKs and (with npm) the agent CLIs the tests use (idempotent; seconds when
+                   already done)
   test             setup, then check formatting and lints and run every test
   serve [ARGS]     setup, then start `corral serve` (release build) with ARGS
   cargo ARGS       setup, then run `cargo ARGS` with the MLX build configuration
@@ -123,6 +126,7 @@ fn setup() -> Result<Option<PathBuf>> {
     test_models::ensure(&paths)?;
     minilm::ensure(&paths)?;
     sdk::ensure(&paths)?;
+    clients::ensure(&paths)?;
     Ok(config)
 }
 

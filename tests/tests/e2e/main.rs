@@ -7,6 +7,7 @@ mod agent_turns;
 mod agents;
 mod anthropic;
 mod batching;
+mod clients;
 mod discovery;
 mod embeddings;
 mod engine;

@@ -1,0 +1,97 @@
+//! Every recorded request of `tests/data/clients/` sent to a real `corral serve` of the
+//! long-context fixture, headers and body as the CLI sent them, except the answer's length: at
+//! most 16 tokens (`max_tokens`, `max_output_tokens`, set where the CLI left it out too), since
+//! random weights would otherwise write until the context is full. Each must be accepted and, when
+//! it streams, its stream must end as its API ends one.
+
+use std::io::{BufRead, BufReader};
+
+use corral_tests::server::{Server, client};
+use serde_json::{Value, json};
+
+use super::{recordings_dir, serve_fixture};
+
+const ANSWER_TOKENS: u64 = 16;
+
+#[test]
+fn every_recorded_client_request_is_served() {
+    let (server, _dirs) = serve_fixture("");
+    let mut files: Vec<_> = std::fs::read_dir(recordings_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "no recordings in {}",
+        recordings_dir().display()
+    );
+    let mut failures = Vec::new();
+    for file in files {
+        let recording: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let name = file.file_stem().unwrap().to_string_lossy().into_owned();
+        for (index, request) in recording["requests"].as_array().unwrap().iter().enumerate() {
+            if let Err(failure) = replay(&server, request) {
+                failures.push(format!("{name} request {index}: {failure}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Sends one recorded request; `Err` says what went wrong, with the server's answer.
+fn replay(server: &Server, request: &Value) -> Result<(), String> {
+    let path = request["path"].as_str().unwrap();
+    let mut body = request["body"].clone();
+    let limit = if path.contains("/responses") {
+        "max_output_tokens"
+    } else {
+        "max_tokens"
+    };
+    body[limit] = json!(ANSWER_TOKENS);
+    if body.get("max_completion_tokens").is_some() {
+        body["max_completion_tokens"] = json!(ANSWER_TOKENS);
+    }
+    let mut http = client().post(server.url(path));
+    for (name, value) in request["headers"].as_object().unwrap() {
+        // Credentials were redacted; encodings and connection handling are reqwest's to choose.
+        let skipped = value == "<redacted>"
+            || matches!(
+                name.as_str(),
+                "accept-encoding" | "connection" | "content-type"
+            );
+        if !skipped {
+            http = http.header(name, value.as_str().unwrap());
+        }
+    }
+    let response = http.json(&body).send().map_err(|error| error.to_string())?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("{status}: {}", response.text().unwrap_or_default()));
+    }
+    if body["stream"] != true {
+        return Ok(());
+    }
+    let data: Vec<String> = BufReader::new(response)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| line.strip_prefix("data: ").map(str::to_owned))
+        .collect();
+    let last = data.last().cloned().unwrap_or_default();
+    let ended = if path.contains("/chat/completions") {
+        last == "[DONE]"
+    } else {
+        let last: Value = serde_json::from_str(&last).unwrap_or(Value::Null);
+        matches!(
+            last["type"].as_str(),
+            Some("message_stop" | "response.completed" | "response.incomplete")
+        )
+    };
+    if ended {
+        Ok(())
+    } else {
+        Err(format!("{status}, but the stream ended with: {last}"))
+    }
+}
