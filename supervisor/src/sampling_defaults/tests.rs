@@ -166,9 +166,17 @@ fn the_default_tool_choice_applies_to_a_fresh_user_turn_with_tools() {
 #[test]
 fn the_default_tool_choice_leaves_a_stated_choice_and_a_tool_result_alone() {
     let user = json!([{"role": "user", "content": "what time is it?"}]);
-    let mut stated = chat(user, true);
-    stated.tool_choice = Some(ToolChoice::Auto);
-    assert_eq!(defaulted("required", stated), Some(ToolChoice::Auto));
+    let mut stated = chat(user.clone(), true);
+    stated.tool_choice = Some(ToolChoice::None);
+    assert_eq!(defaulted("required", stated), Some(ToolChoice::None));
+    // `auto` is the API's default, which clients send without choosing anything.
+    let mut auto = chat(user.clone(), true);
+    auto.tool_choice = Some(ToolChoice::Auto);
+    assert_eq!(defaulted("required", auto), Some(ToolChoice::Required));
+    // An output format shapes the answer itself.
+    let mut shaped = chat(user, true);
+    shaped.output_format = Some(corral_ipc::OutputFormat::JsonObject);
+    assert_eq!(defaulted("required", shaped), None);
     let after_tool = json!([
         {"role": "user", "content": "what time is it?"},
         {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",

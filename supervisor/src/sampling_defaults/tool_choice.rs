@@ -2,9 +2,11 @@
 //! calls tools on its own start its turn with one (and the e2e tests can make a real agent CLI's
 //! model call a harmless tool).
 //!
-//! It applies only to a request that has tools, says nothing about the choice, and whose
-//! conversation ends with a user turn that answers no tool call: once a tool's result is in,
-//! the model answers freely, so an agent loop still ends.
+//! It applies only to a request that has tools, leaves the choice to the model (no
+//! `tool_choice`, or `auto`, the API's default, which Codex and opencode send with every
+//! request), asks for no output format, and whose conversation ends with a user turn that
+//! answers no tool call: once a tool's result is in, the model answers freely, so an agent loop
+//! still ends.
 
 use corral_ipc::{GenerateRequest, Prompt, ToolChoice};
 use serde_json::Value;
@@ -12,7 +14,8 @@ use serde_json::Value;
 /// Sets `request`'s tool choice to `configured` (`auto`, `required`, `none` or a tool's name)
 /// where the rules above allow it. A tool name the request does not offer is left alone.
 pub fn apply_tool_choice(configured: &str, request: &mut GenerateRequest) {
-    if request.tool_choice.is_some() {
+    let open = matches!(request.tool_choice, None | Some(ToolChoice::Auto));
+    if !open || request.output_format.is_some() {
         return;
     }
     let Prompt::Chat {
@@ -40,7 +43,7 @@ pub fn apply_tool_choice(configured: &str, request: &mut GenerateRequest) {
                 tool = name,
                 "the default tool choice names a tool this request does not offer"
             );
-            None
+            return;
         }
     };
 }

@@ -94,10 +94,12 @@ impl CreateRequest {
         prompt_messages.extend(conversation.iter().cloned());
 
         let checked = Tools::check(tools.chat.clone())?;
-        // `None` lets the model's default tool_choice apply; a forced custom tool shapes the
-        // answer itself, so the call is left to the grammar.
+        // `None` lets the model's default tool_choice apply. A forced custom tool's input is the
+        // whole answer: under its grammar the tools stay described to the model (an output
+        // format keeps the default away); without one, no call may be parsed out of the text.
         let tool_choice = match (&tools.forced, choice) {
-            (Some(_), _) => Some(ToolChoice::Auto),
+            (Some(forced), _) if forced.grammar.is_some() => Some(ToolChoice::Auto),
+            (Some(_), _) => Some(ToolChoice::None),
             (None, choice) => choice
                 .map(|choice| checked.choice(Some(&choice)))
                 .transpose()?,

@@ -2,12 +2,15 @@
 //! (whose answers end, `layout::steer_to_end` in the fixture), each with its default
 //! configuration and tool set: every CLI over every API it speaks must end with exit status 0 and
 //! a non-empty answer; and each must run a harmless tool of its own that
-//! corral's `[models.ID] tool_choice` makes the model call, then answer. Skipped, with the reason,
-//! when `cargo xtask setup` could not install the CLIs (no npm).
+//! corral's `[models.ID] tool_choice` makes the model call, then answer. And Claude Code against
+//! the real SmolLM2, too small a context for its prompt, must show its prompt-too-long error.
+//! Skipped, with the reason, when `cargo xtask setup` could not install the CLIs (no npm).
 
+use std::ffi::OsStr;
 use std::path::Path;
 
 use corral_tests::clients::{self, Api, Cli, Finished, Run, Sandbox};
+use corral_tests::server::{Dirs, Server};
 use serde_json::Value;
 
 use super::serve_fixture;
@@ -84,6 +87,40 @@ fn each_cli_runs_the_tool_corral_makes_the_model_call() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// With the real SmolLM2, whose 8,192-token context cannot hold Claude Code's prompt, Claude Code
+/// ends at once and shows the context error as its own "Prompt is too long": corral words it as
+/// Anthropic does.
+#[test]
+fn claude_code_shows_a_prompt_over_smollm2s_context_as_prompt_too_long() {
+    let bin = match clients::installed() {
+        Ok(bin) => bin,
+        Err(reason) => return eprintln!("skipped: {reason}"),
+    };
+    let dirs = Dirs {
+        models: tempfile::tempdir().unwrap(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    std::os::unix::fs::symlink(
+        corral_tests::smollm2_gguf(),
+        dirs.models.path().join(format!("{}.gguf", clients::MODEL)),
+    )
+    .unwrap();
+    let config = dirs.write_config(&format!(
+        "[aliases]\n\"claude-*\" = \"{}\"\n",
+        clients::MODEL
+    ));
+    let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
+    let (finished, _sandbox) = run(&bin, Cli::ClaudeCode, Api::Messages, &server.url(""));
+    let shown = finished.json_lines().into_iter().any(|event| {
+        event["type"] == "result"
+            && event["is_error"] == true
+            && event["result"]
+                .as_str()
+                .is_some_and(|text| text.to_lowercase().contains("prompt is too long"))
+    });
+    assert!(shown, "{}", finished.transcript());
 }
 
 fn run(bin: &Path, cli: Cli, api: Api, base_url: &str) -> (Finished, Sandbox) {
