@@ -1,7 +1,7 @@
 //! The agent CLIs themselves, headless against a real `corral serve` of the long-context fixture
 //! (whose answers end, `layout::steer_to_end` in the fixture), each with its default
 //! configuration and tool set: every CLI over every API it speaks must end with exit status 0 and
-//! a non-empty answer; and each must run a harmless tool of its own that
+//! a non-empty answer; and Claude Code and Codex must each run a harmless tool of its own that
 //! corral's `[models.ID] tool_choice` makes the model call, then answer. And Claude Code against
 //! the real SmolLM2, too small a context for its prompt, must show its prompt-too-long error.
 //! Skipped, with the reason, when `cargo xtask setup` could not install the CLIs (no npm).
@@ -60,10 +60,13 @@ fn each_cli_runs_the_tool_corral_makes_the_model_call() {
         Err(reason) => return eprintln!("skipped: {reason}"),
     };
     let mut failures = Vec::new();
+    // opencode is left out: every tool of its default set takes a free string (glob's pattern,
+    // read's path), and the random-weight fixture, held to the call's JSON grammar, never closes
+    // one; it writes to the token limit. Its tool round trip is covered by the replayed
+    // recordings (`opencode-*-tool`).
     for (cli, api) in [
         (Cli::ClaudeCode, Api::Messages),
         (Cli::Codex, Api::Responses),
-        (Cli::Opencode, Api::Chat),
     ] {
         let (tool, _) = cli.harmless_tool();
         let (server, _dirs) = serve_fixture(&format!(
