@@ -169,7 +169,10 @@ def thinking(api, model):
         extra_body={"grammar": ANSWER_ONLY, "seed": 1},
     )
     assert [block.type for block in plain.content] == ["text"], plain.content
-    assert plain.usage.input_tokens > message.usage.input_tokens, (plain.usage, message.usage)
+    # The prompt's whole length: Anthropic's input_tokens leave out what the prefix cache served.
+    def prompt(usage):
+        return usage.input_tokens + usage.cache_read_input_tokens
+    assert prompt(plain.usage) > prompt(message.usage), (plain.usage, message.usage)
     return {"thinking": message.content[0].thinking}
 
 

@@ -76,12 +76,17 @@ def text(api, model):
         assert "resp_gone" in error.message, error.message
     else:
         raise AssertionError("no 404 for an unknown previous_response_id")
+    # A hosted tool is left out of the prompt and named in a header; an unknown type is a 400.
+    raw = api.responses.with_raw_response.create(
+        model=model, input="x", max_output_tokens=4, tools=[{"type": "web_search"}])
+    assert raw.headers["x-corral-dropped-tools"] == "web_search", raw.headers
+    assert raw.parse().status in ("completed", "incomplete"), raw.parse()
     try:
-        api.responses.create(model=model, input="x", tools=[{"type": "web_search"}])
+        api.responses.create(model=model, input="x", tools=[{"type": "teleport"}])
     except openai.BadRequestError as error:
         assert error.body["param"] == "tools[0].type", error.body
     else:
-        raise AssertionError("no 400 for a web_search tool")
+        raise AssertionError("no 400 for an unknown tool type")
     return {"text": response.output_text, "status": response.status}
 
 

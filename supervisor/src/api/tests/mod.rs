@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode, header};
-use corral_ipc::{EmbedRequest, FinishReason, GenerateRequest, ModelKind, RerankRequest, Usage};
+use corral_ipc::{
+    EmbedRequest, FinishReason, GenerateRequest, ModelKind, RerankRequest, ToolCall, Usage,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
@@ -215,6 +217,24 @@ fn done(reason: FinishReason) -> StreamEvent {
 }
 
 /// "Hello", " world", stopped.
+/// One whole call of `name`, then the end of the answer.
+fn called(name: &str, arguments: &str) -> Vec<StreamEvent> {
+    vec![
+        StreamEvent::Delta {
+            text: String::new(),
+            reasoning: String::new(),
+            tool_calls: vec![ToolCall {
+                index: 0,
+                name: name.to_owned(),
+                arguments: arguments.to_owned(),
+            }],
+            token_count: 1,
+            logprobs: None,
+        },
+        done(FinishReason::ToolCalls),
+    ]
+}
+
 fn hello_world() -> Vec<StreamEvent> {
     vec![delta("Hello"), delta(" world"), done(FinishReason::Stop)]
 }

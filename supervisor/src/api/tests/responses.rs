@@ -1,7 +1,7 @@
 //! The Responses API over the fake backend: what its requests become for the worker, the
 //! response object, and the store behind `previous_response_id`, `GET` and `DELETE`.
 
-use corral_ipc::{OutputFormat, Prompt, ToolCall, ToolChoice};
+use corral_ipc::{OutputFormat, Prompt, ToolChoice};
 use serde_json::json;
 
 use super::*;
@@ -10,23 +10,6 @@ fn weather() -> Value {
     json!({"type": "function", "name": "get_weather", "description": "Weather by city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
         "strict": true})
-}
-
-fn called(name: &str, arguments: &str) -> Vec<StreamEvent> {
-    vec![
-        StreamEvent::Delta {
-            text: String::new(),
-            reasoning: String::new(),
-            tool_calls: vec![ToolCall {
-                index: 0,
-                name: name.to_owned(),
-                arguments: arguments.to_owned(),
-            }],
-            token_count: 1,
-            logprobs: None,
-        },
-        done(FinishReason::ToolCalls),
-    ]
 }
 
 fn chat_prompt(request: &GenerateRequest) -> (Vec<Value>, Option<Vec<Value>>, Option<Value>) {

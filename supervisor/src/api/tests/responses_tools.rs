@@ -2,28 +2,11 @@
 //! back with their namespace, custom tools taking text (and a forced one held to its grammar),
 //! tools added by `additional_tools` items, and past custom calls replayed.
 
-use corral_ipc::{OutputFormat, Prompt, ToolCall, ToolChoice};
+use corral_ipc::{OutputFormat, Prompt, ToolChoice};
 use serde_json::json;
 
 use super::*;
 use crate::api::hosted_tools;
-
-fn calling(name: &str, arguments: &str) -> Vec<StreamEvent> {
-    vec![
-        StreamEvent::Delta {
-            text: String::new(),
-            reasoning: String::new(),
-            tool_calls: vec![ToolCall {
-                index: 0,
-                name: name.to_owned(),
-                arguments: arguments.to_owned(),
-            }],
-            token_count: 1,
-            logprobs: None,
-        },
-        done(FinishReason::ToolCalls),
-    ]
-}
 
 fn apply_patch(format: Value) -> Value {
     json!({"type": "custom", "name": "apply_patch", "description": "Edit files", "format": format})
@@ -82,7 +65,7 @@ async fn hosted_tools_are_left_out_and_named_in_a_header() {
 
 #[tokio::test]
 async fn namespace_tools_are_offered_flat_and_called_back_with_their_namespace() {
-    let backend = FakeBackend::replying(calling("mcp__files__read", r#"{"path":"a.txt"}"#));
+    let backend = FakeBackend::replying(called("mcp__files__read", r#"{"path":"a.txt"}"#));
     let body = json!({"model": "tiny", "tool_choice": {"type": "function", "name": "read", "namespace": "mcp__files__"},
         "input": [
             {"type": "message", "role": "user", "content": "Read b.txt"},
@@ -117,7 +100,7 @@ async fn namespace_tools_are_offered_flat_and_called_back_with_their_namespace()
 
 #[tokio::test]
 async fn a_custom_tool_takes_text_and_comes_back_as_a_custom_tool_call() {
-    let backend = FakeBackend::replying(calling(
+    let backend = FakeBackend::replying(called(
         "apply_patch",
         r#"{"input":"*** Begin Patch\n*** End Patch"}"#,
     ));
@@ -226,7 +209,7 @@ async fn a_forced_custom_tool_holds_the_whole_answer_to_its_grammar() {
 
 #[tokio::test]
 async fn additional_tools_items_add_their_tools_and_past_custom_calls_replay() {
-    let backend = FakeBackend::replying(calling("functions__exec", r#"{"input":"ls"}"#));
+    let backend = FakeBackend::replying(called("functions__exec", r#"{"input":"ls"}"#));
     let body = json!({"model": "tiny", "input": [
         {"type": "additional_tools", "role": "developer", "tools": [
             {"type": "namespace", "name": "functions", "description": "Code mode",
