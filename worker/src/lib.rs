@@ -8,6 +8,7 @@ pub mod describe;
 pub mod detokenizer;
 pub mod embedding;
 pub mod engine;
+mod fast_exp;
 pub mod generation;
 pub mod gguf;
 #[cfg(not(target_os = "macos"))]

@@ -143,30 +143,16 @@ fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Architecture;
 
     /// The tiny fixture's shape (`corral fixture --size tiny`), in f32.
     fn tiny() -> ModelConfig {
-        ModelConfig {
-            architecture: Architecture::Llama,
-            hidden_size: 256,
-            intermediate_size: 512,
-            num_layers: 4,
-            num_heads: 8,
-            num_kv_heads: 4,
-            head_dim: 32,
-            vocab_size: 1024,
-            rms_norm_eps: 1e-5,
-            rope_theta: 10_000.0,
-            rope_traditional: false,
-            rope_scaling: None,
-            max_position_embeddings: 8192,
-            tie_word_embeddings: Some(false),
-            attention_bias: false,
-            mlp_bias: false,
-            quantization: None,
-            layer_quantization: Default::default(),
-        }
+        let config = serde_json::json!({
+            "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "vocab_size": 1024, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
+            "tie_word_embeddings": false,
+        });
+        ModelConfig::from_json(config, std::path::Path::new("config.json")).unwrap()
     }
 
     #[test]

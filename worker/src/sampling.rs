@@ -10,19 +10,18 @@
 //!
 //! Vocabularies reach 150k entries, so the per-token work is a few linear passes over one dense
 //! buffer, written so the compiler can vectorize them: the exponentials are a polynomial
-//! (`fast_exp.rs`), each filter finds a threshold weight (`thresholds.rs`: a
+//! (`../fast_exp.rs`), each filter finds a threshold weight (`thresholds.rs`: a
 //! `select_nth_unstable` for top-k, a sort of only the heaviest prefix for top-p) and zeroes
 //! what falls below it, and the draw skips whole chunks by their sums. A consequence of
 //! filtering by threshold: tokens tied with the last one kept are kept too, as in Hugging Face's
 //! top-k. Tokens more than 87 nats (after temperature) below the best weigh 0 and are never
 //! drawn.
 
-mod fast_exp;
 mod logprobs;
 mod rng;
 mod thresholds;
 
-use fast_exp::exp_nonpositive;
+use crate::fast_exp::exp_nonpositive;
 pub use logprobs::{TokenLogprobs, logprobs};
 use rng::Rng;
 use thresholds::{drop_below, kth_largest, nucleus_threshold, sum};

@@ -11,7 +11,7 @@ use mlx_rs::ops;
 use mlx_rs::{Array, Dtype};
 use serde::Deserialize;
 
-use crate::model::{ModelError, Weights, cpu_math};
+use crate::model::{ModelError, Weights, kernels};
 
 use super::layout::SUPPORTED_ENCODERS;
 
@@ -235,13 +235,13 @@ impl Layer {
         let keys = split(self.key.forward(x)?)?;
         let values = split(self.value.forward(x)?)?;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let attended = cpu_math::padded_attention(&queries, &keys, &values, scale, mask)?
+        let attended = kernels::padded_attention(&queries, &keys, &values, scale, mask)?
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[rows, length, hidden])?;
         let x = self
             .attention_norm
             .forward(&ops::add(&self.attention_out.forward(&attended)?, x)?)?;
-        let inner = cpu_math::gelu(&self.intermediate.forward(&x)?)?;
+        let inner = kernels::gelu(&self.intermediate.forward(&x)?)?;
         self.output_norm
             .forward(&ops::add(&self.output.forward(&inner)?, &x)?)
     }
@@ -306,6 +306,7 @@ impl Encoder {
     /// Loads the encoder's tensors from `weights`, named with or without the `bert.` /
     /// `roberta.` prefix that a task head's checkpoint puts before them.
     pub fn load(weights: &mut Weights, config: EncoderConfig) -> Result<Self, ModelError> {
+        kernels::choose();
         let prefix = ["", "bert.", "roberta."]
             .into_iter()
             .find(|prefix| weights.contains(&format!("{prefix}embeddings.word_embeddings.weight")))

@@ -1,4 +1,5 @@
-//! `config.json` of a Hugging Face checkpoint, reduced to what the Llama family needs.
+//! `config.json` of a Hugging Face checkpoint: the keys every decoder has, read here; each
+//! architecture's own keys are read by its file in `arch/` from [`ModelConfig::raw`].
 //!
 //! Defaults follow mlx-lm, the reference this engine is checked against, so a checkpoint that loads
 //! there loads the same way here.
@@ -9,20 +10,13 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::ModelError;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Architecture {
-    /// Llama 2/3 and Mistral: optional attention biases, no q/k norms.
-    Llama,
-    /// Qwen2 and Qwen2.5: biases on q/k/v.
-    Qwen2,
-    /// Qwen3: RMSNorm over each head of q and k, no biases.
-    Qwen3,
-}
+use super::arch;
+use super::blocks::rope::{RopeScaling, parse_rope_scaling};
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
-    pub architecture: Architecture,
+    /// `model_type`, one of [`arch::SUPPORTED`].
+    pub model_type: String,
     pub hidden_size: i32,
     pub intermediate_size: i32,
     pub num_layers: i32,
@@ -37,25 +31,14 @@ pub struct ModelConfig {
     pub max_position_embeddings: usize,
     /// `None` when config.json does not say; the weights decide (is there an `lm_head`?).
     pub tie_word_embeddings: Option<bool>,
-    pub attention_bias: bool,
-    pub mlp_bias: bool,
     pub quantization: Option<Quantization>,
     /// Layers quantized otherwise than `quantization` says, by prefix (`model.embed_tokens`), as
     /// mlx-lm writes mixed-precision models.
     pub layer_quantization: HashMap<String, Quantization>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RopeScaling {
-    Linear {
-        factor: f32,
-    },
-    Llama3 {
-        factor: f32,
-        low_freq_factor: f32,
-        high_freq_factor: f32,
-        original_max_position_embeddings: f32,
-    },
+    /// The whole `config.json`, for the keys only one architecture has.
+    pub raw: serde_json::Value,
+    /// Where `raw` came from, for errors.
+    pub path: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -82,9 +65,6 @@ struct RawConfig {
     rope_scaling: Option<serde_json::Value>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
-    attention_bias: Option<bool>,
-    #[serde(default)]
-    mlp_bias: bool,
     quantization: Option<serde_json::Value>,
 }
 
@@ -96,6 +76,28 @@ const SUPPORTED_BITS: [i32; 6] = [2, 3, 4, 5, 6, 8];
 const SUPPORTED_GROUP_SIZES: [i32; 3] = [32, 64, 128];
 
 impl ModelConfig {
+    /// An architecture's own key: `Ok(None)` when absent, an error naming it when malformed.
+    pub fn key<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ModelError> {
+        match self.raw.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(value) => serde_json::from_value(value.clone())
+                .map(Some)
+                .map_err(|error| ModelError::Config {
+                    path: self.path.clone(),
+                    message: format!("{name}: {error}"),
+                }),
+        }
+    }
+
+    /// An architecture's own key, `default` when absent.
+    pub fn key_or<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+        default: T,
+    ) -> Result<T, ModelError> {
+        Ok(self.key(name)?.unwrap_or(default))
+    }
+
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let path = model_dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
@@ -117,14 +119,13 @@ impl ModelConfig {
             message,
         };
         let raw: RawConfig =
-            serde_json::from_value(value).map_err(|error| bad(error.to_string()))?;
-        let architecture = match raw.model_type.as_deref() {
-            Some("llama" | "mistral") => Architecture::Llama,
-            Some("qwen2") => Architecture::Qwen2,
-            Some("qwen3") => Architecture::Qwen3,
+            serde_json::from_value(value.clone()).map_err(|error| bad(error.to_string()))?;
+        let model_type = match raw.model_type {
+            Some(model_type) if arch::SUPPORTED.contains(&model_type.as_str()) => model_type,
             Some(other) => {
                 return Err(bad(format!(
-                    "unsupported model_type {other:?} (supported: llama, mistral, qwen2, qwen3)"
+                    "unsupported model_type {other:?} (supported: {})",
+                    arch::SUPPORTED.join(", ")
                 )));
             }
             None => return Err(bad("no model_type".into())),
@@ -176,7 +177,7 @@ impl ModelConfig {
             .map_err(bad)?
             .unwrap_or_default();
         Ok(Self {
-            architecture,
+            model_type,
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
             num_layers: raw.num_hidden_layers,
@@ -190,50 +191,11 @@ impl ModelConfig {
             rope_scaling,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
             tie_word_embeddings: raw.tie_word_embeddings,
-            attention_bias: match architecture {
-                Architecture::Qwen2 => true,
-                Architecture::Qwen3 => false,
-                Architecture::Llama => raw.attention_bias.unwrap_or(false),
-            },
-            mlp_bias: raw.mlp_bias,
             quantization,
             layer_quantization,
+            raw: value,
+            path: path.to_path_buf(),
         })
-    }
-}
-
-fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, String> {
-    if value.is_null() {
-        return Ok(None);
-    }
-    let kind = value
-        .get("type")
-        .or_else(|| value.get("rope_type"))
-        .and_then(|kind| kind.as_str())
-        .unwrap_or("default");
-    let number = |key: &str, default: Option<f32>| -> Result<f32, String> {
-        match value.get(key).and_then(serde_json::Value::as_f64) {
-            Some(number) => Ok(number as f32),
-            None => default.ok_or_else(|| format!("rope_scaling of type {kind} needs {key}")),
-        }
-    };
-    match kind {
-        "default" => Ok(None),
-        "linear" => Ok(Some(RopeScaling::Linear {
-            factor: number("factor", None)?,
-        })),
-        "llama3" => Ok(Some(RopeScaling::Llama3 {
-            factor: number("factor", None)?,
-            low_freq_factor: number("low_freq_factor", Some(1.0))?,
-            high_freq_factor: number("high_freq_factor", Some(4.0))?,
-            original_max_position_embeddings: number(
-                "original_max_position_embeddings",
-                Some(8192.0),
-            )?,
-        })),
-        other => Err(format!(
-            "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
-        )),
     }
 }
 

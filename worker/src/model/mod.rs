@@ -1,15 +1,15 @@
-//! A Llama-family causal language model on MLX: loading a Hugging Face checkpoint directory and
-//! the forward pass. Every MLX call here runs on the engine thread.
+//! A causal language model on MLX: loading a Hugging Face or mlx-community checkpoint directory
+//! and the forward pass. Laid out as mlx-lm's `models/`: the blocks architectures share
+//! (`blocks/`), one short file per architecture that wires them (`arch/`), the KV cache, and the
+//! kernels whose fastest form depends on the device (`kernels.rs`, `host/`). Every MLX call here
+//! runs on the engine thread.
 
+mod arch;
+mod blocks;
 mod config;
-pub(crate) mod cpu_math;
-mod host_attention;
+mod host;
+pub(crate) mod kernels;
 mod kv_cache;
-mod layers;
-mod rope;
-#[cfg(target_arch = "x86_64")]
-mod row_matmul;
-mod transformer;
 mod weights;
 
 use std::path::{Path, PathBuf};
@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
-pub use config::{Architecture, ModelConfig, Quantization};
+pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
+pub use config::{ModelConfig, Quantization};
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
 #[cfg(test)]
@@ -26,10 +27,10 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
+use blocks::decoder_layer::DecoderLayer;
+use blocks::linear::{Embedding, Linear};
+use blocks::norm::Norm;
 pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
-use layers::{Embedding, Linear};
-use rope::Rope;
-use transformer::{Block, RmsNorm};
 pub use weights::Weights;
 
 #[derive(Debug, thiserror::Error)]
@@ -71,9 +72,6 @@ pub enum ModelError {
     },
 }
 
-/// Per-frequency RoPE factors, as GGUF files of Llama 3.1 and later carry their scaling.
-const ROPE_FACTORS: &str = "rope_freqs.weight";
-
 /// One sequence's share of a packed pass: its new tokens and the cache they extend.
 pub struct Segment<'a> {
     pub tokens: &'a [u32],
@@ -82,13 +80,49 @@ pub struct Segment<'a> {
 
 pub struct Model {
     pub config: ModelConfig,
+    decoder: Decoder,
+    weight_bytes: usize,
+}
+
+/// The layers between the token embedding and the logits, as an architecture wires them.
+pub struct Decoder {
     embed_tokens: Embedding,
-    layers: Vec<Block>,
-    norm: RmsNorm,
+    layers: Vec<DecoderLayer>,
+    norm: Norm,
     /// `None` when the output projection is tied to the embedding table.
     lm_head: Option<Linear>,
-    rope: Rope,
-    weight_bytes: usize,
+}
+
+impl Decoder {
+    /// `layers` between Llama's `model.embed_tokens`, `model.norm` and `lm_head` (tied to the
+    /// embedding when config.json says so or the checkpoint has none).
+    fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        layers: Vec<DecoderLayer>,
+    ) -> Result<Self, ModelError> {
+        let quant = config.quantization;
+        let (vocab, hidden) = (config.vocab_size, config.hidden_size);
+        let embed_tokens = Embedding::load(weights, "model.embed_tokens", vocab, hidden, quant)?;
+        let norm = Norm::rms(weights, "model.norm.weight", hidden, config.rms_norm_eps)?;
+        let tied = config
+            .tie_word_embeddings
+            .unwrap_or(!weights.contains("lm_head.weight"));
+        let lm_head = if tied {
+            weights.discard("lm_head.weight");
+            None
+        } else {
+            Some(Linear::load(
+                weights, "lm_head", vocab, hidden, false, quant,
+            )?)
+        };
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
 }
 
 impl Model {
@@ -104,74 +138,16 @@ impl Model {
         mut weights: Weights,
         source: &Path,
     ) -> Result<Self, ModelError> {
+        kernels::choose();
         let weight_bytes = weights.total_bytes();
-        let quant = config.quantization;
-        let embed_tokens = Embedding::load(
-            &mut weights,
-            "model.embed_tokens",
-            config.vocab_size,
-            config.hidden_size,
-            quant,
-        )?;
-        let layers = (0..config.num_layers)
-            .map(|index| Block::load(&mut weights, &config, index))
-            .collect::<Result<Vec<_>, _>>()?;
-        let norm = RmsNorm::load(
-            &mut weights,
-            "model.norm.weight",
-            config.hidden_size,
-            config.rms_norm_eps,
-        )?;
-        let tied = config
-            .tie_word_embeddings
-            .unwrap_or(!weights.contains("lm_head.weight"));
-        let lm_head = if tied {
-            None
-        } else {
-            Some(Linear::load(
-                &mut weights,
-                "lm_head",
-                config.vocab_size,
-                config.hidden_size,
-                false,
-                quant,
-            )?)
-        };
-        let frequency_factors = if weights.contains(ROPE_FACTORS) {
-            Some(weights.take_float(ROPE_FACTORS, &[config.head_dim / 2])?)
-        } else {
-            None
-        };
+        let decoder = arch::build(&config, &mut weights)?;
         let leftovers = weights.leftover_names();
         if !leftovers.is_empty() {
             tracing::warn!(model = %source.display(), tensors = ?leftovers, "ignoring tensors no layer uses");
         }
-        let rope = match &frequency_factors {
-            Some(factors) => Rope::with_frequency_factors(
-                config.head_dim,
-                config.rope_theta,
-                config.rope_traditional,
-                factors,
-            ),
-            None => Rope::new(
-                config.head_dim,
-                config.rope_theta,
-                config.rope_traditional,
-                config.rope_scaling,
-            ),
-        }
-        .map_err(|error| ModelError::Mlx {
-            dir: source.to_path_buf(),
-            action: "building rotary frequencies",
-            source: error,
-        })?;
         Ok(Self {
             config,
-            embed_tokens,
-            layers,
-            norm,
-            lm_head,
-            rope,
+            decoder,
             weight_bytes,
         })
     }
@@ -182,7 +158,11 @@ impl Model {
     }
 
     pub fn new_cache(&self) -> Vec<KvCache> {
-        self.layers.iter().map(|_| KvCache::default()).collect()
+        self.decoder
+            .layers
+            .iter()
+            .map(|_| KvCache::default())
+            .collect()
     }
 
     /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.
@@ -203,26 +183,27 @@ impl Model {
             .map(|segment| segment.tokens.len() as i32)
             .collect();
         let ids = Array::from_slice(&tokens, &[1, tokens.len() as i32]);
-        let mut h = self.embed_tokens.lookup(&ids)?;
-        for (index, layer) in self.layers.iter().enumerate() {
+        let decoder = &self.decoder;
+        let mut h = decoder.embed_tokens.lookup(&ids)?;
+        for (index, layer) in decoder.layers.iter().enumerate() {
             let mut layer_caches: Vec<&mut KvCache> = segments
                 .iter_mut()
                 .map(|segment| &mut segment.cache[index])
                 .collect();
-            h = layer.forward(&h, &self.rope, &lengths, &mut layer_caches)?;
+            h = layer.forward(&h, &lengths, &mut layer_caches)?;
         }
-        self.norm.forward(&h)
+        decoder.norm.forward(&h)
     }
 
     /// Logits over the vocabulary for each position of `hidden`.
     pub fn logits(&self, hidden: &Array) -> Result<Array, Exception> {
-        match &self.lm_head {
+        match &self.decoder.lm_head {
             Some(lm_head) => lm_head.forward(hidden),
-            None => self.embed_tokens.as_linear(hidden),
+            None => self.decoder.embed_tokens.as_linear(hidden),
         }
     }
 
     pub fn dtype(&self) -> mlx_rs::Dtype {
-        self.embed_tokens.dtype()
+        self.decoder.embed_tokens.dtype()
     }
 }

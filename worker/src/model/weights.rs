@@ -125,6 +125,11 @@ impl Weights {
             })
     }
 
+    /// Drops a tensor the model does not use, if present (a tied head's copy).
+    pub fn discard(&mut self, name: &str) {
+        self.tensors.remove(name);
+    }
+
     pub fn file_of(&self, name: &str) -> Option<PathBuf> {
         self.tensors.get(name).map(|(_, file)| file.clone())
     }
@@ -134,6 +139,36 @@ impl Weights {
         let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
         names.sort_unstable();
         names
+    }
+
+    /// Replaces the tensors `sources` by one tensor `target` that stacks them along a new first
+    /// axis, as mlx-lm's `sanitize` stacks one tensor per expert.
+    pub fn stack(&mut self, sources: &[String], target: &str) -> Result<(), ModelError> {
+        let mut parts = Vec::with_capacity(sources.len());
+        let mut file = PathBuf::new();
+        for source in sources {
+            let (array, path) = self.take_any(source)?;
+            parts.push(array);
+            file = path;
+        }
+        let stacked = mlx_rs::ops::stack(&parts, 0)
+            .and_then(|stacked| stacked.eval().map(|()| stacked))
+            .map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action: "stacking the experts' tensors",
+                source,
+            })?;
+        self.tensors.insert(target.to_owned(), (stacked, file));
+        Ok(())
+    }
+
+    /// An MLX failure while preparing this checkpoint's tensors.
+    pub fn mlx_error(&self, action: &'static str, source: mlx_rs::error::Exception) -> ModelError {
+        ModelError::Mlx {
+            dir: self.model_dir.clone(),
+            action,
+            source,
+        }
     }
 
     pub fn total_bytes(&self) -> usize {

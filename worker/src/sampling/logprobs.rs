@@ -5,9 +5,9 @@
 //! normalizer; the top entries go through a small sorted buffer, since `top_logprobs` is at most
 //! 20 and fully sorting a 150k vocabulary per token would be waste.
 
-use super::fast_exp::exp_nonpositive;
 use super::sanitize;
 use super::thresholds::sum;
+use crate::fast_exp::exp_nonpositive;
 
 /// The chosen token's log-probability and the `top` most likely tokens, most likely first.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,19 +4,21 @@
 //! `nn.QuantizedEmbedding` compute, op for op, so the logits agree with the reference.
 
 use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{self, dequantize, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 
-use super::ModelError;
-use super::config::Quantization;
-use super::weights::Weights;
+use crate::model::ModelError;
+use crate::model::config::Quantization;
+use crate::model::kernels;
+use crate::model::weights::Weights;
 
 pub struct QuantizedWeight {
-    weight: Array,
-    scales: Array,
-    biases: Array,
-    group_size: i32,
-    bits: i32,
+    pub(super) weight: Array,
+    pub(super) scales: Array,
+    pub(super) biases: Array,
+    pub(super) group_size: i32,
+    pub(super) bits: i32,
 }
 
 pub enum Linear {
@@ -51,8 +53,8 @@ impl Linear {
             None
         };
         if weights.contains(&format!("{prefix}.scales")) {
-            let weight =
-                QuantizedWeight::load(weights, prefix, out_features, in_features, quantization)?;
+            let shape = [out_features, in_features];
+            let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
             return Ok(Self::Quantized { weight, bias });
         }
         let weight =
@@ -60,9 +62,56 @@ impl Linear {
         Ok(Self::Dense { weight, bias })
     }
 
+    /// A fused projection (`qkv_proj`, `gate_up_proj`) as the projections it stacks, by their
+    /// output widths: rows are output features in both the dense and the quantized layouts.
+    pub fn split_rows<const N: usize>(self, widths: [i32; N]) -> Result<[Self; N], Exception> {
+        let mut starts = [0; N];
+        for index in 1..N {
+            starts[index] = starts[index - 1] + widths[index - 1];
+        }
+        let rows = |array: &Array, start: i32, width: i32| array.index((start..start + width, ..));
+        let bias_rows = |bias: &Option<Array>, start: i32, width: i32| {
+            bias.as_ref().map(|bias| bias.index(start..start + width))
+        };
+        let parts = std::array::from_fn(|index| {
+            let (start, width) = (starts[index], widths[index]);
+            match &self {
+                Self::Dense { weight, bias } => Self::Dense {
+                    weight: rows(weight, start, width),
+                    bias: bias_rows(bias, start, width),
+                },
+                Self::Quantized { weight, bias } => Self::Quantized {
+                    weight: QuantizedWeight {
+                        weight: rows(&weight.weight, start, width),
+                        scales: rows(&weight.scales, start, width),
+                        biases: rows(&weight.biases, start, width),
+                        group_size: weight.group_size,
+                        bits: weight.bits,
+                    },
+                    bias: bias_rows(bias, start, width),
+                },
+            }
+        });
+        // Slices are views: copy them out so the fused tensor's memory is freed with it.
+        for part in &parts {
+            part.arrays().iter().try_for_each(|array| array.eval())?;
+        }
+        Ok(parts)
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        match self {
+            Self::Dense { weight, bias } => std::iter::once(weight).chain(bias).collect(),
+            Self::Quantized { weight, bias } => [&weight.weight, &weight.scales, &weight.biases]
+                .into_iter()
+                .chain(bias)
+                .collect(),
+        }
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         match self {
-            Self::Dense { weight, bias } => dense_product(x, weight, bias.as_ref()),
+            Self::Dense { weight, bias } => kernels::linear(x, weight, bias.as_ref()),
             Self::Quantized { weight, bias } => {
                 let output = weight.matmul_transposed(x)?;
                 match bias {
@@ -83,8 +132,8 @@ impl Embedding {
         quantization: Option<Quantization>,
     ) -> Result<Self, ModelError> {
         if weights.contains(&format!("{prefix}.scales")) {
-            let weight =
-                QuantizedWeight::load(weights, prefix, vocab_size, hidden_size, quantization)?;
+            let shape = [vocab_size, hidden_size];
+            let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
             return Ok(Self::Quantized(weight));
         }
         let weight = weights.take_float(&format!("{prefix}.weight"), &[vocab_size, hidden_size])?;
@@ -113,7 +162,7 @@ impl Embedding {
     /// The tied output projection: hidden states times the table's transpose.
     pub fn as_linear(&self, x: &Array) -> Result<Array, Exception> {
         match self {
-            Self::Dense(weight) => dense_product(x, weight, None),
+            Self::Dense(weight) => kernels::linear(x, weight, None),
             Self::Quantized(quantized) => quantized.matmul_transposed(x),
         }
     }
@@ -126,45 +175,19 @@ impl Embedding {
     }
 }
 
-/// `x · weightᵀ (+ bias)` for an unquantized weight: on the host where that is faster, else MLX.
-fn dense_product(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, Exception> {
-    if let Some(product) = host_product(x, weight, bias)? {
-        return Ok(product);
-    }
-    match bias {
-        Some(bias) => ops::addmm(bias, x, weight.t(), None, None),
-        None => ops::matmul(x, weight.t()),
-    }
-}
-
-/// `x · weightᵀ (+ bias)` computed on the host where that beats MLX's matmul (a few rows on an
-/// x86 CPU, see `row_matmul`); `None` leaves it to MLX.
-#[cfg(target_arch = "x86_64")]
-fn host_product(
-    x: &Array,
-    weight: &Array,
-    bias: Option<&Array>,
-) -> Result<Option<Array>, Exception> {
-    super::row_matmul::matmul_transposed(x, weight, bias)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn host_product(
-    _x: &Array,
-    _weight: &Array,
-    _bias: Option<&Array>,
-) -> Result<Option<Array>, Exception> {
-    Ok(None)
-}
-
 impl QuantizedWeight {
-    fn load(
+    /// `{prefix}.weight` packed from a float tensor of `shape` (`[.., rows, columns]`, columns
+    /// grouped), with its scales and biases.
+    pub(super) fn load(
         weights: &mut Weights,
         prefix: &str,
-        rows: i32,
-        columns: i32,
+        shape: &[i32],
         quantization: Option<Quantization>,
     ) -> Result<Self, ModelError> {
+        let (leading, columns) = match shape {
+            [leading @ .., columns] => (leading, *columns),
+            [] => (shape, 0),
+        };
         let weight_name = format!("{prefix}.weight");
         let file = weights.file_of(&weight_name).unwrap_or_default();
         let Some(Quantization { group_size, bits }) =
@@ -186,7 +209,7 @@ impl QuantizedWeight {
             });
         }
         let (weight, _) = weights.take_any(&weight_name)?;
-        let packed = [rows, columns * bits / 32];
+        let packed = [leading, &[columns * bits / 32]].concat();
         if weight.dtype() != Dtype::Uint32 || weight.shape() != packed {
             return Err(ModelError::Quantization {
                 path: file,
@@ -197,7 +220,7 @@ impl QuantizedWeight {
                 ),
             });
         }
-        let groups = [rows, columns / group_size];
+        let groups = [leading, &[columns / group_size]].concat();
         let scales = weights.take_float(&format!("{prefix}.scales"), &groups)?;
         let biases = weights.take_float(&format!("{prefix}.biases"), &groups)?;
         Ok(Self {

@@ -7,23 +7,17 @@
 //! sequences spent about 50 ms of a 130 ms step there. Reading each sequence's evaluated cache
 //! in place and computing the scores, softmax and weighted values directly takes under 5 ms.
 
+use mlx_rs::Array;
 use mlx_rs::error::Exception;
-use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
-use super::cpu_math;
-use super::kv_cache::KvCache;
-
-/// Whether attention over `dtype` runs on the host: f32 on MLX's CPU backend. Metal and
-/// CUDA run attention in fused kernels.
-pub(crate) fn applies(dtype: Dtype) -> bool {
-    dtype == Dtype::Float32 && cpu_math::on_cpu()
-}
+use crate::fast_exp::exp_nonpositive;
+use crate::model::kv_cache::KvCache;
 
 /// `queries` is `[rows, heads, 1, head_dim]`, one new rotated position per row, whose keys and
 /// values are already the last of `caches[row]`. Returns `[1, rows, heads * head_dim]`, or
 /// `None` where a cache or the queries are not row-major f32 buffers the host can read.
-pub(crate) fn attend(
+pub(crate) fn attend_rows(
     queries: &Array,
     caches: &[&mut KvCache],
     heads: usize,
@@ -104,7 +98,7 @@ pub(crate) fn attend_chunk(
 
 /// One sequence's cached keys and values: `[kv_heads, capacity, head_dim]` row-major, of which
 /// the first `length` positions of each head are filled.
-pub(crate) struct CachedHeads<'a> {
+struct CachedHeads<'a> {
     pub keys: &'a [f32],
     pub values: &'a [f32],
     pub capacity: usize,
@@ -113,7 +107,7 @@ pub(crate) struct CachedHeads<'a> {
 
 /// The shape of the heads.
 #[derive(Clone, Copy)]
-pub(crate) struct Heads {
+struct Heads {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
@@ -122,11 +116,7 @@ pub(crate) struct Heads {
 
 /// `queries` is `[rows, heads, head_dim]`, one new (rotated) position per row, whose keys and
 /// values are already the last of `caches[row]`. Returns `[rows, heads * head_dim]`.
-pub(crate) fn attend_one_position(
-    queries: &[f32],
-    caches: &[CachedHeads<'_>],
-    shape: Heads,
-) -> Vec<f32> {
+fn attend_one_position(queries: &[f32], caches: &[CachedHeads<'_>], shape: Heads) -> Vec<f32> {
     let width = shape.heads * shape.head_dim;
     let mut output = vec![0f32; caches.len() * width];
     output
@@ -149,11 +139,7 @@ pub(crate) fn attend_one_position(
 /// `queries` is `[heads, positions, head_dim]`, one sequence's new (rotated) positions, whose
 /// keys and values are already the last `positions` of `cache`; each sees the keys up to its own.
 /// Returns the same shape.
-pub(crate) fn attend_causal_chunk(
-    queries: &[f32],
-    cache: &CachedHeads<'_>,
-    shape: Heads,
-) -> Vec<f32> {
+fn attend_causal_chunk(queries: &[f32], cache: &CachedHeads<'_>, shape: Heads) -> Vec<f32> {
     let positions = queries.len() / (shape.heads * shape.head_dim);
     let first = cache.length - positions;
     let mut output = vec![0f32; queries.len()];
@@ -252,7 +238,9 @@ fn attend_head_vectorized(
     for weight in weights.iter_mut() {
         *weight -= peak;
     }
-    cpu_math::polynomial_exp_in_place(weights);
+    for weight in weights.iter_mut() {
+        *weight = exp_nonpositive(*weight);
+    }
     let total = in_lanes(weights, 0.0, |sum, weight| sum + weight);
     weighted_sum(output, weights, values);
     let normalizer = total.recip();

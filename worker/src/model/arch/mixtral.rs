@@ -1,0 +1,49 @@
+//! Mixtral 8x7B and 8x22B (mlx-lm's `mixtral.py`): Mistral's attention; every layer routes each
+//! position to `num_experts_per_tok` of `num_local_experts` experts (top k, then softmax). The
+//! original checkpoints name expert `e`'s projections `block_sparse_moe.experts.{e}.w1` (gate),
+//! `w3` (up) and `w2` (down).
+
+use crate::model::blocks::attention::AttentionSpec;
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::rope::Rope;
+use crate::model::weights::Weights;
+use crate::model::{Decoder, ModelConfig, ModelError};
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let rope = Rope::for_config(config, weights)?;
+    let moe = MoeSpec {
+        experts: config.key_or("num_local_experts", 8)?,
+        top_k: config.key_or("num_experts_per_tok", 2)?,
+        inner: config.intermediate_size,
+        routing: Routing::TopKSoftmax,
+    };
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let attention = AttentionSpec::new(config, rope.clone());
+            DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
+                let block = format!("{prefix}.block_sparse_moe");
+                let names = [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")].map(
+                    |(name, original)| {
+                        let experts = format!("{block}.experts");
+                        ExpertNames {
+                            stacked: format!("{block}.switch_mlp.{name}"),
+                            per_expert: Box::new(move |expert| {
+                                format!("{experts}.{expert}.{original}")
+                            }),
+                        }
+                    },
+                );
+                Moe::load(
+                    weights,
+                    config,
+                    &format!("{block}.gate"),
+                    names,
+                    moe.clone(),
+                )
+                .map(FeedForward::Experts)
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Decoder::load(weights, config, layers)
+}

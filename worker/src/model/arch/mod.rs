@@ -1,0 +1,47 @@
+//! One file per architecture, each reading its own config keys and wiring the blocks as mlx-lm's
+//! file for the same `model_type` does. An architecture is added by writing its file and naming
+//! it here.
+
+mod llama;
+mod mixtral;
+mod qwen2;
+mod qwen3;
+mod qwen3_moe;
+
+use super::weights::Weights;
+use super::{Decoder, ModelConfig, ModelError};
+
+type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
+
+const ARCHITECTURES: &[(&str, Build)] = &[
+    ("llama", llama::build),
+    ("mistral", llama::build),
+    ("mixtral", mixtral::build),
+    ("qwen2", qwen2::build),
+    ("qwen3", qwen3::build),
+    ("qwen3_moe", qwen3_moe::build),
+];
+
+/// The `model_type`s this worker serves.
+pub const SUPPORTED: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe"];
+
+/// The decoder of `config`'s architecture, its tensors taken from `weights`.
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (_, build) = ARCHITECTURES
+        .iter()
+        .find(|(model_type, _)| *model_type == config.model_type)
+        .ok_or_else(|| ModelError::Config {
+            path: config.path.clone(),
+            message: format!("unsupported model_type {:?}", config.model_type),
+        })?;
+    build(config, weights)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_supported_type_has_a_builder() {
+        let built: Vec<&str> = super::ARCHITECTURES.iter().map(|(name, _)| *name).collect();
+        assert_eq!(built, super::SUPPORTED);
+    }
+}

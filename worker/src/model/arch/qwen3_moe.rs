@@ -1,0 +1,57 @@
+//! Qwen3-MoE: Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder (mlx-lm's `qwen3_moe.py`). Qwen3's
+//! attention; every `decoder_sparse_step`-th layer not in `mlp_only_layers` routes each position
+//! to `num_experts_per_tok` of `num_experts` experts (softmax, then top k).
+
+use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::rope::Rope;
+use crate::model::weights::Weights;
+use crate::model::{Decoder, ModelConfig, ModelError};
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let rope = Rope::for_config(config, weights)?;
+    let experts: i32 = config.key_or("num_experts", 0)?;
+    let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
+    let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
+    let moe = MoeSpec {
+        experts,
+        top_k: config.key_or("num_experts_per_tok", 1)?,
+        inner: config.key_or("moe_intermediate_size", config.intermediate_size)?,
+        routing: Routing::SoftmaxTopK {
+            normalize: config.key_or("norm_topk_prob", false)?,
+        },
+    };
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let attention = AttentionSpec {
+                head_norm: Some(HeadNorm::Rms {
+                    eps: config.rms_norm_eps,
+                }),
+                ..AttentionSpec::new(config, rope.clone())
+            };
+            let sparse = experts > 0
+                && sparse_step > 0
+                && !dense_layers.contains(&index)
+                && (index + 1) % sparse_step == 0;
+            DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
+                let mlp = format!("{prefix}.mlp");
+                if !sparse {
+                    return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
+                        .map(FeedForward::Dense);
+                }
+                let names = ["gate_proj", "up_proj", "down_proj"].map(|name| {
+                    let experts = format!("{mlp}.experts");
+                    ExpertNames {
+                        stacked: format!("{mlp}.switch_mlp.{name}"),
+                        per_expert: Box::new(move |expert| format!("{experts}.{expert}.{name}")),
+                    }
+                });
+                Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())
+                    .map(FeedForward::Experts)
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Decoder::load(weights, config, layers)
+}

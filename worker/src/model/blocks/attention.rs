@@ -1,0 +1,290 @@
+//! Grouped-query attention, as mlx-lm's `Attention` classes compute it, with the options the
+//! architectures differ by: biases, a norm over each query and key head, a query scale other
+//! than 1/sqrt(head_dim), and no rotary embedding at all (NoPE layers).
+
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+use mlx_rs::ops;
+use mlx_rs::ops::indexing::IndexOp;
+
+use super::linear::Linear;
+use super::norm::Norm;
+use super::rope::Rope;
+use crate::model::kernels;
+use crate::model::kv_cache::KvCache;
+use crate::model::weights::Weights;
+use crate::model::{ModelConfig, ModelError};
+
+/// How an architecture's attention is shaped; [`AttentionSpec::new`] gives Llama's.
+pub struct AttentionSpec {
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub hidden: i32,
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    /// One fused `qkv_proj` (Phi-3) instead of three projections.
+    pub fused_qkv: bool,
+    /// RMSNorm over each query and key head before the rotation (Qwen3).
+    pub head_norm: Option<HeadNorm>,
+    pub scale: f32,
+    /// `None` for a layer without positional encoding (NoPE).
+    pub rope: Option<Rope>,
+}
+
+#[derive(Clone, Copy)]
+pub enum HeadNorm {
+    Rms { eps: f32 },
+}
+
+impl AttentionSpec {
+    /// Llama's attention for `config`: no biases, no head norms, scale 1/sqrt(head_dim).
+    pub fn new(config: &ModelConfig, rope: Rope) -> Self {
+        Self {
+            heads: config.num_heads,
+            kv_heads: config.num_kv_heads,
+            head_dim: config.head_dim,
+            hidden: config.hidden_size,
+            qkv_bias: false,
+            o_bias: false,
+            fused_qkv: false,
+            head_norm: None,
+            scale: (config.head_dim as f32).powf(-0.5),
+            rope: Some(rope),
+        }
+    }
+}
+
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
+    rope: Option<Rope>,
+    heads: i32,
+    kv_heads: i32,
+    scale: f32,
+}
+
+impl Attention {
+    /// Loads `{prefix}.q_proj` ... `{prefix}.o_proj` (or `{prefix}.qkv_proj`) and the head norms.
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        spec: AttentionSpec,
+    ) -> Result<Self, ModelError> {
+        let q_width = spec.heads * spec.head_dim;
+        let kv_width = spec.kv_heads * spec.head_dim;
+        let quant = config.quantization;
+        let linear = |weights: &mut Weights, name: &str, out: i32, input: i32, bias: bool| {
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                input,
+                bias,
+                quant,
+            )
+        };
+        let (q_proj, k_proj, v_proj) = if spec.fused_qkv {
+            let fused = linear(
+                weights,
+                "qkv_proj",
+                q_width + 2 * kv_width,
+                spec.hidden,
+                spec.qkv_bias,
+            )?;
+            let [q, k, v] = fused
+                .split_rows([q_width, kv_width, kv_width])
+                .map_err(|source| weights.mlx_error("splitting qkv_proj", source))?;
+            (q, k, v)
+        } else {
+            (
+                linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?,
+                linear(weights, "k_proj", kv_width, spec.hidden, spec.qkv_bias)?,
+                linear(weights, "v_proj", kv_width, spec.hidden, spec.qkv_bias)?,
+            )
+        };
+        let o_proj = linear(weights, "o_proj", spec.hidden, q_width, spec.o_bias)?;
+        let head_norm = |weights: &mut Weights, name: &str| -> Result<Option<Norm>, ModelError> {
+            let name = format!("{prefix}.{name}.weight");
+            match spec.head_norm {
+                None => Ok(None),
+                Some(HeadNorm::Rms { eps }) => {
+                    Norm::rms(weights, &name, spec.head_dim, eps).map(Some)
+                }
+            }
+        };
+        Ok(Self {
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            q_norm: head_norm(weights, "q_norm")?,
+            k_norm: head_norm(weights, "k_norm")?,
+            rope: spec.rope,
+            heads: spec.heads,
+            kv_heads: spec.kv_heads,
+            scale: spec.scale,
+        })
+    }
+
+    /// `x` is `[1, positions, hidden]`: the new positions of several sequences one after the
+    /// other, `lengths[i]` of them extending `caches[i]`. The projections run on all positions at
+    /// once; each sequence's rotary offset, cache and attention are its own, so sequences of
+    /// different lengths share a pass without padding or masks between them. The single-token
+    /// sequences at the front (decode steps) rotate in one op.
+    pub fn forward(
+        &self,
+        x: &Array,
+        lengths: &[i32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        let queries = self.q_proj.forward(x)?;
+        let keys = self.k_proj.forward(x)?;
+        let values = self.v_proj.forward(x)?;
+        // A lone single-token input takes the per-sequence path, which rotates at a scalar offset,
+        // unless decode rows attend on the host.
+        let grouped = match lengths.iter().take_while(|&&length| length == 1).count() {
+            1 if !kernels::rows_attend_on_host(x.dtype()) => 0,
+            count => count,
+        };
+        let mut outputs = Vec::with_capacity(lengths.len() - grouped + 1);
+        if grouped > 0 {
+            let positions = |projected: &Array| projected.index((.., ..grouped as i32, ..));
+            outputs.push(self.attend_singles(
+                &positions(&queries),
+                &positions(&keys),
+                &positions(&values),
+                &mut caches[..grouped],
+            )?);
+        }
+        let mut start = grouped as i32;
+        for (&length, cache) in lengths[grouped..].iter().zip(caches[grouped..].iter_mut()) {
+            let positions = |projected: &Array| {
+                if length == x.dim(1) {
+                    projected.clone()
+                } else {
+                    projected.index((.., start..start + length, ..))
+                }
+            };
+            outputs.push(self.attend_sequence(
+                &positions(&queries),
+                &positions(&keys),
+                &positions(&values),
+                cache,
+            )?);
+            start += length;
+        }
+        let output = match outputs.as_slice() {
+            [only] => only.clone(),
+            _ => ops::concatenate(&outputs, 1)?,
+        };
+        self.o_proj.forward(&output)
+    }
+
+    /// `[1, positions, count * head_dim]` as `[rows, heads, positions / rows, head_dim]`, each
+    /// head normalized where the architecture does.
+    fn heads(
+        projected: &Array,
+        rows: i32,
+        count: i32,
+        norm: Option<&Norm>,
+    ) -> Result<Array, Exception> {
+        let split = projected.reshape(&[rows, -1, count, projected.dim(2) / count])?;
+        let split = match norm {
+            Some(norm) => norm.forward(&split)?,
+            None => split,
+        };
+        split.transpose_axes(&[0, 2, 1, 3])
+    }
+
+    fn rotate(&self, x: Array, offset: i32) -> Result<Array, Exception> {
+        match &self.rope {
+            Some(rope) => rope.apply(&x, offset),
+            None => Ok(x),
+        }
+    }
+
+    fn rotate_rows(&self, x: Array, offsets: &Array) -> Result<Array, Exception> {
+        match &self.rope {
+            Some(rope) => rope.apply_rows(&x, offsets),
+            None => Ok(x),
+        }
+    }
+
+    /// One sequence's new positions (`[1, positions, width]` each) through its own attention;
+    /// returns `[1, positions, heads * head_dim]`.
+    fn attend_sequence(
+        &self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        cache: &mut KvCache,
+    ) -> Result<Array, Exception> {
+        let length = queries.dim(1);
+        let offset = cache.offset();
+        let queries = self.rotate(
+            Self::heads(queries, 1, self.heads, self.q_norm.as_ref())?,
+            offset,
+        )?;
+        let keys = self.rotate(
+            Self::heads(keys, 1, self.kv_heads, self.k_norm.as_ref())?,
+            offset,
+        )?;
+        let values = Self::heads(values, 1, self.kv_heads, None)?;
+        let (all_keys, all_values) = cache.update_and_fetch(&keys, &values)?;
+        let output = match kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale)? {
+            Some(output) => output,
+            None => kernels::attention(&queries, &all_keys, &all_values, self.scale)?,
+        };
+        output
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[1, length, -1])
+    }
+
+    /// One new position for each of several sequences (`[1, rows, width]` each), rotated in one
+    /// op at each row's offset; each row attends over its own cache. Returns
+    /// `[1, rows, heads * head_dim]`.
+    fn attend_singles(
+        &self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        let rows = caches.len() as i32;
+        let offsets: Vec<i32> = caches.iter().map(|cache| cache.offset()).collect();
+        let offsets = Array::from_slice(&offsets, &[rows]);
+        let queries = Self::heads(queries, rows, self.heads, self.q_norm.as_ref())?;
+        let keys = Self::heads(keys, rows, self.kv_heads, self.k_norm.as_ref())?;
+        let values = Self::heads(values, rows, self.kv_heads, None)?;
+        let queries = self.rotate_rows(queries, &offsets)?;
+        let keys = self.rotate_rows(keys, &offsets)?.split_equal(rows, 0)?;
+        let values = values.split_equal(rows, 0)?;
+        for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
+            cache.update_and_fetch(keys, values)?;
+        }
+        if let Some(output) =
+            kernels::attend_rows(&queries, caches, self.heads, self.kv_heads, self.scale)?
+        {
+            return Ok(output);
+        }
+        let per_row = caches
+            .iter()
+            .zip(queries.split_equal(rows, 0)?)
+            .map(|(cache, queries)| {
+                let (keys, values) = cache
+                    .positions(0, cache.offset())
+                    .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
+                kernels::attention(&queries, &keys, &values, self.scale)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        ops::concatenate(&per_row, 0)?
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[1, rows, -1])
+    }
+}

@@ -1,0 +1,78 @@
+//! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`.
+
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+use mlx_rs::ops;
+
+use super::attention::Attention;
+use super::attention::AttentionSpec;
+use super::mlp::Mlp;
+use super::moe::Moe;
+use super::norm::Norm;
+use crate::model::kv_cache::KvCache;
+use crate::model::weights::Weights;
+use crate::model::{ModelConfig, ModelError};
+
+pub enum FeedForward {
+    Dense(Mlp),
+    Experts(Moe),
+}
+
+impl FeedForward {
+    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        match self {
+            Self::Dense(mlp) => mlp.forward(x),
+            Self::Experts(moe) => moe.forward(x),
+        }
+    }
+}
+
+pub struct DecoderLayer {
+    pub input_norm: Norm,
+    pub attention: Attention,
+    pub pre_feed_forward_norm: Norm,
+    pub feed_forward: FeedForward,
+}
+
+impl DecoderLayer {
+    /// Layer `index` with Llama's names: `input_layernorm`, `self_attn`, and
+    /// `post_attention_layernorm` before the feed-forward block that `feed_forward` loads from
+    /// the layer's prefix.
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        index: i32,
+        attention: AttentionSpec,
+        feed_forward: impl FnOnce(&mut Weights, &str) -> Result<FeedForward, ModelError>,
+    ) -> Result<Self, ModelError> {
+        let prefix = format!("model.layers.{index}");
+        let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+        let norm = |weights: &mut Weights, name: &str| {
+            Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
+        };
+        Ok(Self {
+            input_norm: norm(weights, "input_layernorm")?,
+            attention: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?,
+            pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
+            feed_forward: feed_forward(weights, &prefix)?,
+        })
+    }
+
+    /// `x` is `[1, positions, hidden]`: the new positions of several sequences one after the
+    /// other, `lengths[i]` of them extending `caches[i]`.
+    pub fn forward(
+        &self,
+        x: &Array,
+        lengths: &[i32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        let attended = self
+            .attention
+            .forward(&self.input_norm.forward(x)?, lengths, caches)?;
+        let h = ops::add(x, &attended)?;
+        let fed = self
+            .feed_forward
+            .forward(&self.pre_feed_forward_norm.forward(&h)?)?;
+        ops::add(&h, &fed)
+    }
+}

@@ -1,0 +1,9 @@
+//! The blocks architectures compose, each as mlx-lm computes it.
+
+pub mod attention;
+pub mod decoder_layer;
+pub mod linear;
+pub mod mlp;
+pub mod moe;
+pub mod norm;
+pub mod rope;

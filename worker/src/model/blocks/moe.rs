@@ -1,0 +1,208 @@
+//! Mixture of experts: a router picks `top_k` experts per position and only those are computed,
+//! through MLX's `gather_mm` / `gather_qmm` over the experts' stacked weights (mlx-lm's
+//! `SwitchGLU`), so a step costs the chosen experts whatever their number.
+
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::{IndexOp, take_along_axis};
+use mlx_rs::ops::{self, argpartition_axis, gather_mm, gather_qmm};
+
+use super::linear::{Linear, QuantizedWeight};
+use super::mlp::Activation;
+use crate::model::weights::Weights;
+use crate::model::{ModelConfig, ModelError};
+
+/// How the router's logits become the chosen experts and their weights.
+#[derive(Clone, Copy)]
+pub enum Routing {
+    /// Softmax over all experts, then the top k; their weights renormalized to sum to one when
+    /// `normalize` (Qwen3-MoE's `norm_topk_prob`).
+    SoftmaxTopK { normalize: bool },
+    /// The top k logits, then a softmax over those (Mixtral).
+    TopKSoftmax,
+}
+
+/// Tensor names of one expert projection, in both layouts users have.
+pub struct ExpertNames {
+    /// The stacked `[experts, out, in]` tensor's prefix, as mlx-community writes it
+    /// (`model.layers.0.mlp.switch_mlp.gate_proj`).
+    pub stacked: String,
+    /// Expert `e`'s own tensor's prefix, as the original checkpoint has it
+    /// (`model.layers.0.mlp.experts.{e}.gate_proj`).
+    pub per_expert: Box<dyn Fn(i32) -> String>,
+}
+
+pub struct Moe {
+    router: Linear,
+    routing: Routing,
+    top_k: i32,
+    gate_proj: SwitchLinear,
+    up_proj: SwitchLinear,
+    down_proj: SwitchLinear,
+    activation: Activation,
+}
+
+#[derive(Clone)]
+pub struct MoeSpec {
+    pub experts: i32,
+    pub top_k: i32,
+    /// Width of each expert's MLP.
+    pub inner: i32,
+    pub routing: Routing,
+}
+
+impl Moe {
+    /// The router `{router}` and the gate, up and down projections of every expert.
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        router: &str,
+        [gate, up, down]: [ExpertNames; 3],
+        spec: MoeSpec,
+    ) -> Result<Self, ModelError> {
+        let hidden = config.hidden_size;
+        let quant = config.quantization;
+        let mut switch = |names: ExpertNames, out: i32, input: i32| {
+            SwitchLinear::load(weights, config, names, [spec.experts, out, input])
+        };
+        let gate_proj = switch(gate, spec.inner, hidden)?;
+        let up_proj = switch(up, spec.inner, hidden)?;
+        let down_proj = switch(down, hidden, spec.inner)?;
+        Ok(Self {
+            router: Linear::load(weights, router, spec.experts, hidden, false, quant)?,
+            routing: spec.routing,
+            top_k: spec.top_k,
+            gate_proj,
+            up_proj,
+            down_proj,
+            activation: Activation::Silu,
+        })
+    }
+
+    /// `x` is `[1, positions, hidden]`; each position's output is the weighted sum of its chosen
+    /// experts' outputs.
+    pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        let logits = self.router.forward(x)?;
+        let (indices, scores) = self.route(&logits)?;
+        let expert_outputs = self.experts(x, &indices)?;
+        let weighted = ops::multiply(&expert_outputs, &scores.expand_dims(-1)?)?;
+        weighted
+            .sum_axis(-2, false)?
+            .as_dtype(expert_outputs.dtype())
+    }
+
+    /// The chosen experts `[.., top_k]` and their weights.
+    fn route(&self, logits: &Array) -> Result<(Array, Array), Exception> {
+        let k = self.top_k;
+        match self.routing {
+            Routing::SoftmaxTopK { normalize } => {
+                let probabilities = ops::softmax_axis(logits, -1, true)?;
+                let indices = top_k(&probabilities, k)?;
+                let mut scores = take_along_axis(&probabilities, &indices, -1)?;
+                if normalize {
+                    scores = ops::divide(&scores, &scores.sum_axis(-1, true)?)?;
+                }
+                Ok((indices, scores))
+            }
+            Routing::TopKSoftmax => {
+                let indices = top_k(logits, k)?;
+                let scores = take_along_axis(logits, &indices, -1)?;
+                Ok((indices, ops::softmax_axis(&scores, -1, true)?))
+            }
+        }
+    }
+
+    /// Every position through each of its chosen experts: `[.., top_k, hidden]`. With many
+    /// positions the rows are sorted by expert first, so each expert's weights are read once.
+    fn experts(&self, x: &Array, indices: &Array) -> Result<Array, Exception> {
+        let x = x.expand_dims_axes(&[-2, -3])?;
+        let sort = indices.size() >= 64;
+        let (x, expert_of_row, unsort) = if sort {
+            let k = indices.dim(-1);
+            let flat = indices.flatten(None, None)?;
+            let order = ops::argsort_axis(&flat, 0)?;
+            let unsort = ops::argsort_axis(&order, 0)?;
+            let rows = x.flatten(0, -3)?;
+            let source_rows = ops::floor_divide(&order, Array::from_int(k))?;
+            (
+                rows.take_axis(&source_rows, 0)?,
+                flat.take_axis(&order, 0)?,
+                Some(unsort),
+            )
+        } else {
+            (x, indices.clone(), None)
+        };
+        let gate = self.gate_proj.forward(&x, &expert_of_row, sort)?;
+        let up = self.up_proj.forward(&x, &expert_of_row, sort)?;
+        let out =
+            self.down_proj
+                .forward(&self.activation.gate(&gate, &up)?, &expert_of_row, sort)?;
+        let out = match unsort {
+            Some(unsort) => {
+                let mut shape = indices.shape().to_vec();
+                shape.extend_from_slice(&out.shape()[1..]);
+                out.take_axis(&unsort, 0)?.reshape(&shape)?
+            }
+            None => out,
+        };
+        out.squeeze_axes(&[-2])
+    }
+}
+
+/// Indices of the `k` largest entries of the last axis, in no particular order.
+fn top_k(values: &Array, k: i32) -> Result<Array, Exception> {
+    Ok(argpartition_axis(&ops::negative(values)?, k - 1, -1)?.index((.., .., ..k)))
+}
+
+/// One projection of every expert, `[experts, out, in]`, applied to each row with the expert
+/// its index names.
+enum SwitchLinear {
+    Dense(Array),
+    Quantized(QuantizedWeight),
+}
+
+impl SwitchLinear {
+    fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        names: ExpertNames,
+        shape: [i32; 3],
+    ) -> Result<Self, ModelError> {
+        let prefix = names.stacked;
+        for part in ["weight", "scales", "biases"] {
+            let stacked = format!("{prefix}.{part}");
+            let per_expert: Vec<String> = (0..shape[0])
+                .map(|expert| format!("{}.{part}", (names.per_expert)(expert)))
+                .collect();
+            if !weights.contains(&stacked) && weights.contains(&per_expert[0]) {
+                weights.stack(&per_expert, &stacked)?;
+            }
+        }
+        if weights.contains(&format!("{prefix}.scales")) {
+            let weight = QuantizedWeight::load(weights, &prefix, &shape, config.quantization)?;
+            return Ok(Self::Quantized(weight));
+        }
+        Ok(Self::Dense(
+            weights.take_float(&format!("{prefix}.weight"), &shape)?,
+        ))
+    }
+
+    /// `x` is `[.., 1, in]` and `indices` names each row's expert; returns `[.., 1, out]`.
+    fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array, Exception> {
+        match self {
+            Self::Dense(weight) => gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted),
+            Self::Quantized(quantized) => gather_qmm(
+                x,
+                &quantized.weight,
+                &quantized.scales,
+                &quantized.biases,
+                None,
+                indices,
+                true,
+                quantized.group_size,
+                quantized.bits,
+                sorted,
+            ),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The operations whose fastest form depends on where MLX computes. The blocks call these, and
+//! each is MLX's own op as mlx-lm calls it — what Metal and CUDA run — unless the host kernels
+//! (`host/`) were chosen when the model loaded: on MLX's CPU backend, for f32 activations, where
+//! they are measured faster (see each kernel).
+
+use std::sync::OnceLock;
+
+use mlx_rs::error::Exception;
+use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::{Array, Device, DeviceType, Dtype, ops};
+
+use super::host;
+use super::kv_cache::KvCache;
+
+static HOST: OnceLock<bool> = OnceLock::new();
+
+/// Chooses the kernels for this process, once, before the first model computes: the host's where
+/// MLX's default device is the CPU.
+pub fn choose() {
+    HOST.get_or_init(|| {
+        Device::try_default()
+            .and_then(|device| device.get_type())
+            .is_ok_and(|kind| matches!(kind, DeviceType::Cpu))
+    });
+}
+
+/// Whether the host computes for activations of `dtype`.
+fn on_host(dtype: Dtype) -> bool {
+    dtype == Dtype::Float32 && HOST.get().copied().unwrap_or(false)
+}
+
+/// Elements from which the polynomial `exp` beats MLX's scalar one on the CPU. Measured on a
+/// SiLU over rows of 2,816: MLX's costs 19 ns an element; the polynomial's dozen ops cost about
+/// 0.1 ms to dispatch plus 3 ns an element, so it wins from about 4,000 elements (one decode
+/// row: 0.054 against 0.120 ms; eight: 0.435 against 0.177 ms; 64: 3.57 against 0.93 ms).
+const POLYNOMIAL_PAYS_FROM: usize = 4096;
+
+fn polynomial_pays(dtype: Dtype, elements: usize) -> bool {
+    elements >= POLYNOMIAL_PAYS_FROM && on_host(dtype)
+}
+
+/// `x · sigmoid(x)`.
+pub fn silu(x: &Array) -> Result<Array, Exception> {
+    if polynomial_pays(x.dtype(), x.size()) {
+        return host::silu(x);
+    }
+    ops::multiply(x, &ops::sigmoid(x)?)
+}
+
+/// GELU with the exact erf.
+pub fn gelu(x: &Array) -> Result<Array, Exception> {
+    if polynomial_pays(x.dtype(), x.size()) {
+        return host::gelu(x);
+    }
+    let erf = ops::erf(&ops::multiply(
+        x,
+        Array::from_f32(std::f32::consts::FRAC_1_SQRT_2),
+    )?)?;
+    ops::multiply(
+        &ops::multiply(x, Array::from_f32(0.5))?,
+        &ops::add(&erf, Array::from_f32(1.0))?,
+    )
+}
+
+/// `x · weightᵀ (+ bias)` for an unquantized weight.
+pub fn linear(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, Exception> {
+    if on_host(x.dtype())
+        && let Some(product) = host::matmul_transposed(x, weight, bias)?
+    {
+        return Ok(product);
+    }
+    match bias {
+        Some(bias) => ops::addmm(bias, x, weight.t(), None, None),
+        None => ops::matmul(x, weight.t()),
+    }
+}
+
+/// Causal attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
+/// (`[1, kv_heads, cached, head_dim]`, the new positions last).
+pub fn attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, Exception> {
+    let new_positions = queries.dim(2);
+    let scores = queries.dim(1) as usize * new_positions as usize * keys.dim(2) as usize;
+    if polynomial_pays(queries.dtype(), scores) {
+        return host::attention(queries, keys, values, scale);
+    }
+    let mask = (new_positions > 1).then_some(ScaledDotProductAttentionMask::Causal);
+    fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None)
+}
+
+/// Attention of a padded batch (`[rows, heads, length, head_dim]` each) in which every position
+/// sees every real key of its row: `key_mask` is `[rows, 1, 1, length]`, true for real keys.
+pub fn padded_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    key_mask: &Array,
+) -> Result<Array, Exception> {
+    let scores = queries.dim(0) as usize
+        * queries.dim(1) as usize
+        * queries.dim(2) as usize
+        * keys.dim(2) as usize;
+    if polynomial_pays(queries.dtype(), scores) {
+        return host::padded_attention(queries, keys, values, scale, key_mask);
+    }
+    let mask = ScaledDotProductAttentionMask::Array(key_mask);
+    fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None)
+}
+
+/// Whether decode rows attend on the host, all in one call ([`attend_rows`]), rather than one
+/// MLX attention per row.
+pub fn rows_attend_on_host(dtype: Dtype) -> bool {
+    on_host(dtype)
+}
+
+/// One new position per row (`queries` `[rows, heads, 1, head_dim]`, rotated), whose keys and
+/// values are already the last of `caches[row]`: `[1, rows, heads * head_dim]`, computed on the
+/// host in one pass over the caches; `None` leaves it to MLX.
+pub fn attend_rows(
+    queries: &Array,
+    caches: &[&mut KvCache],
+    heads: i32,
+    kv_heads: i32,
+    scale: f32,
+) -> Result<Option<Array>, Exception> {
+    if !on_host(queries.dtype()) {
+        return Ok(None);
+    }
+    host::attend_rows(queries, caches, heads as usize, kv_heads as usize, scale)
+}
+
+/// One sequence's new positions (`[1, heads, positions, head_dim]`, rotated) attending causally
+/// over `cache`, which already holds them, computed on the host; `None` leaves it to MLX.
+pub fn attend_chunk(
+    queries: &Array,
+    cache: &KvCache,
+    kv_heads: i32,
+    scale: f32,
+) -> Result<Option<Array>, Exception> {
+    if !on_host(queries.dtype()) {
+        return Ok(None);
+    }
+    host::attend_chunk(queries, cache, kv_heads as usize, scale)
+}
