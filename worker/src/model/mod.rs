@@ -27,7 +27,7 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
-use blocks::decoder_layer::DecoderLayer;
+use blocks::decoder_layer::{DecoderLayer, scaled};
 use blocks::linear::{Embedding, Linear};
 use blocks::norm::Norm;
 pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
@@ -91,6 +91,10 @@ pub struct Decoder {
     norm: Norm,
     /// `None` when the output projection is tied to the embedding table.
     lm_head: Option<Linear>,
+    /// Multiplies the embedded tokens (Granite).
+    embedding_scale: Option<f32>,
+    /// Multiplies the logits (Granite divides them).
+    logit_scale: Option<f32>,
 }
 
 impl Decoder {
@@ -121,6 +125,8 @@ impl Decoder {
             layers,
             norm,
             lm_head,
+            embedding_scale: None,
+            logit_scale: None,
         })
     }
 }
@@ -184,7 +190,7 @@ impl Model {
             .collect();
         let ids = Array::from_slice(&tokens, &[1, tokens.len() as i32]);
         let decoder = &self.decoder;
-        let mut h = decoder.embed_tokens.lookup(&ids)?;
+        let mut h = scaled(decoder.embed_tokens.lookup(&ids)?, decoder.embedding_scale)?;
         for (index, layer) in decoder.layers.iter().enumerate() {
             let mut layer_caches: Vec<&mut KvCache> = segments
                 .iter_mut()
@@ -197,10 +203,11 @@ impl Model {
 
     /// Logits over the vocabulary for each position of `hidden`.
     pub fn logits(&self, hidden: &Array) -> Result<Array, Exception> {
-        match &self.decoder.lm_head {
-            Some(lm_head) => lm_head.forward(hidden),
-            None => self.decoder.embed_tokens.as_linear(hidden),
-        }
+        let logits = match &self.decoder.lm_head {
+            Some(lm_head) => lm_head.forward(hidden)?,
+            None => self.decoder.embed_tokens.as_linear(hidden)?,
+        };
+        scaled(logits, self.decoder.logit_scale)
     }
 
     pub fn dtype(&self) -> mlx_rs::Dtype {

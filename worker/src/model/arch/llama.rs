@@ -1,4 +1,5 @@
 //! Llama 2/3 and Mistral (mlx-lm's `llama.py`): optional biases on the attention and the MLP.
+//! Architectures that are Llama with a twist (SmolLM3, Granite) wire it through [`layers`].
 
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
@@ -8,22 +9,32 @@ use crate::model::weights::Weights;
 use crate::model::{Decoder, ModelConfig, ModelError};
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let layers = layers(config, weights, |_, attention| attention)?;
+    Decoder::load(weights, config, layers)
+}
+
+/// Llama's layers, each layer's attention adjusted by `adjust(index, spec)`.
+pub fn layers(
+    config: &ModelConfig,
+    weights: &mut Weights,
+    adjust: impl Fn(i32, AttentionSpec) -> AttentionSpec,
+) -> Result<Vec<DecoderLayer>, ModelError> {
     let rope = Rope::for_config(config, weights)?;
     let attention_bias = config.key_or("attention_bias", false)?;
     let mlp_bias = config.key_or("mlp_bias", false)?;
-    let layers = (0..config.num_layers)
+    (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec {
                 qkv_bias: attention_bias,
                 o_bias: attention_bias,
                 ..AttentionSpec::new(config, rope.clone())
             };
+            let attention = adjust(index, attention);
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 Mlp::load(weights, config, &mlp, config.intermediate_size, mlp_bias)
                     .map(FeedForward::Dense)
             })
         })
-        .collect::<Result<_, _>>()?;
-    Decoder::load(weights, config, layers)
+        .collect()
 }

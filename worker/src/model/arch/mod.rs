@@ -2,11 +2,13 @@
 //! file for the same `model_type` does. An architecture is added by writing its file and naming
 //! it here.
 
+mod granite;
 mod llama;
 mod mixtral;
 mod qwen2;
 mod qwen3;
 mod qwen3_moe;
+mod smollm3;
 
 use super::weights::Weights;
 use super::{Decoder, ModelConfig, ModelError};
@@ -14,16 +16,27 @@ use super::{Decoder, ModelConfig, ModelError};
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
 const ARCHITECTURES: &[(&str, Build)] = &[
+    ("granite", granite::build),
     ("llama", llama::build),
     ("mistral", llama::build),
     ("mixtral", mixtral::build),
     ("qwen2", qwen2::build),
     ("qwen3", qwen3::build),
     ("qwen3_moe", qwen3_moe::build),
+    ("smollm3", smollm3::build),
 ];
 
 /// The `model_type`s this worker serves.
-pub const SUPPORTED: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe"];
+pub const SUPPORTED: &[&str] = &[
+    "granite",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "smollm3",
+];
 
 /// The decoder of `config`'s architecture, its tensors taken from `weights`.
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {

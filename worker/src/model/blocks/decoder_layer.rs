@@ -1,4 +1,5 @@
-//! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`.
+//! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`, each block's
+//! output optionally scaled before its sum (Granite).
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -32,6 +33,8 @@ pub struct DecoderLayer {
     pub attention: Attention,
     pub pre_feed_forward_norm: Norm,
     pub feed_forward: FeedForward,
+    /// Multiplies each block's output before the residual sum.
+    pub residual_scale: Option<f32>,
 }
 
 impl DecoderLayer {
@@ -55,6 +58,7 @@ impl DecoderLayer {
             attention: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?,
             pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
             feed_forward: feed_forward(weights, &prefix)?,
+            residual_scale: None,
         })
     }
 
@@ -69,10 +73,18 @@ impl DecoderLayer {
         let attended = self
             .attention
             .forward(&self.input_norm.forward(x)?, lengths, caches)?;
-        let h = ops::add(x, &attended)?;
+        let h = ops::add(x, &scaled(attended, self.residual_scale)?)?;
         let fed = self
             .feed_forward
             .forward(&self.pre_feed_forward_norm.forward(&h)?)?;
-        ops::add(&h, &fed)
+        ops::add(&h, &scaled(fed, self.residual_scale)?)
+    }
+}
+
+/// `x · factor` in `x`'s own dtype, as mlx-lm's multiply by a Python float is.
+pub fn scaled(x: Array, factor: Option<f32>) -> Result<Array, Exception> {
+    match factor {
+        Some(factor) => ops::multiply(&x, &Array::from_f32(factor).as_dtype(x.dtype())?),
+        None => Ok(x),
     }
 }
