@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Regenerates tests/data/reference_logits.json with mlx-lm, and tests/data/smollm2_reference.json
-# with transformers and llama.cpp, and the embedding references (embeddings.sh) with
-# sentence-transformers and transformers (run through `cargo xtask reference`, which passes the MLX
-# version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3 with pip, network
-# access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust tests themselves
-# need no Python.
+# Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
+# tiny random checkpoints of each architecture with their logits) with mlx-lm,
+# tests/data/smollm2_reference.json with transformers and llama.cpp, and the embedding references
+# (embeddings.sh) with sentence-transformers and transformers (run through `cargo xtask reference`,
+# which passes the MLX version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3
+# with pip, network access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust
+# tests themselves need no Python.
 set -euo pipefail
 
 mlx_version=$1
@@ -35,6 +36,10 @@ done <"$root/scripts/reference/fixtures.txt"
 "$venv/bin/python" "$root/scripts/reference/reference_logits.py" \
   "$root/tests/data/reference_logits.json" "${models[@]}"
 echo "wrote $root/tests/data/reference_logits.json"
+
+"$venv/bin/python" "$root/scripts/reference/architectures.py" \
+  "$root/scripts/reference/architectures.json" "$root/tests/data/architectures"
+echo "wrote $root/tests/data/architectures"
 
 # A venv of its own: these pins do not mix with mlx-lm's. Rebuilt whenever the pins change.
 smollm2_venv=$work/smollm2-venv
