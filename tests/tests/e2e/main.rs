@@ -6,6 +6,7 @@
 mod agent_turns;
 mod agents;
 mod anthropic;
+mod architectures;
 mod batching;
 mod clients;
 mod discovery;

@@ -49,7 +49,6 @@ pub struct Quantization {
 
 #[derive(Deserialize)]
 struct RawConfig {
-    model_type: Option<String>,
     hidden_size: i32,
     intermediate_size: i32,
     num_hidden_layers: i32,
@@ -118,10 +117,9 @@ impl ModelConfig {
             path: path.to_path_buf(),
             message,
         };
-        let raw: RawConfig =
-            serde_json::from_value(value.clone()).map_err(|error| bad(error.to_string()))?;
-        let model_type = match raw.model_type {
-            Some(model_type) if arch::SUPPORTED.contains(&model_type.as_str()) => model_type,
+        // The type first: an unsupported one is named as such, whatever keys it lacks.
+        let model_type = match value.get("model_type").and_then(serde_json::Value::as_str) {
+            Some(model_type) if arch::SUPPORTED.contains(&model_type) => model_type.to_owned(),
             Some(other) => {
                 return Err(bad(format!(
                     "unsupported model_type {other:?} (supported: {})",
@@ -130,6 +128,8 @@ impl ModelConfig {
             }
             None => return Err(bad("no model_type".into())),
         };
+        let raw: RawConfig =
+            serde_json::from_value(value.clone()).map_err(|error| bad(error.to_string()))?;
         let positive = [
             ("hidden_size", raw.hidden_size),
             ("intermediate_size", raw.intermediate_size),

@@ -1,0 +1,198 @@
+//! Every architecture's forward pass agrees with mlx-lm's on a random-weight checkpoint that
+//! mlx-lm itself wrote (`tests/data/architectures/`, from `cargo xtask reference`): logits within
+//! 1e-3 at every prompt position from one prefill, at each of the 16 greedy decode steps after
+//! it, and at those steps again while the sequence shares each pass with three others. Each
+//! layout users have is loaded: mlx-community (`f32`, `q4`) and the original Hugging Face one
+//! (`hf`), which shares `f32`'s reference. An architecture corral does not serve yet must be
+//! refused by name, never loaded wrong.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use corral_worker::model::{KvCache, Model, SUPPORTED_ARCHITECTURES, Segment};
+use mlx_rs::Array;
+use serde_json::Value;
+
+use crate::reference_logits::host_rows;
+
+/// Logits reach about 10 here; f32 differs from mlx-lm only by summation order.
+const TOLERANCE: f32 = 1e-3;
+
+struct Variant {
+    model_type: String,
+    /// The variant whose `reference.safetensors` holds this one's logits.
+    reference: String,
+}
+
+struct Reference {
+    prompt: Vec<u32>,
+    decoded: Vec<u32>,
+    /// `[prompt + decoded, vocab]`.
+    rows: Vec<Vec<f32>>,
+}
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/architectures")
+}
+
+fn read_reference(dir: &Path) -> Reference {
+    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    let ids = |name: &str| -> Vec<u32> {
+        let array = tensors[name].as_dtype(mlx_rs::Dtype::Int32).unwrap();
+        array
+            .as_slice::<i32>()
+            .iter()
+            .map(|&id| id as u32)
+            .collect()
+    };
+    Reference {
+        prompt: ids("prompt"),
+        decoded: ids("decoded"),
+        rows: host_rows(&tensors["logits"]),
+    }
+}
+
+fn last_row(model: &Model, tokens: &[u32], cache: &mut [KvCache]) -> Vec<f32> {
+    let hidden = model.hidden_states(tokens, cache).unwrap();
+    let rows = host_rows(&model.logits(&hidden).unwrap());
+    rows.last().unwrap().clone()
+}
+
+fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{name} {what}: vocabulary size");
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst <= TOLERANCE,
+        "{name} {what}: differs from mlx-lm by {worst} (tolerance {TOLERANCE})"
+    );
+}
+
+/// The prompt in one pass, then the reference's decode tokens one at a time.
+fn check_alone(name: &str, model: &Model, reference: &Reference) {
+    let mut cache = model.new_cache();
+    let hidden = model.hidden_states(&reference.prompt, &mut cache).unwrap();
+    let prefill = host_rows(&model.logits(&hidden).unwrap());
+    for (position, row) in prefill.iter().enumerate() {
+        let what = format!("prompt position {position}");
+        assert_close(name, &what, row, &reference.rows[position]);
+    }
+    let prompt = reference.prompt.len();
+    for (step, &token) in reference.decoded.iter().enumerate() {
+        let row = last_row(model, &[token], &mut cache);
+        let what = format!("decode step {step}");
+        assert_close(name, &what, &row, &reference.rows[prompt + step]);
+    }
+}
+
+/// The same decode steps, each in one pass with three other sequences of other prompts (one
+/// prefilling beside the decode rows), so the sequence's logits must not depend on its batch.
+fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
+    let others: Vec<Vec<u32>> = (1..4u32)
+        .map(|shift| {
+            let vocab = reference.rows[0].len() as u32;
+            let length = 5 + 3 * shift as usize;
+            (0..length as u32)
+                .map(|i| (i * 7 + shift * 13) % vocab)
+                .collect()
+        })
+        .collect();
+    let mut own = model.new_cache();
+    last_row(model, &reference.prompt, &mut own);
+    let mut other_caches: Vec<Vec<KvCache>> = others.iter().map(|_| model.new_cache()).collect();
+    for (cache, prompt) in other_caches.iter_mut().zip(&others) {
+        last_row(model, &prompt[..prompt.len() - 1], cache);
+    }
+    let prompt = reference.prompt.len();
+    for (step, &token) in reference.decoded.iter().enumerate() {
+        let other_tokens: Vec<Vec<u32>> = others
+            .iter()
+            .enumerate()
+            .map(|(index, prompt)| match (index, step) {
+                // The first other sequence prefills its whole prompt again in a fresh cache
+                // beside the first decode step, as a newly admitted request does.
+                (0, 0) => prompt.clone(),
+                _ => vec![prompt[(step + index) % prompt.len()]],
+            })
+            .collect();
+        if step == 0 {
+            other_caches[0] = model.new_cache();
+        }
+        let own_tokens = [token];
+        let mut segments = vec![Segment {
+            tokens: &own_tokens,
+            cache: &mut own,
+        }];
+        for (tokens, cache) in other_tokens.iter().zip(other_caches.iter_mut()) {
+            segments.push(Segment { tokens, cache });
+        }
+        // Decode rows first, as the batch packs them.
+        segments.sort_by_key(|segment| segment.tokens.len());
+        let hidden = model.packed_hidden_states(&mut segments).unwrap();
+        let rows = host_rows(&model.logits(&hidden).unwrap());
+        let what = format!("decode step {step} in a batch of 4");
+        assert_close(name, &what, &rows[0], &reference.rows[prompt + step]);
+    }
+}
+
+#[test]
+fn every_architecture_matches_mlx_lm_alone_and_in_a_batch_or_is_refused_by_name() {
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(data().join("index.json")).unwrap()).unwrap();
+    let architectures: BTreeMap<String, BTreeMap<String, Variant>> = index["architectures"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(architecture, variants)| {
+            let variants = variants
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(variant, entry)| {
+                    let text = |key: &str| entry[key].as_str().unwrap().to_owned();
+                    let entry = Variant {
+                        model_type: text("model_type"),
+                        reference: text("reference"),
+                    };
+                    (variant.clone(), entry)
+                })
+                .collect();
+            (architecture.clone(), variants)
+        })
+        .collect();
+    let mut checked = Vec::new();
+    for (architecture, variants) in &architectures {
+        for (variant, entry) in variants {
+            let name = format!("{architecture}/{variant}");
+            let dir = data().join(architecture).join(variant);
+            if !SUPPORTED_ARCHITECTURES.contains(&entry.model_type.as_str()) {
+                let error = Model::load(&dir).err().map(|error| error.to_string());
+                assert!(
+                    error
+                        .as_deref()
+                        .is_some_and(|error| error.contains("unsupported model_type")),
+                    "{name}: {error:?}"
+                );
+                continue;
+            }
+            let reference = read_reference(&data().join(architecture).join(&entry.reference));
+            let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
+            check_alone(&name, &model, &reference);
+            check_in_batch(&name, &model, &reference);
+            checked.push(name);
+        }
+    }
+    for supported in SUPPORTED_ARCHITECTURES {
+        assert!(
+            architectures
+                .values()
+                .flat_map(|variants| variants.values())
+                .any(|variant| variant.model_type == *supported),
+            "{supported} is served but has no reference checkpoint"
+        );
+    }
+    eprintln!("checked against mlx-lm: {checked:?}");
+}
