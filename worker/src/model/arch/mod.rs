@@ -57,4 +57,24 @@ mod tests {
         let built: Vec<&str> = super::ARCHITECTURES.iter().map(|(name, _)| *name).collect();
         assert_eq!(built, super::SUPPORTED);
     }
+
+    #[test]
+    fn the_readme_table_lists_exactly_the_supported_types() {
+        let readme = include_str!("../../../../README.md");
+        let table = readme
+            .split("<!-- architectures:")
+            .nth(1)
+            .and_then(|rest| rest.split("<!-- end architectures -->").next())
+            .expect("README.md has the architectures table");
+        let mut listed: Vec<&str> = table
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `"))
+            .filter_map(|line| line.split('`').next())
+            .filter(|name| *name != "model_type")
+            .collect();
+        listed.sort_unstable();
+        let mut supported = super::SUPPORTED.to_vec();
+        supported.sort_unstable();
+        assert_eq!(listed, supported);
+    }
 }
