@@ -34,10 +34,9 @@ use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use corral_ipc::{OutputFormat, ToolChoice};
 use corral_tests::bench;
 use corral_worker::constraint::{Constraint, GrammarSpec};
-use corral_worker::generation::{
-    Event, FinishReason, GenerateRequest, Limits, OutputOptions, Prompt, generate,
-};
+use corral_worker::generation::{Event, FinishReason, GenerateRequest, OutputOptions, Prompt};
 use corral_worker::loaded::LoadedModel;
+use corral_worker::one_shot::{Limits, generate};
 use corral_worker::sampling::SamplingParams;
 use serde_json::{Value, json};
 

@@ -21,8 +21,7 @@ use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 
 /// How long a test waits for anything before it calls it a hang. Only a guard: a machine that is
 /// also compiling runs these tests many times slower than an idle one, so nothing that takes the
-/// machine's time (a worker's start, a prefill, a stream) may be bounded by less. A test that needs
-/// a tighter bound derives it from what it observed itself.
+/// machine's time (a worker's start, a prefill, a stream) may be bounded by less.
 pub const PATIENCE: Duration = Duration::from_secs(300);
 
 /// A binary of this workspace, next to the test executable's `deps/` directory.

@@ -1,21 +1,18 @@
 //! A generation request, its events and errors, and what is decided before any compute:
 //! render the template, tokenize, compile the grammar (`prepare`).
 //!
-//! The running itself is the batch's (`batch.rs`, `sequence.rs`); [`generate`] runs one request
-//! through a batch of its own, for the one-shot CLI.
+//! The running itself is the batch's (`batch.rs`, `sequence.rs`), which imports this file; the
+//! one-shot CLI runs a request through a batch of its own (`one_shot.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use corral_ipc::{OutputFormat, ToolCall, ToolChoice};
 use mlx_rs::error::Exception;
 
-use crate::batch::{Batch, BatchLimits, Job};
 use crate::chat_template::ChatTemplateError;
 use crate::constraint::{Constraint, ConstraintError, GrammarSpec, ToolCallChoice};
 use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
-use crate::prefix_cache::PrefixCache;
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
@@ -189,41 +186,6 @@ pub enum GenerateError {
     Detokenize(String),
     #[error(transparent)]
     Constraint(#[from] ConstraintError),
-}
-
-/// What bounds and speeds up one generation besides its request.
-#[derive(Default)]
-pub struct Limits<'a> {
-    /// A prompt whose prefill would not fit under this is refused before any compute.
-    pub memory: Option<u64>,
-    /// Restores a cached prompt prefix and keeps the prompt's blocks.
-    pub prefix: Option<&'a mut PrefixCache>,
-}
-
-/// Runs `request` to its end on this thread, reporting events; `cancel` is checked before each
-/// prefill chunk and token. The one-shot CLI's path: the engine's batch with one sequence.
-pub fn generate(
-    loaded: &LoadedModel,
-    request: &GenerateRequest,
-    limits: Limits<'_>,
-    cancel: &AtomicBool,
-    mut emit: impl FnMut(Event),
-) -> Result<(), GenerateError> {
-    let mut failure = None;
-    let mut batch = Batch::new(loaded, BatchLimits::default(), limits.memory, limits.prefix);
-    batch.submit(Job {
-        request: request.clone(),
-        cancelled: Box::new(|| cancel.load(Ordering::Relaxed)),
-        sink: Box::new(|event| match event {
-            Ok(event) => emit(event),
-            Err(error) => failure = Some(error),
-        }),
-    });
-    while !batch.is_idle() {
-        batch.step();
-    }
-    drop(batch);
-    failure.map_or(Ok(()), Err)
 }
 
 /// A request made ready to run: its tokens, how its output is read, and the grammar it must

@@ -1,13 +1,17 @@
-//! `corral-worker generate`: one prompt, the text streamed to stdout, the figures to stderr.
+//! `corral-worker generate`: one prompt, the text streamed to stdout, the figures to stderr, and
+//! [`generate`], which runs one request to its end through a batch of its own (the benches call
+//! it too).
 
 use std::io::Write;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 
+use crate::batch::{Batch, BatchLimits, Job};
 use crate::cli::GenerateArgs;
-use crate::generation::{Event, GenerateRequest, Limits, OutputOptions, Prompt, Timings, generate};
+use crate::generation::{Event, GenerateError, GenerateRequest, OutputOptions, Prompt, Timings};
 use crate::loaded::LoadedModel;
+use crate::prefix_cache::PrefixCache;
 use crate::process_memory::peak_resident_bytes;
 use crate::sampling::SamplingParams;
 
@@ -69,6 +73,41 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         report(&loaded, &timings);
     }
     Ok(())
+}
+
+/// What bounds and speeds up one generation besides its request.
+#[derive(Default)]
+pub struct Limits<'a> {
+    /// A prompt whose prefill would not fit under this is refused before any compute.
+    pub memory: Option<u64>,
+    /// Restores a cached prompt prefix and keeps the prompt's blocks.
+    pub prefix: Option<&'a mut PrefixCache>,
+}
+
+/// Runs `request` to its end on this thread, reporting events; `cancel` is checked before each
+/// prefill chunk and token. The one-shot CLI's path: the engine's batch with one sequence.
+pub fn generate(
+    loaded: &LoadedModel,
+    request: &GenerateRequest,
+    limits: Limits<'_>,
+    cancel: &AtomicBool,
+    mut emit: impl FnMut(Event),
+) -> Result<(), GenerateError> {
+    let mut failure = None;
+    let mut batch = Batch::new(loaded, BatchLimits::default(), limits.memory, limits.prefix);
+    batch.submit(Job {
+        request: request.clone(),
+        cancelled: Box::new(|| cancel.load(Ordering::Relaxed)),
+        sink: Box::new(|event| match event {
+            Ok(event) => emit(event),
+            Err(error) => failure = Some(error),
+        }),
+    });
+    while !batch.is_idle() {
+        batch.step();
+    }
+    drop(batch);
+    failure.map_or(Ok(()), Err)
 }
 
 fn report(loaded: &LoadedModel, timings: &Timings) {

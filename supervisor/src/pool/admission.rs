@@ -11,16 +11,9 @@
 
 use std::time::Instant;
 
-use super::machine::PoolState;
+use super::machine::{Limits, PoolState};
 use super::state::{EntryState, ExitInfo, StopReason, Worker};
-use crate::memory::{Admission, Budget, format_bytes};
-
-/// What admission checks a start against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub budget: Budget,
-    pub max_loaded_models: Option<usize>,
-}
+use crate::memory::{Admission, format_bytes};
 
 /// Why a model may not start now.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -15,17 +15,24 @@ use std::time::Instant;
 use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
-use super::admission::Limits;
 use super::processes::LaunchedWorker;
 use super::state::{
     CRASH_LOOP_STREAK, Entry, EntryState, ExitInfo, ExitStatus, Phase, StopReason, Worker, backoff,
 };
+use crate::memory::Budget;
 
 /// Locks the pool. A poisoned lock is taken anyway: every transition leaves its entry in a valid
 /// state before anything in it could panic, and a lease dropped while a panic unwinds must still
 /// give its count back rather than panic a second time.
 pub(super) fn lock<H>(state: &Mutex<PoolState<H>>) -> MutexGuard<'_, PoolState<H>> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What admission (`admission.rs`) checks a start against; the pool holds it from its creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub budget: Budget,
+    pub max_loaded_models: Option<usize>,
 }
 
 #[derive(Debug)]

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
-pub use admission::{Limits, Refusal, WorkerUsage};
+pub use admission::{Refusal, WorkerUsage};
 pub use lease::Lease;
-pub use machine::{EntrySnapshot, ExitOutcome, IdleCandidate};
+pub use machine::{EntrySnapshot, ExitOutcome, IdleCandidate, Limits};
 pub use processes::{LaunchError, LaunchedWorker, Processes, StopOrder};
 pub use state::{ExitInfo, ExitStatus, Phase, StopReason, Worker};
 

@@ -2,8 +2,6 @@
 //! (`tests/sdk/openai_responses.py`): text, streaming, a function-call round trip continued by
 //! `previous_response_id`, structured outputs, and the store's `retrieve`, `delete` and 404s.
 
-use std::time::{Duration, Instant};
-
 use corral_fixture::Arch;
 use corral_tests::sdk;
 use corral_tests::server::{Dirs, Server, sse_events};
@@ -40,13 +38,8 @@ fn a_killed_worker_ends_its_response_stream_with_response_failed() {
     let workers = server.worker_pids();
     assert_eq!(workers.len(), 1, "{workers:?}");
     kill(Pid::from_raw(workers[0] as i32), Signal::SIGKILL).unwrap();
-    let killed_at = Instant::now();
+    // The stream ends in `response.failed`, not in the client's timeout (its hang guard).
     let last: Value = serde_json::from_str(&events.last().unwrap()).unwrap();
-    assert!(
-        killed_at.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        killed_at.elapsed()
-    );
     assert_eq!(last["type"], "response.failed", "{last}");
     assert_eq!(last["response"]["id"], created["response"]["id"]);
     assert_eq!(last["response"]["status"], "failed");

@@ -29,33 +29,25 @@ fn sockets(state_dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// A start timeout that llama's worker meets however busy the machine is: ten times what a
-/// server took here just now to start it and answer, and at least 2 s.
-fn start_timeout_for_llama(dirs: &Dirs) -> Duration {
-    let server = Server::start(dirs);
-    let started = Instant::now();
-    let response = server.post("/v1/chat/completions", &chat("llama", 2, false));
-    assert_eq!(response.status(), 200);
-    let generous = (started.elapsed() * 10).as_secs_f64().ceil();
-    Duration::from_secs(generous as u64).max(Duration::from_secs(2))
-}
+/// The start timeout of the test below. No worker there has to start within it, only the hung
+/// one to outlast it, so it can be short on any machine.
+const START_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[test]
-fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_serve() {
-    let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
-    let start_timeout = start_timeout_for_llama(&dirs);
+fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout() {
+    let dirs = Dirs::with_models(&[Arch::Qwen3]);
     // A real worker that blocks forever in its model load: opening a FIFO waits for a writer.
     let weights = dirs.models.path().join("qwen3/model.safetensors");
     std::fs::remove_file(&weights).unwrap();
     nix::unistd::mkfifo(&weights, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let config = dirs.write_config(&format!(
         "worker_start_timeout_secs = {}\n",
-        start_timeout.as_secs()
+        START_TIMEOUT.as_secs()
     ));
     let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
 
     let started = Instant::now();
-    let response = client_outlasting(start_timeout)
+    let response = client_outlasting(START_TIMEOUT)
         .post(server.url("/v1/chat/completions"))
         .json(&chat("qwen3", 2, false))
         .send()
@@ -64,9 +56,9 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_s
     assert!(response.headers().contains_key("retry-after"));
     let body: Value = response.json().unwrap();
     let message = body["error"]["message"].as_str().unwrap();
-    let expected = format!("did not become ready within {}", start_timeout.as_secs());
+    let expected = format!("did not become ready within {}", START_TIMEOUT.as_secs());
     assert!(message.contains(&expected), "{message}");
-    assert!(started.elapsed() >= start_timeout);
+    assert!(started.elapsed() >= START_TIMEOUT);
     // The hung worker was killed and reaped, not left behind.
     assert!(
         server.worker_pids().is_empty(),
@@ -74,13 +66,6 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout_and_others_s
         server.worker_pids()
     );
     assert_eq!(server.worker_row("qwen3")["state"], "failed");
-
-    assert_eq!(
-        server
-            .post("/v1/chat/completions", &chat("llama", 2, false))
-            .status(),
-        200
-    );
 }
 
 /// A worker executable that becomes the real worker only once the file `go` exists, which keeps

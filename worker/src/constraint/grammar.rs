@@ -1,16 +1,13 @@
-//! What a request constrains its output to, and its translation into an llguidance grammar.
-//!
-//! Every JSON value corral constrains is written without free whitespace: items are separated by
-//! `", "`, keys from values by `": "` (what Python's `json.dumps` and the chat templates' `tojson`
-//! write, so the model sees its own habits), and nowhere else may a space or newline go, so a
-//! weak model cannot loop on whitespace. Object keys come in schema order. The options travel in
-//! the schema's `x-guidance` key, replacing any the client sent.
+//! What a request constrains its output to, and its translation into an llguidance grammar:
+//! JSON as `json_options.rs` writes it, Lark as the client wrote it, and tool calls through
+//! `tool_grammar.rs`.
 
 use llguidance::TokenParser;
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Value, json};
 
-use super::tool_grammar;
+use super::json_options::with_options;
+use super::tool_grammar::{self, ToolCallChoice};
 use super::{ConstraintError, ConstraintFactory};
 use crate::tools::ToolFormat;
 
@@ -32,15 +29,6 @@ pub enum GrammarSpec {
         choice: ToolCallChoice,
         parallel: bool,
     },
-}
-
-/// Which tools a constrained tool call may name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolCallChoice {
-    /// Any of the request's tools.
-    Required,
-    /// Only this one.
-    Named(String),
 }
 
 /// Compiles `spec` into a parser for one request.
@@ -102,30 +90,4 @@ fn json_parser(
         .parsers()
         .create_parser(TopLevelGrammar::from_json_schema(schema))
         .map_err(|error| format!("{error:#}"))
-}
-
-/// `schema` with corral's JSON options in its `x-guidance` key (see the file comment); `true`
-/// is the empty schema. `strict: false` makes llguidance ignore what it cannot enforce.
-pub(super) fn with_options(schema: &Value, strict: bool) -> Result<Value, String> {
-    let options = json!({
-        "whitespace_flexible": false,
-        "item_separator": ", ",
-        "key_separator": ": ",
-        "lenient": !strict,
-    });
-    let mut object = match schema {
-        Value::Object(object) => object.clone(),
-        Value::Bool(true) => serde_json::Map::new(),
-        other => return Err(format!("a schema must be a JSON object, not {other}")),
-    };
-    object.insert("x-guidance".into(), options);
-    Ok(Value::Object(object))
-}
-
-/// `text` as a Lark string literal. Lark reads JSON string syntax, except that it also wants
-/// DEL escaped.
-pub(super) fn literal(text: &str) -> String {
-    Value::String(text.into())
-        .to_string()
-        .replace('\u{7f}', "\\u007f")
 }

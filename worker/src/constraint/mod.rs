@@ -1,9 +1,9 @@
 //! Constrained decoding with llguidance: a token mask applied to the logits before sampling.
 //!
 //! A `ConstraintFactory` is built once per model (`vocabulary.rs`: every token id as the bytes it
-//! stands for). A request's `GrammarSpec` (`grammar.rs`, tool calls in `tool_grammar.rs`) is
-//! compiled into a `Constraint` before any model compute, so a refused schema or grammar is a
-//! client error that costs no prefill. Each step the constraint masks the logits, the sampler
+//! stands for). A request's `GrammarSpec` (`grammar.rs`, tool calls in `tool_grammar.rs`, the
+//! JSON both write in `json_options.rs`) is compiled into a `Constraint` before any model
+//! compute, so a refused schema or grammar is a client error that costs no prefill. Each step the constraint masks the logits, the sampler
 //! draws among the tokens left, and the token drawn is fed back with `accept`.
 //!
 //! llguidance bounds its own work: the parser limits (lexer fuel, Earley items per step, lexer
@@ -11,6 +11,7 @@
 //! thread, and a panic inside the matcher comes back as an error too.
 
 mod grammar;
+mod json_options;
 mod tool_grammar;
 mod vocabulary;
 
@@ -18,7 +19,8 @@ use llguidance::Matcher;
 use llguidance::api::StopReason;
 use llguidance::toktrie::SimpleVob;
 
-pub use grammar::{GrammarSpec, ToolCallChoice};
+pub use grammar::GrammarSpec;
+pub use tool_grammar::ToolCallChoice;
 pub use vocabulary::ConstraintFactory;
 
 #[derive(Debug, thiserror::Error)]

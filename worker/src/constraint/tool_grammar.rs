@@ -13,18 +13,27 @@
 //!   any other's is JSON of its schema. Only declared properties can be written.
 //!
 //! ARGS is JSON of the tool's `parameters` (`{"type": "object"}` when absent), written as
-//! `grammar.rs` describes.
+//! `json_options.rs` describes.
 
 use std::fmt::Write;
 
 use serde_json::{Map, Value, json};
 
-use super::grammar::{literal, with_options};
-use super::{ConstraintError, ConstraintFactory, ToolCallChoice};
+use super::json_options::with_options;
+use super::{ConstraintError, ConstraintFactory};
 use crate::tools::ToolFormat;
 
 /// The token Mistral's models open their tool calls with.
 const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
+
+/// Which tools a constrained tool call may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolCallChoice {
+    /// Any of the request's tools.
+    Required,
+    /// Only this one.
+    Named(String),
+}
 
 /// One function tool, as the grammar needs it.
 pub(super) struct Tool {
@@ -244,4 +253,12 @@ fn with_definitions(schema: &Value, root: &Value) -> Value {
         }
     }
     schema
+}
+
+/// `text` as a Lark string literal. Lark reads JSON string syntax, except that it also wants
+/// DEL escaped.
+fn literal(text: &str) -> String {
+    Value::String(text.into())
+        .to_string()
+        .replace('\u{7f}', "\\u007f")
 }

@@ -214,7 +214,8 @@ fn run_schedule(seed: u64) {
                 task.await.unwrap();
             }
         };
-        let finished = tokio::time::timeout(Duration::from_secs(10), all).await;
+        // A schedule takes milliseconds; this only tells a hang from a busy machine.
+        let finished = tokio::time::timeout(Duration::from_secs(300), all).await;
         assert!(finished.is_ok(), "seed {seed}: a task never finished");
     });
     for entry in pool.snapshot() {

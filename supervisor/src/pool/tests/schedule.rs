@@ -14,9 +14,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::super::admission::{AcquireStep, Limits};
+use super::super::admission::AcquireStep;
 use super::super::lease::Lease;
-use super::super::machine::{ExitOutcome, PoolState, lock};
+use super::super::machine::{ExitOutcome, Limits, PoolState, lock};
 use super::super::processes::LaunchedWorker;
 use super::super::state::{EntryState, ExitStatus, StopReason};
 use super::sim::Rng;

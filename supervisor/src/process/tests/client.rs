@@ -223,7 +223,7 @@ async fn a_garbage_frame_fails_requests_and_closes_the_connection() {
     }
     // The supervisor side shut its writer: the fake worker reaches the end of the stream.
     let mut peer = WorkerConnection::new(theirs);
-    let drained = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+    let drained = tokio::time::timeout(super::PATIENCE, async {
         while let Ok(Some(_)) = peer.recv().await {}
     });
     assert!(drained.await.is_ok(), "the connection stayed open");
@@ -238,7 +238,7 @@ async fn a_killed_worker_fails_its_requests_naming_the_signal() {
 
     process.signal(Signal::SIGKILL);
 
-    let frame = tokio::time::timeout(std::time::Duration::from_secs(1), pending.events.recv())
+    let frame = tokio::time::timeout(super::PATIENCE, pending.events.recv())
         .await
         .unwrap();
     match frame {

@@ -6,10 +6,16 @@ mod run_dir;
 mod spawn;
 mod stop;
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 
 use super::reaper::WorkerExit;
 use crate::pool::ExitStatus;
+
+/// How long a test waits for a process or a connection before it calls it a hang: only a
+/// guard, far beyond what a busy machine takes.
+const PATIENCE: Duration = Duration::from_secs(300);
 
 /// An exit as a test sees it, after it was acknowledged as the pool would.
 #[derive(Debug)]

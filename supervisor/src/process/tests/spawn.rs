@@ -20,8 +20,8 @@ fn launcher(
     let lookup: ModelLookup =
         std::sync::Arc::new(|model| (model == "known").then(|| PathBuf::from("/nowhere")));
     let (exits, exit_rx) = super::noted_exits();
-    let launcher = Spawner::new(binary.into(), run_dir, lookup, exits)
-        .with_start_timeout(Duration::from_secs(10));
+    let launcher =
+        Spawner::new(binary.into(), run_dir, lookup, exits).with_start_timeout(super::PATIENCE);
     (launcher, exit_rx)
 }
 
@@ -60,7 +60,7 @@ async fn a_worker_that_exits_before_connecting_is_reported_and_its_record_remove
     assert_eq!((exit.model.as_str(), exit.pid), ("known", pid));
 
     let workers = state.path().join("run/workers");
-    let emptied = tokio::time::timeout(Duration::from_secs(2), async {
+    let emptied = tokio::time::timeout(super::PATIENCE, async {
         while std::fs::read_dir(&workers).unwrap().count() > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

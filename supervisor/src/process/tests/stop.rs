@@ -16,7 +16,12 @@ use super::client::{connected, spawn_watched};
 use crate::pool::{ExitStatus, StopOrder, StopReason};
 
 const GRACEFUL: StopOrder = StopOrder::Graceful(StopReason::Unload);
+/// For a step the process is sure to outlast: it ignores the step's request.
 const GRACE: Duration = Duration::from_millis(300);
+/// For a step the process ends by dying of SIGTERM, after one it outlasts (the same grace serves
+/// both, so the test waits all of it): far longer than a busy machine takes to deliver the signal
+/// and reap the process.
+const TERM_GRACE: Duration = Duration::from_secs(5);
 
 /// Stops a process standing in for a worker whose connection reads and ignores every frame.
 async fn stop_deaf(program: &str, args: &[&str], order: StopOrder, grace: Duration) -> Stopped {
@@ -59,7 +64,7 @@ async fn a_worker_that_obeys_shutdown_stops_gracefully() {
         }
     });
 
-    let stopped = stop(&client, GRACEFUL, Duration::from_secs(5)).await;
+    let stopped = stop(&client, GRACEFUL, super::PATIENCE).await;
     assert_eq!(
         stopped,
         Stopped {
@@ -71,15 +76,27 @@ async fn a_worker_that_obeys_shutdown_stops_gracefully() {
 
 #[tokio::test]
 async fn a_worker_that_ignores_shutdown_is_terminated() {
-    let stopped = stop_deaf("sleep", &["60"], GRACEFUL, GRACE).await;
+    let stopped = stop_deaf("sleep", &["60"], GRACEFUL, TERM_GRACE).await;
     assert_eq!(stopped, ended(StopStep::Terminated, ExitStatus::Signal(15)));
 }
 
 #[tokio::test]
 async fn a_worker_that_ignores_sigterm_is_killed() {
-    // An ignored signal stays ignored across exec, so `sleep` itself ignores SIGTERM.
-    let ignores_sigterm = ["-c", "trap '' TERM; exec sleep 60"];
-    let stopped = stop_deaf("bash", &ignores_sigterm, GRACEFUL, GRACE).await;
+    // An ignored signal stays ignored across exec, so `sleep` itself ignores SIGTERM. The file
+    // says the trap is set: the SIGTERM must not come before it, however slowly bash starts.
+    let dir = tempfile::tempdir().unwrap();
+    let trapped = dir.path().join("trapped");
+    let script = format!("trap '' TERM; : > '{}'; exec sleep 60", trapped.display());
+    let (process, _exits) = spawn_watched("bash", &["-c", &script]);
+    let set = tokio::time::timeout(super::PATIENCE, async {
+        while !trapped.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(set.await.is_ok(), "bash never set its trap");
+    let (client, theirs) = connected(process);
+    deaf_peer(theirs);
+    let stopped = stop(&client, GRACEFUL, GRACE).await;
     assert_eq!(stopped, ended(StopStep::Killed, ExitStatus::Signal(9)));
 }
 

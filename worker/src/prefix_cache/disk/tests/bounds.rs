@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 
 #[test]
-fn full_queue_drops_saves_after_a_short_wait_instead_of_blocking() {
+fn full_queue_drops_saves_instead_of_blocking() {
     let dir = tempfile::tempdir().unwrap();
     let options = DiskOptions {
         queue_capacity: 4,
@@ -23,23 +23,17 @@ fn full_queue_drops_saves_after_a_short_wait_instead_of_blocking() {
     tier.save(key(0), payload(0));
     assert_eq!(tier.wait_parked(), key(0));
 
-    // A blocking send would hang here: the saves run on a thread the test only waits on.
-    let (done, slowest) = mpsc::channel();
+    // The writer stays held, so a blocking send would hang here: the saves run on a thread the
+    // test only waits on.
+    let (done, saved) = mpsc::channel();
     let saver = Arc::clone(&tier);
     thread::spawn(move || {
-        let mut slowest = Duration::ZERO;
         for n in 1..=10 {
-            let started = Instant::now();
             saver.save(key(n), payload(n));
-            slowest = slowest.max(started.elapsed());
         }
-        done.send(slowest).unwrap();
+        done.send(()).unwrap();
     });
-    let slowest = slowest.recv_timeout(SETTLE).expect("save blocked");
-    assert!(
-        slowest < Duration::from_millis(500),
-        "a save took {slowest:?}"
-    );
+    saved.recv_timeout(SETTLE).expect("save blocked");
 
     // Four fill the queue, six are dropped; an unbounded queue would drop none.
     let counters = tier.counters();

@@ -16,6 +16,7 @@ const BIG_PAYLOAD: usize = 256 << 10;
 const BIG_BLOCK: u64 = (HEADER_LEN + BIG_PAYLOAD) as u64;
 const LIMIT: u64 = 8 * BIG_BLOCK + BIG_BLOCK / 3;
 const ROUNDS: u32 = 10;
+/// The child has one block on disk and goes on saving.
 const READY: &str = "child: saving";
 
 #[test]
@@ -26,11 +27,18 @@ fn child_saves_until_killed() {
     };
     let round: u32 = round.to_str().unwrap().parse().unwrap();
     let tier = open(Path::new(&dir), LIMIT);
-    println!("{READY}");
-    for n in 0.. {
+    let save = |n: u32| {
         let n = (round << 20) | n;
         let payload = (0..BIG_PAYLOAD).map(|i| (i as u32 ^ n) as u8).collect();
         tier.save(key(n), Arc::new(payload));
+    };
+    // A block on disk before the parent starts its clock, so every round writes something
+    // however slow the disk is.
+    save(0);
+    assert!(tier.flush(SETTLE));
+    println!("{READY}");
+    for n in 1.. {
+        save(n);
     }
 }
 
@@ -48,7 +56,7 @@ fn killed_writer_never_leaves_a_bad_block_or_an_oversized_directory() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // Killed only once it is saving, however slowly the test binary starts.
+        // Killed only once it has saved, however slowly the test binary starts.
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let ready = stdout
             .lines()

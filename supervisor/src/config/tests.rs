@@ -1,0 +1,248 @@
+//! The layers (defaults, file, flags), each table's keys and their checks, and the errors that
+//! name the file or key at fault.
+
+use super::*;
+
+#[test]
+fn no_file_and_no_flags_give_loopback_defaults() {
+    let config = Config::load(None, Overrides::default()).unwrap();
+    assert_eq!(config, Config::default());
+    assert!(config.host.is_loopback());
+}
+
+#[test]
+fn flags_override_the_file_which_overrides_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "port = 9000\nmodels_dirs = [\"/models\"]\ndrain_timeout_secs = 3\n\
+         responses_store_size = 5\n[aliases]\nfast = \"tiny\"\n",
+    )
+    .unwrap();
+    let config = Config::load(
+        Some(&file),
+        Overrides {
+            port: Some(9100),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(config.port, 9100);
+    assert_eq!(config.models_dirs, [PathBuf::from("/models")]);
+    assert_eq!(config.drain_timeout, Duration::from_secs(3));
+    assert_eq!(config.aliases["fast"], "tiny");
+    assert_eq!(config.responses_store_size, 5);
+}
+
+#[test]
+fn a_models_sampling_defaults_and_tool_choice_are_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "[models.\"org/qwen\"]\ntemperature = 0.6\ntop_p = 0.95\ntop_k = 20\nmin_p = 0.0\n\
+         repetition_penalty = 1.05\npresence_penalty = 1.5\nfrequency_penalty = -0.5\n\
+         max_tokens = 64\nstop = [\"END\"]\ntool_choice = \"required\"\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    let settings = &config.models["org/qwen"];
+    assert_eq!(
+        settings.sampling(),
+        SamplingValues {
+            temperature: Some(0.6),
+            top_p: Some(0.95),
+            top_k: Some(20),
+            min_p: Some(0.0),
+            repetition_penalty: Some(1.05),
+            presence_penalty: Some(1.5),
+            frequency_penalty: Some(-0.5),
+            max_tokens: Some(64),
+            stop: Some(vec!["END".to_owned()]),
+        }
+    );
+    assert_eq!(settings.tool_choice.as_deref(), Some("required"));
+
+    std::fs::write(&file, "[models.m]\ntop_p = 1.5\n").unwrap();
+    let error = format!(
+        "{:#}",
+        Config::load(Some(&file), Overrides::default()).unwrap_err()
+    );
+    assert!(
+        error.contains("models.\"m\"") && error.contains("top_p"),
+        "{error}"
+    );
+}
+
+#[test]
+fn memory_settings_and_per_model_overrides_come_from_the_file_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "memory_ceiling = \"6GiB\"\nidle_timeout_secs = 600\nmax_loaded_models = 3\n\
+         [models.big]\nidle_timeout_secs = 60\n[models.chat]\npinned = true\n",
+    )
+    .unwrap();
+    let config = Config::load(
+        Some(&file),
+        Overrides {
+            memory_ceiling: Some("50%".parse().unwrap()),
+            admission_wait_secs: Some(5),
+            pinned: vec!["code".to_owned()],
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(config.memory.ceiling, Some("50%".parse().unwrap()));
+    assert_eq!(config.memory.max_loaded_models, Some(3));
+    assert_eq!(config.memory.admission_wait, Duration::from_secs(5));
+    assert_eq!(config.idle_timeout("big"), Some(Duration::from_secs(60)));
+    assert_eq!(config.idle_timeout("other"), Some(Duration::from_secs(600)));
+    let pinned: Vec<&str> = config.pinned_models().collect();
+    assert_eq!(pinned, ["chat", "code"]);
+}
+
+#[test]
+fn each_library_is_searched_unless_the_file_turns_it_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(&file, "[discovery]\nollama = false\n").unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(
+        config.discovery,
+        DiscoveryConfig {
+            huggingface: true,
+            ollama: false,
+            lmstudio: true,
+        }
+    );
+}
+
+#[test]
+fn watermarks_out_of_order_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "memory_soft_watermark = 0.9\nmemory_hard_watermark = 0.8\n",
+    )
+    .unwrap();
+    let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+    assert!(format!("{error:#}").contains("watermarks"), "{error:#}");
+}
+
+#[test]
+fn batching_is_unset_by_default_and_a_models_max_sequences_wins_over_the_global_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    assert_eq!(Config::default().max_sequences("any"), None);
+    std::fs::write(
+        &file,
+        "[batching]\nmax_sequences = 8\nprefill_chunk = 512\n\
+         [models.\"solo\"]\nmax_sequences = 1\n[models.other]\npinned = true\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(
+        config.batching,
+        BatchingConfig {
+            max_sequences: Some(8),
+            prefill_chunk: Some(512),
+        }
+    );
+    assert_eq!(config.max_sequences("solo"), Some(1));
+    assert_eq!(config.max_sequences("other"), Some(8));
+    assert_eq!(config.max_sequences("unlisted"), Some(8));
+
+    std::fs::write(&file, "[models.solo]\nmax_sequences = 2\n").unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(config.batching, BatchingConfig::default());
+    assert_eq!(config.max_sequences("solo"), Some(2));
+    assert_eq!(config.max_sequences("unlisted"), None);
+}
+
+#[test]
+fn batching_values_the_worker_would_refuse_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    for (text, key) in [
+        (
+            "[batching]\nmax_sequences = 0\n",
+            "batching.max_sequences = 0",
+        ),
+        (
+            "[batching]\nmax_sequences = 257\n",
+            "batching.max_sequences = 257",
+        ),
+        (
+            "[batching]\nprefill_chunk = 15\n",
+            "batching.prefill_chunk = 15",
+        ),
+        (
+            "[batching]\nprefill_chunk = 65537\n",
+            "batching.prefill_chunk = 65537",
+        ),
+        (
+            "[models.\"big\"]\nmax_sequences = 300\n",
+            "models.\"big\".max_sequences = 300",
+        ),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains(key), "{text}: {error:#}");
+    }
+    std::fs::write(
+        &file,
+        "[batching]\nmax_sequences = 256\nprefill_chunk = 16\n[models.one]\nmax_sequences = 1\n",
+    )
+    .unwrap();
+    Config::load(Some(&file), Overrides::default()).unwrap();
+}
+
+#[test]
+fn the_log_table_sets_rotation_and_the_flag_wins_for_its_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    assert_eq!(Config::default().log.dir, None);
+    std::fs::write(
+        &file,
+        "[log]\ndir = \"/var/log/corral\"\nmax_bytes = 65536\nkeep = 3\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(
+        config.log,
+        LogConfig {
+            dir: Some("/var/log/corral".into()),
+            max_bytes: 65536,
+            keep: 3,
+        }
+    );
+    let flagged = Overrides {
+        log_dir: Some("/tmp/logs".into()),
+        ..Overrides::default()
+    };
+    let config = Config::load(Some(&file), flagged).unwrap();
+    assert_eq!(config.log.dir, Some("/tmp/logs".into()));
+    assert_eq!(config.log.keep, 3);
+
+    for (text, key) in [
+        ("[log]\nmax_bytes = 100\n", "log.max_bytes = 100"),
+        ("[log]\nkeep = 0\n", "log.keep = 0"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains(key), "{text}: {error:#}");
+    }
+}
+
+#[test]
+fn an_unknown_key_is_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(&file, "prot = 1\n").unwrap();
+    let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+    assert!(format!("{error:#}").contains("corral.toml"), "{error:#}");
+}

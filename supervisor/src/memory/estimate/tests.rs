@@ -1,0 +1,112 @@
+//! Estimates of generated fixtures and GGUF files, and the errors that name the path.
+
+use super::*;
+use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
+
+fn tiny(arch: Arch, dtype: Dtype) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let options = FixtureOptions {
+        size: Size::Tiny,
+        arch,
+        dtype,
+        quantize: None,
+        format: Format::Safetensors,
+    };
+    corral_fixture::generate(&options, dir.path()).unwrap();
+    dir
+}
+
+#[test]
+fn a_fixture_is_estimated_from_its_weights_file_and_attention_shape() {
+    let dir = tiny(Arch::Llama, Dtype::F16);
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    let file = fs::metadata(dir.path().join("model.safetensors"))
+        .unwrap()
+        .len();
+    assert_eq!(estimate.weight_bytes, file);
+    // Tiny: 4 layers, 4 KV heads of 32 dims, keys and values, 2 bytes each.
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        4 * 4 * 32 * 2 * 2 * KV_RESERVE_TOKENS
+    );
+    assert_eq!(
+        estimate.total(),
+        file * 105 / 100 + estimate.kv_reserve_bytes
+    );
+}
+
+#[test]
+fn f32_models_reserve_four_bytes_per_cached_element() {
+    // Qwen2 also leaves head_dim out, so it is derived: 256 hidden / 8 heads = 32.
+    let dir = tiny(Arch::Qwen2, Dtype::F32);
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        4 * 4 * 32 * 2 * 4 * KV_RESERVE_TOKENS
+    );
+}
+
+#[test]
+fn missing_kv_heads_default_to_the_attention_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}"#;
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    fs::write(dir.path().join("a.safetensors"), [0u8; 100]).unwrap();
+    fs::write(dir.path().join("b.safetensors"), [0u8; 50]).unwrap();
+    fs::write(dir.path().join("tokenizer.json"), [0u8; 1000]).unwrap();
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    assert_eq!(estimate.weight_bytes, 150);
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        2 * 4 * 16 * 2 * 2 * KV_RESERVE_TOKENS
+    );
+}
+
+#[test]
+fn a_gguf_file_is_estimated_from_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    // An Ollama blob: a GGUF without the extension.
+    let blob = dir.path().join("sha256-0123");
+    fs::write(&blob, [0u8; 4096]).unwrap();
+    let estimate = estimate_model_bytes(&blob).unwrap();
+    assert_eq!(estimate.weight_bytes, 4096);
+    assert_eq!(estimate.kv_reserve_bytes, 0);
+}
+
+#[test]
+fn total_adds_five_percent_to_the_weights() {
+    let estimate = ModelEstimate {
+        weight_bytes: 1_000_000_007,
+        kv_reserve_bytes: 3,
+    };
+    assert_eq!(estimate.total(), 1_000_000_007 * 105 / 100 + 3);
+    let huge = ModelEstimate {
+        weight_bytes: u64::MAX,
+        kv_reserve_bytes: 1,
+    };
+    assert_eq!(huge.total(), u64::MAX);
+}
+
+#[test]
+fn errors_name_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent");
+    let error = estimate_model_bytes(&missing).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::NotFound);
+    assert!(error.to_string().contains("absent"), "{error}");
+
+    let config = dir.path().join("config.json");
+    let error = estimate_model_bytes(dir.path()).unwrap_err();
+    assert!(
+        error.to_string().contains(&config.display().to_string()),
+        "{error}"
+    );
+
+    fs::write(&config, r#"{"num_hidden_layers": "many"}"#).unwrap();
+    let error = estimate_model_bytes(dir.path()).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    assert!(
+        error.to_string().contains(&config.display().to_string()),
+        "{error}"
+    );
+}
