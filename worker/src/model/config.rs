@@ -9,13 +9,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::ModelError;
-use super::arch;
-use super::blocks::rope::{RopeScaling, parse_rope_scaling};
+use super::error::ModelError;
+use super::supported::SUPPORTED;
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
-    /// `model_type`, one of [`arch::SUPPORTED`].
+    /// `model_type`, one of [`SUPPORTED`].
     pub model_type: String,
     pub hidden_size: i32,
     pub intermediate_size: i32,
@@ -39,6 +38,19 @@ pub struct ModelConfig {
     pub raw: serde_json::Value,
     /// Where `raw` came from, for errors.
     pub path: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    Linear {
+        factor: f32,
+    },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position_embeddings: f32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -119,11 +131,11 @@ impl ModelConfig {
         };
         // The type first: an unsupported one is named as such, whatever keys it lacks.
         let model_type = match value.get("model_type").and_then(serde_json::Value::as_str) {
-            Some(model_type) if arch::SUPPORTED.contains(&model_type) => model_type.to_owned(),
+            Some(model_type) if SUPPORTED.contains(&model_type) => model_type.to_owned(),
             Some(other) => {
                 return Err(bad(format!(
                     "unsupported model_type {other:?} (supported: {})",
-                    arch::SUPPORTED.join(", ")
+                    SUPPORTED.join(", ")
                 )));
             }
             None => return Err(bad("no model_type".into())),
@@ -196,6 +208,42 @@ impl ModelConfig {
             raw: value,
             path: path.to_path_buf(),
         })
+    }
+}
+
+/// `rope_scaling` of a config.json, as mlx-lm's `initialize_rope` reads it.
+fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let kind = value
+        .get("type")
+        .or_else(|| value.get("rope_type"))
+        .and_then(|kind| kind.as_str())
+        .unwrap_or("default");
+    let number = |key: &str, default: Option<f32>| -> Result<f32, String> {
+        match value.get(key).and_then(serde_json::Value::as_f64) {
+            Some(number) => Ok(number as f32),
+            None => default.ok_or_else(|| format!("rope_scaling of type {kind} needs {key}")),
+        }
+    };
+    match kind {
+        "default" => Ok(None),
+        "linear" => Ok(Some(RopeScaling::Linear {
+            factor: number("factor", None)?,
+        })),
+        "llama3" => Ok(Some(RopeScaling::Llama3 {
+            factor: number("factor", None)?,
+            low_freq_factor: number("low_freq_factor", Some(1.0))?,
+            high_freq_factor: number("high_freq_factor", Some(4.0))?,
+            original_max_position_embeddings: number(
+                "original_max_position_embeddings",
+                Some(8192.0),
+            )?,
+        })),
+        other => Err(format!(
+            "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
+        )),
     }
 }
 

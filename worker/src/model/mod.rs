@@ -7,18 +7,21 @@
 mod arch;
 mod blocks;
 mod config;
+mod decoder;
+mod error;
 mod host;
 pub(crate) mod kernels;
 mod kv_cache;
+mod supported;
 mod weights;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
-pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use config::{ModelConfig, Quantization};
+pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
 #[cfg(test)]
@@ -27,50 +30,11 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
-use blocks::decoder_layer::{DecoderLayer, scaled};
-use blocks::linear::{Embedding, Linear};
-use blocks::norm::Norm;
+use blocks::decoder_layer::scaled;
+use decoder::Decoder;
+pub use error::ModelError;
 pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
 pub use weights::Weights;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Config { path: PathBuf, message: String },
-    #[error("{dir}: no *.safetensors weights")]
-    NoWeights { dir: PathBuf },
-    #[error("{path}: corrupt safetensors: {message}")]
-    Safetensors { path: PathBuf, message: String },
-    #[error("{dir}: tensor {name} is missing")]
-    MissingTensor { name: String, dir: PathBuf },
-    #[error("{path}: tensor {name} has shape {found:?}, expected {expected:?}")]
-    Shape {
-        name: String,
-        path: PathBuf,
-        found: Vec<i32>,
-        expected: Vec<i32>,
-    },
-    #[error("{path}: tensor {name} is {found}, expected {expected}")]
-    Dtype {
-        name: String,
-        path: PathBuf,
-        found: String,
-        expected: &'static str,
-    },
-    #[error("{path}: bad quantization: {message}")]
-    Quantization { path: PathBuf, message: String },
-    #[error("{dir}: MLX failed while {action}: {source}")]
-    Mlx {
-        dir: PathBuf,
-        action: &'static str,
-        source: Exception,
-    },
-}
 
 /// One sequence's share of a packed pass: its new tokens and the cache they extend.
 pub struct Segment<'a> {
@@ -82,53 +46,6 @@ pub struct Model {
     pub config: ModelConfig,
     decoder: Decoder,
     weight_bytes: usize,
-}
-
-/// The layers between the token embedding and the logits, as an architecture wires them.
-pub struct Decoder {
-    embed_tokens: Embedding,
-    layers: Vec<DecoderLayer>,
-    norm: Norm,
-    /// `None` when the output projection is tied to the embedding table.
-    lm_head: Option<Linear>,
-    /// Multiplies the embedded tokens (Granite).
-    embedding_scale: Option<f32>,
-    /// Multiplies the logits (Granite divides them).
-    logit_scale: Option<f32>,
-}
-
-impl Decoder {
-    /// `layers` between Llama's `model.embed_tokens`, `model.norm` and `lm_head` (tied to the
-    /// embedding when config.json says so or the checkpoint has none).
-    fn load(
-        weights: &mut Weights,
-        config: &ModelConfig,
-        layers: Vec<DecoderLayer>,
-    ) -> Result<Self, ModelError> {
-        let quant = config.quantization;
-        let (vocab, hidden) = (config.vocab_size, config.hidden_size);
-        let embed_tokens = Embedding::load(weights, "model.embed_tokens", vocab, hidden, quant)?;
-        let norm = Norm::rms(weights, "model.norm.weight", hidden, config.rms_norm_eps)?;
-        let tied = config
-            .tie_word_embeddings
-            .unwrap_or(!weights.contains("lm_head.weight"));
-        let lm_head = if tied {
-            weights.discard("lm_head.weight");
-            None
-        } else {
-            Some(Linear::load(
-                weights, "lm_head", vocab, hidden, false, quant,
-            )?)
-        };
-        Ok(Self {
-            embed_tokens,
-            layers,
-            norm,
-            lm_head,
-            embedding_scale: None,
-            logit_scale: None,
-        })
-    }
 }
 
 impl Model {

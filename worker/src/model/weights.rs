@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use mlx_rs::{Array, Dtype};
 
-use super::ModelError;
 use super::config::Quantization;
+use super::error::ModelError;
 
 /// Safetensors headers above this are not checkpoints but corruption.
 const MAX_HEADER_BYTES: u64 = 100 * 1024 * 1024;

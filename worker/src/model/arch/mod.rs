@@ -10,8 +10,10 @@ mod qwen3;
 mod qwen3_moe;
 mod smollm3;
 
+use super::config::ModelConfig;
+use super::decoder::Decoder;
+use super::error::ModelError;
 use super::weights::Weights;
-use super::{Decoder, ModelConfig, ModelError};
 
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
@@ -24,18 +26,6 @@ const ARCHITECTURES: &[(&str, Build)] = &[
     ("qwen3", qwen3::build),
     ("qwen3_moe", qwen3_moe::build),
     ("smollm3", smollm3::build),
-];
-
-/// The `model_type`s this worker serves.
-pub const SUPPORTED: &[&str] = &[
-    "granite",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "smollm3",
 ];
 
 /// The decoder of `config`'s architecture, its tensors taken from `weights`.
@@ -55,7 +45,7 @@ mod tests {
     #[test]
     fn every_supported_type_has_a_builder() {
         let built: Vec<&str> = super::ARCHITECTURES.iter().map(|(name, _)| *name).collect();
-        assert_eq!(built, super::SUPPORTED);
+        assert_eq!(built, crate::model::supported::SUPPORTED);
     }
 
     #[test]
@@ -73,7 +63,7 @@ mod tests {
             .filter(|name| *name != "model_type")
             .collect();
         listed.sort_unstable();
-        let mut supported = super::SUPPORTED.to_vec();
+        let mut supported = crate::model::supported::SUPPORTED.to_vec();
         supported.sort_unstable();
         assert_eq!(listed, supported);
     }

@@ -2,8 +2,10 @@
 
 use super::llama;
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
 use crate::model::weights::Weights;
-use crate::model::{Decoder, ModelConfig, ModelError};
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let eps = config.rms_norm_eps;

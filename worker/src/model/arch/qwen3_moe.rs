@@ -7,8 +7,10 @@ use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
 use crate::model::blocks::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
 use crate::model::weights::Weights;
-use crate::model::{Decoder, ModelConfig, ModelError};
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let rope = Rope::for_config(config, weights)?;

@@ -3,8 +3,10 @@
 
 use super::llama;
 use crate::model::blocks::attention::AttentionSpec;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
 use crate::model::weights::Weights;
-use crate::model::{Decoder, ModelConfig, ModelError};
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let interval: i32 = config.key_or("no_rope_layer_interval", 4)?;

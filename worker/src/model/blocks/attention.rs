@@ -10,10 +10,11 @@ use mlx_rs::ops::indexing::IndexOp;
 use super::linear::Linear;
 use super::norm::Norm;
 use super::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::KvCache;
 use crate::model::weights::Weights;
-use crate::model::{ModelConfig, ModelError};
 
 /// How an architecture's attention is shaped; [`AttentionSpec::new`] gives Llama's.
 pub struct AttentionSpec {

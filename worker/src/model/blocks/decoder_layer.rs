@@ -10,9 +10,10 @@ use super::attention::AttentionSpec;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
+use crate::model::config::ModelConfig;
+use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
 use crate::model::weights::Weights;
-use crate::model::{ModelConfig, ModelError};
 
 pub enum FeedForward {
     Dense(Mlp),

@@ -8,8 +8,8 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{self, dequantize, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 
-use crate::model::ModelError;
 use crate::model::config::Quantization;
+use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::weights::Weights;
 

@@ -5,8 +5,10 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops;
 
 use super::linear::Linear;
+use crate::model::config::ModelConfig;
+use crate::model::error::ModelError;
+use crate::model::kernels;
 use crate::model::weights::Weights;
-use crate::model::{ModelConfig, ModelError, kernels};
 
 #[derive(Clone, Copy)]
 pub enum Activation {

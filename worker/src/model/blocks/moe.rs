@@ -9,8 +9,9 @@ use mlx_rs::ops::{self, argpartition_axis, gather_mm, gather_qmm};
 
 use super::linear::{Linear, QuantizedWeight};
 use super::mlp::Activation;
+use crate::model::config::ModelConfig;
+use crate::model::error::ModelError;
 use crate::model::weights::Weights;
-use crate::model::{ModelConfig, ModelError};
 
 /// How the router's logits become the chosen experts and their weights.
 #[derive(Clone, Copy)]

@@ -3,7 +3,7 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, fast};
 
-use crate::model::ModelError;
+use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
 pub enum Norm {

@@ -2,26 +2,14 @@
 
 use mlx_rs::error::Exception;
 
+use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::error::ModelError;
 use crate::model::weights::Weights;
-use crate::model::{ModelConfig, ModelError};
 
 /// Per-frequency RoPE factors, as GGUF files of Llama 3.1 and later carry their scaling.
 const ROPE_FACTORS: &str = "rope_freqs.weight";
 use mlx_rs::ops::{self, select};
 use mlx_rs::{Array, fast};
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RopeScaling {
-    Linear {
-        factor: f32,
-    },
-    Llama3 {
-        factor: f32,
-        low_freq_factor: f32,
-        high_freq_factor: f32,
-        original_max_position_embeddings: f32,
-    },
-}
 
 #[derive(Clone)]
 pub struct Rope {
@@ -139,42 +127,6 @@ impl Rope {
     /// MLX takes either a base or explicit frequencies, never both.
     fn base(&self) -> Option<f32> {
         self.freqs.is_none().then_some(self.base)
-    }
-}
-
-/// `rope_scaling` of a config.json, as mlx-lm's `initialize_rope` reads it.
-pub fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, String> {
-    if value.is_null() {
-        return Ok(None);
-    }
-    let kind = value
-        .get("type")
-        .or_else(|| value.get("rope_type"))
-        .and_then(|kind| kind.as_str())
-        .unwrap_or("default");
-    let number = |key: &str, default: Option<f32>| -> Result<f32, String> {
-        match value.get(key).and_then(serde_json::Value::as_f64) {
-            Some(number) => Ok(number as f32),
-            None => default.ok_or_else(|| format!("rope_scaling of type {kind} needs {key}")),
-        }
-    };
-    match kind {
-        "default" => Ok(None),
-        "linear" => Ok(Some(RopeScaling::Linear {
-            factor: number("factor", None)?,
-        })),
-        "llama3" => Ok(Some(RopeScaling::Llama3 {
-            factor: number("factor", None)?,
-            low_freq_factor: number("low_freq_factor", Some(1.0))?,
-            high_freq_factor: number("high_freq_factor", Some(4.0))?,
-            original_max_position_embeddings: number(
-                "original_max_position_embeddings",
-                Some(8192.0),
-            )?,
-        })),
-        other => Err(format!(
-            "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
-        )),
     }
 }
 

@@ -1,0 +1,55 @@
+//! The stack an architecture wires: token embedding, layers, final norm and output head.
+
+use super::blocks::decoder_layer::DecoderLayer;
+use super::blocks::linear::{Embedding, Linear};
+use super::blocks::norm::Norm;
+use super::config::ModelConfig;
+use super::error::ModelError;
+use super::weights::Weights;
+
+/// The layers between the token embedding and the logits, as an architecture wires them.
+pub struct Decoder {
+    pub(super) embed_tokens: Embedding,
+    pub(super) layers: Vec<DecoderLayer>,
+    pub(super) norm: Norm,
+    /// `None` when the output projection is tied to the embedding table.
+    pub(super) lm_head: Option<Linear>,
+    /// Multiplies the embedded tokens (Granite).
+    pub(super) embedding_scale: Option<f32>,
+    /// Multiplies the logits (Granite divides them).
+    pub(super) logit_scale: Option<f32>,
+}
+
+impl Decoder {
+    /// `layers` between Llama's `model.embed_tokens`, `model.norm` and `lm_head` (tied to the
+    /// embedding when config.json says so or the checkpoint has none).
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        layers: Vec<DecoderLayer>,
+    ) -> Result<Self, ModelError> {
+        let quant = config.quantization;
+        let (vocab, hidden) = (config.vocab_size, config.hidden_size);
+        let embed_tokens = Embedding::load(weights, "model.embed_tokens", vocab, hidden, quant)?;
+        let norm = Norm::rms(weights, "model.norm.weight", hidden, config.rms_norm_eps)?;
+        let tied = config
+            .tie_word_embeddings
+            .unwrap_or(!weights.contains("lm_head.weight"));
+        let lm_head = if tied {
+            weights.discard("lm_head.weight");
+            None
+        } else {
+            Some(Linear::load(
+                weights, "lm_head", vocab, hidden, false, quant,
+            )?)
+        };
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            embedding_scale: None,
+            logit_scale: None,
+        })
+    }
+}
