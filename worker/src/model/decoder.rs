@@ -28,13 +28,30 @@ impl Decoder {
         config: &ModelConfig,
         layers: Vec<DecoderLayer>,
     ) -> Result<Self, ModelError> {
-        let quant = config.quantization;
-        let (vocab, hidden) = (config.vocab_size, config.hidden_size);
-        let embed_tokens = Embedding::load(weights, "model.embed_tokens", vocab, hidden, quant)?;
-        let norm = Norm::rms(weights, "model.norm.weight", hidden, config.rms_norm_eps)?;
         let tied = config
             .tie_word_embeddings
             .unwrap_or(!weights.contains("lm_head.weight"));
+        let norm = Norm::rms(
+            weights,
+            "model.norm.weight",
+            config.hidden_size,
+            config.rms_norm_eps,
+        )?;
+        Self::load_around(weights, config, layers, norm, tied)
+    }
+
+    /// `layers` and the final `norm` between the embedding and the head (the embedding's
+    /// transpose when `tied`).
+    pub fn load_around(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        layers: Vec<DecoderLayer>,
+        norm: Norm,
+        tied: bool,
+    ) -> Result<Self, ModelError> {
+        let quant = config.quantization;
+        let (vocab, hidden) = (config.vocab_size, config.hidden_size);
+        let embed_tokens = Embedding::load(weights, "model.embed_tokens", vocab, hidden, quant)?;
         let lm_head = if tied {
             weights.discard("lm_head.weight");
             None

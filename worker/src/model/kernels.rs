@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Device, DeviceType, Dtype, ops};
 
 use super::host;
@@ -76,20 +77,65 @@ pub fn linear(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, 
 }
 
 /// Causal attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
-/// (`[1, kv_heads, cached, head_dim]`, the new positions last).
+/// (`[1, kv_heads, cached, head_dim]`, the new positions last); with a `window`, each position
+/// sees only itself and the `window - 1` positions before it.
 pub fn attention(
     queries: &Array,
     keys: &Array,
     values: &Array,
     scale: f32,
+    window: Option<i32>,
 ) -> Result<Array, Exception> {
-    let new_positions = queries.dim(2);
+    let (new_positions, cached) = (queries.dim(2), keys.dim(2));
+    // Keys before the first query's window are seen by no query.
+    let first = window.map_or(0, |window| (cached - new_positions - window + 1).max(0));
+    let (keys, values) = if first > 0 {
+        (
+            keys.index((.., .., first.., ..)),
+            values.index((.., .., first.., ..)),
+        )
+    } else {
+        (keys.clone(), values.clone())
+    };
     let scores = queries.dim(1) as usize * new_positions as usize * keys.dim(2) as usize;
-    if polynomial_pays(queries.dtype(), scores) {
-        return host::attention(queries, keys, values, scale);
+    let on_host = polynomial_pays(queries.dtype(), scores);
+    if window.is_none() && !on_host {
+        let mask = (new_positions > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        return fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None);
     }
-    let mask = (new_positions > 1).then_some(ScaledDotProductAttentionMask::Causal);
+    let visible = if new_positions > 1 {
+        Some(visible_keys(new_positions, first, cached, window)?)
+    } else {
+        None
+    };
+    if on_host {
+        return host::attention(queries, &keys, &values, scale, visible.as_ref());
+    }
+    let mask = visible.as_ref().map(ScaledDotProductAttentionMask::Array);
     fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None)
+}
+
+/// `[new_positions, cached - first]`: whether the `i`-th new position (at
+/// `cached - new_positions + i`) sees the key at `first + j`: not in its future, and within the
+/// window.
+fn visible_keys(
+    new_positions: i32,
+    first: i32,
+    cached: i32,
+    window: Option<i32>,
+) -> Result<Array, Exception> {
+    let query_positions = ops::arange::<_, i32>(cached - new_positions, cached, None)?
+        .reshape(&[new_positions, 1])?;
+    let key_positions =
+        ops::arange::<_, i32>(first, cached, None)?.reshape(&[1, cached - first])?;
+    let causal = key_positions.le(&query_positions)?;
+    match window {
+        Some(window) => ops::logical_and(
+            &causal,
+            &key_positions.gt(&ops::subtract(&query_positions, Array::from_int(window))?)?,
+        ),
+        None => Ok(causal),
+    }
 }
 
 /// Attention of a padded batch (`[rows, heads, length, head_dim]` each) in which every position
@@ -120,30 +166,43 @@ pub fn rows_attend_on_host(dtype: Dtype) -> bool {
 
 /// One new position per row (`queries` `[rows, heads, 1, head_dim]`, rotated), whose keys and
 /// values are already the last of `caches[row]`: `[1, rows, heads * head_dim]`, computed on the
-/// host in one pass over the caches; `None` leaves it to MLX.
+/// host in one pass over the caches, each row seeing its `window` if any; `None` leaves it to
+/// MLX.
 pub fn attend_rows(
     queries: &Array,
     caches: &[&mut KvCache],
     heads: i32,
     kv_heads: i32,
     scale: f32,
+    window: Option<i32>,
 ) -> Result<Option<Array>, Exception> {
     if !on_host(queries.dtype()) {
         return Ok(None);
     }
-    host::attend_rows(queries, caches, heads as usize, kv_heads as usize, scale)
+    let window = window.map(|window| window.max(1) as usize);
+    host::attend_rows(
+        queries,
+        caches,
+        heads as usize,
+        kv_heads as usize,
+        scale,
+        window,
+    )
 }
 
 /// One sequence's new positions (`[1, heads, positions, head_dim]`, rotated) attending causally
-/// over `cache`, which already holds them, computed on the host; `None` leaves it to MLX.
+/// over `cache`, which already holds them, within the `window` if any, computed on the host;
+/// `None` leaves it to MLX.
 pub fn attend_chunk(
     queries: &Array,
     cache: &KvCache,
     kv_heads: i32,
     scale: f32,
+    window: Option<i32>,
 ) -> Result<Option<Array>, Exception> {
     if !on_host(queries.dtype()) {
         return Ok(None);
     }
-    host::attend_chunk(queries, cache, kv_heads as usize, scale)
+    let window = window.map(|window| window.max(1) as usize);
+    host::attend_chunk(queries, cache, kv_heads as usize, scale, window)
 }

@@ -2,6 +2,7 @@
 //! builder for each.
 
 pub const SUPPORTED: &[&str] = &[
+    "gemma3_text",
     "granite",
     "llama",
     "mistral",

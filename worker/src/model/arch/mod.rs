@@ -2,6 +2,7 @@
 //! file for the same `model_type` does. An architecture is added by writing its file and naming
 //! it here.
 
+mod gemma3_text;
 mod granite;
 mod llama;
 mod mixtral;
@@ -18,6 +19,7 @@ use super::weights::Weights;
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
 const ARCHITECTURES: &[(&str, Build)] = &[
+    ("gemma3_text", gemma3_text::build),
     ("granite", granite::build),
     ("llama", llama::build),
     ("mistral", llama::build),

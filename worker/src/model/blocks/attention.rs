@@ -26,16 +26,24 @@ pub struct AttentionSpec {
     pub o_bias: bool,
     /// One fused `qkv_proj` (Phi-3) instead of three projections.
     pub fused_qkv: bool,
-    /// RMSNorm over each query and key head before the rotation (Qwen3).
+    /// RMSNorm over each query and key head before the rotation (Qwen3, Gemma 3).
     pub head_norm: Option<HeadNorm>,
     pub scale: f32,
     /// `None` for a layer without positional encoding (NoPE).
     pub rope: Option<Rope>,
+    /// A sliding window: each position sees only itself and the `window - 1` before it.
+    pub window: Option<i32>,
 }
 
 #[derive(Clone, Copy)]
 pub enum HeadNorm {
-    Rms { eps: f32 },
+    Rms {
+        eps: f32,
+    },
+    /// Gemma's `(1 + w)` RMSNorm.
+    RmsOffset {
+        eps: f32,
+    },
 }
 
 impl AttentionSpec {
@@ -52,6 +60,7 @@ impl AttentionSpec {
             head_norm: None,
             scale: (config.head_dim as f32).powf(-0.5),
             rope: Some(rope),
+            window: None,
         }
     }
 }
@@ -67,6 +76,7 @@ pub struct Attention {
     heads: i32,
     kv_heads: i32,
     scale: f32,
+    window: Option<i32>,
 }
 
 impl Attention {
@@ -117,6 +127,9 @@ impl Attention {
                 Some(HeadNorm::Rms { eps }) => {
                     Norm::rms(weights, &name, spec.head_dim, eps).map(Some)
                 }
+                Some(HeadNorm::RmsOffset { eps }) => {
+                    Norm::rms_offset(weights, &name, spec.head_dim, eps).map(Some)
+                }
             }
         };
         Ok(Self {
@@ -130,6 +143,7 @@ impl Attention {
             heads: spec.heads,
             kv_heads: spec.kv_heads,
             scale: spec.scale,
+            window: spec.window,
         })
     }
 
@@ -238,10 +252,13 @@ impl Attention {
         )?;
         let values = Self::heads(values, 1, self.kv_heads, None)?;
         let (all_keys, all_values) = cache.update_and_fetch(&keys, &values)?;
-        let output = match kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale)? {
-            Some(output) => output,
-            None => kernels::attention(&queries, &all_keys, &all_values, self.scale)?,
-        };
+        let output =
+            match kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)? {
+                Some(output) => output,
+                None => {
+                    kernels::attention(&queries, &all_keys, &all_values, self.scale, self.window)?
+                }
+            };
         output
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[1, length, -1])
@@ -269,9 +286,14 @@ impl Attention {
         for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
             cache.update_and_fetch(keys, values)?;
         }
-        if let Some(output) =
-            kernels::attend_rows(&queries, caches, self.heads, self.kv_heads, self.scale)?
-        {
+        if let Some(output) = kernels::attend_rows(
+            &queries,
+            caches,
+            self.heads,
+            self.kv_heads,
+            self.scale,
+            self.window,
+        )? {
             return Ok(output);
         }
         let per_row = caches
@@ -281,7 +303,7 @@ impl Attention {
                 let (keys, values) = cache
                     .positions(0, cache.offset())
                     .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
-                kernels::attention(&queries, &keys, &values, self.scale)
+                kernels::attention(&queries, &keys, &values, self.scale, self.window)
             })
             .collect::<Result<Vec<_>, _>>()?;
         ops::concatenate(&per_row, 0)?

@@ -1,5 +1,5 @@
 //! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`, each block's
-//! output optionally scaled before its sum (Granite).
+//! output optionally normalized (Gemma) or scaled (Granite) before its sum.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -32,8 +32,11 @@ impl FeedForward {
 pub struct DecoderLayer {
     pub input_norm: Norm,
     pub attention: Attention,
+    /// Normalizes the attention's output before the residual sum.
+    pub post_attention_norm: Option<Norm>,
     pub pre_feed_forward_norm: Norm,
     pub feed_forward: FeedForward,
+    pub post_feed_forward_norm: Option<Norm>,
     /// Multiplies each block's output before the residual sum.
     pub residual_scale: Option<f32>,
 }
@@ -57,8 +60,10 @@ impl DecoderLayer {
         Ok(Self {
             input_norm: norm(weights, "input_layernorm")?,
             attention: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?,
+            post_attention_norm: None,
             pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
             feed_forward: feed_forward(weights, &prefix)?,
+            post_feed_forward_norm: None,
             residual_scale: None,
         })
     }
@@ -74,10 +79,12 @@ impl DecoderLayer {
         let attended = self
             .attention
             .forward(&self.input_norm.forward(x)?, lengths, caches)?;
+        let attended = normalized(attended, self.post_attention_norm.as_ref())?;
         let h = ops::add(x, &scaled(attended, self.residual_scale)?)?;
         let fed = self
             .feed_forward
             .forward(&self.pre_feed_forward_norm.forward(&h)?)?;
+        let fed = normalized(fed, self.post_feed_forward_norm.as_ref())?;
         ops::add(&h, &scaled(fed, self.residual_scale)?)
     }
 }
@@ -86,6 +93,13 @@ impl DecoderLayer {
 pub fn scaled(x: Array, factor: Option<f32>) -> Result<Array, Exception> {
     match factor {
         Some(factor) => ops::multiply(&x, &Array::from_f32(factor).as_dtype(x.dtype())?),
+        None => Ok(x),
+    }
+}
+
+fn normalized(x: Array, norm: Option<&Norm>) -> Result<Array, Exception> {
+    match norm {
+        Some(norm) => norm.forward(&x),
         None => Ok(x),
     }
 }

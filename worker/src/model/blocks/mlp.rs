@@ -14,12 +14,15 @@ use crate::model::weights::Weights;
 pub enum Activation {
     /// SwiGLU: `silu(gate) · up`.
     Silu,
+    /// GeGLU with the tanh approximation of GELU (Gemma).
+    GeluTanh,
 }
 
 impl Activation {
     pub fn gate(self, gate: &Array, up: &Array) -> Result<Array, Exception> {
         match self {
             Self::Silu => ops::multiply(&kernels::silu(gate)?, up),
+            Self::GeluTanh => ops::multiply(&gelu_tanh(gate)?, up),
         }
     }
 }
@@ -59,9 +62,25 @@ impl Mlp {
         })
     }
 
+    pub fn with_activation(self, activation: Activation) -> Self {
+        Self { activation, ..self }
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;
         self.down_proj.forward(&self.activation.gate(&gate, &up)?)
     }
+}
+
+/// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715·x³)))`, MLX's `gelu_approx`, in mlx-lm's op order.
+fn gelu_tanh(x: &Array) -> Result<Array, Exception> {
+    let constant = |value: f32| Array::from_f32(value).as_dtype(x.dtype());
+    let cubed = ops::multiply(&constant(0.044_715)?, &ops::power(x, &constant(3.0)?)?)?;
+    let inner = ops::multiply(
+        &constant((2.0 / std::f64::consts::PI).sqrt() as f32)?,
+        &ops::add(x, &cubed)?,
+    )?;
+    let half_x = ops::multiply(&constant(0.5)?, x)?;
+    ops::multiply(&half_x, &ops::add(&constant(1.0)?, &ops::tanh(&inner)?)?)
 }

@@ -1,13 +1,14 @@
 //! The normalizations architectures put around their blocks.
 
 use mlx_rs::error::Exception;
-use mlx_rs::{Array, fast};
+use mlx_rs::{Array, fast, ops};
 
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
 pub enum Norm {
-    /// `x / rms(x) · w`, as Llama's `RMSNorm`.
+    /// `x / rms(x) · w`, as Llama's `RMSNorm`. Gemma's `(1 + w)` scaling is folded into `weight`
+    /// at load, so both run the same kernel.
     Rms { weight: Array, eps: f32 },
 }
 
@@ -18,6 +19,21 @@ impl Norm {
             weight: weights.take_float(name, &[size])?,
             eps,
         })
+    }
+
+    /// Gemma's RMSNorm, which scales by `1 + w`: the checkpoint stores the offset from one.
+    pub fn rms_offset(
+        weights: &mut Weights,
+        name: &str,
+        size: i32,
+        eps: f32,
+    ) -> Result<Self, ModelError> {
+        let offset = weights.take_float(name, &[size])?;
+        let weight = Array::from_f32(1.0)
+            .as_dtype(offset.dtype())
+            .and_then(|one| ops::add(&offset, &one))
+            .map_err(|source| weights.mlx_error("adding one to a norm's weight", source))?;
+        Ok(Self::Rms { weight, eps })
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {

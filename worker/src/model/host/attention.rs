@@ -23,6 +23,7 @@ pub(crate) fn attend_rows(
     heads: usize,
     kv_heads: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Result<Option<Array>, Exception> {
     let Some(buffers) = caches
         .iter()
@@ -38,6 +39,7 @@ pub(crate) fn attend_rows(
         kv_heads,
         head_dim: queries.dim(-1) as usize,
         scale,
+        window,
     };
     let Some(cached) = caches
         .iter()
@@ -72,6 +74,7 @@ pub(crate) fn attend_chunk(
     cache: &KvCache,
     kv_heads: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Result<Option<Array>, Exception> {
     let Some((keys, values)) = cache.buffers() else {
         return Ok(None);
@@ -82,6 +85,7 @@ pub(crate) fn attend_chunk(
         kv_heads,
         head_dim: queries.dim(-1) as usize,
         scale,
+        window,
     };
     let Some(cached) = CachedHeads::read(keys, values, cache.offset(), shape) else {
         return Ok(None);
@@ -112,6 +116,8 @@ struct Heads {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub scale: f32,
+    /// A sliding window: each position sees only itself and the `window - 1` before it.
+    pub window: Option<usize>,
 }
 
 /// `queries` is `[rows, heads, head_dim]`, one new (rotated) position per row, whose keys and
@@ -129,7 +135,7 @@ fn attend_one_position(queries: &[f32], caches: &[CachedHeads<'_>], shape: Heads
                 .zip(queries.chunks_exact(shape.head_dim))
                 .enumerate()
             {
-                let (keys, values) = cache.filled(head, cache.length, shape);
+                let (keys, values) = cache.visible(head, cache.length, shape);
                 attend_head(output, query, keys, values, shape.scale, weights);
             }
         });
@@ -137,7 +143,8 @@ fn attend_one_position(queries: &[f32], caches: &[CachedHeads<'_>], shape: Heads
 }
 
 /// `queries` is `[heads, positions, head_dim]`, one sequence's new (rotated) positions, whose
-/// keys and values are already the last `positions` of `cache`; each sees the keys up to its own.
+/// keys and values are already the last `positions` of `cache`; each sees the keys up to its own
+/// (within the window, if any).
 /// Returns the same shape.
 fn attend_causal_chunk(queries: &[f32], cache: &CachedHeads<'_>, shape: Heads) -> Vec<f32> {
     let positions = queries.len() / (shape.heads * shape.head_dim);
@@ -149,7 +156,7 @@ fn attend_causal_chunk(queries: &[f32], cache: &CachedHeads<'_>, shape: Heads) -
         .enumerate()
         .for_each_init(Vec::new, |weights, (index, (output, query))| {
             let (head, position) = (index / positions, index % positions);
-            let (keys, values) = cache.filled(head, first + position + 1, shape);
+            let (keys, values) = cache.visible(head, first + position + 1, shape);
             attend_head(output, query, keys, values, shape.scale, weights);
         });
     output
@@ -174,11 +181,13 @@ impl<'a> CachedHeads<'a> {
         })
     }
 
-    /// The first `length` keys and values of the key head that query head `head` reads.
-    fn filled(&self, head: usize, length: usize, shape: Heads) -> (&[f32], &[f32]) {
+    /// The keys and values that position `end - 1` sees, of the key head that query head
+    /// `head` reads: all before it, or the window's.
+    fn visible(&self, head: usize, end: usize, shape: Heads) -> (&[f32], &[f32]) {
+        let first = shape.window.map_or(0, |window| end.saturating_sub(window));
         let start = head / (shape.heads / shape.kv_heads) * self.capacity * shape.head_dim;
-        let filled = start..start + length * shape.head_dim;
-        (&self.keys[filled.clone()], &self.values[filled])
+        let visible = start + first * shape.head_dim..start + end * shape.head_dim;
+        (&self.keys[visible.clone()], &self.values[visible])
     }
 }
 

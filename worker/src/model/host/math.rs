@@ -48,15 +48,16 @@ pub fn silu(x: &Array) -> Result<Array, Exception> {
 }
 
 /// Attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
-/// (`[1, kv_heads, cached, head_dim]`, the new positions last), causal when there are several
-/// new positions. The same as MLX's `scaled_dot_product_attention`, which on the CPU backend
-/// computes exactly these products and a scalar softmax.
-/// Through the polynomial `exp`.
+/// (`[1, kv_heads, cached, head_dim]`), each position seeing the keys `visible` marks
+/// (`[positions, cached]`, all when `None`). The same as MLX's `scaled_dot_product_attention`
+/// with that mask, which on the CPU backend computes exactly these products and a scalar
+/// softmax; here through the polynomial `exp`.
 pub fn attention(
     queries: &Array,
     keys: &Array,
     values: &Array,
     scale: f32,
+    visible: Option<&Array>,
 ) -> Result<Array, Exception> {
     let new_positions = queries.dim(2);
     let (heads, head_dim) = (queries.dim(1), queries.dim(3));
@@ -77,8 +78,8 @@ pub fn attention(
         new_positions,
         cached,
     ])?;
-    if new_positions > 1 {
-        scores = ops::add(&scores, &causal_mask(new_positions, cached)?)?;
+    if let Some(visible) = visible {
+        scores = ops::select(visible, &scores, Array::from_f32(f32::NEG_INFINITY))?;
     }
     let peak = scores.max_axis(-1, true)?;
     let weights = polynomial_exp(&ops::subtract(&scores, &peak)?)?;
@@ -151,19 +152,6 @@ fn polynomial_softmax(scores: &Array) -> Result<Array, Exception> {
     let peak = scores.max_axis(-1, true)?;
     let weights = polynomial_exp(&ops::subtract(scores, &peak)?)?;
     ops::multiply(&weights, &ops::reciprocal(&weights.sum_axis(-1, true)?)?)
-}
-
-/// `[new_positions, cached]`: 0 where the `i`-th new position (at `cached - new_positions + i`)
-/// may attend, -inf where a key lies in its future.
-fn causal_mask(new_positions: i32, cached: i32) -> Result<Array, Exception> {
-    let query_positions = ops::arange::<_, i32>(cached - new_positions, cached, None)?
-        .reshape(&[new_positions, 1])?;
-    let key_positions = ops::arange::<_, i32>(0, cached, None)?.reshape(&[1, cached])?;
-    ops::select(
-        &key_positions.le(&query_positions)?,
-        Array::from_f32(0.0),
-        Array::from_f32(f32::NEG_INFINITY),
-    )
 }
 
 #[cfg(test)]

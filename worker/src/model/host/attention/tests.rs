@@ -12,6 +12,7 @@ fn matches_mlx_attention_over_partly_filled_caches() {
         kv_heads: 2,
         head_dim: 12,
         scale: 12f32.powf(-0.5),
+        window: None,
     };
     let (capacity, lengths) = (40, [1usize, 17, 40]);
     let kv = shape.kv_heads * capacity * shape.head_dim;
@@ -71,11 +72,21 @@ fn matches_mlx_attention_over_partly_filled_caches() {
 
 #[test]
 fn a_chunk_matches_mlx_causal_attention_after_earlier_positions() {
+    chunk_matches_mlx(None);
+}
+
+#[test]
+fn a_chunk_in_a_sliding_window_matches_mlx_with_the_window_mask() {
+    chunk_matches_mlx(Some(4));
+}
+
+fn chunk_matches_mlx(window: Option<usize>) {
     let shape = Heads {
         heads: 6,
         kv_heads: 2,
         head_dim: 40,
         scale: 40f32.powf(-0.5),
+        window,
     };
     // Nine cached positions before a five-position chunk, in a buffer of 24.
     let (capacity, before, positions) = (24usize, 9usize, 5usize);
@@ -90,6 +101,7 @@ fn a_chunk_matches_mlx_causal_attention_after_earlier_positions() {
     };
     let host = attend_causal_chunk(&queries, &cache, shape);
 
+    let length = before + positions;
     let filled = |buffer: &Vec<f32>| {
         let dims = [
             1,
@@ -97,21 +109,30 @@ fn a_chunk_matches_mlx_causal_attention_after_earlier_positions() {
             capacity as i32,
             shape.head_dim as i32,
         ];
-        Array::from_slice(buffer, &dims).index((.., .., ..(before + positions) as i32, ..))
+        Array::from_slice(buffer, &dims).index((.., .., ..length as i32, ..))
     };
-    // MLX's causal mask aligns the queries with the last keys, as a chunk after a prefix is.
     let dims = [
         1,
         shape.heads as i32,
         positions as i32,
         shape.head_dim as i32,
     ];
+    // The chunk's position i is at before + i; it sees key j when j <= before + i and, with a
+    // window, j > before + i - window.
+    let visible: Vec<bool> = (0..positions)
+        .flat_map(|i| {
+            (0..length).map(move |j| {
+                j <= before + i && window.is_none_or(|window| j + window > before + i)
+            })
+        })
+        .collect();
+    let visible = Array::from_slice(&visible, &[positions as i32, length as i32]);
     let expected = fast::scaled_dot_product_attention(
         Array::from_slice(&queries, &dims),
         filled(&cached_keys),
         filled(&cached_values),
         shape.scale,
-        ScaledDotProductAttentionMask::Causal,
+        ScaledDotProductAttentionMask::Array(&visible),
         None,
     )
     .unwrap();

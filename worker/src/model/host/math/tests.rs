@@ -124,7 +124,12 @@ fn attention_matches_mlx_for_prefill_chunks_and_single_positions() {
         let mask = (new_positions > 1).then_some(ScaledDotProductAttentionMask::Causal);
         let expected =
             fast::scaled_dot_product_attention(&queries, &keys, &values, 0.25, mask, None).unwrap();
-        let got = attention(&queries, &keys, &values, 0.25).unwrap();
+        let causal: Vec<bool> = (0..new_positions)
+            .flat_map(|i| (0..cached).map(move |j| j <= cached - new_positions + i))
+            .collect();
+        let causal = Array::from_slice(&causal, &[new_positions, cached]);
+        let visible = (new_positions > 1).then_some(&causal);
+        let got = attention(&queries, &keys, &values, 0.25, visible).unwrap();
         assert_eq!(got.shape(), expected.shape());
         let difference = max_difference(&got, &expected);
         assert!(

@@ -1,0 +1,75 @@
+//! Gemma 3's text model (mlx-lm's `gemma3_text.py`). Every norm scales by `1 + w`, also the one
+//! over each query and key head; each block's output is normalized before its residual sum; the
+//! MLP is GeGLU; the embedding is scaled by sqrt(hidden) rounded to bfloat16; attention scales by
+//! `query_pre_attn_scalar^-0.5`. Of every `sliding_window_pattern` layers all but the last
+//! attend within `sliding_window` with the local RoPE base; the last attends globally with
+//! `rope_theta` and `rope_scaling`. The head is tied unless the checkpoint has `lm_head`.
+
+use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::mlp::{Activation, Mlp};
+use crate::model::blocks::norm::Norm;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let pattern: i32 = config.key_or("sliding_window_pattern", 6)?;
+    let window: i32 = config.key_or("sliding_window", 512)?;
+    let local_base: f32 = config.key_or("rope_local_base_freq", 10_000.0)?;
+    let scale = config.key_or("query_pre_attn_scalar", 256.0f32)?.powf(-0.5);
+    let local_rope = Rope::new(config.head_dim, local_base, false, None)
+        .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    let global_rope = Rope::for_config(config, weights)?;
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let prefix = format!("model.layers.{index}");
+            let sliding = pattern > 0 && (index + 1) % pattern != 0;
+            let attention = AttentionSpec {
+                head_norm: Some(HeadNorm::RmsOffset { eps }),
+                scale,
+                window: sliding.then_some(window),
+                ..AttentionSpec::new(
+                    config,
+                    if sliding { &local_rope } else { &global_rope }.clone(),
+                )
+            };
+            let mut norm = |name: &str| {
+                Norm::rms_offset(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
+            };
+            let input_norm = norm("input_layernorm")?;
+            let post_attention_norm = norm("post_attention_layernorm")?;
+            let pre_feed_forward_norm = norm("pre_feedforward_layernorm")?;
+            let post_feed_forward_norm = norm("post_feedforward_layernorm")?;
+            let attention =
+                Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
+            let mlp = format!("{prefix}.mlp");
+            let mlp = Mlp::load(weights, config, &mlp, config.intermediate_size, false)?
+                .with_activation(Activation::GeluTanh);
+            Ok(DecoderLayer {
+                input_norm,
+                attention,
+                post_attention_norm: Some(post_attention_norm),
+                pre_feed_forward_norm,
+                feed_forward: FeedForward::Dense(mlp),
+                post_feed_forward_norm: Some(post_feed_forward_norm),
+                residual_scale: None,
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let norm = Norm::rms_offset(weights, "model.norm.weight", hidden, eps)?;
+    let tied = !weights.contains("lm_head.weight");
+    let mut decoder = Decoder::load_around(weights, config, layers, norm, tied)?;
+    decoder.embedding_scale = Some(rounded_to_bfloat16((hidden as f32).sqrt()));
+    Ok(decoder)
+}
+
+/// `value` rounded to the nearest bfloat16 (ties to even), as mlx-lm builds the embedding scale.
+fn rounded_to_bfloat16(value: f32) -> f32 {
+    let bits = value.to_bits();
+    let rounding = 0x7fff + ((bits >> 16) & 1);
+    f32::from_bits(bits.wrapping_add(rounding) & 0xffff_0000)
+}
