@@ -11,7 +11,7 @@ use mlx_rs::io::GgufFile;
 use mlx_rs::{Array, Dtype};
 
 use super::header::{GgufError, GgufHeader};
-use crate::model::{Quantization, Weights};
+use crate::model::{QuantMode, Quantization, Weights};
 
 /// MLX's group size for every GGUF block type it keeps quantized.
 const GROUP_SIZE: i32 = 32;
@@ -52,6 +52,7 @@ pub fn load(header: &GgufHeader) -> Result<Weights, GgufError> {
                 Quantization {
                     group_size: GROUP_SIZE,
                     bits,
+                    mode: QuantMode::Affine,
                 },
             ))
         })

@@ -57,6 +57,28 @@ pub enum RopeScaling {
 pub struct Quantization {
     pub group_size: i32,
     pub bits: i32,
+    /// A per-layer entry without a mode is affine, whatever the model's mode, as in mlx-lm.
+    #[serde(default)]
+    pub mode: QuantMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantMode {
+    /// Integers with a float scale and bias per group.
+    #[default]
+    Affine,
+    /// OCP microscaling: 4-bit floats (e2m1) with a shared power-of-two scale (e8m0) per 32.
+    Mxfp4,
+}
+
+impl QuantMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Affine => "affine",
+            Self::Mxfp4 => "mxfp4",
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -174,13 +196,10 @@ impl ModelConfig {
             .transpose()
             .map_err(bad)?
             .flatten();
-        let quantization = raw
-            .quantization
-            .as_ref()
-            .map(parse_quantization)
-            .transpose()
-            .map_err(bad)?
-            .flatten();
+        let quantization = match raw.quantization.as_ref() {
+            Some(entry) => parse_quantization(entry).map_err(bad)?,
+            None => original_mxfp4(&value),
+        };
         let layer_quantization = raw
             .quantization
             .as_ref()
@@ -247,6 +266,17 @@ fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, 
     }
 }
 
+/// The quantization of an original checkpoint that ships MXFP4 tensors (openai's gpt-oss:
+/// `quantization_config.quant_method` is `mxfp4`), as mlx-lm's loader reads it.
+fn original_mxfp4(config: &serde_json::Value) -> Option<Quantization> {
+    let method = config.get("quantization_config")?.get("quant_method")?;
+    (method == "mxfp4").then_some(Quantization {
+        group_size: 32,
+        bits: 4,
+        mode: QuantMode::Mxfp4,
+    })
+}
+
 /// The entries of the `quantization` object that are themselves quantizations: one layer's.
 /// An entry `false` leaves its layer unquantized, which its weights (no scales) already say.
 fn parse_layer_quantization(
@@ -270,23 +300,20 @@ fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>,
     }
     let quantization: Quantization = serde_json::from_value(value.clone())
         .map_err(|error| format!("bad quantization {value}: {error}"))?;
-    if !SUPPORTED_BITS.contains(&quantization.bits) {
+    let supported = match quantization.mode {
+        QuantMode::Affine => {
+            SUPPORTED_BITS.contains(&quantization.bits)
+                && SUPPORTED_GROUP_SIZES.contains(&quantization.group_size)
+        }
+        QuantMode::Mxfp4 => quantization.bits == 4 && quantization.group_size == 32,
+    };
+    if !supported {
         return Err(format!(
-            "quantization bits {} is not one of {SUPPORTED_BITS:?}",
-            quantization.bits
-        ));
-    }
-    if !SUPPORTED_GROUP_SIZES.contains(&quantization.group_size) {
-        return Err(format!(
-            "quantization group_size {} is not one of {SUPPORTED_GROUP_SIZES:?}",
+            "quantization {} with {} bits in groups of {} is not supported (affine: bits \
+             {SUPPORTED_BITS:?}, groups {SUPPORTED_GROUP_SIZES:?}; mxfp4: 4 bits in groups of 32)",
+            quantization.mode.name(),
+            quantization.bits,
             quantization.group_size
-        ));
-    }
-    if let Some(mode) = value.get("mode").and_then(|mode| mode.as_str())
-        && mode != "affine"
-    {
-        return Err(format!(
-            "quantization mode {mode:?} is not supported (only affine)"
         ));
     }
     Ok(Some(quantization))
@@ -315,7 +342,8 @@ mod tests {
             parsed.quantization,
             Some(Quantization {
                 group_size: 64,
-                bits: 4
+                bits: 4,
+                mode: QuantMode::Affine,
             })
         );
         assert_eq!(
@@ -324,7 +352,8 @@ mod tests {
                 "model.embed_tokens".to_owned(),
                 Quantization {
                     group_size: 32,
-                    bits: 8
+                    bits: 8,
+                    mode: QuantMode::Affine,
                 }
             )])
         );

@@ -78,13 +78,15 @@ pub fn linear(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, 
 
 /// Causal attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
 /// (`[1, kv_heads, cached, head_dim]`, the new positions last); with a `window`, each position
-/// sees only itself and the `window - 1` positions before it.
+/// sees only itself and the `window - 1` positions before it. `sinks` (`[heads]`) add one logit
+/// per head to each softmax's denominator (gpt-oss); MLX computes those.
 pub fn attention(
     queries: &Array,
     keys: &Array,
     values: &Array,
     scale: f32,
     window: Option<i32>,
+    sinks: Option<&Array>,
 ) -> Result<Array, Exception> {
     let (new_positions, cached) = (queries.dim(2), keys.dim(2));
     // Keys before the first query's window are seen by no query.
@@ -98,10 +100,10 @@ pub fn attention(
         (keys.clone(), values.clone())
     };
     let scores = queries.dim(1) as usize * new_positions as usize * keys.dim(2) as usize;
-    let on_host = polynomial_pays(queries.dtype(), scores);
+    let on_host = sinks.is_none() && polynomial_pays(queries.dtype(), scores);
     if window.is_none() && !on_host {
         let mask = (new_positions > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        return fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None);
+        return fast::scaled_dot_product_attention(queries, keys, values, scale, mask, sinks);
     }
     let visible = if new_positions > 1 {
         Some(visible_keys(new_positions, first, cached, window)?)
@@ -112,7 +114,7 @@ pub fn attention(
         return host::attention(queries, &keys, &values, scale, visible.as_ref());
     }
     let mask = visible.as_ref().map(ScaledDotProductAttentionMask::Array);
-    fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None)
+    fast::scaled_dot_product_attention(queries, keys, values, scale, mask, sinks)
 }
 
 /// `[new_positions, cached - first]`: whether the `i`-th new position (at

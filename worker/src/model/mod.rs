@@ -12,6 +12,7 @@ mod error;
 mod host;
 pub(crate) mod kernels;
 mod kv_cache;
+mod quantized_ops;
 mod supported;
 mod weights;
 
@@ -20,7 +21,7 @@ use std::path::Path;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
-pub use config::{ModelConfig, Quantization};
+pub use config::{ModelConfig, QuantMode, Quantization};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.

@@ -3,6 +3,7 @@
 
 pub const SUPPORTED: &[&str] = &[
     "gemma3_text",
+    "gpt_oss",
     "granite",
     "llama",
     "mistral",

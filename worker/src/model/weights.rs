@@ -162,6 +162,77 @@ impl Weights {
         Ok(())
     }
 
+    /// Replaces the tensor `from`, if present, by `convert` of it under the name `to`.
+    pub fn convert(
+        &mut self,
+        from: &str,
+        to: &str,
+        action: &'static str,
+        convert: impl FnOnce(&Array) -> Result<Array, mlx_rs::error::Exception>,
+    ) -> Result<(), ModelError> {
+        let Some((array, file)) = self.tensors.remove(from) else {
+            return Ok(());
+        };
+        let converted = convert(&array)
+            .and_then(|converted| converted.eval().map(|()| converted))
+            .map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action,
+                source,
+            })?;
+        self.tensors.insert(to.to_owned(), (converted, file));
+        Ok(())
+    }
+
+    /// Renames a tensor, if present.
+    pub fn rename(&mut self, from: &str, to: &str) {
+        if let Some(entry) = self.tensors.remove(from) {
+            self.tensors.insert(to.to_owned(), entry);
+        }
+    }
+
+    /// Replaces `source`, whose axis `axis` interleaves two tensors row by row (even rows, odd
+    /// rows), by the two, named `targets`; absent `source` changes nothing.
+    pub fn deinterleave(
+        &mut self,
+        source: &str,
+        axis: usize,
+        targets: [&str; 2],
+    ) -> Result<(), ModelError> {
+        let Some((array, file)) = self.tensors.remove(source) else {
+            return Ok(());
+        };
+        let mut shape = array.shape().to_vec();
+        let rows = shape.get(axis).copied().unwrap_or(0);
+        if rows % 2 != 0 {
+            return Err(ModelError::Shape {
+                name: source.to_owned(),
+                path: file,
+                found: shape,
+                expected: vec![],
+            });
+        }
+        shape[axis] = rows / 2;
+        shape.insert(axis + 1, 2);
+        let split = |parity: i32| -> Result<Array, mlx_rs::error::Exception> {
+            let pairs = array.reshape(&shape)?;
+            let part = pairs
+                .take_axis(Array::from_int(parity), (axis + 1) as i32)?
+                .contiguous()?;
+            part.eval()?;
+            Ok(part)
+        };
+        for (parity, target) in targets.into_iter().enumerate() {
+            let part = split(parity as i32).map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action: "splitting interleaved expert tensors",
+                source,
+            })?;
+            self.tensors.insert(target.to_owned(), (part, file.clone()));
+        }
+        Ok(())
+    }
+
     /// An MLX failure while preparing this checkpoint's tensors.
     pub fn mlx_error(&self, action: &'static str, source: mlx_rs::error::Exception) -> ModelError {
         ModelError::Mlx {

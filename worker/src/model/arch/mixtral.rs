@@ -14,12 +14,12 @@ use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let rope = Rope::for_config(config, weights)?;
-    let moe = MoeSpec {
-        experts: config.key_or("num_local_experts", 8)?,
-        top_k: config.key_or("num_experts_per_tok", 2)?,
-        inner: config.intermediate_size,
-        routing: Routing::TopKSoftmax,
-    };
+    let moe = MoeSpec::new(
+        config.key_or("num_local_experts", 8)?,
+        config.key_or("num_experts_per_tok", 2)?,
+        config.intermediate_size,
+        Routing::TopKSoftmax,
+    );
     let layers = (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec::new(config, rope.clone());
@@ -30,9 +30,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                         let experts = format!("{block}.experts");
                         ExpertNames {
                             stacked: format!("{block}.switch_mlp.{name}"),
-                            per_expert: Box::new(move |expert| {
+                            per_expert: Some(Box::new(move |expert| {
                                 format!("{experts}.{expert}.{original}")
-                            }),
+                            })),
                         }
                     },
                 );

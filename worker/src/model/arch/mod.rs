@@ -3,6 +3,7 @@
 //! it here.
 
 mod gemma3_text;
+mod gpt_oss;
 mod granite;
 mod llama;
 mod mixtral;
@@ -20,6 +21,7 @@ type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
 const ARCHITECTURES: &[(&str, Build)] = &[
     ("gemma3_text", gemma3_text::build),
+    ("gpt_oss", gpt_oss::build),
     ("granite", granite::build),
     ("llama", llama::build),
     ("mistral", llama::build),

@@ -17,14 +17,14 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let experts: i32 = config.key_or("num_experts", 0)?;
     let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
     let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
-    let moe = MoeSpec {
+    let moe = MoeSpec::new(
         experts,
-        top_k: config.key_or("num_experts_per_tok", 1)?,
-        inner: config.key_or("moe_intermediate_size", config.intermediate_size)?,
-        routing: Routing::SoftmaxTopK {
+        config.key_or("num_experts_per_tok", 1)?,
+        config.key_or("moe_intermediate_size", config.intermediate_size)?,
+        Routing::SoftmaxTopK {
             normalize: config.key_or("norm_topk_prob", false)?,
         },
-    };
+    );
     let layers = (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec {
@@ -47,7 +47,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     let experts = format!("{mlp}.experts");
                     ExpertNames {
                         stacked: format!("{mlp}.switch_mlp.{name}"),
-                        per_expert: Box::new(move |expert| format!("{experts}.{expert}.{name}")),
+                        per_expert: Some(Box::new(move |expert| {
+                            format!("{experts}.{expert}.{name}")
+                        })),
                     }
                 });
                 Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())

@@ -33,6 +33,9 @@ pub struct AttentionSpec {
     pub rope: Option<Rope>,
     /// A sliding window: each position sees only itself and the `window - 1` before it.
     pub window: Option<i32>,
+    /// A learned logit per head, `{prefix}.sinks`, that joins every softmax's denominator
+    /// (gpt-oss).
+    pub sinks: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -61,6 +64,7 @@ impl AttentionSpec {
             scale: (config.head_dim as f32).powf(-0.5),
             rope: Some(rope),
             window: None,
+            sinks: false,
         }
     }
 }
@@ -77,6 +81,7 @@ pub struct Attention {
     kv_heads: i32,
     scale: f32,
     window: Option<i32>,
+    sinks: Option<Array>,
 }
 
 impl Attention {
@@ -120,6 +125,11 @@ impl Attention {
             )
         };
         let o_proj = linear(weights, "o_proj", spec.hidden, q_width, spec.o_bias)?;
+        let sinks = if spec.sinks {
+            Some(weights.take_float(&format!("{prefix}.sinks"), &[spec.heads])?)
+        } else {
+            None
+        };
         let head_norm = |weights: &mut Weights, name: &str| -> Result<Option<Norm>, ModelError> {
             let name = format!("{prefix}.{name}.weight");
             match spec.head_norm {
@@ -144,6 +154,7 @@ impl Attention {
             kv_heads: spec.kv_heads,
             scale: spec.scale,
             window: spec.window,
+            sinks,
         })
     }
 
@@ -252,13 +263,21 @@ impl Attention {
         )?;
         let values = Self::heads(values, 1, self.kv_heads, None)?;
         let (all_keys, all_values) = cache.update_and_fetch(&keys, &values)?;
-        let output =
-            match kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)? {
-                Some(output) => output,
-                None => {
-                    kernels::attention(&queries, &all_keys, &all_values, self.scale, self.window)?
-                }
-            };
+        let on_host = match &self.sinks {
+            None => kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)?,
+            Some(_) => None,
+        };
+        let output = match on_host {
+            Some(output) => output,
+            None => kernels::attention(
+                &queries,
+                &all_keys,
+                &all_values,
+                self.scale,
+                self.window,
+                self.sinks.as_ref(),
+            )?,
+        };
         output
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[1, length, -1])
@@ -286,14 +305,16 @@ impl Attention {
         for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
             cache.update_and_fetch(keys, values)?;
         }
-        if let Some(output) = kernels::attend_rows(
-            &queries,
-            caches,
-            self.heads,
-            self.kv_heads,
-            self.scale,
-            self.window,
-        )? {
+        if self.sinks.is_none()
+            && let Some(output) = kernels::attend_rows(
+                &queries,
+                caches,
+                self.heads,
+                self.kv_heads,
+                self.scale,
+                self.window,
+            )?
+        {
             return Ok(output);
         }
         let per_row = caches
@@ -303,7 +324,8 @@ impl Attention {
                 let (keys, values) = cache
                     .positions(0, cache.offset())
                     .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
-                kernels::attention(&queries, &keys, &values, self.scale, self.window)
+                let sinks = self.sinks.as_ref();
+                kernels::attention(&queries, &keys, &values, self.scale, self.window, sinks)
             })
             .collect::<Result<Vec<_>, _>>()?;
         ops::concatenate(&per_row, 0)?

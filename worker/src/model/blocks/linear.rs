@@ -1,24 +1,25 @@
-//! Linear and embedding layers, dense or MLX affine-quantized.
+//! Linear and embedding layers, dense or MLX-quantized (affine; mxfp4 for linear layers).
 //!
 //! Each layer computes exactly what mlx-lm's `nn.Linear`, `nn.QuantizedLinear`, `nn.Embedding` and
 //! `nn.QuantizedEmbedding` compute, op for op, so the logits agree with the reference.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{self, dequantize, quantized_matmul};
+use mlx_rs::ops::{self, dequantize};
 use mlx_rs::{Array, Dtype};
 
-use crate::model::config::Quantization;
+use crate::model::config::{QuantMode, Quantization};
 use crate::model::error::ModelError;
 use crate::model::kernels;
+use crate::model::quantized_ops::{self, Format};
 use crate::model::weights::Weights;
 
 pub struct QuantizedWeight {
     pub(super) weight: Array,
     pub(super) scales: Array,
-    pub(super) biases: Array,
-    pub(super) group_size: i32,
-    pub(super) bits: i32,
+    /// Affine mode's per-group offsets; the float modes have none.
+    pub(super) biases: Option<Array>,
+    pub(super) format: Format,
 }
 
 pub enum Linear {
@@ -84,9 +85,11 @@ impl Linear {
                     weight: QuantizedWeight {
                         weight: rows(&weight.weight, start, width),
                         scales: rows(&weight.scales, start, width),
-                        biases: rows(&weight.biases, start, width),
-                        group_size: weight.group_size,
-                        bits: weight.bits,
+                        biases: weight
+                            .biases
+                            .as_ref()
+                            .map(|biases| rows(biases, start, width)),
+                        format: weight.format,
                     },
                     bias: bias_rows(bias, start, width),
                 },
@@ -102,8 +105,9 @@ impl Linear {
     fn arrays(&self) -> Vec<&Array> {
         match self {
             Self::Dense { weight, bias } => std::iter::once(weight).chain(bias).collect(),
-            Self::Quantized { weight, bias } => [&weight.weight, &weight.scales, &weight.biases]
+            Self::Quantized { weight, bias } => [&weight.weight, &weight.scales]
                 .into_iter()
+                .chain(&weight.biases)
                 .chain(bias)
                 .collect(),
         }
@@ -134,6 +138,15 @@ impl Embedding {
         if weights.contains(&format!("{prefix}.scales")) {
             let shape = [vocab_size, hidden_size];
             let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
+            if weight.format.mode != QuantMode::Affine {
+                return Err(ModelError::Quantization {
+                    path: weights.file_of(prefix).unwrap_or_default(),
+                    message: format!(
+                        "{prefix}: an embedding quantized as {} is not supported (only affine)",
+                        weight.format.mode.name()
+                    ),
+                });
+            }
             return Ok(Self::Quantized(weight));
         }
         let weight = weights.take_float(&format!("{prefix}.weight"), &[vocab_size, hidden_size])?;
@@ -147,14 +160,13 @@ impl Embedding {
             Self::Quantized(quantized) => {
                 let weight = quantized.weight.take_axis(ids, 0)?;
                 let scales = quantized.scales.take_axis(ids, 0)?;
-                let biases = quantized.biases.take_axis(ids, 0)?;
-                dequantize(
-                    &weight,
-                    &scales,
-                    &biases,
-                    quantized.group_size,
-                    quantized.bits,
-                )
+                let biases = quantized
+                    .biases
+                    .as_ref()
+                    .ok_or_else(|| Exception::custom("an affine embedding has biases"))?
+                    .take_axis(ids, 0)?;
+                let format = quantized.format;
+                dequantize(&weight, &scales, &biases, format.group_size, format.bits)
             }
         }
     }
@@ -190,8 +202,11 @@ impl QuantizedWeight {
         };
         let weight_name = format!("{prefix}.weight");
         let file = weights.file_of(&weight_name).unwrap_or_default();
-        let Some(Quantization { group_size, bits }) =
-            weights.quantization_of(prefix).or(quantization)
+        let Some(Quantization {
+            group_size,
+            bits,
+            mode,
+        }) = weights.quantization_of(prefix).or(quantization)
         else {
             return Err(ModelError::Quantization {
                 path: file,
@@ -221,26 +236,45 @@ impl QuantizedWeight {
             });
         }
         let groups = [leading, &[columns / group_size]].concat();
-        let scales = weights.take_float(&format!("{prefix}.scales"), &groups)?;
-        let biases = weights.take_float(&format!("{prefix}.biases"), &groups)?;
+        let scales_name = format!("{prefix}.scales");
+        let (scales, biases) = match mode {
+            QuantMode::Affine => (
+                weights.take_float(&scales_name, &groups)?,
+                Some(weights.take_float(&format!("{prefix}.biases"), &groups)?),
+            ),
+            QuantMode::Mxfp4 => {
+                let scales = weights.take(&scales_name, &groups)?;
+                if scales.dtype() != Dtype::Uint8 {
+                    return Err(ModelError::Quantization {
+                        path: file,
+                        message: format!(
+                            "{scales_name} is {:?}, expected uint8 exponents for mxfp4",
+                            scales.dtype()
+                        ),
+                    });
+                }
+                (scales, None)
+            }
+        };
         Ok(Self {
             weight,
             scales,
             biases,
-            group_size,
-            bits,
+            format: Format {
+                mode,
+                group_size,
+                bits,
+            },
         })
     }
 
     fn matmul_transposed(&self, x: &Array) -> Result<Array, Exception> {
-        quantized_matmul(
+        quantized_ops::matmul_transposed(
             x,
             &self.weight,
             &self.scales,
-            &self.biases,
-            true,
-            self.group_size,
-            self.bits,
+            self.biases.as_ref(),
+            self.format,
         )
     }
 }

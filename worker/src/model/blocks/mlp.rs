@@ -16,6 +16,9 @@ pub enum Activation {
     Silu,
     /// GeGLU with the tanh approximation of GELU (Gemma).
     GeluTanh,
+    /// gpt-oss's SwiGLU: the gate clipped from above at `limit`, the linear part clipped to
+    /// `±limit` and shifted by one: `(up + 1) · gate · sigmoid(alpha · gate)`.
+    ClampedSwiglu { limit: f32, alpha: f32 },
 }
 
 impl Activation {
@@ -23,6 +26,16 @@ impl Activation {
         match self {
             Self::Silu => ops::multiply(&kernels::silu(gate)?, up),
             Self::GeluTanh => ops::multiply(&gelu_tanh(gate)?, up),
+            Self::ClampedSwiglu { limit, alpha } => {
+                let constant = |value: f32| Array::from_f32(value).as_dtype(gate.dtype());
+                let gate = ops::minimum(gate, &constant(limit)?)?;
+                let up = ops::clip(up, (&constant(-limit)?, &constant(limit)?))?;
+                let gated = ops::multiply(
+                    &gate,
+                    &ops::sigmoid(&ops::multiply(&constant(alpha)?, &gate)?)?,
+                )?;
+                ops::multiply(&ops::add(&up, &constant(1.0)?)?, &gated)
+            }
         }
     }
 }

@@ -5,12 +5,13 @@
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::{IndexOp, take_along_axis};
-use mlx_rs::ops::{self, argpartition_axis, gather_mm, gather_qmm};
+use mlx_rs::ops::{self, argpartition_axis, gather_mm};
 
 use super::linear::{Linear, QuantizedWeight};
 use super::mlp::Activation;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
+use crate::model::quantized_ops;
 use crate::model::weights::Weights;
 
 /// How the router's logits become the chosen experts and their weights.
@@ -28,9 +29,9 @@ pub struct ExpertNames {
     /// The stacked `[experts, out, in]` tensor's prefix, as mlx-community writes it
     /// (`model.layers.0.mlp.switch_mlp.gate_proj`).
     pub stacked: String,
-    /// Expert `e`'s own tensor's prefix, as the original checkpoint has it
+    /// Expert `e`'s own tensor's prefix, where the original checkpoint has one per expert
     /// (`model.layers.0.mlp.experts.{e}.gate_proj`).
-    pub per_expert: Box<dyn Fn(i32) -> String>,
+    pub per_expert: Option<Box<dyn Fn(i32) -> String>>,
 }
 
 pub struct Moe {
@@ -50,6 +51,23 @@ pub struct MoeSpec {
     /// Width of each expert's MLP.
     pub inner: i32,
     pub routing: Routing,
+    pub activation: Activation,
+    /// Biases on the router and on every expert projection (gpt-oss).
+    pub biases: bool,
+}
+
+impl MoeSpec {
+    /// SwiGLU experts without biases, as most architectures have them.
+    pub fn new(experts: i32, top_k: i32, inner: i32, routing: Routing) -> Self {
+        Self {
+            experts,
+            top_k,
+            inner,
+            routing,
+            activation: Activation::Silu,
+            biases: false,
+        }
+    }
 }
 
 impl Moe {
@@ -64,19 +82,25 @@ impl Moe {
         let hidden = config.hidden_size;
         let quant = config.quantization;
         let mut switch = |names: ExpertNames, out: i32, input: i32| {
-            SwitchLinear::load(weights, config, names, [spec.experts, out, input])
+            SwitchLinear::load(
+                weights,
+                config,
+                names,
+                [spec.experts, out, input],
+                spec.biases,
+            )
         };
         let gate_proj = switch(gate, spec.inner, hidden)?;
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
         Ok(Self {
-            router: Linear::load(weights, router, spec.experts, hidden, false, quant)?,
+            router: Linear::load(weights, router, spec.experts, hidden, spec.biases, quant)?,
             routing: spec.routing,
             top_k: spec.top_k,
             gate_proj,
             up_proj,
             down_proj,
-            activation: Activation::Silu,
+            activation: spec.activation,
         })
     }
 
@@ -156,8 +180,13 @@ fn top_k(values: &Array, k: i32) -> Result<Array, Exception> {
 }
 
 /// One projection of every expert, `[experts, out, in]`, applied to each row with the expert
-/// its index names.
-enum SwitchLinear {
+/// its index names, plus that expert's bias if the projections have them.
+struct SwitchLinear {
+    weight: SwitchWeight,
+    bias: Option<Array>,
+}
+
+enum SwitchWeight {
     Dense(Array),
     Quantized(QuantizedWeight),
 }
@@ -168,42 +197,58 @@ impl SwitchLinear {
         config: &ModelConfig,
         names: ExpertNames,
         shape: [i32; 3],
+        has_bias: bool,
     ) -> Result<Self, ModelError> {
         let prefix = names.stacked;
-        for part in ["weight", "scales", "biases"] {
+        for part in ["weight", "scales", "biases", "bias"] {
             let stacked = format!("{prefix}.{part}");
+            let Some(expert_prefix) = &names.per_expert else {
+                break;
+            };
             let per_expert: Vec<String> = (0..shape[0])
-                .map(|expert| format!("{}.{part}", (names.per_expert)(expert)))
+                .map(|expert| format!("{}.{part}", expert_prefix(expert)))
                 .collect();
             if !weights.contains(&stacked) && weights.contains(&per_expert[0]) {
                 weights.stack(&per_expert, &stacked)?;
             }
         }
-        if weights.contains(&format!("{prefix}.scales")) {
-            let weight = QuantizedWeight::load(weights, &prefix, &shape, config.quantization)?;
-            return Ok(Self::Quantized(weight));
-        }
-        Ok(Self::Dense(
-            weights.take_float(&format!("{prefix}.weight"), &shape)?,
-        ))
+        let bias = if has_bias {
+            Some(weights.take_float(&format!("{prefix}.bias"), &shape[..2])?)
+        } else {
+            None
+        };
+        let weight = if weights.contains(&format!("{prefix}.scales")) {
+            SwitchWeight::Quantized(QuantizedWeight::load(
+                weights,
+                &prefix,
+                &shape,
+                config.quantization,
+            )?)
+        } else {
+            SwitchWeight::Dense(weights.take_float(&format!("{prefix}.weight"), &shape)?)
+        };
+        Ok(Self { weight, bias })
     }
 
     /// `x` is `[.., 1, in]` and `indices` names each row's expert; returns `[.., 1, out]`.
     fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array, Exception> {
-        match self {
-            Self::Dense(weight) => gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted),
-            Self::Quantized(quantized) => gather_qmm(
+        let out = match &self.weight {
+            SwitchWeight::Dense(weight) => {
+                gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted)?
+            }
+            SwitchWeight::Quantized(quantized) => quantized_ops::gather_matmul_transposed(
                 x,
                 &quantized.weight,
                 &quantized.scales,
-                &quantized.biases,
-                None,
+                quantized.biases.as_ref(),
                 indices,
-                true,
-                quantized.group_size,
-                quantized.bits,
                 sorted,
-            ),
+                quantized.format,
+            )?,
+        };
+        match &self.bias {
+            Some(bias) => ops::add(&out, &bias.take_axis(indices, 0)?.expand_dims(-2)?),
+            None => Ok(out),
         }
     }
 }

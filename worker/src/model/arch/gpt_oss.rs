@@ -1,0 +1,137 @@
+//! gpt-oss 20b and 120b (mlx-lm's `gpt_oss.py`). Attention with biases everywhere and a learned
+//! sink logit per head, alternating sliding-window and full layers (`layer_types`), YaRN; every
+//! layer a mixture of experts with a biased router (top k, then softmax) and biased experts whose
+//! SwiGLU is clamped. The head is never tied.
+//!
+//! openai's checkpoint fuses each expert's gate and up projections into `gate_up_proj` with
+//! their rows interleaved, and ships the experts as MXFP4 blocks (`_blocks`, `_scales`); both are
+//! split and renamed here as mlx-lm's `sanitize` does.
+
+use mlx_rs::Dtype;
+
+use crate::model::blocks::attention::{Attention, AttentionSpec};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::mlp::Activation;
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::norm::Norm;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let window: i32 = config.key_or("sliding_window", 128)?;
+    let layer_types: Vec<String> = config.key_or(
+        "layer_types",
+        (0..config.num_layers)
+            .map(|index| ["sliding_attention", "full_attention"][index as usize % 2].to_owned())
+            .collect(),
+    )?;
+    let rope = Rope::for_config(config, weights)?;
+    let moe = MoeSpec {
+        activation: Activation::ClampedSwiglu {
+            limit: 7.0,
+            alpha: 1.702,
+        },
+        biases: true,
+        ..MoeSpec::new(
+            config.key_or("num_local_experts", 128)?,
+            config.key_or("num_experts_per_tok", 4)?,
+            config.intermediate_size,
+            Routing::TopKSoftmax,
+        )
+    };
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let prefix = format!("model.layers.{index}");
+            let sliding = layer_types
+                .get(index as usize)
+                .is_some_and(|kind| kind == "sliding_attention");
+            let attention = AttentionSpec {
+                qkv_bias: true,
+                o_bias: true,
+                sinks: true,
+                window: sliding.then_some(window),
+                ..AttentionSpec::new(config, rope.clone())
+            };
+            let mlp = format!("{prefix}.mlp");
+            split_original_experts(weights, &format!("{mlp}.experts"))?;
+            let names = ["gate_proj", "up_proj", "down_proj"].map(|name| ExpertNames {
+                stacked: format!("{mlp}.experts.{name}"),
+                per_expert: None,
+            });
+            let norm = |weights: &mut Weights, name: &str| {
+                Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
+            };
+            Ok(DecoderLayer {
+                input_norm: norm(weights, "input_layernorm")?,
+                attention: Attention::load(
+                    weights,
+                    config,
+                    &format!("{prefix}.self_attn"),
+                    attention,
+                )?,
+                post_attention_norm: None,
+                pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
+                feed_forward: FeedForward::Experts(Moe::load(
+                    weights,
+                    config,
+                    &format!("{mlp}.router"),
+                    names,
+                    moe.clone(),
+                )?),
+                post_feed_forward_norm: None,
+                residual_scale: None,
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let norm = Norm::rms(weights, "model.norm.weight", hidden, eps)?;
+    Decoder::load_around(weights, config, layers, norm, false)
+}
+
+/// openai's expert tensors under `experts` as mlx-community names them: `gate_up_proj` (rows
+/// interleaved gate, up, gate, ...) split into `gate_proj` and `up_proj`, MXFP4 `_blocks` (bytes
+/// of `[.., groups, 16]`) as packed `.weight` words, `_scales` as `.scales`, `_bias` as `.bias`.
+fn split_original_experts(weights: &mut Weights, experts: &str) -> Result<(), ModelError> {
+    for projection in ["gate_up_proj", "down_proj"] {
+        let blocks = format!("{experts}.{projection}_blocks");
+        let packed = format!("{experts}.{projection}.weight");
+        weights.convert(&blocks, &packed, "packing MXFP4 blocks", |blocks| {
+            let words = blocks.view_dtype(Dtype::Uint32)?;
+            let mut shape = words.shape().to_vec();
+            let last = shape.pop().unwrap_or(1);
+            if let Some(groups) = shape.last_mut() {
+                *groups *= last;
+            }
+            words.reshape(&shape)
+        })?;
+        weights.rename(
+            &format!("{experts}.{projection}_scales"),
+            &format!("{experts}.{projection}.scales"),
+        );
+        weights.rename(
+            &format!("{experts}.{projection}_bias"),
+            &format!("{experts}.{projection}.bias"),
+        );
+    }
+    for part in ["weight", "scales"] {
+        weights.deinterleave(
+            &format!("{experts}.gate_up_proj.{part}"),
+            1,
+            [
+                &format!("{experts}.gate_proj.{part}"),
+                &format!("{experts}.up_proj.{part}"),
+            ],
+        )?;
+    }
+    weights.deinterleave(
+        &format!("{experts}.gate_up_proj.bias"),
+        1,
+        [
+            &format!("{experts}.gate_proj.bias"),
+            &format!("{experts}.up_proj.bias"),
+        ],
+    )
+}
