@@ -6,6 +6,7 @@ pub const SUPPORTED: &[&str] = &[
     "llama",
     "mistral",
     "mixtral",
+    "phi3",
     "qwen2",
     "qwen3",
     "qwen3_moe",

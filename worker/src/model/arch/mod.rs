@@ -5,6 +5,7 @@
 mod granite;
 mod llama;
 mod mixtral;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3_moe;
@@ -22,6 +23,7 @@ const ARCHITECTURES: &[(&str, Build)] = &[
     ("llama", llama::build),
     ("mistral", llama::build),
     ("mixtral", mixtral::build),
+    ("phi3", phi3::build),
     ("qwen2", qwen2::build),
     ("qwen3", qwen3::build),
     ("qwen3_moe", qwen3_moe::build),
