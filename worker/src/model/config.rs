@@ -118,6 +118,14 @@ impl ModelConfig {
         }
     }
 
+    /// An architecture's own key that mlx-lm requires: an error naming it when absent.
+    pub fn required<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T, ModelError> {
+        self.key(name)?.ok_or_else(|| ModelError::Config {
+            path: self.path.clone(),
+            message: format!("{} needs {name}", self.model_type),
+        })
+    }
+
     /// An architecture's own key, `default` when absent.
     pub fn key_or<T: serde::de::DeserializeOwned>(
         &self,

@@ -2,6 +2,7 @@
 //! builder for each.
 
 pub const SUPPORTED: &[&str] = &[
+    "glm4_moe",
     "granite",
     "llama",
     "mistral",

@@ -2,6 +2,7 @@
 //! file for the same `model_type` does. An architecture is added by writing its file and naming
 //! it here.
 
+mod glm4_moe;
 mod granite;
 mod llama;
 mod mixtral;
@@ -19,6 +20,7 @@ use super::weights::Weights;
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
 const ARCHITECTURES: &[(&str, Build)] = &[
+    ("glm4_moe", glm4_moe::build),
     ("granite", granite::build),
     ("llama", llama::build),
     ("mistral", llama::build),
