@@ -40,7 +40,7 @@ pub struct ModelConfig {
     pub path: std::path::PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
     Linear {
         factor: f32,
@@ -50,6 +50,24 @@ pub enum RopeScaling {
         low_freq_factor: f32,
         high_freq_factor: f32,
         original_max_position_embeddings: f32,
+    },
+    /// YaRN: frequencies between `beta_slow` and `beta_fast` rotations over the original context
+    /// blend from scaled to unscaled, and queries and keys are scaled by the mscale ratio.
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        mscale: f64,
+        mscale_all_dim: f64,
+    },
+    /// Phi-3's longrope (`su`): the long factors at every length (mlx-lm never uses the short
+    /// ones), and queries and keys scaled by the context's growth. The lengths are where the
+    /// checkpoint states them; an architecture fills in its defaults.
+    LongRope {
+        long_factor: Vec<f32>,
+        original_max_position_embeddings: Option<f64>,
+        max_position_embeddings: Option<f64>,
     },
 }
 
@@ -122,6 +140,14 @@ impl ModelConfig {
         }
     }
 
+    /// An architecture's own key that mlx-lm requires: an error naming it when absent.
+    pub fn required<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T, ModelError> {
+        self.key(name)?.ok_or_else(|| ModelError::Config {
+            path: self.path.clone(),
+            message: format!("{} needs {name}", self.model_type),
+        })
+    }
+
     /// An architecture's own key, `default` when absent.
     pub fn key_or<T: serde::de::DeserializeOwned>(
         &self,
@@ -192,7 +218,7 @@ impl ModelConfig {
         let rope_scaling = raw
             .rope_scaling
             .as_ref()
-            .map(parse_rope_scaling)
+            .map(|scaling| parse_rope_scaling(scaling, &value))
             .transpose()
             .map_err(bad)?
             .flatten();
@@ -230,8 +256,12 @@ impl ModelConfig {
     }
 }
 
-/// `rope_scaling` of a config.json, as mlx-lm's `initialize_rope` reads it.
-fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, String> {
+/// `rope_scaling` of a config.json, as mlx-lm's `initialize_rope` reads it; `config` is the
+/// whole config.json, where Phi-3 keeps the context lengths longrope needs.
+pub fn parse_rope_scaling(
+    value: &serde_json::Value,
+    config: &serde_json::Value,
+) -> Result<Option<RopeScaling>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -240,28 +270,59 @@ fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, 
         .or_else(|| value.get("rope_type"))
         .and_then(|kind| kind.as_str())
         .unwrap_or("default");
-    let number = |key: &str, default: Option<f32>| -> Result<f32, String> {
+    let number = |key: &str, default: Option<f64>| -> Result<f64, String> {
         match value.get(key).and_then(serde_json::Value::as_f64) {
-            Some(number) => Ok(number as f32),
+            Some(number) => Ok(number),
             None => default.ok_or_else(|| format!("rope_scaling of type {kind} needs {key}")),
         }
     };
     match kind {
         "default" => Ok(None),
         "linear" => Ok(Some(RopeScaling::Linear {
-            factor: number("factor", None)?,
+            factor: number("factor", None)? as f32,
         })),
         "llama3" => Ok(Some(RopeScaling::Llama3 {
-            factor: number("factor", None)?,
-            low_freq_factor: number("low_freq_factor", Some(1.0))?,
-            high_freq_factor: number("high_freq_factor", Some(4.0))?,
+            factor: number("factor", None)? as f32,
+            low_freq_factor: number("low_freq_factor", Some(1.0))? as f32,
+            high_freq_factor: number("high_freq_factor", Some(4.0))? as f32,
             original_max_position_embeddings: number(
                 "original_max_position_embeddings",
                 Some(8192.0),
-            )?,
+            )? as f32,
         })),
+        // mlx-lm computes these in Python floats, hence f64.
+        "yarn" | "deepseek_yarn" => Ok(Some(RopeScaling::Yarn {
+            factor: number("factor", None)?,
+            original_max_position_embeddings: number(
+                "original_max_position_embeddings",
+                Some(4096.0),
+            )?,
+            beta_fast: number("beta_fast", Some(32.0))?,
+            beta_slow: number("beta_slow", Some(1.0))?,
+            mscale: number("mscale", Some(1.0))?,
+            mscale_all_dim: number("mscale_all_dim", Some(0.0))?,
+        })),
+        "longrope" | "su" => {
+            let long_factor = value
+                .get("long_factor")
+                .and_then(|factors| serde_json::from_value(factors.clone()).ok())
+                .ok_or_else(|| format!("rope_scaling of type {kind} needs long_factor, a list"))?;
+            let length = |key: &str| {
+                value
+                    .get(key)
+                    .or_else(|| config.get(key))
+                    .and_then(serde_json::Value::as_f64)
+            };
+            Ok(Some(RopeScaling::LongRope {
+                long_factor,
+                original_max_position_embeddings: length("original_max_position_embeddings"),
+                max_position_embeddings: config
+                    .get("max_position_embeddings")
+                    .and_then(serde_json::Value::as_f64),
+            }))
+        }
         other => Err(format!(
-            "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
+            "unsupported rope_scaling type {other:?} (supported: default, linear, llama3, yarn, longrope)"
         )),
     }
 }

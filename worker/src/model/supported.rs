@@ -3,11 +3,13 @@
 
 pub const SUPPORTED: &[&str] = &[
     "gemma3_text",
+    "glm4_moe",
     "gpt_oss",
     "granite",
     "llama",
     "mistral",
     "mixtral",
+    "phi3",
     "qwen2",
     "qwen3",
     "qwen3_moe",

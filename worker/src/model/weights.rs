@@ -130,6 +130,12 @@ impl Weights {
         self.tensors.remove(name);
     }
 
+    /// Drops every tensor whose name starts with `prefix` (a part of the checkpoint the model
+    /// does not run, such as a multi-token-prediction layer).
+    pub fn discard_under(&mut self, prefix: &str) {
+        self.tensors.retain(|name, _| !name.starts_with(prefix));
+    }
+
     pub fn file_of(&self, name: &str) -> Option<PathBuf> {
         self.tensors.get(name).map(|(_, file)| file.clone())
     }

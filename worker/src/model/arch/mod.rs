@@ -3,10 +3,12 @@
 //! it here.
 
 mod gemma3_text;
+mod glm4_moe;
 mod gpt_oss;
 mod granite;
 mod llama;
 mod mixtral;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3_moe;
@@ -21,11 +23,13 @@ type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
 const ARCHITECTURES: &[(&str, Build)] = &[
     ("gemma3_text", gemma3_text::build),
+    ("glm4_moe", glm4_moe::build),
     ("gpt_oss", gpt_oss::build),
     ("granite", granite::build),
     ("llama", llama::build),
     ("mistral", llama::build),
     ("mixtral", mixtral::build),
+    ("phi3", phi3::build),
     ("qwen2", qwen2::build),
     ("qwen3", qwen3::build),
     ("qwen3_moe", qwen3_moe::build),

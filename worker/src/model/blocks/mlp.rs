@@ -79,6 +79,42 @@ impl Mlp {
         Self { activation, ..self }
     }
 
+    /// A fused `{prefix}.gate_up_proj` (gate rows first, Phi-3) as separate projections, and
+    /// `{prefix}.down_proj`.
+    pub fn load_fused(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        inner: i32,
+    ) -> Result<Self, ModelError> {
+        let (hidden, quant) = (config.hidden_size, config.quantization);
+        let fused = Linear::load(
+            weights,
+            &format!("{prefix}.gate_up_proj"),
+            2 * inner,
+            hidden,
+            false,
+            quant,
+        )?;
+        let [gate_proj, up_proj] = fused
+            .split_rows([inner, inner])
+            .map_err(|source| weights.mlx_error("splitting gate_up_proj", source))?;
+        let down_proj = Linear::load(
+            weights,
+            &format!("{prefix}.down_proj"),
+            hidden,
+            inner,
+            false,
+            quant,
+        )?;
+        Ok(Self {
+            gate_proj,
+            up_proj,
+            down_proj,
+            activation: Activation::Silu,
+        })
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;

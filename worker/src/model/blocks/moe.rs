@@ -1,14 +1,15 @@
 //! Mixture of experts: a router picks `top_k` experts per position and only those are computed,
 //! through MLX's `gather_mm` / `gather_qmm` over the experts' stacked weights (mlx-lm's
-//! `SwitchGLU`), so a step costs the chosen experts whatever their number.
+//! `SwitchGLU`), so a step costs the chosen experts whatever their number. Some architectures
+//! add shared experts, an MLP every position goes through beside the routed ones.
 
-use mlx_rs::Array;
 use mlx_rs::error::Exception;
-use mlx_rs::ops::indexing::{IndexOp, take_along_axis};
+use mlx_rs::ops::indexing::{IndexOp, take_along_axis, topk_axis};
 use mlx_rs::ops::{self, argpartition_axis, gather_mm};
+use mlx_rs::{Array, Dtype};
 
 use super::linear::{Linear, QuantizedWeight};
-use super::mlp::Activation;
+use super::mlp::{Activation, Mlp};
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::quantized_ops;
@@ -22,6 +23,17 @@ pub enum Routing {
     SoftmaxTopK { normalize: bool },
     /// The top k logits, then a softmax over those (Mixtral).
     TopKSoftmax,
+    /// Sigmoid scores (GLM-4.5's `noaux_tc`): experts are chosen by score plus the router's
+    /// `e_score_correction_bias`, only among the `top_groups` of `groups` equal groups whose two
+    /// best biased scores sum highest (the other groups' biased scores set to 0, as mlx-lm does,
+    /// not to −inf); each chosen expert weighs its unbiased score, the k renormalized to sum to
+    /// one when `normalize`, all times `scaling`.
+    GroupedSigmoid {
+        groups: i32,
+        top_groups: i32,
+        normalize: bool,
+        scaling: f32,
+    },
 }
 
 /// Tensor names of one expert projection, in both layouts users have.
@@ -37,6 +49,9 @@ pub struct ExpertNames {
 pub struct Moe {
     router: Linear,
     routing: Routing,
+    /// Added to the scores to choose experts, not to weigh them ([`Routing::GroupedSigmoid`]).
+    score_bias: Option<Array>,
+    shared_experts: Option<Mlp>,
     top_k: i32,
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
@@ -71,7 +86,8 @@ impl MoeSpec {
 }
 
 impl Moe {
-    /// The router `{router}` and the gate, up and down projections of every expert.
+    /// The router `{router}` (with its `e_score_correction_bias` for grouped sigmoid routing) and
+    /// the gate, up and down projections of every expert.
     pub fn load(
         weights: &mut Weights,
         config: &ModelConfig,
@@ -93,9 +109,18 @@ impl Moe {
         let gate_proj = switch(gate, spec.inner, hidden)?;
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
+        let score_bias = match spec.routing {
+            Routing::GroupedSigmoid { .. } => Some(weights.take_float(
+                &format!("{router}.e_score_correction_bias"),
+                &[spec.experts],
+            )?),
+            _ => None,
+        };
         Ok(Self {
             router: Linear::load(weights, router, spec.experts, hidden, spec.biases, quant)?,
             routing: spec.routing,
+            score_bias,
+            shared_experts: None,
             top_k: spec.top_k,
             gate_proj,
             up_proj,
@@ -104,16 +129,28 @@ impl Moe {
         })
     }
 
+    /// Adds an MLP that every position goes through beside its routed experts.
+    pub fn with_shared_experts(self, shared_experts: Mlp) -> Self {
+        Self {
+            shared_experts: Some(shared_experts),
+            ..self
+        }
+    }
+
     /// `x` is `[1, positions, hidden]`; each position's output is the weighted sum of its chosen
-    /// experts' outputs.
+    /// experts' outputs, plus the shared experts' output.
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let logits = self.router.forward(x)?;
         let (indices, scores) = self.route(&logits)?;
         let expert_outputs = self.experts(x, &indices)?;
         let weighted = ops::multiply(&expert_outputs, &scores.expand_dims(-1)?)?;
-        weighted
+        let routed = weighted
             .sum_axis(-2, false)?
-            .as_dtype(expert_outputs.dtype())
+            .as_dtype(expert_outputs.dtype())?;
+        match &self.shared_experts {
+            Some(shared) => ops::add(&routed, &shared.forward(x)?),
+            None => Ok(routed),
+        }
     }
 
     /// The chosen experts `[.., top_k]` and their weights.
@@ -133,6 +170,39 @@ impl Moe {
                 let indices = top_k(logits, k)?;
                 let scores = take_along_axis(logits, &indices, -1)?;
                 Ok((indices, ops::softmax_axis(&scores, -1, true)?))
+            }
+            Routing::GroupedSigmoid {
+                groups,
+                top_groups,
+                normalize,
+                scaling,
+            } => {
+                let scores = ops::sigmoid(&logits.as_dtype(Dtype::Float32)?)?;
+                let mut biased = match &self.score_bias {
+                    Some(bias) => ops::add(&scores, bias)?,
+                    None => scores.clone(),
+                };
+                let dropped = groups - top_groups;
+                if groups > 1 && dropped > 0 {
+                    let grouped = ops::unflatten(&biased, -1, &[groups, -1])?;
+                    let group_scores = topk_axis(&grouped, 2, -1)?.sum_axis(-1, true)?;
+                    let lowest = argpartition_axis(&group_scores, dropped - 1, -2)?.index((
+                        ..,
+                        ..,
+                        ..dropped,
+                        ..,
+                    ));
+                    biased = grouped
+                        .put_along_axis(&lowest, Array::from_f32(0.0), -2)?
+                        .flatten(-2, -1)?;
+                }
+                let indices = top_k(&biased, k)?;
+                let mut weights = take_along_axis(&scores, &indices, -1)?;
+                if k > 1 && normalize {
+                    weights = ops::divide(&weights, &weights.sum_axis(-1, true)?)?;
+                }
+                let weights = ops::multiply(&weights, Array::from_f32(scaling))?;
+                Ok((indices, weights))
             }
         }
     }

@@ -1,4 +1,6 @@
-//! Rotary position embeddings, as mlx-lm's `initialize_rope` builds them for the Llama family.
+//! Rotary position embeddings, as mlx-lm's `initialize_rope` builds them: over the first `dims`
+//! channels of each head (the rest pass through), with the frequencies and the magnitude scale
+//! of each scaling kind.
 
 use mlx_rs::error::Exception;
 
@@ -17,8 +19,11 @@ pub struct Rope {
     traditional: bool,
     base: f32,
     scale: f32,
-    /// Per-frequency wavelengths replacing `base` (llama3 scaling).
+    /// Per-frequency wavelengths replacing `base` (llama3, YaRN, longrope scaling).
     freqs: Option<Array>,
+    /// Multiplies the rotated channels of queries and keys before they rotate (YaRN's mscale,
+    /// longrope's context scale); 1 leaves them.
+    input_scale: f32,
 }
 
 impl Rope {
@@ -38,7 +43,7 @@ impl Rope {
                 config.head_dim,
                 config.rope_theta,
                 config.rope_traditional,
-                config.rope_scaling,
+                config.rope_scaling.clone(),
             )
         };
         rope.map_err(|source| weights.mlx_error("building rotary frequencies", source))
@@ -47,9 +52,10 @@ impl Rope {
     pub fn new(
         dims: i32,
         base: f32,
-        traditional: bool,
+        mut traditional: bool,
         scaling: Option<RopeScaling>,
     ) -> Result<Self, Exception> {
+        let mut input_scale = 1.0;
         let (scale, freqs) = match scaling {
             None => (1.0, None),
             Some(RopeScaling::Linear { factor }) => (1.0 / factor, None),
@@ -69,6 +75,57 @@ impl Rope {
                     original_max_position_embeddings,
                 )?),
             ),
+            Some(RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+            }) => {
+                input_scale =
+                    (yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)) as f32;
+                let range = yarn_correction_range(
+                    dims,
+                    base,
+                    original_max_position_embeddings,
+                    beta_fast,
+                    beta_slow,
+                );
+                (1.0, Some(yarn_freqs(dims, base, factor, range)?))
+            }
+            Some(RopeScaling::LongRope {
+                long_factor,
+                original_max_position_embeddings,
+                max_position_embeddings,
+            }) => {
+                let (Some(original), Some(max)) =
+                    (original_max_position_embeddings, max_position_embeddings)
+                else {
+                    return Err(Exception::from(
+                        "longrope needs max_position_embeddings and original_max_position_embeddings",
+                    ));
+                };
+                if long_factor.len() != dims as usize / 2 {
+                    return Err(Exception::custom(format!(
+                        "longrope has {} long factors for {} rotated channel pairs",
+                        long_factor.len(),
+                        dims / 2
+                    )));
+                }
+                // SuScaledRoPE: sqrt(1 + ln(growth) / ln(original)), in Python floats.
+                let growth = max / original;
+                if growth > 1.0 {
+                    input_scale = (1.0 + growth.ln() / original.ln()).sqrt() as f32;
+                }
+                let factors = Array::from_slice(&long_factor, &[dims / 2]);
+                // SuScaledRoPE rotates halves whatever the config says.
+                traditional = false;
+                (
+                    1.0,
+                    Some(ops::multiply(&factors, &base_wavelengths(dims, base)?)?),
+                )
+            }
         };
         Ok(Self {
             dims,
@@ -76,6 +133,7 @@ impl Rope {
             base,
             scale,
             freqs,
+            input_scale,
         })
     }
 
@@ -94,13 +152,14 @@ impl Rope {
             base,
             scale: 1.0,
             freqs: Some(freqs),
+            input_scale: 1.0,
         })
     }
 
     /// `x` is `[batch, heads, positions, head_dim]`; `offset` is the first position's index.
     pub fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
         fast::rope(
-            x,
+            self.scale_input(x)?,
             self.dims,
             self.traditional,
             self.base(),
@@ -114,7 +173,7 @@ impl Rope {
     /// rows of a decode step, each at its own position, rotate in one op.
     pub fn apply_rows(&self, x: &Array, offsets: &Array) -> Result<Array, Exception> {
         fast::rope_dynamic(
-            x,
+            self.scale_input(x)?,
             self.dims,
             self.traditional,
             self.base(),
@@ -122,6 +181,26 @@ impl Rope {
             offsets,
             self.freqs.as_ref(),
         )
+    }
+
+    /// `x` with its first `dims` channels times `input_scale`, in `x`'s dtype, as mlx-lm's
+    /// `x.at[..., :dims].multiply(scale)` (the other channels times exactly 1).
+    fn scale_input(&self, x: &Array) -> Result<Array, Exception> {
+        if self.input_scale == 1.0 {
+            return Ok(x.clone());
+        }
+        let width = x.dim(-1);
+        let scales: Vec<f32> = (0..width)
+            .map(|channel| {
+                if channel < self.dims {
+                    self.input_scale
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        let scales = Array::from_slice(&scales, &[width]).as_dtype(x.dtype())?;
+        ops::multiply(x, &scales)
     }
 
     /// MLX takes either a base or explicit frequencies, never both.
@@ -166,6 +245,63 @@ fn llama3_freqs(
     )?;
     let smooth_freqs = ops::divide(&freqs, &denominator)?;
     select(&is_medium, &smooth_freqs, &freqs)
+}
+
+/// YaRN's multiplier of a context grown `factor` times.
+fn yarn_mscale(factor: f64, mscale: f64) -> f64 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
+    }
+}
+
+/// The rotated pairs `(low, high)` between which YaRN blends: those turning `beta_fast` and
+/// `beta_slow` times over the original context.
+fn yarn_correction_range(
+    dims: i32,
+    base: f32,
+    original_max_position_embeddings: f64,
+    beta_fast: f64,
+    beta_slow: f64,
+) -> (f64, f64) {
+    let dims = f64::from(dims);
+    let correction_dim = |rotations: f64| {
+        dims * (original_max_position_embeddings / (rotations * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * f64::from(base).ln())
+    };
+    let low = correction_dim(beta_fast).floor().max(0.0);
+    let high = correction_dim(beta_slow).ceil().min(dims - 1.0);
+    (low, high)
+}
+
+/// YaRN's wavelengths: each pair's `factor`-scaled and unscaled wavelengths blended by a ramp
+/// over `(low, high)`, with MLX ops in mlx-lm's order.
+fn yarn_freqs(
+    dims: i32,
+    base: f32,
+    factor: f64,
+    (low, high): (f64, f64),
+) -> Result<Array, Exception> {
+    let high = if low == high { high + 0.001 } else { high };
+    let freq_extra = base_wavelengths(dims, base)?;
+    let freq_inter = ops::multiply(Array::from_f32(factor as f32), &freq_extra)?;
+    let ramp = ops::divide(
+        &ops::subtract(
+            &ops::arange::<i32, f32>(0, dims / 2, 1)?,
+            Array::from_f32(low as f32),
+        )?,
+        Array::from_f32((high - low) as f32),
+    )?;
+    let ramp = ops::clip(&ramp, (Array::from_f32(0.0), Array::from_f32(1.0)))?;
+    let mask = ops::subtract(Array::from_f32(1.0), &ramp)?;
+    ops::divide(
+        &ops::multiply(&freq_inter, &freq_extra)?,
+        &ops::add(
+            &ops::multiply(&freq_inter, &mask)?,
+            &ops::multiply(&freq_extra, &ops::subtract(Array::from_f32(1.0), &mask)?)?,
+        )?,
+    )
 }
 
 /// `base^(2i/dims)` for each rotated pair `i`: the unscaled frequencies in the form MLX's `rope`

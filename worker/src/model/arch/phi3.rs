@@ -1,0 +1,59 @@
+//! Phi-3 and Phi-4-mini (mlx-lm's `phi3.py`): Llama with fused projections (`qkv_proj` and
+//! `gate_up_proj`, split at load), the rotary embedding over the first `partial_rotary_factor`
+//! of each head, and longrope scaling read Phi-3's way.
+
+use crate::model::blocks::attention::AttentionSpec;
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let partial: f64 = config.key_or("partial_rotary_factor", 1.0)?;
+    let rope_dims = (f64::from(config.head_dim) * partial) as i32;
+    let rope = Rope::new(
+        rope_dims,
+        config.rope_theta,
+        config.rope_traditional,
+        scaling(config)?,
+    )
+    .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let attention = AttentionSpec {
+                fused_qkv: true,
+                ..AttentionSpec::new(config, rope.clone())
+            };
+            DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
+                let mlp = format!("{prefix}.mlp");
+                Mlp::load_fused(weights, config, &mlp, config.intermediate_size)
+                    .map(FeedForward::Dense)
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Decoder::load(weights, config, layers)
+}
+
+/// `rope_scaling` as `phi3.py` reads it: longrope takes the context lengths from the top level of
+/// config.json (defaults 131072 and 4096); a kind other than longrope or linear is dropped with a
+/// warning there, so here too.
+fn scaling(config: &ModelConfig) -> Result<Option<RopeScaling>, ModelError> {
+    Ok(match config.rope_scaling.clone() {
+        Some(RopeScaling::LongRope { long_factor, .. }) => Some(RopeScaling::LongRope {
+            long_factor,
+            original_max_position_embeddings: Some(
+                config.key_or("original_max_position_embeddings", 4096.0)?,
+            ),
+            max_position_embeddings: Some(config.key_or("max_position_embeddings", 131_072.0)?),
+        }),
+        Some(RopeScaling::Linear { factor }) => Some(RopeScaling::Linear { factor }),
+        Some(other) => {
+            tracing::warn!(model = %config.path.display(), scaling = ?other, "phi3 scales its rotary embedding only by longrope or linear; rotating unscaled, as mlx-lm does");
+            None
+        }
+        None => None,
+    })
+}
