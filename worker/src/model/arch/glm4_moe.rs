@@ -80,7 +80,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     let shared = Mlp::load(weights, config, &prefix, inner, false)?;
                     experts = experts.with_shared_experts(shared);
                 }
-                Ok(FeedForward::Experts(experts))
+                Ok(FeedForward::experts(experts))
             })
         })
         .collect::<Result<_, _>>()?;

@@ -75,7 +75,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 )?,
                 post_attention_norm: None,
                 pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
-                feed_forward: FeedForward::Experts(Moe::load(
+                feed_forward: FeedForward::experts(Moe::load(
                     weights,
                     config,
                     &format!("{mlp}.router"),

@@ -43,7 +43,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     names,
                     moe.clone(),
                 )
-                .map(FeedForward::Experts)
+                .map(FeedForward::experts)
             })
         })
         .collect::<Result<_, _>>()?;

@@ -53,7 +53,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     }
                 });
                 Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())
-                    .map(FeedForward::Experts)
+                    .map(FeedForward::experts)
             })
         })
         .collect::<Result<_, _>>()?;

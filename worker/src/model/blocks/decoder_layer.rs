@@ -17,10 +17,14 @@ use crate::model::weights::Weights;
 
 pub enum FeedForward {
     Dense(Mlp),
-    Experts(Moe),
+    Experts(Box<Moe>),
 }
 
 impl FeedForward {
+    pub fn experts(moe: Moe) -> Self {
+        Self::Experts(Box::new(moe))
+    }
+
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
         match self {
             Self::Dense(mlp) => mlp.forward(x),
