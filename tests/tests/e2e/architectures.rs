@@ -1,7 +1,9 @@
 //! Every architecture's forward pass agrees with mlx-lm's on a random-weight checkpoint that
 //! mlx-lm itself wrote (`tests/data/architectures/`, from `cargo xtask reference`): logits within
 //! 1e-3 at every prompt position from one prefill, at each of the 16 greedy decode steps after
-//! it, and at those steps again while the sequence shares each pass with three others. Each
+//! it, at those steps again while the sequence shares each pass with three others, and after a
+//! prefix-cache restore (blocks cut from a cache, one through the SSD tier's byte format, joined
+//! into a new cache that prefills only the rest). Each
 //! layout users have is loaded: mlx-community (`f32`, `q4`) and the original Hugging Face one
 //! (`hf`), which shares `f32`'s reference. An architecture corral does not serve yet must be
 //! refused by name, never loaded wrong.
@@ -10,6 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use corral_worker::model::{KvCache, Model, SUPPORTED_ARCHITECTURES, Segment};
+use corral_worker::prefix_cache::blocks::{cut, dtype_tag, from_payload, join, to_payload};
+use corral_worker::prefix_cache::disk::BlockShape;
 use mlx_rs::Array;
 use serde_json::Value;
 
@@ -138,8 +142,49 @@ fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
     }
 }
 
+/// Prompt positions per restored block.
+const BLOCK_TOKENS: i32 = 8;
+
+/// The prompt's first two blocks restored as the prefix cache restores them (the second through
+/// the SSD payload), the rest of the prompt prefilled after them, then the decode steps.
+fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
+    let mut cold = model.new_cache();
+    last_row(model, &reference.prompt, &mut cold);
+    let first = cut(&cold, 0, BLOCK_TOKENS).unwrap();
+    let second = cut(&cold, BLOCK_TOKENS, 2 * BLOCK_TOKENS).unwrap();
+    let config = &model.config;
+    let shape = BlockShape {
+        layers: config.num_layers as u32,
+        kv_heads: config.num_kv_heads as u32,
+        block_tokens: BLOCK_TOKENS as u32,
+        head_dim: config.head_dim as u32,
+        dtype: dtype_tag(model.dtype()),
+    };
+    let payload = to_payload(&second, model.dtype()).unwrap();
+    let second = from_payload(&payload, &shape, model.dtype())
+        .unwrap()
+        .unwrap_or_else(|| panic!("{name}: the payload does not fit the block shape"));
+    let mut cache = join(&[&first, &second], config.num_layers as usize).unwrap();
+    let restored = 2 * BLOCK_TOKENS as usize;
+    let hidden = model
+        .hidden_states(&reference.prompt[restored..], &mut cache)
+        .unwrap();
+    let rows = host_rows(&model.logits(&hidden).unwrap());
+    for (index, row) in rows.iter().enumerate() {
+        let position = restored + index;
+        let what = format!("prompt position {position} after a restore");
+        assert_close(name, &what, row, &reference.rows[position]);
+    }
+    let prompt = reference.prompt.len();
+    for (step, &token) in reference.decoded.iter().enumerate() {
+        let row = last_row(model, &[token], &mut cache);
+        let what = format!("decode step {step} after a restore");
+        assert_close(name, &what, &row, &reference.rows[prompt + step]);
+    }
+}
+
 #[test]
-fn every_architecture_matches_mlx_lm_alone_and_in_a_batch_or_is_refused_by_name() {
+fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_refused() {
     let index: Value =
         serde_json::from_str(&std::fs::read_to_string(data().join("index.json")).unwrap()).unwrap();
     let architectures: BTreeMap<String, BTreeMap<String, Variant>> = index["architectures"]
@@ -182,6 +227,7 @@ fn every_architecture_matches_mlx_lm_alone_and_in_a_batch_or_is_refused_by_name(
             let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
             check_alone(&name, &model, &reference);
             check_in_batch(&name, &model, &reference);
+            check_after_restore(&name, &model, &reference);
             checked.push(name);
         }
     }
