@@ -56,7 +56,16 @@ impl<'m> Sequence<'m> {
         let started = Instant::now();
         let prompt = prepared.tokens;
         let (cache, cached_tokens) = match prefix {
-            Some(prefix) => prefix.restore(&prompt, || loaded.model.new_cache()),
+            Some(prefix) => {
+                let (mut cache, cached) = prefix.restore(&prompt, || loaded.model.new_cache());
+                // What this sequence adds from its prompt's last whole block on is kept for the
+                // prefix cache's tail, which a sliding window would otherwise let go of.
+                let last_block = prompt.len() / prefix.block_tokens() * prefix.block_tokens();
+                for layer in &mut cache {
+                    layer.keep_from(last_block as i32);
+                }
+                (cache, cached)
+            }
             None => (loaded.model.new_cache(), 0),
         };
         let context = loaded.model.config.max_position_embeddings;
@@ -133,19 +142,21 @@ impl<'m> Sequence<'m> {
     }
 
     /// Records that a pass ran `length` tokens of this sequence's input; says whether the
-    /// logits of its last position are the distribution of its next token. The prompt's last
-    /// chunk gives its blocks to the prefix cache.
+    /// logits of its last position are the distribution of its next token. Each prompt chunk
+    /// gives its whole blocks to the prefix cache.
     pub(crate) fn ran(&mut self, length: usize, prefix: Option<&mut PrefixCache>) -> bool {
         if self.token_to_forward {
             self.token_to_forward = false;
             return true;
         }
         self.prefilled += length;
+        // Each chunk's whole blocks are kept as it completes them, before a sliding window
+        // lets go of their positions.
+        if let Some(prefix) = prefix {
+            prefix.store(&self.prompt[..self.prefilled], &self.cache);
+        }
         if self.unprefilled() > 0 {
             return false;
-        }
-        if let Some(prefix) = prefix {
-            prefix.store(&self.prompt, &self.cache);
         }
         self.prefill_time = self.started.elapsed();
         self.decode_started = Some(Instant::now());

@@ -145,13 +145,29 @@ fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
 /// Prompt positions per restored block.
 const BLOCK_TOKENS: i32 = 8;
 
+/// Prompt positions per prefill chunk: two chunks make a block, as a sequence prefills.
+const CHUNK_TOKENS: usize = 4;
+
 /// The prompt's first two blocks restored as the prefix cache restores them (the second through
-/// the SSD payload), the rest of the prompt prefilled after them, then the decode steps.
+/// the SSD payload), the rest of the prompt prefilled after them, then the decode steps. The
+/// blocks are cut as a sequence cuts them, each after the chunk that completes it, from a cache
+/// that keeps positions from the prompt's last whole block on: a sliding window has let go of
+/// earlier ones by then.
 fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
     let mut cold = model.new_cache();
-    last_row(model, &reference.prompt, &mut cold);
-    let first = cut(&cold, 0, BLOCK_TOKENS).unwrap();
-    let second = cut(&cold, BLOCK_TOKENS, 2 * BLOCK_TOKENS).unwrap();
+    let last_block = reference.prompt.len() as i32 / BLOCK_TOKENS * BLOCK_TOKENS;
+    for layer in &mut cold {
+        layer.keep_from(last_block);
+    }
+    let mut blocks = Vec::new();
+    for (index, chunk) in reference.prompt.chunks(CHUNK_TOKENS).enumerate() {
+        last_row(model, chunk, &mut cold);
+        let end = ((index + 1) * CHUNK_TOKENS) as i32;
+        if end % BLOCK_TOKENS == 0 && blocks.len() < 2 {
+            blocks.push(cut(&cold, end - BLOCK_TOKENS, end).unwrap());
+        }
+    }
+    let (first, second) = (&blocks[0], &blocks[1]);
     let config = &model.config;
     let shape = BlockShape {
         layers: config.num_layers as u32,
@@ -160,11 +176,11 @@ fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
         head_dim: config.head_dim as u32,
         dtype: dtype_tag(model.dtype()),
     };
-    let payload = to_payload(&second, model.dtype()).unwrap();
+    let payload = to_payload(second, model.dtype()).unwrap();
     let second = from_payload(&payload, &shape, model.dtype())
         .unwrap()
         .unwrap_or_else(|| panic!("{name}: the payload does not fit the block shape"));
-    let mut cache = join(&[&first, &second], config.num_layers as usize).unwrap();
+    let mut cache = join(&[first, &second], model.new_cache()).unwrap();
     let restored = 2 * BLOCK_TOKENS as usize;
     let hidden = model
         .hidden_states(&reference.prompt[restored..], &mut cache)

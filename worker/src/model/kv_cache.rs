@@ -1,5 +1,12 @@
 //! Per-layer key/value cache, grown in steps of 256 positions like mlx-lm's `KVCache`, so each
 //! decode step writes one slice instead of copying the whole history.
+//!
+//! Two kinds: a full cache holds every position; a sliding-window layer's cache (mlx-lm's
+//! `RotatingKVCache`) lets go of the positions no later query can see, so its memory stays near
+//! the window however long the sequence. It keeps what the prefix cache may still cut: positions
+//! from [`KvCache::keep_from`] on (the last whole block of the prompt, where a conversation's
+//! next turn resumes), and it is trimmed only once a window's worth can go, so a trim's copy is
+//! paid once per window of steps.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -13,30 +20,70 @@ pub const STEP: i32 = 256;
 pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
+    /// Positions seen so far: the rotary offset of the next input.
     offset: i32,
+    /// The position the buffers' first entry holds (0 until a window trims).
+    start: i32,
+    /// A sliding window: the query at `p` sees the keys at `p - window + 1 ..= p`.
+    window: Option<i32>,
+    /// Positions from here on are kept whatever the window.
+    keep_from: Option<i32>,
 }
 
 impl KvCache {
-    /// A cache that already holds `keys` and `values` (`[batch, kv_heads, positions, head_dim]`),
-    /// e.g. a prompt prefix restored from the prefix cache.
-    pub fn from_prefix(keys: Array, values: Array) -> Self {
-        let offset = keys.dim(2);
+    /// A sliding-window layer's cache.
+    pub fn rotating(window: i32) -> Self {
         Self {
-            keys: Some(keys),
-            values: Some(values),
-            offset,
+            window: Some(window.max(1)),
+            ..Self::default()
         }
     }
 
-    /// Keys and values of positions `start..end`, as views of the buffers.
+    /// Keeps the positions from `position` on, for the prefix cache to cut.
+    pub fn keep_from(&mut self, position: i32) {
+        self.keep_from = Some(position);
+    }
+
+    /// Fills an empty cache of this kind with a restored prefix: `keys` and `values`
+    /// (`[batch, kv_heads, positions, head_dim]`) are positions `0..positions`.
+    pub fn restore(&mut self, keys: Array, values: Array) {
+        self.offset = keys.dim(2);
+        self.start = 0;
+        self.keys = Some(keys);
+        self.values = Some(values);
+    }
+
+    /// Keys and values of positions `start..end`, as views of the buffers; `None` when they
+    /// were never written, or a window let go of some that a query at `end` would see.
+    /// Positions before those read as zeros: no query from `end` on sees them.
     pub fn positions(&self, start: i32, end: i32) -> Option<(Array, Array)> {
         let (keys, values) = (self.keys.as_ref()?, self.values.as_ref()?);
-        (end <= self.offset).then(|| {
-            (
-                keys.index((.., .., start..end, ..)),
-                values.index((.., .., start..end, ..)),
-            )
-        })
+        if start > end || end > self.offset {
+            return None;
+        }
+        let seen_from = self
+            .window
+            .map_or(start, |window| start.max(end - (window - 1)));
+        if seen_from < self.start {
+            return None;
+        }
+        let from = start.max(self.start);
+        let read = |buffer: &Array| -> Result<Array, Exception> {
+            let held = buffer.index((.., .., (from - self.start)..(end - self.start), ..));
+            if from == start {
+                return Ok(held);
+            }
+            let dims = buffer.shape();
+            let gone = zeros_dtype(&[dims[0], dims[1], from - start, dims[3]], buffer.dtype())?;
+            ops::concatenate(&[gone, held], 2)
+        };
+        Some((read(keys).ok()?, read(values).ok()?))
+    }
+
+    /// The held keys and values, `[batch, kv_heads, held, head_dim]` each: positions
+    /// `offset - held .. offset`.
+    pub fn held(&self) -> Option<(Array, Array)> {
+        self.positions(self.start, self.offset)
     }
 
     /// Positions already cached: the rotary offset of the next input.
@@ -44,19 +91,26 @@ impl KvCache {
         self.offset
     }
 
+    /// How many positions the buffers hold, the last at `offset - 1`.
+    pub fn held_len(&self) -> i32 {
+        self.offset - self.start
+    }
+
     /// The whole buffers, `[1, kv_heads, capacity, head_dim]` each, of which the first
-    /// [`offset`](Self::offset) positions are filled; `None` before the first update.
+    /// [`held_len`](Self::held_len) positions are filled; `None` before the first update.
     pub fn buffers(&self) -> Option<(&Array, &Array)> {
         self.keys.as_ref().zip(self.values.as_ref())
     }
 
-    /// Appends `[batch, kv_heads, positions, head_dim]` keys and values; returns the whole history.
+    /// Appends `[batch, kv_heads, positions, head_dim]` keys and values; returns the held
+    /// history, which ends with them and starts at least a window before the first of them.
     pub fn update_and_fetch(
         &mut self,
         keys: &Array,
         values: &Array,
     ) -> Result<(Array, Array), Exception> {
-        let previous = self.offset;
+        self.let_go()?;
+        let previous = self.offset - self.start;
         let end = previous + keys.dim(2);
         let (mut cached_keys, mut cached_values) = match (self.keys.take(), self.values.take()) {
             (Some(cached_keys), Some(cached_values)) if end <= cached_keys.dim(2) => {
@@ -65,8 +119,8 @@ impl KvCache {
             (cached_keys, cached_values) => {
                 let old = cached_keys.zip(cached_values);
                 (
-                    grown(old.as_ref().map(|(k, _)| k), keys, previous, end)?,
-                    grown(old.as_ref().map(|(_, v)| v), values, previous, end)?,
+                    grown(old.as_ref().map(|(k, _)| k), keys, 0, previous, end)?,
+                    grown(old.as_ref().map(|(_, v)| v), values, 0, previous, end)?,
                 )
             }
         };
@@ -78,19 +132,114 @@ impl KvCache {
         );
         self.keys = Some(cached_keys);
         self.values = Some(cached_values);
-        self.offset = end;
+        self.offset += keys.dim(2);
         Ok(history)
+    }
+
+    /// A window's cache drops the positions the next query cannot see (it sees the window's
+    /// last `window - 1` before it) and nothing kept for the prefix cache, once a whole window
+    /// of them can go.
+    fn let_go(&mut self) -> Result<(), Exception> {
+        let Some(window) = self.window else {
+            return Ok(());
+        };
+        let mut first_needed = self.offset - (window - 1);
+        if let Some(keep_from) = self.keep_from {
+            first_needed = first_needed.min(keep_from);
+        }
+        let droppable = first_needed - self.start;
+        if droppable < window {
+            return Ok(());
+        }
+        let (Some(keys), Some(values)) = (self.keys.take(), self.values.take()) else {
+            return Ok(());
+        };
+        let (held, kept) = (self.offset - self.start, self.offset - first_needed);
+        self.keys = Some(grown(Some(&keys), &keys, droppable, held, kept)?);
+        self.values = Some(grown(Some(&values), &values, droppable, held, kept)?);
+        self.start = first_needed;
+        Ok(())
     }
 }
 
-/// A buffer holding the first `kept` positions of `old` and room up to `needed`, in whole steps.
-fn grown(old: Option<&Array>, like: &Array, kept: i32, needed: i32) -> Result<Array, Exception> {
+/// A buffer holding `old`'s positions `from..to` at its start and room up to `needed`, in whole
+/// steps.
+fn grown(
+    old: Option<&Array>,
+    like: &Array,
+    from: i32,
+    to: i32,
+    needed: i32,
+) -> Result<Array, Exception> {
     let dims = like.shape();
+    let kept = to - from;
     let added = needed - kept;
-    let steps = (STEP + added - 1) / STEP;
+    let steps = ((added + STEP - 1) / STEP).max(1);
     let fresh = zeros_dtype(&[dims[0], dims[1], steps * STEP, dims[3]], like.dtype())?;
     match old {
-        Some(old) => ops::concatenate(&[old.index((.., .., ..kept, ..)), fresh], 2),
-        None => Ok(fresh),
+        Some(old) if kept > 0 => ops::concatenate(&[old.index((.., .., from..to, ..)), fresh], 2),
+        _ => Ok(fresh),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `count` positions whose keys are their own position numbers.
+    fn numbered(first: i32, count: i32) -> Array {
+        let data: Vec<f32> = (first..first + count)
+            .map(|position| position as f32)
+            .collect();
+        Array::from_slice(&data, &[1, 1, count, 1])
+    }
+
+    fn column(array: &Array) -> Vec<f32> {
+        array.as_slice::<f32>().to_vec()
+    }
+
+    #[test]
+    fn a_window_keeps_what_the_next_query_sees_and_what_the_prefix_cache_may_cut() {
+        let mut cache = KvCache::rotating(4);
+        cache
+            .update_and_fetch(&numbered(0, 10), &numbered(0, 10))
+            .unwrap();
+        for position in 10..40 {
+            let (keys, _) = cache
+                .update_and_fetch(&numbered(position, 1), &numbered(position, 1))
+                .unwrap();
+            let keys = column(&keys);
+            // The query at `position` sees the three before it and itself.
+            assert_eq!(
+                &keys[keys.len() - 4..],
+                &[
+                    (position - 3) as f32,
+                    (position - 2) as f32,
+                    (position - 1) as f32,
+                    position as f32
+                ]
+            );
+            assert!(cache.held_len() < 4 + 4, "{} held", cache.held_len());
+        }
+        assert_eq!(cache.offset(), 40);
+        // A block that ended at 8 cannot be cut any more: a query at 8 would see 5..8.
+        assert!(cache.positions(0, 8).is_none());
+        let (last, _) = cache.positions(37, 40).unwrap();
+        assert_eq!(column(&last), vec![37.0, 38.0, 39.0]);
+
+        let mut kept = KvCache::rotating(4);
+        kept.keep_from(16);
+        kept.update_and_fetch(&numbered(0, 20), &numbered(0, 20))
+            .unwrap();
+        for position in 20..40 {
+            kept.update_and_fetch(&numbered(position, 1), &numbered(position, 1))
+                .unwrap();
+        }
+        let (tail, _) = kept.positions(16, 40).unwrap();
+        assert_eq!(
+            column(&tail),
+            (16..40).map(|p| p as f32).collect::<Vec<_>>()
+        );
+        assert_eq!(kept.held_len(), 24);
     }
 }

@@ -85,7 +85,7 @@ impl Model {
         self.decoder
             .layers
             .iter()
-            .map(|_| KvCache::default())
+            .map(|layer| layer.attention.new_cache())
             .collect()
     }
 

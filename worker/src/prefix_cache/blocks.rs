@@ -27,7 +27,8 @@ impl Block {
 }
 
 /// Copies positions `start..end` of every layer out of `cache`, so the block does not keep the
-/// sequence's whole buffer alive.
+/// sequence's whole buffer alive. A sliding-window layer gives what a restore at `end` or later
+/// needs, zeros before it; it fails when the window already let go of that.
 pub fn cut(cache: &[KvCache], start: i32, end: i32) -> Result<Vec<(Array, Array)>, Exception> {
     let mut layers = Vec::with_capacity(cache.len());
     for layer in cache {
@@ -44,19 +45,22 @@ pub fn cut(cache: &[KvCache], start: i32, end: i32) -> Result<Vec<(Array, Array)
     Ok(layers)
 }
 
-/// A cache holding `parts` in order (each a run of positions, per layer its keys and values:
-/// whole blocks, then maybe a tail), ready to prefill what follows them.
-pub fn join(parts: &[&[(Array, Array)]], layers: usize) -> Result<Vec<KvCache>, Exception> {
-    (0..layers)
-        .map(|layer| {
-            let keys: Vec<&Array> = parts.iter().map(|part| &part[layer].0).collect();
-            let values: Vec<&Array> = parts.iter().map(|part| &part[layer].1).collect();
-            Ok(KvCache::from_prefix(
-                mlx_rs::ops::concatenate(&keys, 2)?,
-                mlx_rs::ops::concatenate(&values, 2)?,
-            ))
-        })
-        .collect()
+/// `cold`, a new sequence's empty caches, filled with `parts` in order (each a run of
+/// positions, per layer its keys and values: whole blocks, then maybe a tail), ready to prefill
+/// what follows them.
+pub fn join(
+    parts: &[&[(Array, Array)]],
+    mut cold: Vec<KvCache>,
+) -> Result<Vec<KvCache>, Exception> {
+    for (layer, cache) in cold.iter_mut().enumerate() {
+        let keys: Vec<&Array> = parts.iter().map(|part| &part[layer].0).collect();
+        let values: Vec<&Array> = parts.iter().map(|part| &part[layer].1).collect();
+        cache.restore(
+            mlx_rs::ops::concatenate(&keys, 2)?,
+            mlx_rs::ops::concatenate(&values, 2)?,
+        );
+    }
+    Ok(cold)
 }
 
 /// The SSD payload: every layer's keys then values in the cache's own element type (f16 and

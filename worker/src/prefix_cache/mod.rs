@@ -212,13 +212,18 @@ impl PrefixCache {
         let mut parts: Vec<&[(Array, Array)]> =
             found.iter().map(|block| block.layers.as_slice()).collect();
         parts.extend(tail_layers.as_deref());
-        match join(&parts, self.shape.layers as usize) {
+        match join(&parts, cold()) {
             Ok(cache) => (cache, hit_tokens),
             Err(error) => {
                 tracing::warn!(%error, "prefix cache: cannot restore a prefix; prefilling cold");
                 (cold(), 0)
             }
         }
+    }
+
+    /// Positions per block: a sequence keeps its cache from its prompt's last whole block on.
+    pub fn block_tokens(&self) -> usize {
+        self.block_tokens
     }
 
     /// Keeps the whole blocks of `prompt` that `cache` now holds and the cache does not.

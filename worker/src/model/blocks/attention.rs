@@ -228,6 +228,14 @@ impl Attention {
         split.transpose_axes(&[0, 2, 1, 3])
     }
 
+    /// An empty cache of the kind this layer needs.
+    pub fn new_cache(&self) -> KvCache {
+        match self.window {
+            Some(window) => KvCache::rotating(window),
+            None => KvCache::default(),
+        }
+    }
+
     fn rotate(&self, x: Array, offset: i32) -> Result<Array, Exception> {
         match &self.rope {
             Some(rope) => rope.apply(&x, offset),
@@ -322,7 +330,7 @@ impl Attention {
             .zip(queries.split_equal(rows, 0)?)
             .map(|(cache, queries)| {
                 let (keys, values) = cache
-                    .positions(0, cache.offset())
+                    .held()
                     .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
                 let sinks = self.sinks.as_ref();
                 kernels::attention(&queries, &keys, &values, self.scale, self.window, sinks)

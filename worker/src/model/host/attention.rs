@@ -44,7 +44,7 @@ pub(crate) fn attend_rows(
     let Some(cached) = caches
         .iter()
         .zip(&buffers)
-        .map(|(cache, (keys, values))| CachedHeads::read(keys, values, cache.offset(), shape))
+        .map(|(cache, (keys, values))| CachedHeads::read(keys, values, cache.held_len(), shape))
         .collect::<Option<Vec<_>>>()
     else {
         return Ok(None);
@@ -87,7 +87,7 @@ pub(crate) fn attend_chunk(
         scale,
         window,
     };
-    let Some(cached) = CachedHeads::read(keys, values, cache.offset(), shape) else {
+    let Some(cached) = CachedHeads::read(keys, values, cache.held_len(), shape) else {
         return Ok(None);
     };
     let Ok(query_data) = queries.try_as_slice::<f32>() else {
@@ -165,13 +165,13 @@ fn attend_causal_chunk(queries: &[f32], cache: &CachedHeads<'_>, shape: Heads) -
 impl<'a> CachedHeads<'a> {
     /// An evaluated cache's buffers (`[1, kv_heads, capacity, head_dim]` each) as host slices, or
     /// `None` where they are not row-major f32 of that shape.
-    fn read(keys: &'a Array, values: &'a Array, offset: i32, shape: Heads) -> Option<Self> {
+    fn read(keys: &'a Array, values: &'a Array, held: i32, shape: Heads) -> Option<Self> {
         let capacity = keys.dim(2) as usize;
         let (Ok(keys), Ok(values)) = (keys.try_as_slice::<f32>(), values.try_as_slice::<f32>())
         else {
             return None;
         };
-        let length = usize::try_from(offset).ok()?;
+        let length = usize::try_from(held).ok()?;
         let complete = keys.len() == shape.kv_heads * capacity * shape.head_dim;
         (complete && values.len() == keys.len() && length <= capacity).then_some(CachedHeads {
             keys,
