@@ -17,6 +17,9 @@ pub const PARAMETER_CLOSE: &str = "</parameter>";
 /// Llama 3.1+: the token before a call in the `ipython` environment.
 pub const PYTHON_TAG: &str = "<|python_tag|>";
 
+/// Granite 3: the token before a JSON list of calls.
+pub const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
+
 /// Mistral's control tokens around calls.
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
 pub const ARGS: &str = "[ARGS]";

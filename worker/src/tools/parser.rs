@@ -16,8 +16,8 @@ use super::calls;
 use super::format::ToolFormat;
 use super::fragment::{Fragment, Fragments, ToolCall};
 use super::markers::{
-    FUNCTION_CLOSE, FUNCTION_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE,
-    TOOL_CALL_OPEN, TOOL_CALLS,
+    FUNCTION_CLOSE, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, THINK_CLOSE, THINK_OPEN,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
 };
 use super::reasoning::ReasoningStart;
 use super::xml_call::{self, ParamTypes};
@@ -62,6 +62,7 @@ impl Block {
 enum Tail {
     Llama,
     Mistral,
+    Granite,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +286,7 @@ impl OutputParser {
             TOOL_CALL_OPEN => Mode::Block(Block::ToolCall),
             FUNCTION_OPEN => Mode::Block(Block::Function),
             PYTHON_TAG => Mode::Tail(Tail::Llama),
+            GRANITE_TOOL_CALL => Mode::Tail(Tail::Granite),
             _ => Mode::Tail(Tail::Mistral),
         });
         true
@@ -339,8 +341,12 @@ impl OutputParser {
                     self.malformed = Some(why);
                 }
             },
-            Tail::Mistral => {
-                let (calls, rejected) = calls::parse_mistral(text);
+            Tail::Mistral | Tail::Granite => {
+                let (calls, rejected) = if tail == Tail::Mistral {
+                    calls::parse_mistral(text)
+                } else {
+                    calls::parse_granite(text)
+                };
                 calls.into_iter().for_each(|call| out.call(call));
                 if let Some((offset, why)) = rejected {
                     out.content(text.get(offset..).unwrap_or(""));
@@ -367,6 +373,7 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::QwenXml => &[TOOL_CALL_OPEN, FUNCTION_OPEN],
         ToolFormat::Llama3Json => &[PYTHON_TAG],
         ToolFormat::Mistral => &[TOOL_CALLS],
+        ToolFormat::Granite => &[GRANITE_TOOL_CALL],
     }
 }
 
