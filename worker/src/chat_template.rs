@@ -115,11 +115,14 @@ impl ChatTemplate {
         eos_token: Option<String>,
     ) -> Result<Self, ChatTemplateError> {
         let mut env = hugging_face_environment();
-        env.add_template_owned(TEMPLATE_NAME, generation_blocks_as_plain(&source).into_owned())
-            .map_err(|source| ChatTemplateError::Parse {
-                path: path.clone(),
-                source,
-            })?;
+        env.add_template_owned(
+            TEMPLATE_NAME,
+            generation_blocks_as_plain(&source).into_owned(),
+        )
+        .map_err(|source| ChatTemplateError::Parse {
+            path: path.clone(),
+            source,
+        })?;
         Ok(Self {
             env,
             path,

@@ -239,7 +239,10 @@ fn tools_counts_only_as_a_variable_in_a_tag() {
     assert!(detect("{% if tools %}x{% endif %}"));
     assert!(detect("{{ tools|tojson }}"));
     assert!(detect("{%- for t in tools -%}{%- endfor -%}"));
-    assert!(detect("{%- for t in xml_tools[:] -%}{%- endfor -%}"), "SmolLM3's name");
+    assert!(
+        detect("{%- for t in xml_tools[:] -%}{%- endfor -%}"),
+        "SmolLM3's name"
+    );
     assert!(
         !detect("You have tools. {{ messages }}"),
         "prose outside tags"
