@@ -3,7 +3,7 @@ tests/tests/e2e/families.rs as
 
     python openai_families.py BASE_URL FAMILIES_JSON
 
-where FAMILIES_JSON lists each family as {"model", "call_grammar", "thinks"}. For each: a chat
+where FAMILIES_JSON lists each family as {"model", "call_grammar", "thinks", "thinking_output"}. For each: a chat
 completion, a call forced to a named tool, a streamed chat, and then the family's own formats:
 a call written in its real models' syntax (forced by `call_grammar`) must come back parsed,
 and a `<think>` block must come back as reasoning exactly when the family thinks. Every family
@@ -35,8 +35,8 @@ MAX_TOKENS = 8
 # Room for the longest call the schema allows, every character of the city escaped.
 CALL_MAX_TOKENS = 400
 PARIS = {"city": "Paris", "unit": "celsius"}
+# What `thinking_output` thinks and answers.
 THOUGHT, ANSWER = "hmm\n", "fine"
-THINKING = "start: " + json.dumps(f"<think>\n{THOUGHT}</think>\n\n{ANSWER}")
 
 
 def client(base_url):
@@ -120,17 +120,15 @@ def native_call(api, model, grammar):
     return {"calls": len(calls)}
 
 
-def thinking(api, model, thinks):
-    """A `<think>` block opening the answer is reasoning for a family that thinks, and plain
-    text for one that does not."""
+def thinking(api, model, thinks, output):
+    """The family's thinking `output` is reasoning and an answer for a family that thinks, and
+    plain text for one that does not."""
     response = api.chat.completions.create(
         model=model, messages=ASK, max_tokens=MAX_TOKENS * 8, temperature=0,
-        extra_body={"grammar": THINKING})
+        extra_body={"grammar": "start: " + json.dumps(output)})
     content, reasoning = text_of(response.choices[0].message)
-    if thinks:
-        assert (reasoning, content) == (THOUGHT, ANSWER), (reasoning, content)
-    else:
-        assert (reasoning, content) == ("", f"<think>\n{THOUGHT}</think>\n\n{ANSWER}"), content
+    expected = (THOUGHT, ANSWER) if thinks else ("", output)
+    assert (reasoning, content) == expected, (reasoning, content)
     return {"reasoning": reasoning}
 
 
@@ -142,7 +140,7 @@ def check(api, family):
         seen["forced_call"] = forced_call(api, model)
         seen["stream"] = stream(api, model, seen["chat"])
         seen["native_call"] = native_call(api, model, family["call_grammar"])
-        seen["thinking"] = thinking(api, model, family["thinks"])
+        seen["thinking"] = thinking(api, model, family["thinks"], family["thinking_output"])
     except Exception:  # noqa: BLE001 - every failure is reported, then the next model runs
         seen["failed"] = traceback.format_exc()
     return seen

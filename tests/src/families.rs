@@ -269,6 +269,15 @@ impl Family {
         format!("start: {rule}")
     }
 
+    /// What the family's real models write when they think first, around the thought `hmm\n`
+    /// and the answer `fine`: Granite 3.3 wraps its answer in `<response>` tags.
+    pub fn thinking_output(&self) -> &'static str {
+        match self.calls {
+            CallSyntax::Granite => "<think>hmm\n</think><response>fine</response>",
+            _ => "<think>\nhmm\n</think>\n\nfine",
+        }
+    }
+
     /// The id of one of the family's added tokens.
     fn id(&self, token: &str) -> u32 {
         let index = self.added.iter().position(|&(text, _)| text == token);

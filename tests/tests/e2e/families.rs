@@ -3,8 +3,8 @@
 //! template its real models ship (`corral_tests::families`), answers a chat, a call forced to a
 //! named tool (parsed into `tool_calls`, its arguments valid for the tool's schema) and a stream
 //! (chunks, one finish reason, `[DONE]`); and the worker reads the family's formats off its
-//! template: a call in the family's own syntax comes back parsed, a `<think>` block as reasoning
-//! exactly for the families that think. One server serves them all, each family its own model.
+//! template: a call in the family's own syntax comes back parsed, a `<think>` block (as the
+//! family writes it) as reasoning exactly for the families that think. One server serves them all, each family its own model.
 
 use corral_tests::families::FAMILIES;
 use corral_tests::sdk;
@@ -27,6 +27,7 @@ fn every_family_chats_calls_tools_streams_and_has_its_formats_read_off_its_templ
                 "model": family.arch,
                 "call_grammar": family.call_grammar("get_weather", arguments),
                 "thinks": family.thinks,
+                "thinking_output": family.thinking_output(),
             })
         })
         .collect();

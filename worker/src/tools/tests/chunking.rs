@@ -35,6 +35,9 @@ const TEXT: &[&str] = &[
     "日本語 🦀",
     "{\"a\": 1}",
     "</tool_call>",
+    "<response>",
+    "</resp",
+    "</response>",
 ];
 
 const THOUGHTS: &[&str] = &["\n", "hmm", " <", "</thin", "<tool_call>", "é"];

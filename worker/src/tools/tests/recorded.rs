@@ -305,6 +305,24 @@ fn granite_text_then_lists_each_after_its_marker() {
 }
 
 #[test]
+fn granite_thinks_then_answers_in_its_response_tags() {
+    let output = "<think>The user wants a greeting.</think><response>Hello! How can I help?\
+                  </response>";
+    assert_eq!(
+        parse_clean(config(Granite, Maybe, &[]), output),
+        [
+            reasoning("The user wants a greeting."),
+            content("Hello! How can I help?")
+        ]
+    );
+    let plain = "A <response> is not a wrapper here.</response>";
+    assert_eq!(
+        parse_clean(config(Granite, Maybe, &[]), plain),
+        [content(plain)]
+    );
+}
+
+#[test]
 fn granite_list_that_does_not_parse_is_content() {
     let output = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\"";
     let (fragments, malformed) = parse(config(Granite, Off, &[]), output);
