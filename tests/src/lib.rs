@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests in `tests/e2e/`: the built binaries, generated fixture models,
 //! the real test model and waiting on a condition; `server` is a running `corral serve`,
-//! `fake_hub` a Hugging Face hub for the pull tests, `sdk` the official Python client SDKs, and
+//! `fake_hub` a Hugging Face hub for the pull tests, `sdk` the official Python client SDKs,
+//! `families` each served model family as a servable tiny checkpoint with its real template, and
 //! `bench` holds what the benches in `benches/` share; `clients` runs the agent CLIs and `capture`
 //! records what they send; `loopback` serves those stand-in servers.
 
@@ -8,6 +9,7 @@ pub mod bench;
 pub mod capture;
 pub mod clients;
 pub mod fake_hub;
+pub mod families;
 pub mod loopback;
 pub mod sdk;
 pub mod server;

@@ -5,7 +5,9 @@
 //! which `default` is used). It is compiled once at load, so a broken template fails the model's
 //! start-up with the file named, not its first request. Rendering happens in an environment
 //! configured like transformers' (see `environment.rs`), with the variables transformers passes:
-//! `messages`, `tools` (none when absent), `add_generation_prompt`, `bos_token`, `eos_token`.
+//! `messages`, `tools` (none when absent), `add_generation_prompt`, `bos_token`, `eos_token`;
+//! and the tools once more as `xml_tools`, bare functions, which is where SmolLM3's template
+//! reads them (its model card calls `apply_chat_template(messages, xml_tools=tools)`).
 
 mod environment;
 mod pyjson;
@@ -20,7 +22,7 @@ use minijinja::{Environment, Value, context};
 use crate::model_json::{
     ChatTemplateField, JsonFileError, SpecialToken, TokenizerConfig, read_optional,
 };
-use environment::{RaisedByTemplate, hugging_face_environment};
+use environment::{RaisedByTemplate, generation_blocks_as_plain, hugging_face_environment};
 
 const JINJA_FILE: &str = "chat_template.jinja";
 /// The template's name inside the environment, which minijinja's messages cite with a line
@@ -113,11 +115,14 @@ impl ChatTemplate {
         eos_token: Option<String>,
     ) -> Result<Self, ChatTemplateError> {
         let mut env = hugging_face_environment();
-        env.add_template_owned(TEMPLATE_NAME, source.clone())
-            .map_err(|source| ChatTemplateError::Parse {
-                path: path.clone(),
-                source,
-            })?;
+        env.add_template_owned(
+            TEMPLATE_NAME,
+            generation_blocks_as_plain(&source).into_owned(),
+        )
+        .map_err(|source| ChatTemplateError::Parse {
+            path: path.clone(),
+            source,
+        })?;
         Ok(Self {
             env,
             path,
@@ -158,6 +163,7 @@ impl ChatTemplate {
         let ctx = context! {
             messages => Value::from_serialize(messages),
             tools => tools.map(Value::from_serialize),
+            xml_tools => tools.map_or(Value::UNDEFINED, bare_functions),
             add_generation_prompt,
             bos_token => token(&self.bos_token),
             eos_token => token(&self.eos_token),
@@ -182,6 +188,18 @@ impl ChatTemplate {
             source: err,
         }
     }
+}
+
+/// OpenAI's `{"type": "function", "function": {...}}` tools as the functions alone, as SmolLM3's
+/// template lists them.
+fn bare_functions(tools: &serde_json::Value) -> Value {
+    let functions: Vec<&serde_json::Value> = tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|tool| tool.get("function").unwrap_or(tool))
+        .collect();
+    Value::from_serialize(functions)
 }
 
 /// The template text from `tokenizer_config.json`'s `chat_template` field, if it has one.

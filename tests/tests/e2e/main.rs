@@ -12,6 +12,7 @@ mod clients;
 mod discovery;
 mod embeddings;
 mod engine;
+mod families;
 mod gguf_agreement;
 mod lifecycle;
 mod operations;

@@ -2,10 +2,11 @@
 //!
 //! Templates are written against Jinja2 as transformers configures it: `trim_blocks` and
 //! `lstrip_blocks` on, trailing newline dropped, the loop-controls extension, Python string and
-//! dict methods (`.strip()`, `.items()`, ...), and three helpers of its own: `raise_exception`,
-//! `strftime_now` and a `tojson` that is Python's `json.dumps`. Matching those is what makes the
-//! prompt byte-identical to the one the model was trained on.
+//! dict methods (`.strip()`, `.items()`, ...), three helpers of its own: `raise_exception`,
+//! `strftime_now` and a `tojson` that is Python's `json.dumps`, and its `{% generation %}` block.
+//! Matching those is what makes the prompt byte-identical to the one the model was trained on.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use minijinja::{AutoEscape, Environment, Error, ErrorKind};
@@ -44,4 +45,42 @@ pub fn hugging_face_environment() -> Environment<'static> {
 fn raise_exception(message: String) -> Result<String, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, message.clone())
         .with_source(RaisedByTemplate(message)))
+}
+
+/// `source` with transformers' `{% generation %}` ... `{% endgeneration %}` (which SmolLM3's
+/// template wraps its assistant turns in) as `{% if true %}` ... `{% endif %}`: transformers
+/// only records where the block's output falls, for training masks, and renders its body as is.
+/// The tags keep their whitespace control (`{%-`, `-%}`), so the prompt is the same.
+pub fn generation_blocks_as_plain(source: &str) -> Cow<'_, str> {
+    if !source.contains("generation") {
+        return Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(open) = rest.find("{%") {
+        out.push_str(&rest[..open]);
+        let tag = &rest[open..];
+        let Some(close) = tag[2..].find("%}").map(|at| at + 2) else {
+            rest = tag;
+            break;
+        };
+        let inner = &tag[2..close];
+        // The markers are ASCII, so splitting next to them stays on character boundaries.
+        let (left, body) = match inner.as_bytes().first() {
+            Some(b'-' | b'+') => inner.split_at(1),
+            _ => ("", inner),
+        };
+        let (body, right) = match body.as_bytes().last() {
+            Some(b'-' | b'+') => body.split_at(body.len() - 1),
+            _ => (body, ""),
+        };
+        match body.trim() {
+            "generation" => out.push_str(&format!("{{%{left} if true {right}%}}")),
+            "endgeneration" => out.push_str(&format!("{{%{left} endif {right}%}}")),
+            _ => out.push_str(&tag[..close + 2]),
+        }
+        rest = &tag[close + 2..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }

@@ -504,3 +504,56 @@ fn template_kwargs_reach_the_template_and_never_replace_its_variables() {
     let plain = template.render_with(&messages, None, true, None).unwrap();
     assert_eq!(plain, "Hi<|im_start|>assistant\n");
 }
+
+#[test]
+fn generation_blocks_render_their_body_with_the_same_whitespace() {
+    let marked = "{%- for m in messages %}\n    {% generation %}\n{{ m.content }}\n    \
+                  {%- endgeneration -%}\n{% endfor %}";
+    let plain = "{%- for m in messages %}\n    {% if true %}\n{{ m.content }}\n    \
+                 {%- endif -%}\n{% endfor %}";
+    assert_eq!(environment::generation_blocks_as_plain(marked), plain);
+    let messages = [
+        json!({"role": "user", "content": "a"}),
+        json!({"content": "b"}),
+    ];
+    let render = |source| template(source, None, None).render(&messages, None, false);
+    assert_eq!(render(marked).unwrap(), render(plain).unwrap());
+    for untouched in [
+        "{%}",
+        "{% if x %}{% endif %}",
+        "{{ 'generation' }} {%",
+        "{%-%}",
+    ] {
+        assert_eq!(
+            environment::generation_blocks_as_plain(untouched),
+            untouched
+        );
+    }
+}
+
+/// SmolLM3-3B's template as it ships (see `tests/data/chat_templates/README.md`).
+fn smollm3() -> ChatTemplate {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/chat_templates/smollm3.jinja");
+    let source = std::fs::read_to_string(&path).unwrap();
+    ChatTemplate::new(source, path, None, Some("<|im_end|>".into())).unwrap()
+}
+
+#[test]
+fn smollm3_lists_the_tools_it_reads_as_xml_tools() {
+    let template = smollm3();
+    let ask = [json!({"role": "user", "content": "Weather in Paris?"})];
+    let plain = template.render(&ask, None, true).unwrap();
+    assert!(!plain.contains("### Tools"), "{plain}");
+    assert!(
+        plain.ends_with("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")
+    );
+    let with_tools = template.render(&ask, Some(&weather_tool()), true).unwrap();
+    assert!(
+        with_tools.contains(
+            "<tools>\n{\"name\": \"get_weather\", \"description\": \"Get the weather <now>\""
+        ),
+        "{with_tools}"
+    );
+    assert!(with_tools.contains("within <tool_call></tool_call> XML tags"));
+}

@@ -6,6 +6,8 @@
 //! - Llama3Json: `{"name": "NAME", "parameters": ARGS}`, one call;
 //! - Mistral: the `[TOOL_CALLS]` token (by id), then `[CALL, CALL]` with each call
 //!   `{"name": "NAME", "arguments": ARGS}`;
+//! - Granite: `<|tool_call|>` (the token by id where the vocabulary has it, as Granite's does),
+//!   then the same list as Mistral's;
 //! - QwenXml: `<tool_call>\n<function=NAME>\n`, one `<parameter=KEY>\nVALUE\n</parameter>\n` per
 //!   parameter in schema order (optional ones may be left out), `</function>\n</tool_call>`,
 //!   calls separated by `\n`. A string parameter's VALUE is raw text without `</parameter>`
@@ -25,6 +27,8 @@ use crate::tools::ToolFormat;
 
 /// The token Mistral's models open their tool calls with.
 const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
+/// What Granite's models open their list of calls with.
+const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
 
 /// Which tools a constrained tool call may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +120,12 @@ pub(super) fn lark(
             })?;
             format!("<[{id}]> \"[\" {} \"]\"", repeated(", ", parallel))
         }
+        ToolFormat::Granite => {
+            let marker = factory
+                .token_id(GRANITE_TOOL_CALL)
+                .map_or_else(|| literal(GRANITE_TOOL_CALL), |id| format!("<[{id}]>"));
+            format!("{marker} \"[\" {} \"]\"", repeated(", ", parallel))
+        }
     };
     let calls: Vec<String> = (0..tools.len())
         .map(|index| format!("tool_{index}"))
@@ -132,7 +142,7 @@ pub(super) fn lark(
             ToolFormat::Llama3Json => {
                 json_call(&format!("{{\"name\": {name}, \"parameters\": "), tool, "}")?
             }
-            ToolFormat::Mistral => {
+            ToolFormat::Mistral | ToolFormat::Granite => {
                 json_call(&format!("{{\"name\": {name}, \"arguments\": "), tool, "}")?
             }
             ToolFormat::QwenXml => xml_call(&mut lark, index, tool)?,

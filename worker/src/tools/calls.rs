@@ -1,12 +1,13 @@
 //! Turning a finished candidate's text into tool calls, for the JSON-based formats: Hermes
-//! blocks (whose body may also be Qwen3-Coder's XML), Llama's bare objects and Mistral's
-//! `[TOOL_CALLS]` sections. Every function either returns whole valid calls or says why not;
-//! model output is untrusted, so nothing here panics or half-accepts a call.
+//! blocks (whose body may also be Qwen3-Coder's XML), Llama's bare objects, Mistral's
+//! `[TOOL_CALLS]` sections and Granite's `<|tool_call|>` lists. Every function either returns
+//! whole valid calls or says why not; model output is untrusted, so nothing here panics or
+//! half-accepts a call.
 
 use serde_json::Value;
 
 use super::fragment::ToolCall;
-use super::markers::{ARGS, CALL_ID, FUNCTION_OPEN, PYTHON_TAG, TOOL_CALLS};
+use super::markers::{ARGS, CALL_ID, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, TOOL_CALLS};
 use super::xml_call::{self, ParamTypes};
 
 /// The body of a `<tool_call>` block: Hermes JSON, or Qwen3-Coder's `<function=...>` (models
@@ -48,11 +49,29 @@ pub(super) fn parse_llama(text: &str) -> Result<Vec<ToolCall>, String> {
 /// of the sections that parsed and, where a section did not, the offset from which `text` is
 /// not calls, with why.
 pub(super) fn parse_mistral(text: &str) -> (Vec<ToolCall>, Option<(usize, String)>) {
+    parse_sections(text, mistral_section)
+}
+
+/// Granite's output from its first `<|tool_call|>` to the end: JSON arrays (or objects) of
+/// calls, each after the first optionally opened by its own `<|tool_call|>`; returned as
+/// `parse_mistral` returns them.
+pub(super) fn parse_granite(text: &str) -> (Vec<ToolCall>, Option<(usize, String)>) {
+    parse_sections(text, |section| {
+        let body = section.strip_prefix(GRANITE_TOOL_CALL).unwrap_or(section);
+        json_section(body.trim_start())
+    })
+}
+
+/// `text` cut into `section`s, whitespace between them dropped, until one does not parse.
+fn parse_sections(
+    text: &str,
+    section: impl Fn(&str) -> Result<(Vec<ToolCall>, &str), String>,
+) -> (Vec<ToolCall>, Option<(usize, String)>) {
     let mut calls = Vec::new();
     let mut rest = text.trim_start();
     while !rest.is_empty() {
         let offset = text.len() - rest.len();
-        match mistral_section(rest) {
+        match section(rest) {
             Ok((section, after)) => {
                 calls.extend(section);
                 rest = after.trim_start();
@@ -66,16 +85,7 @@ pub(super) fn parse_mistral(text: &str) -> (Vec<ToolCall>, Option<(usize, String
 fn mistral_section(text: &str) -> Result<(Vec<ToolCall>, &str), String> {
     let body = text.strip_prefix(TOOL_CALLS).unwrap_or(text).trim_start();
     if body.starts_with(['[', '{']) {
-        let (value, after) = json_prefix(body)?;
-        let calls = match value {
-            Value::Array(items) if items.is_empty() => return Err("an empty list of calls".into()),
-            Value::Array(items) => items
-                .into_iter()
-                .map(call_from_value)
-                .collect::<Result<Vec<_>, _>>()?,
-            value => vec![call_from_value(value)?],
-        };
-        return Ok((calls, after));
+        return json_section(body);
     }
     let args_at = body.find(ARGS).ok_or("no [ARGS] after the tool name")?;
     let head = &body[..args_at];
@@ -89,6 +99,20 @@ fn mistral_section(text: &str) -> Result<(Vec<ToolCall>, &str), String> {
         arguments: arguments(Some(args))?,
     };
     Ok((vec![call], after))
+}
+
+/// A JSON array of calls, or one call object, at the start of `body`; and the text after it.
+fn json_section(body: &str) -> Result<(Vec<ToolCall>, &str), String> {
+    let (value, after) = json_prefix(body)?;
+    let calls = match value {
+        Value::Array(items) if items.is_empty() => return Err("an empty list of calls".into()),
+        Value::Array(items) => items
+            .into_iter()
+            .map(call_from_value)
+            .collect::<Result<Vec<_>, _>>()?,
+        value => vec![call_from_value(value)?],
+    };
+    Ok((calls, after))
 }
 
 /// OpenAI's tool names, plus `.`: anything else before `[ARGS]` is prose, not a name.

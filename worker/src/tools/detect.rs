@@ -10,7 +10,7 @@ use tokenizers::Tokenizer;
 
 use super::format::ToolFormat;
 use super::markers::{FUNCTION_OPEN, PARAMETER_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN};
-use super::markers::{TOOL_CALL_OPEN, TOOL_CALLS};
+use super::markers::{GRANITE_TOOL_CALL, TOOL_CALL_OPEN, TOOL_CALLS};
 
 /// What the worker learns once, at load, about a model's output formats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +50,8 @@ impl ModelFormats {
 fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
     if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {
         ToolFormat::QwenXml
+    } else if template.contains(GRANITE_TOOL_CALL) {
+        ToolFormat::Granite
     } else if template.contains(TOOL_CALL_OPEN) {
         ToolFormat::Hermes
     } else if template.contains(TOOL_CALLS) || in_vocab(TOOL_CALLS) {
@@ -68,9 +70,10 @@ fn llama3_tools(template: &str) -> bool {
         && (template.contains("<|eot_id|>") || template.contains("ipython"))
 }
 
-/// Whether `tools` is used as a variable inside a `{% %}` or `{{ }}` tag: as a whole
-/// identifier (`tools_in_user_message` and `message.tools` do not count), outside string
-/// literals (a template's prose about tools does not count). Comments `{# #}` are not tags.
+/// Whether `tools` (or SmolLM3's `xml_tools`, see `chat_template`) is used as a variable inside
+/// a `{% %}` or `{{ }}` tag: as a whole identifier (`tools_in_user_message` and `message.tools`
+/// do not count), outside string literals (a template's prose about tools does not count).
+/// Comments `{# #}` are not tags.
 fn references_tools(template: &str) -> bool {
     let mut rest = template;
     while let Some(start) = rest.find('{') {
@@ -107,7 +110,7 @@ fn has_tools_identifier(expr: &str) -> bool {
         } else {
             if let Some(start) = word_start.take() {
                 let attribute = expr[..start].ends_with('.');
-                if &expr[start..i] == "tools" && !attribute {
+                if matches!(&expr[start..i], "tools" | "xml_tools") && !attribute {
                     return true;
                 }
             }

@@ -1,6 +1,8 @@
 //! The tool-call syntaxes the worker understands.
 
-use super::markers::{ARGS, CALL_ID, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS};
+use super::markers::{
+    ARGS, CALL_ID, GRANITE_TOOL_CALL, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+};
 
 /// How a model writes tool calls in its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +17,8 @@ pub enum ToolFormat {
     /// Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, or the newer
     /// `[TOOL_CALLS]name[ARGS]{...}` per call.
     Mistral,
+    /// Granite 3: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`.
+    Granite,
 }
 
 impl ToolFormat {
@@ -31,6 +35,7 @@ impl ToolFormat {
             Self::Hermes | Self::QwenXml => &[TOOL_CALL_OPEN, TOOL_CALL_CLOSE],
             Self::Llama3Json => &[PYTHON_TAG],
             Self::Mistral => &[TOOL_CALLS, ARGS, CALL_ID],
+            Self::Granite => &[GRANITE_TOOL_CALL],
         }
     }
 }

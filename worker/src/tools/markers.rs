@@ -17,6 +17,12 @@ pub const PARAMETER_CLOSE: &str = "</parameter>";
 /// Llama 3.1+: the token before a call in the `ipython` environment.
 pub const PYTHON_TAG: &str = "<|python_tag|>";
 
+/// Granite 3: the token before a JSON list of calls.
+pub const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
+/// Granite 3.3, thinking: its answer after `</think>` is wrapped in these.
+pub const RESPONSE_OPEN: &str = "<response>";
+pub const RESPONSE_CLOSE: &str = "</response>";
+
 /// Mistral's control tokens around calls.
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
 pub const ARGS: &str = "[ARGS]";

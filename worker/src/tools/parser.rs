@@ -16,8 +16,8 @@ use super::calls;
 use super::format::ToolFormat;
 use super::fragment::{Fragment, Fragments, ToolCall};
 use super::markers::{
-    FUNCTION_CLOSE, FUNCTION_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE,
-    TOOL_CALL_OPEN, TOOL_CALLS,
+    FUNCTION_CLOSE, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, RESPONSE_CLOSE, RESPONSE_OPEN,
+    THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
 };
 use super::reasoning::ReasoningStart;
 use super::xml_call::{self, ParamTypes};
@@ -62,6 +62,7 @@ impl Block {
 enum Tail {
     Llama,
     Mistral,
+    Granite,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +111,8 @@ pub struct OutputParser {
     /// How far past `start` the current mode has already looked, so no byte is scanned twice.
     scanned: usize,
     malformed: Option<String>,
+    /// A Granite answer opened with `<response>`, whose `</response>` is dropped too.
+    in_response: bool,
 }
 
 impl OutputParser {
@@ -140,6 +143,7 @@ impl OutputParser {
             start: 0,
             scanned: 0,
             malformed: None,
+            in_response: false,
         }
     }
 
@@ -250,7 +254,17 @@ impl OutputParser {
     }
 
     /// Llama writes a call as the whole answer, a bare object or one after `<|python_tag|>`.
+    /// Granite 3.3 wraps the answer that follows its thinking in `<response>`.
     fn content_start(&mut self) -> bool {
+        if self.format == ToolFormat::Granite && !self.in_response {
+            let text = self.pending();
+            if text.starts_with(RESPONSE_OPEN) {
+                self.start += RESPONSE_OPEN.len();
+                self.in_response = true;
+            } else if RESPONSE_OPEN.starts_with(text) {
+                return false;
+            }
+        }
         if self.parse_tools && self.format == ToolFormat::Llama3Json {
             let space = self.leading_space();
             let text = &self.pending()[space..];
@@ -268,23 +282,37 @@ impl OutputParser {
 
     fn text(&mut self, out: &mut Fragments) -> bool {
         let pending = self.pending();
+        let closer: &[&str] = if self.in_response {
+            &[RESPONSE_CLOSE]
+        } else {
+            &[]
+        };
         let opener = self
             .openers
             .iter()
+            .chain(closer)
             .filter_map(|&marker| Some((pending.find(marker)?, marker)))
             .min();
         let Some((at, marker)) = opener else {
-            let release = pending.len() - held_tail(pending, self.openers);
+            let held = held_tail(pending, self.openers).max(held_tail(pending, closer));
+            let release = pending.len() - held;
             out.content(&pending[..release]);
             self.start += release;
             return false;
         };
         out.content(&pending[..at]);
         self.start += at;
+        if marker == RESPONSE_CLOSE {
+            self.start += RESPONSE_CLOSE.len();
+            self.in_response = false;
+            self.set_mode(Mode::Text);
+            return true;
+        }
         self.set_mode(match marker {
             TOOL_CALL_OPEN => Mode::Block(Block::ToolCall),
             FUNCTION_OPEN => Mode::Block(Block::Function),
             PYTHON_TAG => Mode::Tail(Tail::Llama),
+            GRANITE_TOOL_CALL => Mode::Tail(Tail::Granite),
             _ => Mode::Tail(Tail::Mistral),
         });
         true
@@ -339,8 +367,12 @@ impl OutputParser {
                     self.malformed = Some(why);
                 }
             },
-            Tail::Mistral => {
-                let (calls, rejected) = calls::parse_mistral(text);
+            Tail::Mistral | Tail::Granite => {
+                let (calls, rejected) = if tail == Tail::Mistral {
+                    calls::parse_mistral(text)
+                } else {
+                    calls::parse_granite(text)
+                };
                 calls.into_iter().for_each(|call| out.call(call));
                 if let Some((offset, why)) = rejected {
                     out.content(text.get(offset..).unwrap_or(""));
@@ -367,6 +399,7 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::QwenXml => &[TOOL_CALL_OPEN, FUNCTION_OPEN],
         ToolFormat::Llama3Json => &[PYTHON_TAG],
         ToolFormat::Mistral => &[TOOL_CALLS],
+        ToolFormat::Granite => &[GRANITE_TOOL_CALL],
     }
 }
 

@@ -200,6 +200,24 @@ fn mistral_calls_follow_the_tool_calls_token() {
     }
 }
 
+#[test]
+fn granite_calls_are_a_list_after_its_marker_spelled_out_without_its_token() {
+    let model = fixture();
+    for seed in 0..SEEDS {
+        let output = generate(
+            &model,
+            &spec(ToolFormat::Granite, ToolCallChoice::Required, true),
+            seed,
+        );
+        let json = output.text.strip_prefix("<|tool_call|>").unwrap();
+        check_compact(json);
+        let calls: Vec<Value> = serde_json::from_str(json).unwrap();
+        for call in &calls {
+            check_call(call, "arguments");
+        }
+    }
+}
+
 /// QwenXml output as its calls, checked against the tools; returns the names called.
 fn qwen_calls(text: &str) -> Vec<String> {
     let mut names = Vec::new();

@@ -29,11 +29,15 @@ const TEXT: &[&str] = &[
     "[TOOL",
     "[",
     "<|python",
+    "<|tool",
     "<function",
     "</think",
     "日本語 🦀",
     "{\"a\": 1}",
     "</tool_call>",
+    "<response>",
+    "</resp",
+    "</response>",
 ];
 
 const THOUGHTS: &[&str] = &["\n", "hmm", " <", "</thin", "<tool_call>", "é"];
@@ -50,11 +54,15 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
             "<function=g>\n<parameter=s>\n<b>\n</parameter>\n</function>",
             "<tool_call>\n<function=>\n</function>\n</tool_call>",
         ],
-        // Llama and Mistral calls run to the end of the output: one, last.
+        // Llama, Mistral and Granite calls run to the end of the output: one, last.
         ToolFormat::Llama3Json => &["<|python_tag|>{\"name\": \"f\", \"parameters\": {}}"],
         ToolFormat::Mistral => &[
             "[TOOL_CALLS]f[ARGS]{\"x\": [1]}",
             "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]",
+        ],
+        ToolFormat::Granite => &[
+            "<|tool_call|>[{\"name\": \"f\", \"arguments\": {\"x\": \"日\"}}]",
+            "<|tool_call|>[{\"name\": \"bad\"",
         ],
     }
 }
@@ -71,7 +79,10 @@ fn random_output(rng: &mut Rng, format: ToolFormat, reasoning: ReasoningStart) -
         }
         output.push_str("</think>");
     }
-    let at_end = matches!(format, ToolFormat::Llama3Json | ToolFormat::Mistral);
+    let at_end = matches!(
+        format,
+        ToolFormat::Llama3Json | ToolFormat::Mistral | ToolFormat::Granite
+    );
     for _ in 0..rng.below(6) {
         if !at_end && rng.below(3) == 0 {
             output.push_str(rng.pick(calls(format)));
@@ -110,6 +121,7 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::QwenXml,
         ToolFormat::Llama3Json,
         ToolFormat::Mistral,
+        ToolFormat::Granite,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -188,6 +200,7 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         "[ARGS]",
         "[CALL_ID]",
         "<|python_tag|>",
+        "<|tool_call|>",
         "\"arguments\"",
     ];
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
@@ -196,6 +209,7 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::QwenXml,
         ToolFormat::Llama3Json,
         ToolFormat::Mistral,
+        ToolFormat::Granite,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -206,7 +220,7 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         let output: String = (0..rng.below(24)).map(|_| rng.pick(SOUP)).collect();
         let parser_config = ParserConfig {
             parse_tools: rng.below(4) != 0,
-            ..config(formats[round % 4], starts[rng.below(3)], &[])
+            ..config(formats[round % formats.len()], starts[rng.below(3)], &[])
         };
         let whole = feed(parser_config, [output.as_str()]);
         let chunks = random_chunks(&mut rng, &output);

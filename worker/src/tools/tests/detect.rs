@@ -240,6 +240,10 @@ fn tools_counts_only_as_a_variable_in_a_tag() {
     assert!(detect("{{ tools|tojson }}"));
     assert!(detect("{%- for t in tools -%}{%- endfor -%}"));
     assert!(
+        detect("{%- for t in xml_tools[:] -%}{%- endfor -%}"),
+        "SmolLM3's name"
+    );
+    assert!(
         !detect("You have tools. {{ messages }}"),
         "prose outside tags"
     );
@@ -247,4 +251,44 @@ fn tools_counts_only_as_a_variable_in_a_tag() {
     assert!(!detect("{# tools #}"), "a comment");
     assert!(!detect("{% if tools_in_user_message %}{% endif %}"));
     assert!(!detect("{{ message.tools }}"), "an attribute");
+}
+
+/// The chat templates the families' real models ship, as the end-to-end tests serve them
+/// (`tests/data/chat_templates/`, whose README names each one's source).
+fn shipped_template(file: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/chat_templates")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+#[test]
+fn each_familys_shipped_template_is_its_format() {
+    use ToolFormat::{Granite, Hermes, Llama3Json, Mistral};
+    // (file, format, renders tools, thinks)
+    let families = [
+        ("qwen2.5.jinja", Hermes, true, false),
+        ("qwen3.jinja", Hermes, true, true),
+        ("llama3.1.jinja", Llama3Json, true, false),
+        ("mistral-nemo.jinja", Mistral, true, false),
+        ("mixtral-8x22b.jinja", Mistral, true, false),
+        // Granite 3.3 thinks in `<think>` when its `thinking` switch is on.
+        ("granite3.3.jinja", Granite, true, true),
+        ("smollm3.jinja", Hermes, true, true),
+    ];
+    for (file, format, native_tools, reasoning) in families {
+        let formats = ModelFormats::detect(Some(&shipped_template(file)), &tokenizer(&[]));
+        assert_eq!(
+            (formats.tool_format, formats.native_tools, formats.reasoning),
+            (format, native_tools, reasoning),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn granite_keeps_its_special_tool_call_token() {
+    let vocab = tokenizer(&[("<|tool_call|>", true), ("<|end_of_text|>", true)]);
+    let formats = ModelFormats::detect(Some(&shipped_template("granite3.3.jinja")), &vocab);
+    assert_eq!(formats.kept_tokens, [id(&vocab, "<|tool_call|>")]);
 }

@@ -11,13 +11,14 @@ use serde_json::Value;
 use super::*;
 
 /// The markers that never reach content unless a call was malformed.
-const MARKERS: [&str; 6] = [
+const MARKERS: [&str; 7] = [
     "<tool_call",
     "<think",
     "</think",
     "[TOOL_CALLS]",
     "<function=",
     "<|python_tag|>",
+    "<|tool_call|>",
 ];
 
 fn config(format: ToolFormat, reasoning: ReasoningStart, tools: &[Value]) -> ParserConfig<'_> {

@@ -5,7 +5,7 @@ use serde_json::json;
 use super::*;
 
 use ReasoningStart::{Inside, Maybe, Off};
-use ToolFormat::{Hermes, Llama3Json, Mistral, QwenXml};
+use ToolFormat::{Granite, Hermes, Llama3Json, Mistral, QwenXml};
 
 const PARIS: &str = r#"{"city":"Paris","unit":"celsius"}"#;
 
@@ -280,6 +280,57 @@ fn mistral_section_that_does_not_parse_is_content_after_the_good_calls() {
 }
 
 #[test]
+fn granite_two_calls_in_one_list() {
+    let output = "<|tool_call|>[{\"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}, \
+                  \"name\": \"get_weather\"}, {\"name\": \"get_time\", \"arguments\": {}}]";
+    assert_eq!(
+        parse_clean(config(Granite, Off, &[]), output),
+        [call("get_weather", PARIS), call("get_time", "{}")]
+    );
+}
+
+#[test]
+fn granite_text_then_lists_each_after_its_marker() {
+    let output = "Checking. <|tool_call|>[{\"name\": \"get_weather\", \"arguments\": \
+                  {\"city\": \"Paris\", \"unit\": \"celsius\"}}]\n<|tool_call|>[{\"name\": \
+                  \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]";
+    assert_eq!(
+        parse_clean(config(Granite, Off, &[]), output),
+        [
+            content("Checking. "),
+            call("get_weather", PARIS),
+            call("get_time", r#"{"tz":"CET"}"#)
+        ]
+    );
+}
+
+#[test]
+fn granite_thinks_then_answers_in_its_response_tags() {
+    let output = "<think>The user wants a greeting.</think><response>Hello! How can I help?\
+                  </response>";
+    assert_eq!(
+        parse_clean(config(Granite, Maybe, &[]), output),
+        [
+            reasoning("The user wants a greeting."),
+            content("Hello! How can I help?")
+        ]
+    );
+    let plain = "A <response> is not a wrapper here.</response>";
+    assert_eq!(
+        parse_clean(config(Granite, Maybe, &[]), plain),
+        [content(plain)]
+    );
+}
+
+#[test]
+fn granite_list_that_does_not_parse_is_content() {
+    let output = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\"";
+    let (fragments, malformed) = parse(config(Granite, Off, &[]), output);
+    assert_eq!(fragments, [content(output)]);
+    assert!(malformed.unwrap().contains("JSON"));
+}
+
+#[test]
 fn malformed_hermes_call_comes_back_as_its_exact_text() {
     let output = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \
                   \"Paris\"}\n</tool_call>\nAnything else?";
@@ -349,8 +400,8 @@ fn without_tools_calls_are_plain_content() {
 
 #[test]
 fn text_that_only_resembles_a_marker_is_released() {
-    let output = "a <tool b <think> [TOOL c <|python";
-    for format in [Hermes, QwenXml, Llama3Json, Mistral] {
+    let output = "a <tool b <think> [TOOL c <|python d <|tool";
+    for format in [Hermes, QwenXml, Llama3Json, Mistral, Granite] {
         assert_eq!(
             parse(config(format, Off, &[]), output).0,
             [content(output)],

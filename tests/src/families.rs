@@ -1,0 +1,326 @@
+//! The model families corral serves, each made servable from its tiny mlx-lm checkpoint
+//! (`tests/data/architectures/<arch>/f32`, vocabulary 128, no tokenizer): the checkpoint's config
+//! and weights, a tokenizer of one token per printable ASCII character (and tab and newline) plus
+//! the special tokens the family's templates write, and the chat template its real models ship
+//! (`tests/data/chat_templates/`) with their end-of-turn settings. Any text and any JSON can be
+//! written in such a vocabulary, so a grammar can force a tool call in any format, and the worker
+//! meets each family's template and markers as it would on the real model.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+/// How a family's real models write a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallSyntax {
+    /// `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`.
+    Hermes,
+    /// `<|python_tag|>{"name": ..., "parameters": ...}`.
+    Llama3,
+    /// `[TOOL_CALLS][{"name": ..., "arguments": ...}]`.
+    Mistral,
+    /// `<|tool_call|>[{"name": ..., "arguments": ...}]`.
+    Granite,
+}
+
+/// One family: which checkpoint, which template, which special tokens, and what its real
+/// models write.
+pub struct Family {
+    /// The architecture's directory under `tests/data/architectures/`; also the model's id.
+    pub arch: &'static str,
+    /// Its real models' template, a file of `tests/data/chat_templates/`.
+    pub template: &'static str,
+    /// The tokens after the characters, in id order: text and whether it is special.
+    pub added: &'static [(&'static str, bool)],
+    pub bos: Option<&'static str>,
+    /// `tokenizer_config.json`'s `eos_token`.
+    pub eos: &'static str,
+    /// `generation_config.json`'s `eos_token_id`: every token that ends a turn.
+    pub stop: &'static [&'static str],
+    pub calls: CallSyntax,
+    /// Whether its models think in a `<think>` block first.
+    pub thinks: bool,
+}
+
+const CHATML: &[(&str, bool)] = &[
+    ("<|endoftext|>", true),
+    ("<|im_start|>", true),
+    ("<|im_end|>", true),
+    ("<tool_call>", false),
+    ("</tool_call>", false),
+];
+
+const QWEN3: &[(&str, bool)] = &[
+    ("<|endoftext|>", true),
+    ("<|im_start|>", true),
+    ("<|im_end|>", true),
+    ("<tool_call>", false),
+    ("</tool_call>", false),
+    ("<tool_response>", false),
+    ("</tool_response>", false),
+    ("<think>", false),
+    ("</think>", false),
+];
+
+/// Mistral's v3 control tokens, which Nemo's tokenizer has too.
+const MISTRAL: &[(&str, bool)] = &[
+    ("<unk>", true),
+    ("<s>", true),
+    ("</s>", true),
+    ("[INST]", true),
+    ("[/INST]", true),
+    ("[TOOL_CALLS]", true),
+    ("[AVAILABLE_TOOLS]", true),
+    ("[/AVAILABLE_TOOLS]", true),
+    ("[TOOL_RESULTS]", true),
+    ("[/TOOL_RESULTS]", true),
+];
+
+/// Every family corral serves today, by architecture.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        arch: "granite",
+        template: "granite3.3.jinja",
+        added: &[
+            ("<|end_of_text|>", true),
+            ("<|start_of_role|>", true),
+            ("<|end_of_role|>", true),
+            ("<|tool_call|>", true),
+        ],
+        bos: Some("<|end_of_text|>"),
+        eos: "<|end_of_text|>",
+        stop: &["<|end_of_text|>"],
+        calls: CallSyntax::Granite,
+        thinks: true,
+    },
+    Family {
+        arch: "llama",
+        template: "llama3.1.jinja",
+        added: &[
+            ("<|begin_of_text|>", true),
+            ("<|end_of_text|>", true),
+            ("<|start_header_id|>", true),
+            ("<|end_header_id|>", true),
+            ("<|eom_id|>", true),
+            ("<|eot_id|>", true),
+            ("<|python_tag|>", true),
+        ],
+        bos: Some("<|begin_of_text|>"),
+        eos: "<|eot_id|>",
+        stop: &["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"],
+        calls: CallSyntax::Llama3,
+        thinks: false,
+    },
+    Family {
+        arch: "mistral",
+        template: "mistral-nemo.jinja",
+        added: MISTRAL,
+        bos: Some("<s>"),
+        eos: "</s>",
+        stop: &["</s>"],
+        calls: CallSyntax::Mistral,
+        thinks: false,
+    },
+    Family {
+        arch: "mixtral",
+        template: "mixtral-8x22b.jinja",
+        added: MISTRAL,
+        bos: Some("<s>"),
+        eos: "</s>",
+        stop: &["</s>"],
+        calls: CallSyntax::Mistral,
+        thinks: false,
+    },
+    Family {
+        arch: "qwen2",
+        template: "qwen2.5.jinja",
+        added: CHATML,
+        bos: None,
+        eos: "<|im_end|>",
+        stop: &["<|im_end|>", "<|endoftext|>"],
+        calls: CallSyntax::Hermes,
+        thinks: false,
+    },
+    Family {
+        arch: "qwen3",
+        template: "qwen3.jinja",
+        added: QWEN3,
+        bos: None,
+        eos: "<|im_end|>",
+        stop: &["<|im_end|>", "<|endoftext|>"],
+        calls: CallSyntax::Hermes,
+        thinks: true,
+    },
+    Family {
+        arch: "qwen3_moe",
+        template: "qwen3.jinja",
+        added: QWEN3,
+        bos: None,
+        eos: "<|im_end|>",
+        stop: &["<|im_end|>", "<|endoftext|>"],
+        calls: CallSyntax::Hermes,
+        thinks: true,
+    },
+    Family {
+        arch: "smollm3",
+        template: "smollm3.jinja",
+        added: &[
+            ("<|begin_of_text|>", true),
+            ("<|end_of_text|>", true),
+            ("<|im_start|>", true),
+            ("<|im_end|>", true),
+            ("<think>", false),
+            ("</think>", false),
+            ("<tool_call>", false),
+            ("</tool_call>", false),
+        ],
+        bos: None,
+        eos: "<|im_end|>",
+        stop: &["<|im_end|>", "<|end_of_text|>"],
+        calls: CallSyntax::Hermes,
+        thinks: true,
+    },
+];
+
+/// The checkpoints' vocabulary size.
+const VOCAB: usize = 128;
+
+fn data(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data")
+        .join(path)
+}
+
+/// The characters, in id order: tab, newline, then space to `~`.
+fn characters() -> impl Iterator<Item = u8> {
+    [b'\t', b'\n'].into_iter().chain(b' '..=b'~')
+}
+
+/// GPT-2's byte-level spelling of an ASCII byte: printable ones are themselves, space and the
+/// control bytes before it are shifted to U+0100 onwards.
+fn byte_level(byte: u8) -> char {
+    if byte > b' ' {
+        char::from(byte)
+    } else {
+        char::from_u32(0x100 + u32::from(byte)).unwrap_or(char::REPLACEMENT_CHARACTER)
+    }
+}
+
+impl Family {
+    /// Writes the servable model into `dir` (created).
+    pub fn write_model(&self, dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        let checkpoint = data("architectures").join(self.arch).join("f32");
+        for file in [
+            "config.json",
+            "model.safetensors",
+            "model.safetensors.index.json",
+        ] {
+            std::fs::copy(checkpoint.join(file), dir.join(file))
+                .unwrap_or_else(|error| panic!("{}/{file}: {error}", checkpoint.display()));
+        }
+        let template = std::fs::read_to_string(data("chat_templates").join(self.template)).unwrap();
+        write_json(&dir.join("tokenizer.json"), &self.tokenizer());
+        write_json(
+            &dir.join("tokenizer_config.json"),
+            &json!({
+                "bos_token": self.bos,
+                "eos_token": self.eos,
+                "chat_template": template,
+                "clean_up_tokenization_spaces": false,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+            }),
+        );
+        let stop: Vec<u32> = self.stop.iter().map(|token| self.id(token)).collect();
+        write_json(
+            &dir.join("generation_config.json"),
+            &json!({"eos_token_id": stop}),
+        );
+    }
+
+    /// A Lark grammar (corral's `grammar` field) that makes the model write one call of `name`
+    /// with `arguments` (JSON) as the family's real models write it, special tokens by id.
+    pub fn call_grammar(&self, name: &str, arguments: &str) -> String {
+        let literal = |text: &str| Value::String(text.into()).to_string();
+        let token = |text: &str| format!("<[{}]>", self.id(text));
+        let call = |key: &str| format!(r#"{{"name": "{name}", "{key}": {arguments}}}"#);
+        let rule = match self.calls {
+            CallSyntax::Hermes => {
+                literal(&format!("<tool_call>\n{}\n</tool_call>", call("arguments")))
+            }
+            CallSyntax::Llama3 => {
+                format!(
+                    "{} {}",
+                    token("<|python_tag|>"),
+                    literal(&call("parameters"))
+                )
+            }
+            CallSyntax::Mistral => format!(
+                "{} {}",
+                token("[TOOL_CALLS]"),
+                literal(&format!("[{}]", call("arguments")))
+            ),
+            CallSyntax::Granite => format!(
+                "{} {}",
+                token("<|tool_call|>"),
+                literal(&format!("[{}]", call("arguments")))
+            ),
+        };
+        format!("start: {rule}")
+    }
+
+    /// What the family's real models write when they think first, around the thought `hmm\n`
+    /// and the answer `fine`: Granite 3.3 wraps its answer in `<response>` tags.
+    pub fn thinking_output(&self) -> &'static str {
+        match self.calls {
+            CallSyntax::Granite => "<think>hmm\n</think><response>fine</response>",
+            _ => "<think>\nhmm\n</think>\n\nfine",
+        }
+    }
+
+    /// The id of one of the family's added tokens.
+    fn id(&self, token: &str) -> u32 {
+        let index = self.added.iter().position(|&(text, _)| text == token);
+        let index = index.unwrap_or_else(|| panic!("{} has no {token}", self.arch));
+        (characters().count() + index) as u32
+    }
+
+    /// `tokenizer.json`: byte-level BPE without merges, so each character is one token.
+    fn tokenizer(&self) -> Value {
+        let vocab: Map<String, Value> = characters()
+            .zip(0u32..)
+            .map(|(byte, id)| (byte_level(byte).to_string(), json!(id)))
+            .collect();
+        let first_added = vocab.len();
+        assert!(first_added + self.added.len() <= VOCAB, "{}", self.arch);
+        let added: Vec<Value> = self
+            .added
+            .iter()
+            .zip(first_added..)
+            .map(|(&(content, special), id)| {
+                json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+                       "rstrip": false, "normalized": false, "special": special})
+            })
+            .collect();
+        let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+                   "use_regex": true});
+        json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": null,
+            "pre_tokenizer": byte_level,
+            "post_processor": null,
+            "decoder": byte_level,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                      "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                      "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": vocab, "merges": []},
+        })
+    }
+}
+
+fn write_json(path: &Path, value: &Value) {
+    std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
+}
