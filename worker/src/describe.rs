@@ -131,7 +131,12 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         Role::CrossEncoder | Role::DecoderReranker => ModelKind::Rerank,
         Role::Chat => ModelKind::Chat,
     };
-    description.unservable = if summary.as_ref().is_some_and(|s| s.vision_config.is_some()) {
+    // A wrapper's text model is served alone (its vision tower is dropped at load).
+    let text_of_wrapper = decoder
+        .as_ref()
+        .is_ok_and(|config| config.wrapper.is_some());
+    let vision = summary.as_ref().is_some_and(|s| s.vision_config.is_some());
+    description.unservable = if vision && !text_of_wrapper {
         Some("a vision model (config.json has vision_config); corral serves text models".into())
     } else if let Some(reason) = unservable_role(dir, role, &head) {
         Some(reason)
@@ -239,5 +244,29 @@ mod tests {
         assert_eq!(described.kind, ModelKind::Embedding);
         let reason = described.unservable.unwrap();
         assert!(reason.contains("modernbert"), "{reason}");
+    }
+
+    #[test]
+    fn a_wrappers_text_model_is_served_and_other_vision_models_are_not() {
+        let root = tempfile::tempdir().unwrap();
+        let text = serde_json::json!({
+            "model_type": "mistral", "vocab_size": 100, "hidden_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
+            "rms_norm_eps": 1e-5
+        });
+        let vision = |model_type: &str| {
+            serde_json::json!({
+                "model_type": model_type, "text_config": text,
+                "vision_config": {"model_type": "pixtral"}
+            })
+        };
+        let mistral3 = describe(&model_dir(root.path(), "mistral-small", vision("mistral3")));
+        assert_eq!(
+            (mistral3.kind, mistral3.unservable),
+            (ModelKind::Chat, None)
+        );
+        let llava = describe(&model_dir(root.path(), "llava", vision("llava")));
+        let reason = llava.unservable.unwrap();
+        assert!(reason.contains("vision"), "{reason}");
     }
 }

@@ -34,8 +34,11 @@ pub struct ModelConfig {
     /// Layers quantized otherwise than `quantization` says, by prefix (`model.embed_tokens`), as
     /// mlx-lm writes mixed-precision models.
     pub layer_quantization: HashMap<String, Quantization>,
-    /// The whole `config.json`, for the keys only one architecture has.
+    /// The whole `config.json`, for the keys only one architecture has (a wrapper's
+    /// `text_config`, with the wrapper's changes).
     pub raw: serde_json::Value,
+    /// The multimodal wrapper whose text model this is, if `model_type` names one.
+    pub wrapper: Option<&'static Wrapper>,
     /// Where `raw` came from, for errors.
     pub path: std::path::PathBuf,
 }
@@ -116,7 +119,6 @@ struct RawConfig {
     rope_scaling: Option<serde_json::Value>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
-    quantization: Option<serde_json::Value>,
 }
 
 fn default_rope_theta() -> f32 {
@@ -188,8 +190,15 @@ impl ModelConfig {
             }
             None => return Err(bad("no model_type".into())),
         };
+        let wrapper = WRAPPERS
+            .iter()
+            .find(|wrapper| wrapper.model_type == model_type);
+        let text = match wrapper {
+            Some(wrapper) => wrapper.text_config(&value).map_err(bad)?,
+            None => value.clone(),
+        };
         let raw: RawConfig =
-            serde_json::from_value(value.clone()).map_err(|error| bad(error.to_string()))?;
+            serde_json::from_value(text.clone()).map_err(|error| bad(error.to_string()))?;
         let positive = [
             ("hidden_size", raw.hidden_size),
             ("intermediate_size", raw.intermediate_size),
@@ -218,21 +227,27 @@ impl ModelConfig {
         let rope_scaling = raw
             .rope_scaling
             .as_ref()
-            .map(|scaling| parse_rope_scaling(scaling, &value))
+            .map(|scaling| parse_rope_scaling(scaling, &text))
             .transpose()
             .map_err(bad)?
             .flatten();
-        let quantization = match raw.quantization.as_ref() {
+        // A wrapper's quantization is its own, at the top level, naming the wrapper's layers.
+        let quantization_entry = value.get("quantization").filter(|entry| !entry.is_null());
+        let quantization = match quantization_entry {
             Some(entry) => parse_quantization(entry).map_err(bad)?,
             None => original_mxfp4(&value),
         };
-        let layer_quantization = raw
-            .quantization
-            .as_ref()
+        let mut layer_quantization = quantization_entry
             .map(parse_layer_quantization)
             .transpose()
             .map_err(bad)?
             .unwrap_or_default();
+        if let Some(wrapper) = wrapper {
+            layer_quantization = layer_quantization
+                .into_iter()
+                .filter_map(|(prefix, layer)| Some((wrapper.text_name(&prefix)?, layer)))
+                .collect();
+        }
         Ok(Self {
             model_type,
             hidden_size: raw.hidden_size,
@@ -250,9 +265,77 @@ impl ModelConfig {
             tie_word_embeddings: raw.tie_word_embeddings,
             quantization,
             layer_quantization,
-            raw: value,
+            raw: text,
+            wrapper,
             path: path.to_path_buf(),
         })
+    }
+}
+
+/// A multimodal checkpoint served as its text model alone, as mlx-lm runs its wrappers
+/// (`mistral3`, `gemma3`, `llama4`): config.json nests the text model's keys under
+/// `text_config`, and the checkpoint names the text model's tensors under `language_model.`
+/// (`language_model.model.*` and `language_model.lm_head` from transformers 4 and
+/// mlx-community, `model.language_model.*` and `lm_head` from transformers 5) beside the other
+/// towers' tensors, which are dropped.
+#[derive(Debug)]
+pub struct Wrapper {
+    pub model_type: &'static str,
+    /// Substrings of the other towers' tensor names.
+    towers: &'static [&'static str],
+    /// What the wrapper's config changes in its text model's, given the whole config.json.
+    adjust: fn(&serde_json::Value, &mut serde_json::Map<String, serde_json::Value>),
+}
+
+/// The wrappers whose text model this worker serves; each is also in [`SUPPORTED`].
+const WRAPPERS: &[Wrapper] = &[Wrapper {
+    model_type: "mistral3",
+    towers: &["vision_tower", "multi_modal_projector"],
+    adjust: untied_unless_stated,
+}];
+
+/// mistral3's text model has its own `lm_head` unless its config says otherwise.
+fn untied_unless_stated(
+    _: &serde_json::Value,
+    text: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    text.entry("tie_word_embeddings").or_insert(false.into());
+}
+
+impl Wrapper {
+    /// The text model's name for one of the checkpoint's tensors or quantized layers, as mlx-lm's
+    /// `sanitize` renames them (`model.*`, `lm_head`); `None` for another tower's.
+    pub fn text_name(&self, name: &str) -> Option<String> {
+        if self.towers.iter().any(|tower| name.contains(tower)) {
+            return None;
+        }
+        Some(match name.strip_prefix("model.language_model.") {
+            Some(rest) => format!("model.{rest}"),
+            None => name
+                .strip_prefix("language_model.")
+                .unwrap_or(name)
+                .to_owned(),
+        })
+    }
+
+    /// `text_config` with the wrapper's changes; its `model_type`, if stated, must be served.
+    fn text_config(&self, config: &serde_json::Value) -> Result<serde_json::Value, String> {
+        let mut text = config
+            .get("text_config")
+            .and_then(serde_json::Value::as_object)
+            .cloned()
+            .ok_or_else(|| format!("{} needs text_config, an object", self.model_type))?;
+        if let Some(text_type) = text.get("model_type").and_then(serde_json::Value::as_str)
+            && !SUPPORTED.contains(&text_type)
+        {
+            return Err(format!(
+                "unsupported text_config.model_type {text_type:?} in {} (supported: {})",
+                self.model_type,
+                SUPPORTED.join(", ")
+            ));
+        }
+        (self.adjust)(config, &mut text);
+        Ok(text.into())
     }
 }
 
@@ -429,5 +512,64 @@ mod tests {
             error.contains("model.embed_tokens") && error.contains('7'),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_wrapper_is_read_as_its_text_model_with_the_text_models_names() {
+        let config = json!({
+            "model_type": "mistral3",
+            "text_config": {
+                "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+                "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 96,
+                "rms_norm_eps": 1e-5,
+            },
+            "quantization": {
+                "group_size": 64, "bits": 4,
+                "language_model.model.layers.0.mlp.down_proj": {"group_size": 64, "bits": 8},
+            },
+        });
+        let parsed = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+        assert_eq!(
+            (parsed.model_type.as_str(), parsed.hidden_size),
+            ("mistral3", 64)
+        );
+        assert_eq!(parsed.tie_word_embeddings, Some(false));
+        let eight_bits = Quantization {
+            group_size: 64,
+            bits: 8,
+            mode: QuantMode::Affine,
+        };
+        assert_eq!(
+            parsed.layer_quantization,
+            HashMap::from([("model.layers.0.mlp.down_proj".to_owned(), eight_bits)])
+        );
+        let wrapper = parsed.wrapper.unwrap();
+        for (name, text) in [
+            (
+                "language_model.model.norm.weight",
+                Some("model.norm.weight"),
+            ),
+            ("language_model.lm_head.weight", Some("lm_head.weight")),
+            (
+                "model.language_model.norm.weight",
+                Some("model.norm.weight"),
+            ),
+            ("lm_head.weight", Some("lm_head.weight")),
+            ("vision_tower.patch_conv.weight", None),
+            ("model.multi_modal_projector.linear_1.weight", None),
+        ] {
+            assert_eq!(wrapper.text_name(name).as_deref(), text, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_wrapper_is_served() {
+        for wrapper in WRAPPERS {
+            assert!(
+                SUPPORTED.contains(&wrapper.model_type),
+                "{}",
+                wrapper.model_type
+            );
+        }
     }
 }

@@ -52,7 +52,10 @@ pub struct Model {
 impl Model {
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let config = ModelConfig::load(model_dir)?;
-        let weights = Weights::load(model_dir, config.layer_quantization.clone())?;
+        let mut weights = Weights::load(model_dir, config.layer_quantization.clone())?;
+        if let Some(wrapper) = config.wrapper {
+            weights.unwrap_text_model(wrapper);
+        }
         Self::from_weights(config, weights, model_dir)
     }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use mlx_rs::{Array, Dtype};
 
-use super::config::Quantization;
+use super::config::{Quantization, Wrapper};
 use super::error::ModelError;
 
 /// Safetensors headers above this are not checkpoints but corruption.
@@ -128,6 +128,14 @@ impl Weights {
     /// Drops a tensor the model does not use, if present (a tied head's copy).
     pub fn discard(&mut self, name: &str) {
         self.tensors.remove(name);
+    }
+
+    /// Keeps only a wrapper checkpoint's text model, under the text model's own names.
+    pub fn unwrap_text_model(&mut self, wrapper: &Wrapper) {
+        self.tensors = std::mem::take(&mut self.tensors)
+            .into_iter()
+            .filter_map(|(name, entry)| Some((wrapper.text_name(&name)?, entry)))
+            .collect();
     }
 
     /// Drops every tensor whose name starts with `prefix` (a part of the checkpoint the model

@@ -7,6 +7,8 @@ mod glm4_moe;
 mod gpt_oss;
 mod granite;
 mod llama;
+mod ministral3;
+mod mistral3;
 mod mixtral;
 mod phi3;
 mod qwen2;
@@ -27,7 +29,9 @@ const ARCHITECTURES: &[(&str, Build)] = &[
     ("gpt_oss", gpt_oss::build),
     ("granite", granite::build),
     ("llama", llama::build),
+    ("ministral3", ministral3::build),
     ("mistral", llama::build),
+    ("mistral3", mistral3::build),
     ("mixtral", mixtral::build),
     ("phi3", phi3::build),
     ("qwen2", qwen2::build),

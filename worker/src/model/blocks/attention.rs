@@ -1,6 +1,7 @@
 //! Grouped-query attention, as mlx-lm's `Attention` classes compute it, with the options the
 //! architectures differ by: biases, a norm over each query and key head, a query scale other
-//! than 1/sqrt(head_dim), and no rotary embedding at all (NoPE layers).
+//! than 1/sqrt(head_dim), no rotary embedding at all (NoPE layers), and queries scaled by their
+//! position.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -9,6 +10,7 @@ use mlx_rs::ops::indexing::IndexOp;
 
 use super::linear::Linear;
 use super::norm::Norm;
+use super::query_scale::QueryScale;
 use super::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
@@ -36,6 +38,8 @@ pub struct AttentionSpec {
     /// A learned logit per head, `{prefix}.sinks`, that joins every softmax's denominator
     /// (gpt-oss).
     pub sinks: bool,
+    /// Multiplies the rotated queries by a factor of their position (Ministral 3).
+    pub query_scale: Option<QueryScale>,
 }
 
 #[derive(Clone, Copy)]
@@ -65,6 +69,7 @@ impl AttentionSpec {
             rope: Some(rope),
             window: None,
             sinks: false,
+            query_scale: None,
         }
     }
 }
@@ -77,6 +82,7 @@ pub struct Attention {
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
     rope: Option<Rope>,
+    query_scale: Option<QueryScale>,
     heads: i32,
     kv_heads: i32,
     scale: f32,
@@ -150,6 +156,7 @@ impl Attention {
             q_norm: head_norm(weights, "q_norm")?,
             k_norm: head_norm(weights, "k_norm")?,
             rope: spec.rope,
+            query_scale: spec.query_scale,
             heads: spec.heads,
             kv_heads: spec.kv_heads,
             scale: spec.scale,
@@ -265,6 +272,10 @@ impl Attention {
             Self::heads(queries, 1, self.heads, self.q_norm.as_ref())?,
             offset,
         )?;
+        let queries = match &self.query_scale {
+            Some(scale) => scale.apply(&queries, offset)?,
+            None => queries,
+        };
         let keys = self.rotate(
             Self::heads(keys, 1, self.kv_heads, self.k_norm.as_ref())?,
             offset,
@@ -308,6 +319,10 @@ impl Attention {
         let keys = Self::heads(keys, rows, self.kv_heads, self.k_norm.as_ref())?;
         let values = Self::heads(values, rows, self.kv_heads, None)?;
         let queries = self.rotate_rows(queries, &offsets)?;
+        let queries = match &self.query_scale {
+            Some(scale) => scale.apply_rows(&queries, &offsets)?,
+            None => queries,
+        };
         let keys = self.rotate_rows(keys, &offsets)?.split_equal(rows, 0)?;
         let values = values.split_equal(rows, 0)?;
         for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {

@@ -6,4 +6,5 @@ pub mod linear;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod query_scale;
 pub mod rope;

@@ -1,0 +1,41 @@
+//! Ministral 3 (mlx-lm's `ministral3.py`), standalone or the text model of a `mistral3`
+//! checkpoint: Llama whose rotary embedding is read from `rope_parameters` (YaRN), and whose
+//! rotated queries are scaled by `1 + llama_4_scaling_beta · ln(1 + floor(position /
+//! original_max_position_embeddings))`.
+
+use super::llama;
+use crate::model::blocks::attention::AttentionSpec;
+use crate::model::blocks::query_scale::QueryScale;
+use crate::model::config::{ModelConfig, parse_rope_scaling};
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let parameters: serde_json::Value = config.required("rope_parameters")?;
+    let bad = |message: String| ModelError::Config {
+        path: config.path.clone(),
+        message: format!("rope_parameters: {message}"),
+    };
+    let number = |key: &str| {
+        parameters
+            .get(key)
+            .and_then(serde_json::Value::as_f64)
+            .ok_or_else(|| bad(format!("needs {key}, a number")))
+    };
+    let query_scale = QueryScale::Llama4 {
+        beta: number("llama_4_scaling_beta")? as f32,
+        original_max_position_embeddings: number("original_max_position_embeddings")? as f32,
+    };
+    let config = ModelConfig {
+        rope_theta: number("rope_theta")? as f32,
+        rope_traditional: false,
+        rope_scaling: parse_rope_scaling(&parameters, &config.raw).map_err(bad)?,
+        ..config.clone()
+    };
+    let layers = llama::layers(&config, weights, |_, attention| AttentionSpec {
+        query_scale: Some(query_scale),
+        ..attention
+    })?;
+    Decoder::load(weights, &config, layers)
+}
