@@ -7,6 +7,7 @@ pub const SUPPORTED: &[&str] = &[
     "gpt_oss",
     "granite",
     "llama",
+    "llama4_text",
     "ministral3",
     "mistral",
     "mistral3",

@@ -7,6 +7,7 @@ mod glm4_moe;
 mod gpt_oss;
 mod granite;
 mod llama;
+mod llama4_text;
 mod ministral3;
 mod mistral3;
 mod mixtral;
@@ -29,6 +30,7 @@ const ARCHITECTURES: &[(&str, Build)] = &[
     ("gpt_oss", gpt_oss::build),
     ("granite", granite::build),
     ("llama", llama::build),
+    ("llama4_text", llama4_text::build),
     ("ministral3", ministral3::build),
     ("mistral", llama::build),
     ("mistral3", mistral3::build),

@@ -51,6 +51,10 @@ pub enum HeadNorm {
     RmsOffset {
         eps: f32,
     },
+    /// Without a weight (Llama 4).
+    RmsUnweighted {
+        eps: f32,
+    },
 }
 
 impl AttentionSpec {
@@ -146,6 +150,7 @@ impl Attention {
                 Some(HeadNorm::RmsOffset { eps }) => {
                     Norm::rms_offset(weights, &name, spec.head_dim, eps).map(Some)
                 }
+                Some(HeadNorm::RmsUnweighted { eps }) => Ok(Some(Norm::RmsUnweighted { eps })),
             }
         };
         Ok(Self {

@@ -10,6 +10,8 @@ pub enum Norm {
     /// `x / rms(x) · w`, as Llama's `RMSNorm`. Gemma's `(1 + w)` scaling is folded into `weight`
     /// at load, so both run the same kernel.
     Rms { weight: Array, eps: f32 },
+    /// `x / rms(x)`, without a weight (Llama 4's query and key norm).
+    RmsUnweighted { eps: f32 },
 }
 
 impl Norm {
@@ -39,6 +41,7 @@ impl Norm {
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         match self {
             Self::Rms { weight, eps } => fast::rms_norm(x, Some(weight), *eps),
+            Self::RmsUnweighted { eps } => fast::rms_norm(x, None, *eps),
         }
     }
 }
