@@ -5,9 +5,9 @@
 //! prefix-cache restore (blocks cut from a cache, one through the SSD tier's byte format, joined
 //! into a new cache that prefills only the rest). Each
 //! layout users have is loaded: mlx-community (`f32`, `q4`) and the original Hugging Face one
-//! (`hf`), which shares `f32`'s reference. A multimodal wrapper's variants (`mistral3`) are
-//! checked as its text model. An architecture corral does not serve yet must be refused by name,
-//! never loaded wrong.
+//! (`hf`), which shares `f32`'s reference. A multimodal wrapper's variants (`mistral3`, listed
+//! under the wrapper's `model_type`) load as its text model. An architecture corral does not
+//! serve yet must be refused by name, never loaded wrong.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,8 +25,6 @@ const TOLERANCE: f32 = 1e-3;
 
 struct Variant {
     model_type: String,
-    /// A wrapper's text model (`text_config.model_type`).
-    text_model_type: Option<String>,
     /// The variant whose `reference.safetensors` holds this one's logits.
     reference: String,
 }
@@ -219,7 +217,6 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
                     let text = |key: &str| entry[key].as_str().unwrap().to_owned();
                     let entry = Variant {
                         model_type: text("model_type"),
-                        text_model_type: entry["text_model_type"].as_str().map(str::to_owned),
                         reference: text("reference"),
                     };
                     (variant.clone(), entry)
@@ -256,8 +253,7 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
             architectures
                 .values()
                 .flat_map(|variants| variants.values())
-                .any(|variant| variant.model_type == *supported
-                    || variant.text_model_type.as_deref() == Some(supported)),
+                .any(|variant| variant.model_type == *supported),
             "{supported} is served but has no reference checkpoint"
         );
     }
