@@ -3,11 +3,11 @@
 //! 1e-3 at every prompt position from one prefill, at each of the 16 greedy decode steps after
 //! it, at those steps again while the sequence shares each pass with three others, and after a
 //! prefix-cache restore (blocks cut from a cache, one through the SSD tier's byte format, joined
-//! into a new cache that prefills only the rest). Each
-//! layout users have is loaded: mlx-community (`f32`, `q4`) and the original Hugging Face one
-//! (`hf`), which shares `f32`'s reference. A multimodal wrapper's variants (`mistral3`, listed
-//! under the wrapper's `model_type`) load as its text model. An architecture corral does not
-//! serve yet must be refused by name, never loaded wrong.
+//! into a new cache that prefills only the rest). Each layout users have is loaded: mlx-community
+//! (`f32`, `q4`) and the original Hugging Face one (`hf`), which shares `f32`'s reference. A
+//! multimodal wrapper's variants (`gemma3`, `mistral3`, listed under the wrapper's `model_type`)
+//! load as its text model. An architecture corral does not serve yet must be refused by name,
+//! never loaded wrong.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

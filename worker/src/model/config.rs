@@ -273,7 +273,7 @@ impl ModelConfig {
 }
 
 /// A multimodal checkpoint served as its text model alone, as mlx-lm runs its wrappers
-/// (`mistral3`, `gemma3`, `llama4`): config.json nests the text model's keys under
+/// (`mistral3`, `gemma3`, `llama4`, ...): config.json nests the text model's keys under
 /// `text_config`, and the checkpoint names the text model's tensors under `language_model.`
 /// (`language_model.model.*` and `language_model.lm_head` from transformers 4 and
 /// mlx-community, `model.language_model.*` and `lm_head` from transformers 5) beside the other
@@ -288,11 +288,30 @@ pub struct Wrapper {
 }
 
 /// The wrappers whose text model this worker serves; each is also in [`SUPPORTED`].
-const WRAPPERS: &[Wrapper] = &[Wrapper {
-    model_type: "mistral3",
-    towers: &["vision_tower", "multi_modal_projector"],
-    adjust: untied_unless_stated,
-}];
+const WRAPPERS: &[Wrapper] = &[
+    Wrapper {
+        model_type: "gemma3",
+        towers: &["vision_tower", "multi_modal_projector"],
+        adjust: gemma3_text_config,
+    },
+    Wrapper {
+        model_type: "mistral3",
+        towers: &["vision_tower", "multi_modal_projector"],
+        adjust: untied_unless_stated,
+    },
+];
+
+/// gemma3's own `vocab_size` (default 262208) replaces its text model's, and the text model's
+/// head counts default to 8 and 4.
+fn gemma3_text_config(
+    config: &serde_json::Value,
+    text: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    let vocab_size = config.get("vocab_size").cloned().unwrap_or(262_208.into());
+    text.insert("vocab_size".into(), vocab_size);
+    text.entry("num_attention_heads").or_insert(8.into());
+    text.entry("num_key_value_heads").or_insert(4.into());
+}
 
 /// mistral3's text model has its own `lm_head` unless its config says otherwise.
 fn untied_unless_stated(

@@ -2,6 +2,7 @@
 //! builder for each.
 
 pub const SUPPORTED: &[&str] = &[
+    "gemma3",
     "gemma3_text",
     "glm4_moe",
     "gpt_oss",

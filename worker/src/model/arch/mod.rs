@@ -25,6 +25,7 @@ use super::weights::Weights;
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
 const ARCHITECTURES: &[(&str, Build)] = &[
+    ("gemma3", gemma3_text::build),
     ("gemma3_text", gemma3_text::build),
     ("glm4_moe", glm4_moe::build),
     ("gpt_oss", gpt_oss::build),
