@@ -295,11 +295,18 @@ const WRAPPERS: &[Wrapper] = &[
         adjust: gemma3_text_config,
     },
     Wrapper {
+        model_type: "llama4",
+        towers: &["vision_model", "multi_modal_projector"],
+        adjust: unchanged,
+    },
+    Wrapper {
         model_type: "mistral3",
         towers: &["vision_tower", "multi_modal_projector"],
         adjust: untied_unless_stated,
     },
 ];
+
+fn unchanged(_: &serde_json::Value, _: &mut serde_json::Map<String, serde_json::Value>) {}
 
 /// gemma3's own `vocab_size` (default 262208) replaces its text model's, and the text model's
 /// head counts default to 8 and 4.

@@ -12,6 +12,7 @@ use mlx_rs::{Array, Device, DeviceType, Dtype, ops};
 
 use super::host;
 use super::kv_cache::KvCache;
+use super::window::Window;
 
 static HOST: OnceLock<bool> = OnceLock::new();
 
@@ -78,19 +79,19 @@ pub fn linear(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, 
 
 /// Causal attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
 /// (`[1, kv_heads, cached, head_dim]`, the new positions last); with a `window`, each position
-/// sees only itself and the `window - 1` positions before it. `sinks` (`[heads]`) add one logit
-/// per head to each softmax's denominator (gpt-oss); MLX computes those.
+/// sees only the keys of its window. `sinks` (`[heads]`) add one logit per head to each
+/// softmax's denominator (gpt-oss); MLX computes those.
 pub fn attention(
     queries: &Array,
     keys: &Array,
     values: &Array,
     scale: f32,
-    window: Option<i32>,
+    window: Option<Window>,
     sinks: Option<&Array>,
 ) -> Result<Array, Exception> {
     let (new_positions, cached) = (queries.dim(2), keys.dim(2));
     // Keys before the first query's window are seen by no query.
-    let first = window.map_or(0, |window| (cached - new_positions - window + 1).max(0));
+    let first = window.map_or(0, |window| window.first(cached - new_positions));
     let (keys, values) = if first > 0 {
         (
             keys.index((.., .., first.., ..)),
@@ -118,26 +119,30 @@ pub fn attention(
 }
 
 /// `[new_positions, cached - first]`: whether the `i`-th new position (at
-/// `cached - new_positions + i`) sees the key at `first + j`: not in its future, and within the
+/// `cached - new_positions + i`) sees the key at `first + j`: not in its future, and within its
 /// window.
 fn visible_keys(
     new_positions: i32,
     first: i32,
     cached: i32,
-    window: Option<i32>,
+    window: Option<Window>,
 ) -> Result<Array, Exception> {
     let query_positions = ops::arange::<_, i32>(cached - new_positions, cached, None)?
         .reshape(&[new_positions, 1])?;
     let key_positions =
         ops::arange::<_, i32>(first, cached, None)?.reshape(&[1, cached - first])?;
     let causal = key_positions.le(&query_positions)?;
-    match window {
-        Some(window) => ops::logical_and(
-            &causal,
-            &key_positions.gt(&ops::subtract(&query_positions, Array::from_int(window))?)?,
-        ),
-        None => Ok(causal),
-    }
+    let window_start = match window {
+        None => return Ok(causal),
+        Some(Window::Sliding(size)) => {
+            ops::subtract(&query_positions, Array::from_int(size.max(1) - 1))?
+        }
+        Some(Window::Chunk(size)) => ops::subtract(
+            &query_positions,
+            &ops::remainder(&query_positions, Array::from_int(size.max(1)))?,
+        )?,
+    };
+    ops::logical_and(&causal, &key_positions.ge(&window_start)?)
 }
 
 /// Attention of a padded batch (`[rows, heads, length, head_dim]` each) in which every position
@@ -176,12 +181,11 @@ pub fn attend_rows(
     heads: i32,
     kv_heads: i32,
     scale: f32,
-    window: Option<i32>,
+    window: Option<Window>,
 ) -> Result<Option<Array>, Exception> {
     if !on_host(queries.dtype()) {
         return Ok(None);
     }
-    let window = window.map(|window| window.max(1) as usize);
     host::attend_rows(
         queries,
         caches,
@@ -200,11 +204,10 @@ pub fn attend_chunk(
     cache: &KvCache,
     kv_heads: i32,
     scale: f32,
-    window: Option<i32>,
+    window: Option<Window>,
 ) -> Result<Option<Array>, Exception> {
     if !on_host(queries.dtype()) {
         return Ok(None);
     }
-    let window = window.map(|window| window.max(1) as usize);
     host::attend_chunk(queries, cache, kv_heads as usize, scale, window)
 }

@@ -15,6 +15,7 @@ mod kv_cache;
 mod quantized_ops;
 mod supported;
 mod weights;
+mod window;
 
 use std::path::Path;
 

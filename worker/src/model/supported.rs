@@ -8,6 +8,7 @@ pub const SUPPORTED: &[&str] = &[
     "gpt_oss",
     "granite",
     "llama",
+    "llama4",
     "llama4_text",
     "ministral3",
     "mistral",

@@ -198,6 +198,30 @@ impl Weights {
         Ok(())
     }
 
+    /// Replaces the tensor `from`, if present, by the tensors `convert` makes of it, named `to`.
+    pub fn convert_into<const N: usize>(
+        &mut self,
+        from: &str,
+        to: [&str; N],
+        action: &'static str,
+        convert: impl FnOnce(&Array) -> Result<[Array; N], mlx_rs::error::Exception>,
+    ) -> Result<(), ModelError> {
+        let Some((array, file)) = self.tensors.remove(from) else {
+            return Ok(());
+        };
+        let converted = convert(&array)
+            .and_then(|parts| mlx_rs::transforms::eval(&parts).map(|()| parts))
+            .map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action,
+                source,
+            })?;
+        for (name, part) in to.into_iter().zip(converted) {
+            self.tensors.insert(name.to_owned(), (part, file.clone()));
+        }
+        Ok(())
+    }
+
     /// Renames a tensor, if present.
     pub fn rename(&mut self, from: &str, to: &str) {
         if let Some(entry) = self.tensors.remove(from) {

@@ -14,6 +14,7 @@ use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
+use crate::model::window::Window;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
@@ -31,7 +32,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             let attention = AttentionSpec {
                 head_norm: Some(HeadNorm::RmsOffset { eps }),
                 scale,
-                window: sliding.then_some(window),
+                window: sliding.then_some(Window::Sliding(window)),
                 ..AttentionSpec::new(
                     config,
                     if sliding { &local_rope } else { &global_rope }.clone(),

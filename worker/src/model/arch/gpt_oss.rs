@@ -19,6 +19,7 @@ use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
+use crate::model::window::Window;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
@@ -53,7 +54,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 qkv_bias: true,
                 o_bias: true,
                 sinks: true,
-                window: sliding.then_some(window),
+                window: sliding.then_some(Window::Sliding(window)),
                 ..AttentionSpec::new(config, rope.clone())
             };
             let mlp = format!("{prefix}.mlp");

@@ -7,6 +7,7 @@ mod glm4_moe;
 mod gpt_oss;
 mod granite;
 mod llama;
+mod llama4;
 mod llama4_text;
 mod ministral3;
 mod mistral3;
@@ -31,6 +32,7 @@ const ARCHITECTURES: &[(&str, Build)] = &[
     ("gpt_oss", gpt_oss::build),
     ("granite", granite::build),
     ("llama", llama::build),
+    ("llama4", llama4::build),
     ("llama4_text", llama4_text::build),
     ("ministral3", ministral3::build),
     ("mistral", llama::build),

@@ -17,6 +17,7 @@ use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::KvCache;
 use crate::model::weights::Weights;
+use crate::model::window::Window;
 
 /// How an architecture's attention is shaped; [`AttentionSpec::new`] gives Llama's.
 pub struct AttentionSpec {
@@ -30,15 +31,17 @@ pub struct AttentionSpec {
     pub fused_qkv: bool,
     /// RMSNorm over each query and key head before the rotation (Qwen3, Gemma 3).
     pub head_norm: Option<HeadNorm>,
+    /// The head norm after the rotation instead (Llama 4).
+    pub norm_after_rope: bool,
     pub scale: f32,
     /// `None` for a layer without positional encoding (NoPE).
     pub rope: Option<Rope>,
-    /// A sliding window: each position sees only itself and the `window - 1` before it.
-    pub window: Option<i32>,
+    /// The keys each position sees besides its causal past: a sliding window or its chunk.
+    pub window: Option<Window>,
     /// A learned logit per head, `{prefix}.sinks`, that joins every softmax's denominator
     /// (gpt-oss).
     pub sinks: bool,
-    /// Multiplies the rotated queries by a factor of their position (Ministral 3).
+    /// Multiplies the rotated queries by a factor of their position (Ministral 3, Llama 4).
     pub query_scale: Option<QueryScale>,
 }
 
@@ -69,6 +72,7 @@ impl AttentionSpec {
             o_bias: false,
             fused_qkv: false,
             head_norm: None,
+            norm_after_rope: false,
             scale: (config.head_dim as f32).powf(-0.5),
             rope: Some(rope),
             window: None,
@@ -85,12 +89,13 @@ pub struct Attention {
     o_proj: Linear,
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
+    norm_after_rope: bool,
     rope: Option<Rope>,
     query_scale: Option<QueryScale>,
     heads: i32,
     kv_heads: i32,
     scale: f32,
-    window: Option<i32>,
+    window: Option<Window>,
     sinks: Option<Array>,
 }
 
@@ -160,6 +165,7 @@ impl Attention {
             o_proj,
             q_norm: head_norm(weights, "q_norm")?,
             k_norm: head_norm(weights, "k_norm")?,
+            norm_after_rope: spec.norm_after_rope,
             rope: spec.rope,
             query_scale: spec.query_scale,
             heads: spec.heads,
@@ -240,11 +246,31 @@ impl Attention {
         split.transpose_axes(&[0, 2, 1, 3])
     }
 
-    /// An empty cache of the kind this layer needs.
+    /// An empty cache of the kind this layer needs: a sliding window's lets go of what no later
+    /// query sees; a chunk's keys are cut by absolute position, so its cache keeps them all.
     pub fn new_cache(&self) -> KvCache {
         match self.window {
-            Some(window) => KvCache::rotating(window),
-            None => KvCache::default(),
+            Some(Window::Sliding(window)) => KvCache::rotating(window),
+            Some(Window::Chunk(_)) | None => KvCache::default(),
+        }
+    }
+
+    /// [`Self::heads`] rotated by `rotate`, normalized before or after as the architecture does.
+    fn rotated_heads(
+        &self,
+        projected: &Array,
+        rows: i32,
+        count: i32,
+        norm: Option<&Norm>,
+        rotate: impl FnOnce(Array) -> Result<Array, Exception>,
+    ) -> Result<Array, Exception> {
+        if !self.norm_after_rope {
+            return rotate(Self::heads(projected, rows, count, norm)?);
+        }
+        let rotated = rotate(Self::heads(projected, rows, count, None)?)?;
+        match norm {
+            Some(norm) => norm.forward(&rotated),
+            None => Ok(rotated),
         }
     }
 
@@ -273,18 +299,13 @@ impl Attention {
     ) -> Result<Array, Exception> {
         let length = queries.dim(1);
         let offset = cache.offset();
-        let queries = self.rotate(
-            Self::heads(queries, 1, self.heads, self.q_norm.as_ref())?,
-            offset,
-        )?;
+        let rotate = |x| self.rotate(x, offset);
+        let queries = self.rotated_heads(queries, 1, self.heads, self.q_norm.as_ref(), rotate)?;
         let queries = match &self.query_scale {
             Some(scale) => scale.apply(&queries, offset)?,
             None => queries,
         };
-        let keys = self.rotate(
-            Self::heads(keys, 1, self.kv_heads, self.k_norm.as_ref())?,
-            offset,
-        )?;
+        let keys = self.rotated_heads(keys, 1, self.kv_heads, self.k_norm.as_ref(), rotate)?;
         let values = Self::heads(values, 1, self.kv_heads, None)?;
         let (all_keys, all_values) = cache.update_and_fetch(&keys, &values)?;
         let on_host = match &self.sinks {
@@ -320,15 +341,16 @@ impl Attention {
         let rows = caches.len() as i32;
         let offsets: Vec<i32> = caches.iter().map(|cache| cache.offset()).collect();
         let offsets = Array::from_slice(&offsets, &[rows]);
-        let queries = Self::heads(queries, rows, self.heads, self.q_norm.as_ref())?;
-        let keys = Self::heads(keys, rows, self.kv_heads, self.k_norm.as_ref())?;
+        let rotate = |x| self.rotate_rows(x, &offsets);
+        let queries =
+            self.rotated_heads(queries, rows, self.heads, self.q_norm.as_ref(), rotate)?;
+        let keys = self.rotated_heads(keys, rows, self.kv_heads, self.k_norm.as_ref(), rotate)?;
         let values = Self::heads(values, rows, self.kv_heads, None)?;
-        let queries = self.rotate_rows(queries, &offsets)?;
         let queries = match &self.query_scale {
             Some(scale) => scale.apply_rows(&queries, &offsets)?,
             None => queries,
         };
-        let keys = self.rotate_rows(keys, &offsets)?.split_equal(rows, 0)?;
+        let keys = keys.split_equal(rows, 0)?;
         let values = values.split_equal(rows, 0)?;
         for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
             cache.update_and_fetch(keys, values)?;

@@ -34,6 +34,9 @@ pub enum Routing {
         normalize: bool,
         scaling: f32,
     },
+    /// The top logit's expert only, its sigmoid scaling the expert's input rather than its output
+    /// (Llama 4).
+    TopOneSigmoidInput,
 }
 
 /// Tensor names of one expert projection, in both layouts users have.
@@ -142,11 +145,16 @@ impl Moe {
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let logits = self.router.forward(x)?;
         let (indices, scores) = self.route(&logits)?;
-        let expert_outputs = self.experts(x, &indices)?;
-        let weighted = ops::multiply(&expert_outputs, &scores.expand_dims(-1)?)?;
-        let routed = weighted
-            .sum_axis(-2, false)?
-            .as_dtype(expert_outputs.dtype())?;
+        let routed = if let Routing::TopOneSigmoidInput = self.routing {
+            let scaled = ops::multiply(x, &scores)?;
+            self.experts(&scaled, &indices)?.squeeze_axes(&[-2])?
+        } else {
+            let expert_outputs = self.experts(x, &indices)?;
+            let weighted = ops::multiply(&expert_outputs, &scores.expand_dims(-1)?)?;
+            weighted
+                .sum_axis(-2, false)?
+                .as_dtype(expert_outputs.dtype())?
+        };
         match &self.shared_experts {
             Some(shared) => ops::add(&routed, &shared.forward(x)?),
             None => Ok(routed),
@@ -203,6 +211,12 @@ impl Moe {
                 }
                 let weights = ops::multiply(&weights, Array::from_f32(scaling))?;
                 Ok((indices, weights))
+            }
+            Routing::TopOneSigmoidInput => {
+                let indices = top_k(logits, 1)?;
+                let scores = take_along_axis(logits, &indices, -1)?;
+                let scores = ops::sigmoid(&scores.as_dtype(Dtype::Float32)?)?;
+                Ok((indices, scores.as_dtype(logits.dtype())?))
             }
         }
     }

@@ -1,5 +1,6 @@
 //! Queries multiplied by a factor of their absolute position after the rotation, as
-//! Ministral 3's `llama_4_scaling_beta` does, so attention sharpens over long contexts.
+//! Ministral 3's `llama_4_scaling_beta` and Llama 4's attention temperature do, so attention
+//! sharpens over long contexts.
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, ops};
@@ -11,6 +12,8 @@ pub enum QueryScale {
         beta: f32,
         original_max_position_embeddings: f32,
     },
+    /// `1 + scale · ln(1 + floor((position + 1) / floor_scale))` (Llama 4's NoPE layers).
+    Temperature { floor_scale: f32, scale: f32 },
 }
 
 impl QueryScale {
@@ -28,9 +31,11 @@ impl QueryScale {
         self.multiply(queries, &positions)
     }
 
-    /// The factors computed in f32 with mlx-lm's ops, then cast to the queries' dtype.
+    /// The factors computed in f32 with mlx-lm's ops, and their product with the queries in
+    /// mlx-lm's dtypes.
     fn multiply(&self, queries: &Array, positions: &Array) -> Result<Array, Exception> {
-        let factors = match *self {
+        let one = || Array::from_f32(1.0);
+        match *self {
             Self::Llama4 {
                 beta,
                 original_max_position_embeddings,
@@ -39,13 +44,20 @@ impl QueryScale {
                     positions,
                     Array::from_f32(original_max_position_embeddings),
                 )?)?;
-                let growth = ops::log(&ops::add(Array::from_f32(1.0), &windows)?)?;
-                ops::add(
-                    Array::from_f32(1.0),
-                    &ops::multiply(Array::from_f32(beta), &growth)?,
-                )?
+                let growth = ops::log(&ops::add(one(), &windows)?)?;
+                let factors = ops::add(one(), &ops::multiply(Array::from_f32(beta), &growth)?)?;
+                ops::multiply(queries, &factors.as_dtype(queries.dtype())?)
             }
-        };
-        ops::multiply(queries, &factors.as_dtype(queries.dtype())?)
+            Self::Temperature { floor_scale, scale } => {
+                let floors = ops::floor(&ops::divide(
+                    &ops::add(positions, one())?,
+                    Array::from_f32(floor_scale),
+                )?)?;
+                let growth = ops::log(&ops::add(&floors, one())?)?;
+                let factors = ops::add(&ops::multiply(&growth, Array::from_f32(scale))?, one())?;
+                // Multiplied in f32 and cast back, where Ministral's factors are cast first.
+                ops::multiply(queries, &factors)?.as_dtype(queries.dtype())
+            }
+        }
     }
 }

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use crate::fast_exp::exp_nonpositive;
 use crate::model::kv_cache::KvCache;
+use crate::model::window::Window;
 
 /// `queries` is `[rows, heads, 1, head_dim]`, one new rotated position per row, whose keys and
 /// values are already the last of `caches[row]`. Returns `[1, rows, heads * head_dim]`, or
@@ -23,7 +24,7 @@ pub(crate) fn attend_rows(
     heads: usize,
     kv_heads: usize,
     scale: f32,
-    window: Option<usize>,
+    window: Option<Window>,
 ) -> Result<Option<Array>, Exception> {
     let Some(buffers) = caches
         .iter()
@@ -74,7 +75,7 @@ pub(crate) fn attend_chunk(
     cache: &KvCache,
     kv_heads: usize,
     scale: f32,
-    window: Option<usize>,
+    window: Option<Window>,
 ) -> Result<Option<Array>, Exception> {
     let Some((keys, values)) = cache.buffers() else {
         return Ok(None);
@@ -116,8 +117,8 @@ struct Heads {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub scale: f32,
-    /// A sliding window: each position sees only itself and the `window - 1` before it.
-    pub window: Option<usize>,
+    /// The keys each position sees besides its causal past.
+    pub window: Option<Window>,
 }
 
 /// `queries` is `[rows, heads, head_dim]`, one new (rotated) position per row, whose keys and
@@ -182,9 +183,11 @@ impl<'a> CachedHeads<'a> {
     }
 
     /// The keys and values that position `end - 1` sees, of the key head that query head
-    /// `head` reads: all before it, or the window's.
+    /// `head` reads: all before it, or its window's.
     fn visible(&self, head: usize, end: usize, shape: Heads) -> (&[f32], &[f32]) {
-        let first = shape.window.map_or(0, |window| end.saturating_sub(window));
+        let first = shape
+            .window
+            .map_or(0, |window| window.first(end as i32 - 1) as usize);
         let start = head / (shape.heads / shape.kv_heads) * self.capacity * shape.head_dim;
         let visible = start + first * shape.head_dim..start + end * shape.head_dim;
         (&self.keys[visible.clone()], &self.values[visible])

@@ -77,10 +77,15 @@ fn a_chunk_matches_mlx_causal_attention_after_earlier_positions() {
 
 #[test]
 fn a_chunk_in_a_sliding_window_matches_mlx_with_the_window_mask() {
-    chunk_matches_mlx(Some(4));
+    chunk_matches_mlx(Some(Window::Sliding(4)));
 }
 
-fn chunk_matches_mlx(window: Option<usize>) {
+#[test]
+fn a_chunk_across_attention_chunks_matches_mlx_with_the_chunk_mask() {
+    chunk_matches_mlx(Some(Window::Chunk(4)));
+}
+
+fn chunk_matches_mlx(window: Option<Window>) {
     let shape = Heads {
         heads: 6,
         kv_heads: 2,
@@ -118,11 +123,17 @@ fn chunk_matches_mlx(window: Option<usize>) {
         shape.head_dim as i32,
     ];
     // The chunk's position i is at before + i; it sees key j when j <= before + i and, with a
-    // window, j > before + i - window.
+    // sliding window of n, j > before + i - n, or with chunks of n, j / n == (before + i) / n.
     let visible: Vec<bool> = (0..positions)
         .flat_map(|i| {
             (0..length).map(move |j| {
-                j <= before + i && window.is_none_or(|window| j + window > before + i)
+                let position = before + i;
+                j <= position
+                    && match window {
+                        None => true,
+                        Some(Window::Sliding(n)) => j + n as usize > position,
+                        Some(Window::Chunk(n)) => j / n as usize == position / n as usize,
+                    }
             })
         })
         .collect();
