@@ -5,9 +5,9 @@
 //! prefix-cache restore (blocks cut from a cache, one through the SSD tier's byte format, joined
 //! into a new cache that prefills only the rest). Each layout users have is loaded: mlx-community
 //! (`f32`, `q4`) and the original Hugging Face one (`hf`), which shares `f32`'s reference. A
-//! multimodal wrapper's variants (`gemma3`, `mistral3`, listed under the wrapper's `model_type`)
-//! load as its text model. An architecture corral does not serve yet must be refused by name,
-//! never loaded wrong.
+//! multimodal wrapper's variants (`gemma3`, `llama4`, `mistral3`, listed under the wrapper's
+//! `model_type`) load as its text model. An architecture corral does not serve yet must be
+//! refused by name, never loaded wrong.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
