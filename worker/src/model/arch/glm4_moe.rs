@@ -64,15 +64,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
                         .map(FeedForward::Dense);
                 };
-                let names = ["gate_proj", "up_proj", "down_proj"].map(|name| {
-                    let experts = format!("{mlp}.experts");
-                    ExpertNames {
-                        stacked: format!("{mlp}.switch_mlp.{name}"),
-                        per_expert: Some(Box::new(move |expert| {
-                            format!("{experts}.{expert}.{name}")
-                        })),
-                    }
-                });
+                let names = ExpertNames::swiglu_under(&mlp);
                 let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
                 if let Some(shared) = shared_experts {
                     let prefix = format!("{mlp}.shared_experts");

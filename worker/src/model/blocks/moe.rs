@@ -49,6 +49,21 @@ pub struct ExpertNames {
     pub per_expert: Option<Box<dyn Fn(i32) -> String>>,
 }
 
+impl ExpertNames {
+    /// The gate, up and down projections of the experts under `mlp` as Qwen's and GLM's
+    /// checkpoints name them: `{mlp}.switch_mlp.gate_proj` stacked, `{mlp}.experts.{e}.gate_proj`
+    /// in the original layout.
+    pub fn swiglu_under(mlp: &str) -> [Self; 3] {
+        ["gate_proj", "up_proj", "down_proj"].map(|name| {
+            let experts = format!("{mlp}.experts");
+            Self {
+                stacked: format!("{mlp}.switch_mlp.{name}"),
+                per_expert: Some(Box::new(move |expert| format!("{experts}.{expert}.{name}"))),
+            }
+        })
+    }
+}
+
 pub struct Moe {
     router: Linear,
     routing: Routing,
