@@ -21,6 +21,11 @@ pub enum CallSyntax {
     Mistral,
     /// `<|tool_call|>[{"name": ..., "arguments": ...}]`.
     Granite,
+    /// `<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>`.
+    Glm,
+    /// gpt-oss's harmony: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>
+    /// {...}<|call|>`.
+    Harmony,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
@@ -38,7 +43,7 @@ pub struct Family {
     /// `generation_config.json`'s `eos_token_id`: every token that ends a turn.
     pub stop: &'static [&'static str],
     pub calls: CallSyntax,
-    /// Whether its models think in a `<think>` block first.
+    /// Whether its models think first (in a `<think>` block, or gpt-oss's `analysis` channel).
     pub thinks: bool,
 }
 
@@ -78,6 +83,71 @@ const MISTRAL: &[(&str, bool)] = &[
 
 /// Every family corral serves today, by architecture.
 pub const FAMILIES: &[Family] = &[
+    Family {
+        arch: "gemma3_text",
+        template: "gemma3.jinja",
+        added: &[
+            ("<pad>", true),
+            ("<eos>", true),
+            ("<bos>", true),
+            ("<start_of_turn>", true),
+            ("<end_of_turn>", true),
+        ],
+        bos: Some("<bos>"),
+        eos: "<eos>",
+        stop: &["<eos>", "<end_of_turn>"],
+        // Gemma 3's template renders no tools: corral teaches it Hermes calls.
+        calls: CallSyntax::Hermes,
+        thinks: false,
+    },
+    Family {
+        arch: "glm4_moe",
+        template: "glm4.6.jinja",
+        added: &[
+            ("<|endoftext|>", true),
+            ("[gMASK]", true),
+            ("<sop>", true),
+            ("<|system|>", true),
+            ("<|user|>", true),
+            ("<|assistant|>", true),
+            ("<|observation|>", true),
+            ("<think>", false),
+            ("</think>", false),
+            ("<tool_call>", false),
+            ("</tool_call>", false),
+            ("<tool_response>", false),
+            ("</tool_response>", false),
+            ("<arg_key>", false),
+            ("</arg_key>", false),
+            ("<arg_value>", false),
+            ("</arg_value>", false),
+        ],
+        bos: None,
+        eos: "<|endoftext|>",
+        stop: &["<|endoftext|>", "<|user|>", "<|observation|>"],
+        calls: CallSyntax::Glm,
+        thinks: true,
+    },
+    Family {
+        arch: "gpt_oss",
+        template: "gpt-oss.jinja",
+        added: &[
+            ("<|startoftext|>", true),
+            ("<|endoftext|>", true),
+            ("<|return|>", true),
+            ("<|constrain|>", true),
+            ("<|channel|>", true),
+            ("<|start|>", true),
+            ("<|end|>", true),
+            ("<|message|>", true),
+            ("<|call|>", true),
+        ],
+        bos: Some("<|startoftext|>"),
+        eos: "<|return|>",
+        stop: &["<|return|>", "<|endoftext|>", "<|call|>"],
+        calls: CallSyntax::Harmony,
+        thinks: true,
+    },
     Family {
         arch: "granite",
         template: "granite3.3.jinja",
@@ -129,6 +199,28 @@ pub const FAMILIES: &[Family] = &[
         eos: "</s>",
         stop: &["</s>"],
         calls: CallSyntax::Mistral,
+        thinks: false,
+    },
+    Family {
+        arch: "phi3",
+        template: "phi4-mini.jinja",
+        added: &[
+            ("<|endoftext|>", true),
+            ("<|system|>", true),
+            ("<|user|>", true),
+            ("<|assistant|>", true),
+            ("<|end|>", true),
+            ("<|tool|>", true),
+            ("<|/tool|>", true),
+            ("<|tool_call|>", true),
+            ("<|/tool_call|>", true),
+            ("<|tool_response|>", true),
+        ],
+        bos: Some("<|endoftext|>"),
+        eos: "<|endoftext|>",
+        stop: &["<|endoftext|>", "<|end|>"],
+        // Its template renders no `tools`: corral teaches it Hermes calls.
+        calls: CallSyntax::Hermes,
         thinks: false,
     },
     Family {
@@ -265,17 +357,72 @@ impl Family {
                 token("<|tool_call|>"),
                 literal(&format!("[{}]", call("arguments")))
             ),
+            CallSyntax::Glm => {
+                let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
+                let mut text = format!("<tool_call>{name}\n");
+                for (key, value) in arguments {
+                    let value = value
+                        .as_str()
+                        .map_or_else(|| value.to_string(), str::to_owned);
+                    text += &format!("<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n");
+                }
+                literal(&(text + "</tool_call>"))
+            }
+            CallSyntax::Harmony => format!(
+                "{} {} {} {} {} {} {}",
+                token("<|channel|>"),
+                literal(&format!("commentary to=functions.{name} ")),
+                token("<|constrain|>"),
+                literal("json"),
+                token("<|message|>"),
+                literal(arguments),
+                token("<|call|>"),
+            ),
         };
         format!("start: {rule}")
     }
 
     /// What the family's real models write when they think first, around the thought `hmm\n`
-    /// and the answer `fine`: Granite 3.3 wraps its answer in `<response>` tags.
+    /// and the answer `fine`: Granite 3.3 wraps its answer in `<response>` tags, GLM opens its
+    /// turn with a newline, and gpt-oss writes an `analysis` message, then a `final` one.
     pub fn thinking_output(&self) -> &'static str {
         match self.calls {
             CallSyntax::Granite => "<think>hmm\n</think><response>fine</response>",
+            CallSyntax::Glm => "\n<think>hmm\n</think>\nfine",
+            CallSyntax::Harmony => {
+                "<|channel|>analysis<|message|>hmm\n<|end|><|start|>assistant<|channel|>final<|message|>fine"
+            }
             _ => "<think>\nhmm\n</think>\n\nfine",
         }
+    }
+
+    /// A Lark grammar that makes the model write `thinking_output`, its special tokens by id as
+    /// the real models write them (gpt-oss's markers, spelled out, would not fit the answer's
+    /// token budget).
+    pub fn thinking_grammar(&self) -> String {
+        let mut items = Vec::new();
+        let mut text = String::new();
+        let mut rest = self.thinking_output();
+        while let Some(c) = rest.chars().next() {
+            let special = self
+                .added
+                .iter()
+                .find(|&&(token, special)| special && rest.starts_with(token));
+            if let Some(&(token, _)) = special {
+                if !text.is_empty() {
+                    items.push(Value::String(std::mem::take(&mut text)).to_string());
+                }
+                items.push(format!("<[{}]>", self.id(token)));
+                rest = &rest[token.len()..];
+            } else {
+                text.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        if !text.is_empty() {
+            items.push(Value::String(text).to_string());
+        }
+        format!("start: {}", items.join(" "))
     }
 
     /// The id of one of the family's added tokens.

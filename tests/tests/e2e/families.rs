@@ -28,6 +28,7 @@ fn every_family_chats_calls_tools_streams_and_has_its_formats_read_off_its_templ
                 "call_grammar": family.call_grammar("get_weather", arguments),
                 "thinks": family.thinks,
                 "thinking_output": family.thinking_output(),
+                "thinking_grammar": family.thinking_grammar(),
             })
         })
         .collect();

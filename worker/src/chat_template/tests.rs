@@ -557,3 +557,48 @@ fn smollm3_lists_the_tools_it_reads_as_xml_tools() {
     );
     assert!(with_tools.contains("within <tool_call></tool_call> XML tags"));
 }
+
+/// A template the families' real models ship (`tests/data/chat_templates/`).
+fn shipped(file: &str) -> ChatTemplate {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/chat_templates")
+        .join(file);
+    let source = std::fs::read_to_string(&path).unwrap();
+    ChatTemplate::new(source, path, None, None).unwrap()
+}
+
+/// A conversation with a call and its result; the call's content is `""`, since gpt-oss's
+/// template looks for its channel tags in it.
+fn conversation_with_a_call() -> Vec<Value> {
+    let mut call = weather_call();
+    call["content"] = json!("");
+    vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "Weather in Paris?"}),
+        call,
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}),
+    ]
+}
+
+#[test]
+fn gpt_oss_renders_its_tools_namespace_and_harmony_messages_like_transformers() {
+    let got = shipped("gpt-oss.jinja")
+        .render(&conversation_with_a_call(), Some(&weather_tool()), true)
+        .unwrap();
+    let today = super::strftime::strftime_now("%Y-%m-%d");
+    assert_eq!(
+        got.replace(&format!("Current date: {today}"), "Current date: DATE"),
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: DATE\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.\nCalls to these tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># Instructions\n\nYou are terse.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n// Get the weather <now>\ntype get_weather = (_: {\ncity: string,\n}) => any;\n\n} // namespace functions<|end|><|start|>user<|message|>Weather in Paris?<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|><|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"{\\\"temp\\\": 21}\"<|end|><|start|>assistant"
+    );
+}
+
+#[test]
+fn glm_renders_its_arg_key_calls_like_transformers() {
+    let got = shipped("glm4.6.jinja")
+        .render(&conversation_with_a_call(), Some(&weather_tool()), true)
+        .unwrap();
+    assert_eq!(
+        got,
+        "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the weather <now>\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call><|system|>\nYou are terse.<|user|>\nWeather in Paris?<|assistant|>\n<think></think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call><|observation|>\n<tool_response>\n{\"temp\": 21}\n</tool_response><|assistant|>"
+    );
+}

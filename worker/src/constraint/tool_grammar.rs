@@ -13,6 +13,11 @@
 //!   calls separated by `\n`. A string parameter's VALUE is raw text without `</parameter>`
 //!   (its `minLength`, `maxLength` and string `enum` apply; `pattern` and `format` do not);
 //!   any other's is JSON of its schema. Only declared properties can be written.
+//! - Glm: `<tool_call>NAME\n`, one `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n` per
+//!   parameter, as QwenXml's, then `</tool_call>`, calls separated by `\n`;
+//! - Harmony: ` to=functions.NAME<|channel|>commentary json<|message|>ARGS`, the header the
+//!   template writes past calls with (the prompt ends with `<|start|>assistant`), its tokens by
+//!   id where the vocabulary has them; one call, which the model's `<|call|>` then ends.
 //!
 //! ARGS is JSON of the tool's `parameters` (`{"type": "object"}` when absent), written as
 //! `json_options.rs` describes.
@@ -29,6 +34,9 @@ use crate::tools::ToolFormat;
 const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
 /// What Granite's models open their list of calls with.
 const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
+/// Harmony's header tokens.
+const HARMONY_CHANNEL: &str = "<|channel|>";
+const HARMONY_MESSAGE: &str = "<|message|>";
 
 /// Which tools a constrained tool call may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +117,8 @@ pub(super) fn lark(
     parallel: bool,
 ) -> Result<String, ConstraintError> {
     let start = match format {
-        ToolFormat::Hermes | ToolFormat::QwenXml => repeated("\n", parallel),
-        ToolFormat::Llama3Json => "call".to_owned(),
+        ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Glm => repeated("\n", parallel),
+        ToolFormat::Llama3Json | ToolFormat::Harmony => "call".to_owned(),
         ToolFormat::Mistral => {
             let id = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
                 ConstraintError::Invalid(format!(
@@ -145,7 +153,23 @@ pub(super) fn lark(
             ToolFormat::Mistral | ToolFormat::Granite => {
                 json_call(&format!("{{\"name\": {name}, \"arguments\": "), tool, "}")?
             }
-            ToolFormat::QwenXml => xml_call(&mut lark, index, tool)?,
+            ToolFormat::QwenXml => xml_call(&mut lark, index, tool, &QWEN_XML)?,
+            ToolFormat::Glm => xml_call(&mut lark, index, tool, &GLM_XML)?,
+            ToolFormat::Harmony => {
+                let token = |text: &str| {
+                    factory
+                        .token_id(text)
+                        .map_or_else(|| literal(text), |id| format!("<[{id}]>"))
+                };
+                let schema = json_schema(tool, &tool.parameters)?;
+                format!(
+                    "{} {} {} {} %json {schema}",
+                    literal(&format!(" to=functions.{}", tool.name)),
+                    token(HARMONY_CHANNEL),
+                    literal("commentary json"),
+                    token(HARMONY_MESSAGE),
+                )
+            }
         };
         // Writing to a String cannot fail.
         let _ = writeln!(lark, "tool_{index}: {rule}");
@@ -180,9 +204,48 @@ fn json_schema(tool: &Tool, schema: &Value) -> Result<String, ConstraintError> {
         })
 }
 
-/// The QwenXml rule for `tool`; each parameter gets a rule (and a string one a terminal) of its
-/// own, appended to `lark`.
-fn xml_call(lark: &mut String, index: usize, tool: &Tool) -> Result<String, ConstraintError> {
+/// How an XML-like format spells a call: the text around its name (`open`) and around each
+/// parameter's key (`param`), what closes a value (`close`, and as a regex with `/` written
+/// `\x2F`, alone and as the bare tag), and the call's end.
+struct XmlSyntax {
+    open: (&'static str, &'static str),
+    param: (&'static str, &'static str),
+    close: &'static str,
+    close_regex: &'static str,
+    close_tag_regex: &'static str,
+    /// What follows a value's closing text (and its tag).
+    after_close: &'static str,
+    end: &'static str,
+}
+
+const QWEN_XML: XmlSyntax = XmlSyntax {
+    open: ("<tool_call>\n<function=", ">\n"),
+    param: ("<parameter=", ">\n"),
+    close: "\n</parameter>",
+    close_regex: r"\n<\x2Fparameter>",
+    close_tag_regex: r"<\x2Fparameter>",
+    after_close: "\n",
+    end: "</function>\n</tool_call>",
+};
+
+const GLM_XML: XmlSyntax = XmlSyntax {
+    open: ("<tool_call>", "\n"),
+    param: ("<arg_key>", "</arg_key>\n<arg_value>"),
+    close: "</arg_value>",
+    close_regex: r"<\x2Farg_value>",
+    close_tag_regex: r"<\x2Farg_value>",
+    after_close: "\n",
+    end: "</tool_call>",
+};
+
+/// The XML rule for `tool` in `syntax`; each parameter gets a rule (and a string one a
+/// terminal) of its own, appended to `lark`.
+fn xml_call(
+    lark: &mut String,
+    index: usize,
+    tool: &Tool,
+    syntax: &XmlSyntax,
+) -> Result<String, ConstraintError> {
     let empty = Map::new();
     let properties = tool
         .parameters
@@ -195,15 +258,16 @@ fn xml_call(lark: &mut String, index: usize, tool: &Tool) -> Result<String, Cons
         .and_then(Value::as_array)
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let mut rule = literal(&format!("<tool_call>\n<function={}>\n", tool.name));
+    let mut rule = literal(&format!("{}{}{}", syntax.open.0, tool.name, syntax.open.1));
     for (position, (key, schema)) in properties.iter().enumerate() {
         let name = format!("tool_{index}_{position}");
-        let open = literal(&format!("<parameter={key}>\n"));
+        let open = literal(&format!("{}{key}{}", syntax.param.0, syntax.param.1));
         let value = if is_string(schema) {
-            string_value(lark, &name.to_uppercase(), schema)
+            string_value(lark, &name.to_uppercase(), schema, syntax)
         } else {
             let schema = json_schema(tool, &with_definitions(schema, &tool.parameters))?;
-            format!("%json {schema} {}", literal("\n</parameter>\n"))
+            let close = format!("{}{}", syntax.close, syntax.after_close);
+            format!("%json {schema} {}", literal(&close))
         };
         let _ = writeln!(lark, "{name}: {open} {value}");
         let optional = if required.contains(&key.as_str()) {
@@ -213,7 +277,7 @@ fn xml_call(lark: &mut String, index: usize, tool: &Tool) -> Result<String, Cons
         };
         let _ = write!(rule, " {name}{optional}");
     }
-    let _ = write!(rule, " {}", literal("</function>\n</tool_call>"));
+    let _ = write!(rule, " {}", literal(syntax.end));
     Ok(rule)
 }
 
@@ -222,11 +286,11 @@ fn is_string(schema: &Value) -> bool {
 }
 
 /// A string parameter's raw text and its closing tag: its enum's values, or a terminal
-/// (`terminal`, appended to `lark`) of text within its length bounds that holds no
-/// `</parameter>`. The closing tag is part of the terminal: a terminal for the text alone would
-/// swallow the `\n</parameter` that starts the tag, since the lexer takes the longest match.
-fn string_value(lark: &mut String, terminal: &str, schema: &Value) -> String {
-    let close = "\n</parameter>\n";
+/// (`terminal`, appended to `lark`) of text within its length bounds that holds no closing tag.
+/// The closing tag is part of the terminal: a terminal for the text alone would swallow the
+/// `\n</parameter` that starts the tag, since the lexer takes the longest match.
+fn string_value(lark: &mut String, terminal: &str, schema: &Value, syntax: &XmlSyntax) -> String {
+    let close = format!("{}{}", syntax.close, syntax.after_close);
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
         let values: Vec<String> = values
             .iter()
@@ -244,11 +308,12 @@ fn string_value(lark: &mut String, terminal: &str, schema: &Value) -> String {
         (Some(min), None) => format!("{{{min},}}"),
     };
     // `\x2F` is `/`, which would end the Lark regex literal.
+    let (close, tag) = (syntax.close_regex, syntax.close_tag_regex);
     let _ = writeln!(
         lark,
-        r"{terminal}: /(?s:.{repeat})\n<\x2Fparameter>/ & ~/(?s:.*<\x2Fparameter>.*\n<\x2Fparameter>)/"
+        r"{terminal}: /(?s:.{repeat}){close}/ & ~/(?s:.*{tag}.*{close})/"
     );
-    format!("{terminal} {}", literal("\n"))
+    format!("{terminal} {}", literal(syntax.after_close))
 }
 
 /// A property's schema standing alone: the root's `$defs` and `definitions` come along, so its

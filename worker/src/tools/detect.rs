@@ -9,8 +9,10 @@
 use tokenizers::Tokenizer;
 
 use super::format::ToolFormat;
+use super::markers::{
+    ARG_KEY_OPEN, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
+};
 use super::markers::{FUNCTION_OPEN, PARAMETER_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN};
-use super::markers::{GRANITE_TOOL_CALL, TOOL_CALL_OPEN, TOOL_CALLS};
 
 /// What the worker learns once, at load, about a model's output formats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,10 +47,15 @@ impl ModelFormats {
     }
 }
 
-/// The first rule that matches, most specific first: Qwen3-Coder's template also writes
-/// `<tool_call>`, and Hermes-style Llama fine-tunes keep Llama's `<|python_tag|>` token.
+/// The first rule that matches, most specific first: Qwen3-Coder's and GLM-4.5's templates
+/// also write `<tool_call>`, and Hermes-style Llama fine-tunes keep Llama's `<|python_tag|>`
+/// token.
 fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
-    if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {
+    if template.contains(HARMONY_CHANNEL) {
+        ToolFormat::Harmony
+    } else if template.contains(ARG_KEY_OPEN) {
+        ToolFormat::Glm
+    } else if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {
         ToolFormat::QwenXml
     } else if template.contains(GRANITE_TOOL_CALL) {
         ToolFormat::Granite

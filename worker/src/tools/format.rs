@@ -1,7 +1,9 @@
 //! The tool-call syntaxes the worker understands.
 
 use super::markers::{
-    ARGS, CALL_ID, GRANITE_TOOL_CALL, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+    ARG_KEY_CLOSE, ARG_KEY_OPEN, ARG_VALUE_CLOSE, ARG_VALUE_OPEN, ARGS, CALL_ID, GRANITE_TOOL_CALL,
+    HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_END, HARMONY_MESSAGE, HARMONY_RETURN,
+    HARMONY_START, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
 };
 
 /// How a model writes tool calls in its output.
@@ -19,13 +21,20 @@ pub enum ToolFormat {
     Mistral,
     /// Granite 3: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`.
     Granite,
+    /// GLM-4.5: `<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>`.
+    Glm,
+    /// gpt-oss's harmony: a message to the call's recipient, `<|channel|>commentary
+    /// to=functions.name <|constrain|>json<|message|>{...}<|call|>`, beside the `analysis`
+    /// (reasoning) and `final` messages.
+    Harmony,
 }
 
 impl ToolFormat {
     /// Whether the model can make several calls in one turn. Meta's JSON tool format is one
-    /// call per turn (the template renders a single call), so Llama is told to make one.
+    /// call per turn (the template renders a single call), so Llama is told to make one; so is
+    /// gpt-oss, whose `<|call|>` ends its turn.
     pub fn supports_parallel(self) -> bool {
-        !matches!(self, Self::Llama3Json)
+        !matches!(self, Self::Llama3Json | Self::Harmony)
     }
 
     /// The marker texts of this format that may be single special tokens, which decoding with
@@ -36,6 +45,23 @@ impl ToolFormat {
             Self::Llama3Json => &[PYTHON_TAG],
             Self::Mistral => &[TOOL_CALLS, ARGS, CALL_ID],
             Self::Granite => &[GRANITE_TOOL_CALL],
+            Self::Glm => &[
+                TOOL_CALL_OPEN,
+                TOOL_CALL_CLOSE,
+                ARG_KEY_OPEN,
+                ARG_KEY_CLOSE,
+                ARG_VALUE_OPEN,
+                ARG_VALUE_CLOSE,
+            ],
+            Self::Harmony => &[
+                HARMONY_START,
+                HARMONY_CHANNEL,
+                HARMONY_CONSTRAIN,
+                HARMONY_MESSAGE,
+                HARMONY_END,
+                HARMONY_RETURN,
+                HARMONY_CALL,
+            ],
         }
     }
 }

@@ -27,3 +27,19 @@ pub const RESPONSE_CLOSE: &str = "</response>";
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
 pub const ARGS: &str = "[ARGS]";
 pub const CALL_ID: &str = "[CALL_ID]";
+
+/// GLM-4.5's call arguments: `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>`, inside a
+/// `<tool_call>NAME` block.
+pub const ARG_KEY_OPEN: &str = "<arg_key>";
+pub const ARG_KEY_CLOSE: &str = "</arg_key>";
+pub const ARG_VALUE_OPEN: &str = "<arg_value>";
+pub const ARG_VALUE_CLOSE: &str = "</arg_value>";
+
+/// gpt-oss's harmony format: the tokens around each message's header and body.
+pub const HARMONY_START: &str = "<|start|>";
+pub const HARMONY_CHANNEL: &str = "<|channel|>";
+pub const HARMONY_CONSTRAIN: &str = "<|constrain|>";
+pub const HARMONY_MESSAGE: &str = "<|message|>";
+pub const HARMONY_END: &str = "<|end|>";
+pub const HARMONY_RETURN: &str = "<|return|>";
+pub const HARMONY_CALL: &str = "<|call|>";

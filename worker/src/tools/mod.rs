@@ -1,7 +1,8 @@
 //! Model formats for agents' output: which tool-call syntax a model writes and whether it
 //! thinks in `<think>` blocks (`detect`); the streaming parser that splits generated text into
-//! content, reasoning and whole tool calls (`parser`, with `calls` and `xml_call` reading the
-//! calls and `reasoning` saying where a `<think>` block starts); and the rewrite that teaches
+//! content, reasoning and whole tool calls (`parser`, with `calls`, `xml_call` and `glm_call`
+//! reading the calls and `reasoning` saying where a `<think>` block starts; gpt-oss's channels
+//! have a parser of their own, `harmony`); and the rewrite that teaches
 //! tools to a model whose template has none (`fallback`); tool-call ids in the shape Mistral's
 //! templates demand (`call_ids`).
 
@@ -11,6 +12,8 @@ mod detect;
 mod fallback;
 mod format;
 mod fragment;
+mod glm_call;
+mod harmony;
 mod markers;
 mod parser;
 mod reasoning;

@@ -15,6 +15,8 @@ use serde_json::Value;
 use super::calls;
 use super::format::ToolFormat;
 use super::fragment::{Fragment, Fragments, ToolCall};
+use super::glm_call;
+use super::harmony::HarmonyParser;
 use super::markers::{
     FUNCTION_CLOSE, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, RESPONSE_CLOSE, RESPONSE_OPEN,
     THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
@@ -113,6 +115,9 @@ pub struct OutputParser {
     malformed: Option<String>,
     /// A Granite answer opened with `<response>`, whose `</response>` is dropped too.
     in_response: bool,
+    /// gpt-oss's output, which is messages on channels rather than text with markers in it, has
+    /// a parser of its own that does the whole job.
+    harmony: Option<HarmonyParser>,
 }
 
 impl OutputParser {
@@ -144,13 +149,19 @@ impl OutputParser {
             scanned: 0,
             malformed: None,
             in_response: false,
+            harmony: (config.format == ToolFormat::Harmony)
+                .then(|| HarmonyParser::new(config.parse_tools)),
         }
     }
 
     /// Adds generated text; returns what it decides, possibly nothing.
     pub fn push(&mut self, text: &str) -> Vec<Fragment> {
-        self.buf.push_str(text);
         let mut out = Fragments::default();
+        if let Some(harmony) = &mut self.harmony {
+            harmony.push(text, &mut out);
+            return out.into_vec();
+        }
+        self.buf.push_str(text);
         while self.step(&mut out) {}
         if self.start > 0 {
             self.buf.drain(..self.start);
@@ -163,6 +174,10 @@ impl OutputParser {
     /// stays reasoning, an unterminated call is parsed as it stands.
     pub fn finish(&mut self) -> Vec<Fragment> {
         let mut out = Fragments::default();
+        if let Some(harmony) = &mut self.harmony {
+            harmony.finish(&mut out);
+            return out.into_vec();
+        }
         let rest = std::mem::take(&mut self.buf);
         let rest = rest.get(self.start..).unwrap_or("");
         match self.mode {
@@ -183,11 +198,17 @@ impl OutputParser {
 
     /// Whether the output is inside the model's reasoning block now.
     pub fn is_reasoning(&self) -> bool {
+        if let Some(harmony) = &self.harmony {
+            return harmony.is_reasoning();
+        }
         matches!(self.mode, Mode::Thinking | Mode::SkipSpace(Next::Thinking))
     }
 
     /// Why the last candidate call that was returned as text did not parse, for a log line.
     pub fn malformed(&self) -> Option<&str> {
+        if let Some(harmony) = &self.harmony {
+            return harmony.malformed();
+        }
         self.malformed.as_deref()
     }
 
@@ -352,7 +373,11 @@ impl OutputParser {
                 let body = body
                     .strip_suffix(TOOL_CALL_CLOSE)
                     .unwrap_or_else(|| &body[..body.len() - held_tail(body, &[TOOL_CALL_CLOSE])]);
-                calls::parse_block(body, &self.types)
+                if self.format == ToolFormat::Glm {
+                    glm_call::parse_call(body, &self.types)
+                } else {
+                    calls::parse_block(body, &self.types)
+                }
             }
             Block::Function => xml_call::parse_function(candidate, &self.types),
         }
@@ -395,7 +420,9 @@ impl OutputParser {
 /// The markers that open a call in each format's content.
 fn openers(format: ToolFormat) -> &'static [&'static str] {
     match format {
-        ToolFormat::Hermes => &[TOOL_CALL_OPEN],
+        ToolFormat::Hermes | ToolFormat::Glm => &[TOOL_CALL_OPEN],
+        // Harmony's calls are messages, which its own parser reads.
+        ToolFormat::Harmony => &[],
         ToolFormat::QwenXml => &[TOOL_CALL_OPEN, FUNCTION_OPEN],
         ToolFormat::Llama3Json => &[PYTHON_TAG],
         ToolFormat::Mistral => &[TOOL_CALLS],
@@ -425,7 +452,7 @@ fn accept(
 
 /// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
 /// Markers are ASCII, so the tail starts on a character boundary.
-fn held_tail(text: &str, markers: &[&str]) -> usize {
+pub(super) fn held_tail(text: &str, markers: &[&str]) -> usize {
     markers
         .iter()
         .filter_map(|marker| {

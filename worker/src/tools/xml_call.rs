@@ -11,7 +11,7 @@ use super::markers::{FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_O
 
 /// How a declared parameter's value is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Declared {
+pub(super) enum Declared {
     Text,
     Boolean,
     /// Numbers, objects, arrays, null: parsed as JSON, text when it does not parse.
@@ -46,7 +46,7 @@ impl ParamTypes {
         Self(types)
     }
 
-    fn get(&self, tool: &str, param: &str) -> Option<Declared> {
+    pub(super) fn get(&self, tool: &str, param: &str) -> Option<Declared> {
         self.0.get(tool)?.get(param).copied()
     }
 }
@@ -123,7 +123,7 @@ fn trim_one_newline(value: &str) -> &str {
 }
 
 /// A parameter the schema does not declare is read as JSON when it parses, else as text.
-fn convert(value: &str, declared: Option<Declared>) -> Value {
+pub(super) fn convert(value: &str, declared: Option<Declared>) -> Value {
     let text = || Value::String(value.to_owned());
     match declared {
         Some(Declared::Text) => text(),

@@ -7,7 +7,7 @@ use tokenizers::AddedToken;
 use super::schema::{check, check_compact};
 use super::{Model, SEEDS, fixture, fixture_tokenizer, generate, sentencepiece};
 use crate::constraint::{Constraint, GrammarSpec, ToolCallChoice};
-use crate::tools::ToolFormat;
+use crate::tools::{Fragment, OutputParser, ParserConfig, ReasoningStart, ToolFormat};
 
 fn tools() -> Vec<Value> {
     vec![
@@ -332,5 +332,65 @@ fn a_non_special_added_tool_call_token_writes_the_literal() {
         let output = generate(&model, &spec, seed);
         assert_eq!(output.tokens[0], open);
         hermes_calls(&output.text);
+    }
+}
+
+/// `text` through the output parser of `format`, as the worker reads a forced call: every piece
+/// must be a call, each checked against its tool; returns the names called.
+fn parsed_calls(format: ToolFormat, text: &str) -> Vec<String> {
+    let tools = tools();
+    let mut parser = OutputParser::new(ParserConfig {
+        format,
+        parse_tools: true,
+        reasoning: ReasoningStart::Off,
+        tools: &tools,
+    });
+    let mut fragments = parser.push(text);
+    fragments.extend(parser.finish());
+    assert!(!fragments.is_empty(), "{text}");
+    fragments
+        .into_iter()
+        .map(|fragment| match fragment {
+            Fragment::ToolCall(call) => {
+                let arguments: Value = serde_json::from_str(&call.arguments).unwrap();
+                check(&arguments, &parameters(&call.name));
+                call.name
+            }
+            other => panic!("{other:?} in {text}"),
+        })
+        .collect()
+}
+
+#[test]
+fn glm_calls_parse_back_into_valid_calls() {
+    let mut called = Vec::new();
+    for seed in 0..SEEDS {
+        let spec = spec(ToolFormat::Glm, ToolCallChoice::Required, true);
+        let output = generate(&fixture(), &spec, seed);
+        assert!(output.text.starts_with("<tool_call>"), "{}", output.text);
+        called.extend(parsed_calls(ToolFormat::Glm, &output.text));
+    }
+    called.sort();
+    called.dedup();
+    assert_eq!(called, ["get_weather", "list_files", "now"]);
+}
+
+/// The fixture's vocabulary has no harmony tokens, so their text is written out.
+#[test]
+fn harmony_calls_are_one_message_to_the_function() {
+    for seed in 0..SEEDS {
+        let spec = spec(
+            ToolFormat::Harmony,
+            ToolCallChoice::Named("get_weather".into()),
+            false,
+        );
+        let output = generate(&fixture(), &spec, seed);
+        let header = " to=functions.get_weather<|channel|>commentary json<|message|>";
+        assert!(output.text.starts_with(header), "{}", output.text);
+        check_compact(&output.text[header.len()..]);
+        assert_eq!(
+            parsed_calls(ToolFormat::Harmony, &output.text),
+            ["get_weather"]
+        );
     }
 }

@@ -64,6 +64,17 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
             "<|tool_call|>[{\"name\": \"f\", \"arguments\": {\"x\": \"日\"}}]",
             "<|tool_call|>[{\"name\": \"bad\"",
         ],
+        ToolFormat::Glm => &[
+            "<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>日</arg_value>\n</tool_call>",
+            "<tool_call>g\n</tool_call>",
+            "<tool_call>bad\n<arg_value>1</arg_value></tool_call>",
+        ],
+        ToolFormat::Harmony => &[
+            "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": \"日\"}<|call|>",
+            "<|start|>assistant<|channel|>analysis<|message|>hm <|end|>",
+            "<|start|>assistant to=functions.g<|channel|>commentary json<|message|>{bad<|call|>",
+            "<|start|>assistant<|channel|>final<|message|>ok<|return|>",
+        ],
     }
 }
 
@@ -122,6 +133,8 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::Llama3Json,
         ToolFormat::Mistral,
         ToolFormat::Granite,
+        ToolFormat::Glm,
+        ToolFormat::Harmony,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -131,6 +144,12 @@ fn random_chunkings_give_the_fragments_of_one_push() {
     for round in 0..3000 {
         let format = formats[round % formats.len()];
         let reasoning = starts[rng.below(starts.len())];
+        // Harmony reasons on its own channel, never in `<think>`.
+        let reasoning = if format == ToolFormat::Harmony {
+            ReasoningStart::Off
+        } else {
+            reasoning
+        };
         let output = random_output(&mut rng, format, reasoning);
         let parser_config = config(format, reasoning, &[]);
         let whole = feed(parser_config, [output.as_str()]);
@@ -202,6 +221,14 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         "<|python_tag|>",
         "<|tool_call|>",
         "\"arguments\"",
+        "<arg_key>",
+        "</arg_value>",
+        "<|start|>",
+        "<|channel|>",
+        " to=functions.f",
+        "<|message|>",
+        "<|end|>",
+        "<|call|>",
     ];
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let formats = [
@@ -210,6 +237,8 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::Llama3Json,
         ToolFormat::Mistral,
         ToolFormat::Granite,
+        ToolFormat::Glm,
+        ToolFormat::Harmony,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -230,7 +259,9 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
             "{chunks:?}"
         );
         let called = whole.0.iter().any(|f| matches!(f, Fragment::ToolCall(_)));
-        if parser_config.reasoning == ReasoningStart::Off && !called {
+        // Harmony's markers frame messages, so they never reach the content.
+        let harmony = parser_config.format == ToolFormat::Harmony;
+        if parser_config.reasoning == ReasoningStart::Off && !called && !harmony {
             let text: String = whole
                 .0
                 .iter()

@@ -264,7 +264,7 @@ fn shipped_template(file: &str) -> String {
 
 #[test]
 fn each_familys_shipped_template_is_its_format() {
-    use ToolFormat::{Granite, Hermes, Llama3Json, Mistral};
+    use ToolFormat::{Glm, Granite, Harmony, Hermes, Llama3Json, Mistral};
     // (file, format, renders tools, thinks)
     let families = [
         ("qwen2.5.jinja", Hermes, true, false),
@@ -275,6 +275,14 @@ fn each_familys_shipped_template_is_its_format() {
         // Granite 3.3 thinks in `<think>` when its `thinking` switch is on.
         ("granite3.3.jinja", Granite, true, true),
         ("smollm3.jinja", Hermes, true, true),
+        // GLM-4.6 writes `<tool_call>` too, with `<arg_key>` inside.
+        ("glm4.6.jinja", Glm, true, true),
+        // gpt-oss reasons on its `analysis` channel, which its format's parser reads.
+        ("gpt-oss.jinja", Harmony, true, false),
+        // Gemma 3's template renders no tools: corral teaches it Hermes.
+        ("gemma3.jinja", Hermes, false, false),
+        // Phi-4-mini's takes tools only as a system message's `tools` string.
+        ("phi4-mini.jinja", Hermes, false, false),
     ];
     for (file, format, native_tools, reasoning) in families {
         let formats = ModelFormats::detect(Some(&shipped_template(file)), &tokenizer(&[]));

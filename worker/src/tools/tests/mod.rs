@@ -4,6 +4,8 @@
 mod chunking;
 mod detect;
 mod fallback;
+mod glm;
+mod harmony;
 mod recorded;
 
 use serde_json::Value;
@@ -11,7 +13,7 @@ use serde_json::Value;
 use super::*;
 
 /// The markers that never reach content unless a call was malformed.
-const MARKERS: [&str; 7] = [
+const MARKERS: [&str; 10] = [
     "<tool_call",
     "<think",
     "</think",
@@ -19,6 +21,9 @@ const MARKERS: [&str; 7] = [
     "<function=",
     "<|python_tag|>",
     "<|tool_call|>",
+    "<arg_key>",
+    "<|channel|>",
+    "<|message|>",
 ];
 
 fn config(format: ToolFormat, reasoning: ReasoningStart, tools: &[Value]) -> ParserConfig<'_> {
