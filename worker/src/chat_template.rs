@@ -66,6 +66,10 @@ pub struct ChatTemplate {
     source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    /// The template fails on an assistant turn whose `content` is null, as the OpenAI SDK sends
+    /// a tool-calling turn (gpt-oss's tests `"…" in message.content`): such content is passed
+    /// as `""`, as llama.cpp does for templates it finds need it.
+    needs_string_content: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -123,13 +127,34 @@ impl ChatTemplate {
             path: path.clone(),
             source,
         })?;
-        Ok(Self {
+        let mut template = Self {
             env,
             path,
             source,
             bos_token,
             eos_token,
-        })
+            needs_string_content: false,
+        };
+        template.needs_string_content = template.fails_on_null_content();
+        Ok(template)
+    }
+
+    /// Whether a tool-calling assistant turn renders with `content: ""` but not with `null`.
+    fn fails_on_null_content(&self) -> bool {
+        let conversation = |content: serde_json::Value| {
+            [
+                serde_json::json!({"role": "user", "content": "Hi"}),
+                serde_json::json!({"role": "assistant", "content": content, "tool_calls": [
+                    {"id": "call_0", "type": "function",
+                     "function": {"name": "probe", "arguments": {}}}]}),
+                serde_json::json!({"role": "tool", "tool_call_id": "call_0", "content": "{}"}),
+            ]
+        };
+        let renders = |messages: &[serde_json::Value]| {
+            self.render_as_given(messages, None, true, None).is_ok()
+        };
+        !renders(&conversation(serde_json::Value::Null))
+            && renders(&conversation(serde_json::Value::from("")))
     }
 
     /// The template's Jinja source.
@@ -151,6 +176,30 @@ impl ChatTemplate {
     /// As `render`, with extra variables (`chat_template_kwargs`: `enable_thinking`,
     /// `reasoning_effort`...). The standard variables win over extras of the same name.
     pub fn render_with(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        extra: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<String, ChatTemplateError> {
+        if !self.needs_string_content {
+            return self.render_as_given(messages, tools, add_generation_prompt, extra);
+        }
+        let messages: Vec<serde_json::Value> = messages
+            .iter()
+            .map(|message| match message.get("content") {
+                Some(serde_json::Value::Null) => {
+                    let mut message = message.clone();
+                    message["content"] = serde_json::Value::from("");
+                    message
+                }
+                _ => message.clone(),
+            })
+            .collect();
+        self.render_as_given(&messages, tools, add_generation_prompt, extra)
+    }
+
+    fn render_as_given(
         &self,
         messages: &[serde_json::Value],
         tools: Option<&serde_json::Value>,

@@ -593,6 +593,35 @@ fn gpt_oss_renders_its_tools_namespace_and_harmony_messages_like_transformers() 
 }
 
 #[test]
+fn a_tool_calling_turn_with_null_content_renders_as_with_empty_content_where_the_template_needs_it()
+{
+    let with_null: Vec<Value> = conversation_with_a_call()
+        .into_iter()
+        .map(|mut message| {
+            if message.get("tool_calls").is_some() {
+                message["content"] = Value::Null;
+            }
+            message
+        })
+        .collect();
+    for file in [
+        "gpt-oss.jinja",
+        "qwen3.jinja",
+        "llama3.1.jinja",
+        "glm4.6.jinja",
+    ] {
+        let template = shipped(file);
+        let tools = Some(weather_tool());
+        let with_empty = template.render(&conversation_with_a_call(), tools.as_ref(), true);
+        let got = template.render(&with_null, tools.as_ref(), true);
+        assert!(got.is_ok(), "{file}: {got:?}");
+        if file == "gpt-oss.jinja" {
+            assert_eq!(got.unwrap(), with_empty.unwrap());
+        }
+    }
+}
+
+#[test]
 fn glm_renders_its_arg_key_calls_like_transformers() {
     let got = shipped("glm4.6.jinja")
         .render(&conversation_with_a_call(), Some(&weather_tool()), true)
