@@ -479,11 +479,11 @@ fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>,
     };
     if !supported {
         return Err(format!(
-            "quantization {} with {} bits in groups of {} is not supported (affine: bits \
-             {SUPPORTED_BITS:?}, groups {SUPPORTED_GROUP_SIZES:?}; mxfp4: 4 bits in groups of 32)",
-            quantization.mode.name(),
+            "quantization bits {} with group_size {} ({}) is not supported (affine: bits \
+             {SUPPORTED_BITS:?}, group_size {SUPPORTED_GROUP_SIZES:?}; mxfp4: bits 4, group_size 32)",
             quantization.bits,
-            quantization.group_size
+            quantization.group_size,
+            quantization.mode.name()
         ));
     }
     Ok(Some(quantization))
