@@ -15,8 +15,8 @@ use serde_json::Value;
 use super::fragment::{Fragments, ToolCall};
 use super::markers::{
     HARMONY_CALL, HARMONY_CHANNEL, HARMONY_END, HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START,
+    held_tail,
 };
-use super::parser::held_tail;
 
 /// What a message's body is, from its header.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -43,3 +43,17 @@ pub const HARMONY_MESSAGE: &str = "<|message|>";
 pub const HARMONY_END: &str = "<|end|>";
 pub const HARMONY_RETURN: &str = "<|return|>";
 pub const HARMONY_CALL: &str = "<|call|>";
+
+/// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
+/// Markers are ASCII, so the tail starts on a character boundary.
+pub(super) fn held_tail(text: &str, markers: &[&str]) -> usize {
+    markers
+        .iter()
+        .filter_map(|marker| {
+            (1..marker.len())
+                .rev()
+                .find(|&len| text.ends_with(&marker[..len]))
+        })
+        .max()
+        .unwrap_or(0)
+}

@@ -19,7 +19,7 @@ use super::glm_call;
 use super::harmony::HarmonyParser;
 use super::markers::{
     FUNCTION_CLOSE, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, RESPONSE_CLOSE, RESPONSE_OPEN,
-    THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+    THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS, held_tail,
 };
 use super::reasoning::ReasoningStart;
 use super::xml_call::{self, ParamTypes};
@@ -448,20 +448,6 @@ fn accept(
             false
         }
     }
-}
-
-/// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
-/// Markers are ASCII, so the tail starts on a character boundary.
-pub(super) fn held_tail(text: &str, markers: &[&str]) -> usize {
-    markers
-        .iter()
-        .filter_map(|marker| {
-            (1..marker.len())
-                .rev()
-                .find(|&len| text.ends_with(&marker[..len]))
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// `index`, moved back to the start of the character it falls in (and into `text`).
