@@ -1,4 +1,7 @@
-//! Llama 2/3 and Mistral (mlx-lm's `llama.py`): optional biases on the attention and the MLP.
+//! Llama 2/3 and Mistral (mlx-lm's `llama.py`): optional biases on the attention and the MLP,
+//! and layers that `layer_types` marks `sliding_attention` attend within `sliding_window`
+//! (a lone `sliding_window` without `layer_types`, as Mistral 7B v0.1 has, is ignored, as mlx-lm
+//! ignores it).
 //! Architectures that are Llama with a twist (SmolLM3, Granite) wire it through [`layers`].
 
 use crate::model::blocks::attention::AttentionSpec;
@@ -9,6 +12,7 @@ use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
+use crate::model::window::Window;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let layers = layers(config, weights, |_, attention| attention)?;
@@ -24,11 +28,21 @@ pub fn layers(
     let rope = Rope::for_config(config, weights)?;
     let attention_bias = config.key_or("attention_bias", false)?;
     let mlp_bias = config.key_or("mlp_bias", false)?;
+    let layer_types: Vec<String> = config.key_or("layer_types", Vec::new())?;
     (0..config.num_layers)
         .map(|index| {
+            let sliding = layer_types
+                .get(index as usize)
+                .is_some_and(|kind| kind == "sliding_attention");
+            let window = if sliding {
+                Some(Window::Sliding(config.required("sliding_window")?))
+            } else {
+                None
+            };
             let attention = AttentionSpec {
                 qkv_bias: attention_bias,
                 o_bias: attention_bias,
+                window,
                 ..AttentionSpec::new(config, rope.clone())
             };
             let attention = adjust(index, attention);
