@@ -65,11 +65,13 @@ impl Cli {
     }
 
     /// A harmless tool of the CLI's default set for tool round trips, with arguments it accepts.
+    /// Each touches only the session's own state: opencode's file tools (glob, grep) need a
+    /// ripgrep that opencode downloads on first use, which a machine off the network lacks.
     pub fn harmless_tool(self) -> (&'static str, Value) {
         match self {
             Cli::ClaudeCode => ("TaskList", json!({})),
             Cli::Codex => ("get_goal", json!({})),
-            Cli::Opencode => ("glob", json!({"pattern": "*.md"})),
+            Cli::Opencode => ("todowrite", json!({"todos": []})),
         }
     }
 }

@@ -60,13 +60,13 @@ fn each_cli_runs_the_tool_corral_makes_the_model_call() {
         Err(reason) => return eprintln!("skipped: {reason}"),
     };
     let mut failures = Vec::new();
-    // opencode is left out: every tool of its default set takes a free string (glob's pattern,
-    // read's path), and the random-weight fixture, held to the call's JSON grammar, never closes
-    // one; it writes to the token limit. Its tool round trip is covered by the replayed
-    // recordings (`opencode-*-tool`).
+    // The fixture closes a forced call's strings and objects at once (`CLOSERS` in its layout),
+    // so opencode's todowrite gets a short list; Claude Code's and Codex's tools take no
+    // arguments.
     for (cli, api) in [
         (Cli::ClaudeCode, Api::Messages),
         (Cli::Codex, Api::Responses),
+        (Cli::Opencode, Api::Chat),
     ] {
         let (tool, _) = cli.harmless_tool();
         let (server, _dirs) = serve_fixture(&format!(
