@@ -5,16 +5,15 @@
 //! prefix-cache restore (blocks cut from a cache, one through the SSD tier's byte format, joined
 //! into a new cache that prefills only the rest). Each layout users have is loaded: mlx-community
 //! (`f32`, `q4`) and the original Hugging Face one (`hf`), which shares `f32`'s reference. A
-//! multimodal wrapper's variants (`gemma3`, `llama4`, `mistral3`, listed under the wrapper's
-//! `model_type`) load as its text model. An architecture corral does not serve yet must be
+//! multimodal wrapper's variants (`gemma3`, `gemma4`, `llama4`, `mistral3`, listed under the
+//! wrapper's `model_type`) load as its text model. An architecture corral does not serve yet must be
 //! refused by name, never loaded wrong.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use corral_worker::model::{KvCache, Model, SUPPORTED_ARCHITECTURES, Segment};
-use corral_worker::prefix_cache::blocks::{cut, dtype_tag, from_payload, join, to_payload};
-use corral_worker::prefix_cache::disk::BlockShape;
+use corral_worker::prefix_cache::blocks::{block_shape, cut, from_payload, join, to_payload};
 use mlx_rs::Array;
 use serde_json::Value;
 
@@ -63,7 +62,8 @@ fn last_row(model: &Model, tokens: &[u32], cache: &mut [KvCache]) -> Vec<f32> {
     rows.last().unwrap().clone()
 }
 
-fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
+/// Returns the largest difference, for the report.
+fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "{name} {what}: vocabulary size");
     let worst = got
         .iter()
@@ -74,28 +74,37 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
         worst <= TOLERANCE,
         "{name} {what}: differs from mlx-lm by {worst} (tolerance {TOLERANCE})"
     );
+    worst
 }
 
 /// The prompt in one pass, then the reference's decode tokens one at a time.
-fn check_alone(name: &str, model: &Model, reference: &Reference) {
+fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
+    let mut worst = 0.0f32;
     let mut cache = model.new_cache();
     let hidden = model.hidden_states(&reference.prompt, &mut cache).unwrap();
     let prefill = host_rows(&model.logits(&hidden).unwrap());
     for (position, row) in prefill.iter().enumerate() {
         let what = format!("prompt position {position}");
-        assert_close(name, &what, row, &reference.rows[position]);
+        worst = worst.max(assert_close(name, &what, row, &reference.rows[position]));
     }
     let prompt = reference.prompt.len();
     for (step, &token) in reference.decoded.iter().enumerate() {
         let row = last_row(model, &[token], &mut cache);
         let what = format!("decode step {step}");
-        assert_close(name, &what, &row, &reference.rows[prompt + step]);
+        worst = worst.max(assert_close(
+            name,
+            &what,
+            &row,
+            &reference.rows[prompt + step],
+        ));
     }
+    worst
 }
 
 /// The same decode steps, each in one pass with three other sequences of other prompts (one
 /// prefilling beside the decode rows), so the sequence's logits must not depend on its batch.
-fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
+fn check_in_batch(name: &str, model: &Model, reference: &Reference) -> f32 {
+    let mut worst = 0.0f32;
     let others: Vec<Vec<u32>> = (1..4u32)
         .map(|shift| {
             let vocab = reference.rows[0].len() as u32;
@@ -139,8 +148,14 @@ fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
         let hidden = model.packed_hidden_states(&mut segments).unwrap();
         let rows = host_rows(&model.logits(&hidden).unwrap());
         let what = format!("decode step {step} in a batch of 4");
-        assert_close(name, &what, &rows[0], &reference.rows[prompt + step]);
+        worst = worst.max(assert_close(
+            name,
+            &what,
+            &rows[0],
+            &reference.rows[prompt + step],
+        ));
     }
+    worst
 }
 
 /// Prompt positions per restored block.
@@ -154,7 +169,8 @@ const CHUNK_TOKENS: usize = 4;
 /// blocks are cut as a sequence cuts them, each after the chunk that completes it, from a cache
 /// that keeps positions from the prompt's last whole block on: a sliding window has let go of
 /// earlier ones by then.
-fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
+fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 {
+    let mut worst = 0.0f32;
     let mut cold = model.new_cache();
     let last_block = reference.prompt.len() as i32 / BLOCK_TOKENS * BLOCK_TOKENS;
     for layer in &mut cold {
@@ -169,14 +185,7 @@ fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
         }
     }
     let (first, second) = (&blocks[0], &blocks[1]);
-    let config = &model.config;
-    let shape = BlockShape {
-        layers: config.num_layers as u32,
-        kv_heads: config.num_kv_heads as u32,
-        block_tokens: BLOCK_TOKENS as u32,
-        head_dim: config.head_dim as u32,
-        dtype: dtype_tag(model.dtype()),
-    };
+    let shape = block_shape(model, BLOCK_TOKENS as u32);
     let payload = to_payload(second, model.dtype()).unwrap();
     let second = from_payload(&payload, &shape, model.dtype())
         .unwrap()
@@ -190,14 +199,20 @@ fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
     for (index, row) in rows.iter().enumerate() {
         let position = restored + index;
         let what = format!("prompt position {position} after a restore");
-        assert_close(name, &what, row, &reference.rows[position]);
+        worst = worst.max(assert_close(name, &what, row, &reference.rows[position]));
     }
     let prompt = reference.prompt.len();
     for (step, &token) in reference.decoded.iter().enumerate() {
         let row = last_row(model, &[token], &mut cache);
         let what = format!("decode step {step} after a restore");
-        assert_close(name, &what, &row, &reference.rows[prompt + step]);
+        worst = worst.max(assert_close(
+            name,
+            &what,
+            &row,
+            &reference.rows[prompt + step],
+        ));
     }
+    worst
 }
 
 #[test]
@@ -242,10 +257,15 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
             }
             let reference = read_reference(&data().join(architecture).join(&entry.reference));
             let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
-            check_alone(&name, &model, &reference);
-            check_in_batch(&name, &model, &reference);
-            check_after_restore(&name, &model, &reference);
-            checked.push(name);
+            let worst = [
+                check_alone(&name, &model, &reference),
+                check_in_batch(&name, &model, &reference),
+                check_after_restore(&name, &model, &reference),
+            ];
+            checked.push(format!(
+                "{name}: largest differences alone {:.1e}, in a batch {:.1e}, after a restore {:.1e}",
+                worst[0], worst[1], worst[2]
+            ));
         }
     }
     for supported in SUPPORTED_ARCHITECTURES {
@@ -257,5 +277,5 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
             "{supported} is served but has no reference checkpoint"
         );
     }
-    eprintln!("checked against mlx-lm: {checked:?}");
+    eprintln!("checked against mlx-lm:\n{}", checked.join("\n"));
 }

@@ -159,6 +159,19 @@ impl ModelConfig {
         Ok(self.key(name)?.unwrap_or(default))
     }
 
+    /// An architecture's own key that mlx-lm defaults when absent but passes on as `None` when
+    /// config.json says `null`.
+    pub fn key_or_null<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+        default: T,
+    ) -> Result<Option<T>, ModelError> {
+        match self.raw.get(name) {
+            None => Ok(Some(default)),
+            Some(_) => self.key(name),
+        }
+    }
+
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let path = model_dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
@@ -295,6 +308,18 @@ const WRAPPERS: &[Wrapper] = &[
         adjust: gemma3_text_config,
     },
     Wrapper {
+        model_type: "gemma4",
+        towers: &[
+            "vision_tower",
+            "multi_modal_projector",
+            "audio_tower",
+            "embed_audio",
+            "embed_vision",
+            "vision_embedder",
+        ],
+        adjust: gemma4_text_config,
+    },
+    Wrapper {
         model_type: "llama4",
         towers: &["vision_model", "multi_modal_projector"],
         adjust: unchanged,
@@ -318,6 +343,18 @@ fn gemma3_text_config(
     text.insert("vocab_size".into(), vocab_size);
     text.entry("num_attention_heads").or_insert(8.into());
     text.entry("num_key_value_heads").or_insert(4.into());
+}
+
+/// gemma4's own `vocab_size` (default 262144) replaces its text model's, and the text model's
+/// head counts default to 8 and 1.
+fn gemma4_text_config(
+    config: &serde_json::Value,
+    text: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    let vocab_size = config.get("vocab_size").cloned().unwrap_or(262_144.into());
+    text.insert("vocab_size".into(), vocab_size);
+    text.entry("num_attention_heads").or_insert(8.into());
+    text.entry("num_key_value_heads").or_insert(1.into());
 }
 
 /// mistral3's text model has its own `lm_head` unless its config says otherwise.

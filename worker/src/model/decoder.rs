@@ -3,6 +3,7 @@
 use super::blocks::decoder_layer::DecoderLayer;
 use super::blocks::linear::{Embedding, Linear};
 use super::blocks::norm::Norm;
+use super::blocks::per_layer_input::PerLayerInputs;
 use super::config::ModelConfig;
 use super::error::ModelError;
 use super::weights::Weights;
@@ -18,6 +19,13 @@ pub struct Decoder {
     pub(super) embedding_scale: Option<f32>,
     /// Multiplies the logits (Granite divides them).
     pub(super) logit_scale: Option<f32>,
+    /// Caps the logits at ±c softly, `c · tanh(logits / c)` (Gemma 4).
+    pub(super) logit_softcap: Option<f32>,
+    /// Each layer's extra input (Gemma 4).
+    pub(super) per_layer_inputs: Option<PerLayerInputs>,
+    /// For each layer, the index of its cache among those a sequence holds: one per layer with
+    /// keys and values of its own, which a KV-shared layer reads from its source's.
+    pub(super) cache_of_layer: Vec<usize>,
 }
 
 impl Decoder {
@@ -60,6 +68,10 @@ impl Decoder {
                 weights, "lm_head", vocab, hidden, false, quant,
             )?)
         };
+        let cache_of_layer = cache_of_layer(&layers).ok_or_else(|| ModelError::Config {
+            path: config.path.clone(),
+            message: "a KV-shared layer reads a layer that does not come before it".into(),
+        })?;
         Ok(Self {
             embed_tokens,
             layers,
@@ -67,6 +79,26 @@ impl Decoder {
             lm_head,
             embedding_scale: None,
             logit_scale: None,
+            logit_softcap: None,
+            per_layer_inputs: None,
+            cache_of_layer,
         })
     }
+}
+
+/// Caches are numbered in layer order over the layers that hold one; `None` when a layer shares
+/// the keys and values of one that does not run before it.
+fn cache_of_layer(layers: &[DecoderLayer]) -> Option<Vec<usize>> {
+    let mut caches: Vec<usize> = Vec::with_capacity(layers.len());
+    let mut held = 0;
+    for layer in layers {
+        match layer.attention.shared_kv() {
+            Some(source) => caches.push(*caches.get(source)?),
+            None => {
+                caches.push(held);
+                held += 1;
+            }
+        }
+    }
+    Some(caches)
 }

@@ -21,6 +21,8 @@ use std::path::Path;
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
+use mlx_rs::ops;
+use mlx_rs::ops::indexing::IndexOp;
 
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
@@ -85,12 +87,26 @@ impl Model {
         self.weight_bytes
     }
 
+    /// A new sequence's caches: one per layer with keys and values of its own (a KV-shared
+    /// layer reads its source's).
     pub fn new_cache(&self) -> Vec<KvCache> {
+        self.caching_layers()
+            .map(|layer| layer.attention.new_cache())
+            .collect()
+    }
+
+    /// `(kv_heads, head_dim)` of each cache [`Model::new_cache`] makes, in its order.
+    pub fn kv_shapes(&self) -> Vec<(i32, i32)> {
+        self.caching_layers()
+            .map(|layer| layer.attention.kv_shape())
+            .collect()
+    }
+
+    fn caching_layers(&self) -> impl Iterator<Item = &blocks::decoder_layer::DecoderLayer> {
         self.decoder
             .layers
             .iter()
-            .map(|layer| layer.attention.new_cache())
-            .collect()
+            .filter(|layer| layer.attention.shared_kv().is_none())
     }
 
     /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.
@@ -113,12 +129,20 @@ impl Model {
         let ids = Array::from_slice(&tokens, &[1, tokens.len() as i32]);
         let decoder = &self.decoder;
         let mut h = scaled(decoder.embed_tokens.lookup(&ids)?, decoder.embedding_scale)?;
+        let per_layer_inputs = match &decoder.per_layer_inputs {
+            Some(inputs) => Some(inputs.forward(&ids, &h)?),
+            None => None,
+        };
         for (index, layer) in decoder.layers.iter().enumerate() {
+            let cache = decoder.cache_of_layer[index];
             let mut layer_caches: Vec<&mut KvCache> = segments
                 .iter_mut()
-                .map(|segment| &mut segment.cache[index])
+                .map(|segment| &mut segment.cache[cache])
                 .collect();
-            h = layer.forward(&h, &lengths, &mut layer_caches)?;
+            let per_layer_input = per_layer_inputs
+                .as_ref()
+                .map(|inputs| inputs.index((.., .., index as i32, ..)));
+            h = layer.forward(&h, &lengths, &mut layer_caches, per_layer_input.as_ref())?;
         }
         decoder.norm.forward(&h)
     }
@@ -129,7 +153,12 @@ impl Model {
             Some(lm_head) => lm_head.forward(hidden)?,
             None => self.decoder.embed_tokens.as_linear(hidden)?,
         };
-        scaled(logits, self.decoder.logit_scale)
+        let logits = scaled(logits, self.decoder.logit_scale)?;
+        let Some(cap) = self.decoder.logit_softcap else {
+            return Ok(logits);
+        };
+        let cap = Array::from_f32(cap).as_dtype(logits.dtype())?;
+        ops::multiply(&ops::tanh(&ops::divide(&logits, &cap)?)?, &cap)
     }
 
     pub fn dtype(&self) -> mlx_rs::Dtype {

@@ -4,6 +4,8 @@
 pub const SUPPORTED: &[&str] = &[
     "gemma3",
     "gemma3_text",
+    "gemma4",
+    "gemma4_text",
     "glm4_moe",
     "gpt_oss",
     "granite",

@@ -5,11 +5,11 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
-use super::disk::{BlockKey, BlockShape};
-use crate::model::KvCache;
+use super::disk::{BlockKey, BlockShape, LayerShape};
+use crate::model::{KvCache, Model};
 
-/// One block: per layer, the keys and values of `block_tokens` positions
-/// (`[1, kv_heads, block_tokens, head_dim]` each).
+/// One block: per cache, the keys and values of `block_tokens` positions
+/// (`[1, kv_heads, block_tokens, head_dim]` each, the cache's own sizes).
 pub struct Block {
     pub key: BlockKey,
     pub layers: Vec<(Array, Array)>,
@@ -63,7 +63,23 @@ pub fn join(
     Ok(cold)
 }
 
-/// The SSD payload: every layer's keys then values in the cache's own element type (f16 and
+/// The shape of `model`'s blocks of `block_tokens` positions: one entry per cache it keeps.
+pub fn block_shape(model: &Model, block_tokens: u32) -> BlockShape {
+    BlockShape {
+        block_tokens,
+        dtype: dtype_tag(model.dtype()),
+        layers: model
+            .kv_shapes()
+            .into_iter()
+            .map(|(kv_heads, head_dim)| LayerShape {
+                kv_heads: kv_heads as u32,
+                head_dim: head_dim as u32,
+            })
+            .collect(),
+    }
+}
+
+/// The SSD payload: every cache's keys then values in the cache's own element type (f16 and
 /// bf16 as they are, anything else as f32), in the machine's byte order, which is little-endian
 /// on every platform MLX runs on. A half-precision model's blocks take half the disk an f32
 /// encoding would.
@@ -94,25 +110,32 @@ pub fn from_payload(
 ) -> Result<Option<Vec<(Array, Array)>>, Exception> {
     let stored = stored_dtype(dtype);
     let width = if stored == Dtype::Float32 { 4 } else { 2 };
-    let per_array = (shape.kv_heads * shape.block_tokens * shape.head_dim) as usize * width;
-    if payload.len() != per_array * 2 * shape.layers as usize {
+    let expected: usize = shape
+        .layers
+        .iter()
+        .map(|&layer| shape.elements(layer) * width * 2)
+        .sum();
+    if payload.len() != expected {
         return Ok(None);
     }
-    let byte_dims = [
-        1,
-        shape.kv_heads as i32,
-        shape.block_tokens as i32,
-        (shape.head_dim as usize * width) as i32,
-    ];
-    let array = |bytes: &[u8]| -> Result<Array, Exception> {
-        Array::from_slice(bytes, &byte_dims)
-            .view_dtype(stored)?
-            .as_dtype(dtype)
-    };
-    let mut arrays = payload.chunks_exact(per_array);
-    let mut layers = Vec::with_capacity(shape.layers as usize);
-    while let (Some(keys), Some(values)) = (arrays.next(), arrays.next()) {
-        layers.push((array(keys)?, array(values)?));
+    let mut rest = payload;
+    let mut layers = Vec::with_capacity(shape.layers.len());
+    for &layer in &shape.layers {
+        let byte_dims = [
+            1,
+            layer.kv_heads as i32,
+            shape.block_tokens as i32,
+            (layer.head_dim as usize * width) as i32,
+        ];
+        let mut array = || -> Result<Array, Exception> {
+            let (bytes, after) = rest.split_at(shape.elements(layer) * width);
+            rest = after;
+            Array::from_slice(bytes, &byte_dims)
+                .view_dtype(stored)?
+                .as_dtype(dtype)
+        };
+        let keys = array()?;
+        layers.push((keys, array()?));
     }
     Ok(Some(layers))
 }
@@ -125,7 +148,7 @@ fn stored_dtype(dtype: Dtype) -> Dtype {
 }
 
 /// The tag the SSD header stores for a cache dtype.
-pub fn dtype_tag(dtype: Dtype) -> u8 {
+fn dtype_tag(dtype: Dtype) -> u8 {
     match dtype {
         Dtype::Float16 => 1,
         Dtype::Bfloat16 => 2,
@@ -139,24 +162,37 @@ mod tests {
 
     use super::*;
 
-    const SHAPE: BlockShape = BlockShape {
-        layers: 2,
-        kv_heads: 2,
-        block_tokens: 4,
-        head_dim: 8,
-        dtype: 0,
-    };
+    /// Layers of two widths, as Gemma 4's sliding and full-attention layers are.
+    fn shape() -> BlockShape {
+        BlockShape {
+            block_tokens: 4,
+            dtype: 0,
+            layers: vec![
+                LayerShape {
+                    kv_heads: 2,
+                    head_dim: 8,
+                },
+                LayerShape {
+                    kv_heads: 1,
+                    head_dim: 16,
+                },
+            ],
+        }
+    }
 
     fn layers(dtype: Dtype) -> Vec<(Array, Array)> {
-        let dims = [1, 2, 4, 8];
-        (0..SHAPE.layers)
-            .map(|_| {
-                let keys = random::normal::<f32>(&dims, None, None, None).unwrap();
-                let values = random::normal::<f32>(&dims, None, None, None).unwrap();
-                (
-                    keys.as_dtype(dtype).unwrap(),
-                    values.as_dtype(dtype).unwrap(),
-                )
+        let seeded = |dims: &[i32], seed: u64| {
+            let key = random::key(seed).unwrap();
+            random::normal::<f32>(dims, None, None, Some(&key))
+                .unwrap()
+                .as_dtype(dtype)
+                .unwrap()
+        };
+        (0..)
+            .zip(shape().layers)
+            .map(|(index, layer)| {
+                let dims = [1, layer.kv_heads as i32, 4, layer.head_dim as i32];
+                (seeded(&dims, 2 * index), seeded(&dims, 2 * index + 1))
             })
             .collect()
     }
@@ -170,11 +206,12 @@ mod tests {
         ] {
             let original = layers(dtype);
             let payload = to_payload(&original, dtype).unwrap();
-            assert_eq!(payload.len(), 2 * 2 * 2 * 4 * 8 * width, "{dtype:?}");
-            let restored = from_payload(&payload, &SHAPE, dtype).unwrap().unwrap();
+            assert_eq!(payload.len(), 2 * (2 * 8 + 16) * 4 * width, "{dtype:?}");
+            let restored = from_payload(&payload, &shape(), dtype).unwrap().unwrap();
             for ((keys, values), (restored_keys, restored_values)) in original.iter().zip(&restored)
             {
                 assert_eq!(restored_keys.dtype(), dtype);
+                assert_eq!(restored_keys.shape(), keys.shape());
                 assert!(keys.eq_values(restored_keys).unwrap());
                 assert!(values.eq_values(restored_values).unwrap());
             }
@@ -185,12 +222,12 @@ mod tests {
     fn a_payload_of_another_width_is_refused() {
         let payload = to_payload(&layers(Dtype::Float32), Dtype::Float32).unwrap();
         assert!(
-            from_payload(&payload, &SHAPE, Dtype::Float16)
+            from_payload(&payload, &shape(), Dtype::Float16)
                 .unwrap()
                 .is_none()
         );
         assert!(
-            from_payload(&payload[1..], &SHAPE, Dtype::Float32)
+            from_payload(&payload[1..], &shape(), Dtype::Float32)
                 .unwrap()
                 .is_none()
         );

@@ -29,7 +29,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
-use blocks::{Block, cut, dtype_tag, from_payload, join, to_payload};
+use blocks::{Block, block_shape, cut, from_payload, join, to_payload};
 use disk::{BlockShape, DiskTier, Fingerprint};
 use ram::RamTier;
 use tail::{Tail, TailStore};
@@ -114,19 +114,12 @@ impl PrefixCache {
         options: &PrefixCacheOptions,
         counters: Arc<PrefixCounters>,
     ) -> std::io::Result<Self> {
-        let config = &loaded.model.config;
         let dtype = loaded.model.dtype();
         let fingerprint = key::fingerprint(&loaded.dir)?;
-        let shape = BlockShape {
-            layers: config.num_layers as u32,
-            kv_heads: config.num_kv_heads as u32,
-            block_tokens: options.block_tokens as u32,
-            head_dim: config.head_dim as u32,
-            dtype: dtype_tag(dtype),
-        };
+        let shape = block_shape(&loaded.model, options.block_tokens as u32);
         let disk = options.disk_root.as_ref().and_then(|root| {
             let dir = root.join(hex(&fingerprint));
-            match DiskTier::open(&dir, fingerprint, shape, options.disk_bytes) {
+            match DiskTier::open(&dir, fingerprint, shape.clone(), options.disk_bytes) {
                 Ok(disk) => Some(disk),
                 Err(error) => {
                     tracing::warn!(dir = %dir.display(), %error, "prefix cache: no SSD tier");

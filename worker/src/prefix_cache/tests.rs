@@ -1,5 +1,6 @@
 //! A restored prefix (whole blocks, then part of a tail) continues exactly as a cold prefill of
-//! the same prompt: the logits of the prompt's last position agree.
+//! the same prompt: the logits of the prompt's last position agree, also for a model whose
+//! layers cache keys of different sizes or none at all, through the SSD tier.
 
 use std::sync::Arc;
 
@@ -28,12 +29,34 @@ fn tiny_llama() -> (tempfile::TempDir, LoadedModel) {
     (dir, loaded)
 }
 
+/// mlx-lm's tiny Gemma 4 (`tests/data/architectures/gemma4_text/f32`: a sliding layer of 2 kv
+/// heads of 16, a full one of 2 heads of 32, and two layers that share their keys and values),
+/// with the tiny Llama's tokenizer, which the cache never reads.
+fn tiny_gemma4() -> (tempfile::TempDir, LoadedModel) {
+    let (dir, _) = tiny_llama();
+    let checkpoint = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/architectures/gemma4_text/f32");
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+    ] {
+        std::fs::copy(checkpoint.join(file), dir.path().join(file)).unwrap();
+    }
+    let loaded = LoadedModel::load(dir.path()).unwrap();
+    (dir, loaded)
+}
+
 fn ram_only(loaded: &LoadedModel) -> PrefixCache {
+    with_disk(loaded, None)
+}
+
+fn with_disk(loaded: &LoadedModel, disk_root: Option<&std::path::Path>) -> PrefixCache {
     let options = PrefixCacheOptions {
         block_tokens: BLOCK_TOKENS,
         ram_bytes: 64 << 20,
-        disk_root: None,
-        disk_bytes: 0,
+        disk_root: disk_root.map(std::path::Path::to_path_buf),
+        disk_bytes: 64 << 20,
     };
     PrefixCache::open(loaded, &options, Arc::new(PrefixCounters::default())).unwrap()
 }
@@ -99,4 +122,49 @@ fn a_generated_block_the_next_prompt_rerenders_still_reuses_to_the_token() {
     let warm = last_logits(model, &next[cached..], &mut restored);
     let cold = last_logits(model, &next, &mut model.new_cache());
     assert!(worst_difference(&warm, &cold) <= TOLERANCE);
+}
+
+#[test]
+fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
+    let (_dir, loaded) = tiny_gemma4();
+    let model = &loaded.model;
+    let disk = tempfile::tempdir().unwrap();
+    let first: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    {
+        let mut prefix = with_disk(&loaded, Some(disk.path()));
+        let mut cache = model.new_cache();
+        assert_eq!(cache.len(), 2, "the KV-shared layers hold no cache");
+        last_logits(model, &first, &mut cache);
+        prefix.store_sequence(&first, first.len(), &cache);
+        assert!(prefix.flush(std::time::Duration::from_secs(300)));
+    }
+    let block = std::fs::read_dir(disk.path())
+        .unwrap()
+        .flatten()
+        .flat_map(|model_dir| std::fs::read_dir(model_dir.path()).unwrap().flatten())
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
+        .expect("a block file");
+    let header = super::disk::inspect(&block).unwrap();
+    let shapes: Vec<(u32, u32)> = header
+        .shape
+        .layers
+        .iter()
+        .map(|layer| (layer.kv_heads, layer.head_dim))
+        .collect();
+    assert_eq!(shapes, [(2, 16), (2, 32)]);
+    assert_eq!(
+        header.payload_len,
+        2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4
+    );
+
+    // A new worker: RAM is empty, the three whole blocks come from the SSD.
+    let mut prefix = with_disk(&loaded, Some(disk.path()));
+    let continued: Vec<u32> = first.iter().copied().chain([90, 91, 92]).collect();
+    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    assert_eq!(cached, 12);
+    let warm = last_logits(model, &continued[cached..], &mut restored);
+    let cold = last_logits(model, &continued, &mut model.new_cache());
+    let worst = worst_difference(&warm, &cold);
+    assert!(worst <= TOLERANCE, "logits differ by {worst}");
 }

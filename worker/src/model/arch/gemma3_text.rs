@@ -58,6 +58,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 feed_forward: FeedForward::Dense(mlp),
                 post_feed_forward_norm: Some(post_feed_forward_norm),
                 residual_scale: None,
+                per_layer_gate: None,
+                output_scale: None,
             })
         })
         .collect::<Result<_, ModelError>>()?;

@@ -85,6 +85,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 )?),
                 post_feed_forward_norm: None,
                 residual_scale: None,
+                per_layer_gate: None,
+                output_scale: None,
             })
         })
         .collect::<Result<_, ModelError>>()?;

@@ -3,6 +3,7 @@
 //! it here.
 
 mod gemma3_text;
+mod gemma4_text;
 mod glm4_moe;
 mod gpt_oss;
 mod granite;
@@ -28,6 +29,8 @@ type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 const ARCHITECTURES: &[(&str, Build)] = &[
     ("gemma3", gemma3_text::build),
     ("gemma3_text", gemma3_text::build),
+    ("gemma4", gemma4_text::build),
+    ("gemma4_text", gemma4_text::build),
     ("glm4_moe", glm4_moe::build),
     ("gpt_oss", gpt_oss::build),
     ("granite", granite::build),

@@ -1,7 +1,8 @@
 //! Grouped-query attention, as mlx-lm's `Attention` classes compute it, with the options the
 //! architectures differ by: biases, a norm over each query and key head, a query scale other
-//! than 1/sqrt(head_dim), no rotary embedding at all (NoPE layers), and queries scaled by their
-//! position.
+//! than 1/sqrt(head_dim), no rotary embedding at all (NoPE layers), queries scaled by their
+//! position, a norm over each value head, values that are the keys' projection, and layers that
+//! attend over an earlier layer's keys and values instead of their own (Gemma 4).
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -43,6 +44,14 @@ pub struct AttentionSpec {
     pub sinks: bool,
     /// Multiplies the rotated queries by a factor of their position (Ministral 3, Llama 4).
     pub query_scale: Option<QueryScale>,
+    /// A norm over each value head (Gemma 4's weightless `v_norm`).
+    pub value_norm: Option<HeadNorm>,
+    /// No `v_proj`: the values are the keys' projection before their norm and rotation (Gemma
+    /// 4's `attention_k_eq_v`).
+    pub values_are_keys: bool,
+    /// The earlier layer whose keys and values this one attends over (Gemma 4's KV-shared
+    /// layers): it projects neither and holds no cache.
+    pub shared_kv: Option<usize>,
 }
 
 #[derive(Clone, Copy)]
@@ -78,29 +87,38 @@ impl AttentionSpec {
             window: None,
             sinks: false,
             query_scale: None,
+            value_norm: None,
+            values_are_keys: false,
+            shared_kv: None,
         }
     }
 }
 
 pub struct Attention {
     q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// `None` for a layer that shares an earlier one's keys and values.
+    k_proj: Option<Linear>,
+    /// `None` also where the values are the keys' projection.
+    v_proj: Option<Linear>,
     o_proj: Linear,
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
+    v_norm: Option<Norm>,
+    shared_kv: Option<usize>,
     norm_after_rope: bool,
     rope: Option<Rope>,
     query_scale: Option<QueryScale>,
     heads: i32,
     kv_heads: i32,
+    head_dim: i32,
     scale: f32,
     window: Option<Window>,
     sinks: Option<Array>,
 }
 
 impl Attention {
-    /// Loads `{prefix}.q_proj` ... `{prefix}.o_proj` (or `{prefix}.qkv_proj`) and the head norms.
+    /// Loads `{prefix}.q_proj` ... `{prefix}.o_proj` (or `{prefix}.qkv_proj`) and the head norms;
+    /// a KV-shared layer's own key and value tensors, which checkpoints may carry, are dropped.
     pub fn load(
         weights: &mut Weights,
         config: &ModelConfig,
@@ -131,13 +149,28 @@ impl Attention {
             let [q, k, v] = fused
                 .split_rows([q_width, kv_width, kv_width])
                 .map_err(|source| weights.mlx_error("splitting qkv_proj", source))?;
-            (q, k, v)
+            (q, Some(k), Some(v))
+        } else if spec.shared_kv.is_some() {
+            for name in ["k_proj", "v_proj", "k_norm"] {
+                weights.discard_under(&format!("{prefix}.{name}."));
+            }
+            let q = linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?;
+            (q, None, None)
         } else {
-            (
-                linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?,
-                linear(weights, "k_proj", kv_width, spec.hidden, spec.qkv_bias)?,
-                linear(weights, "v_proj", kv_width, spec.hidden, spec.qkv_bias)?,
-            )
+            let q = linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?;
+            let k = linear(weights, "k_proj", kv_width, spec.hidden, spec.qkv_bias)?;
+            let v = if spec.values_are_keys {
+                None
+            } else {
+                Some(linear(
+                    weights,
+                    "v_proj",
+                    kv_width,
+                    spec.hidden,
+                    spec.qkv_bias,
+                )?)
+            };
+            (q, Some(k), v)
         };
         let o_proj = linear(weights, "o_proj", spec.hidden, q_width, spec.o_bias)?;
         let sinks = if spec.sinks {
@@ -145,9 +178,12 @@ impl Attention {
         } else {
             None
         };
-        let head_norm = |weights: &mut Weights, name: &str| -> Result<Option<Norm>, ModelError> {
+        let norm = |weights: &mut Weights,
+                    name: &str,
+                    kind: Option<HeadNorm>|
+         -> Result<Option<Norm>, ModelError> {
             let name = format!("{prefix}.{name}.weight");
-            match spec.head_norm {
+            match kind {
                 None => Ok(None),
                 Some(HeadNorm::Rms { eps }) => {
                     Norm::rms(weights, &name, spec.head_dim, eps).map(Some)
@@ -158,18 +194,22 @@ impl Attention {
                 Some(HeadNorm::RmsUnweighted { eps }) => Ok(Some(Norm::RmsUnweighted { eps })),
             }
         };
+        let owns_kv = spec.shared_kv.is_none();
         Ok(Self {
             q_proj,
+            o_proj,
+            q_norm: norm(weights, "q_norm", spec.head_norm)?,
+            k_norm: norm(weights, "k_norm", spec.head_norm.filter(|_| owns_kv))?,
+            v_norm: norm(weights, "v_norm", spec.value_norm.filter(|_| owns_kv))?,
             k_proj,
             v_proj,
-            o_proj,
-            q_norm: head_norm(weights, "q_norm")?,
-            k_norm: head_norm(weights, "k_norm")?,
+            shared_kv: spec.shared_kv,
             norm_after_rope: spec.norm_after_rope,
             rope: spec.rope,
             query_scale: spec.query_scale,
             heads: spec.heads,
             kv_heads: spec.kv_heads,
+            head_dim: spec.head_dim,
             scale: spec.scale,
             window: spec.window,
             sinks,
@@ -188,8 +228,17 @@ impl Attention {
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
         let queries = self.q_proj.forward(x)?;
-        let keys = self.k_proj.forward(x)?;
-        let values = self.v_proj.forward(x)?;
+        let projected = match &self.k_proj {
+            Some(k_proj) => {
+                let keys = k_proj.forward(x)?;
+                let values = match &self.v_proj {
+                    Some(v_proj) => v_proj.forward(x)?,
+                    None => keys.clone(),
+                };
+                Some((keys, values))
+            }
+            None => None,
+        };
         // A lone single-token input takes the per-sequence path, which rotates at a scalar offset,
         // unless decode rows attend on the host.
         let grouped = match lengths.iter().take_while(|&&length| length == 1).count() {
@@ -199,10 +248,12 @@ impl Attention {
         let mut outputs = Vec::with_capacity(lengths.len() - grouped + 1);
         if grouped > 0 {
             let positions = |projected: &Array| projected.index((.., ..grouped as i32, ..));
+            let key_values = projected
+                .as_ref()
+                .map(|(keys, values)| (positions(keys), positions(values)));
             outputs.push(self.attend_singles(
                 &positions(&queries),
-                &positions(&keys),
-                &positions(&values),
+                key_values,
                 &mut caches[..grouped],
             )?);
         }
@@ -215,12 +266,10 @@ impl Attention {
                     projected.index((.., start..start + length, ..))
                 }
             };
-            outputs.push(self.attend_sequence(
-                &positions(&queries),
-                &positions(&keys),
-                &positions(&values),
-                cache,
-            )?);
+            let key_values = projected
+                .as_ref()
+                .map(|(keys, values)| (positions(keys), positions(values)));
+            outputs.push(self.attend_sequence(&positions(&queries), key_values, cache)?);
             start += length;
         }
         let output = match outputs.as_slice() {
@@ -244,6 +293,16 @@ impl Attention {
             None => split,
         };
         split.transpose_axes(&[0, 2, 1, 3])
+    }
+
+    /// The earlier layer whose keys and values this one attends over, if it holds none.
+    pub fn shared_kv(&self) -> Option<usize> {
+        self.shared_kv
+    }
+
+    /// `(kv_heads, head_dim)` of the keys and values this layer caches.
+    pub fn kv_shape(&self) -> (i32, i32) {
+        (self.kv_heads, self.head_dim)
     }
 
     /// An empty cache of the kind this layer needs: a sliding window's lets go of what no later
@@ -289,25 +348,35 @@ impl Attention {
     }
 
     /// One sequence's new positions (`[1, positions, width]` each) through its own attention;
-    /// returns `[1, positions, heads * head_dim]`.
+    /// returns `[1, positions, heads * head_dim]`. Without keys and values of its own
+    /// (`key_values` `None`) the layer reads `cache`, which its source layer already extended by
+    /// these positions.
     fn attend_sequence(
         &self,
         queries: &Array,
-        keys: &Array,
-        values: &Array,
+        key_values: Option<(Array, Array)>,
         cache: &mut KvCache,
     ) -> Result<Array, Exception> {
         let length = queries.dim(1);
-        let offset = cache.offset();
+        let offset = match key_values {
+            Some(_) => cache.offset(),
+            None => cache.offset() - length,
+        };
         let rotate = |x| self.rotate(x, offset);
         let queries = self.rotated_heads(queries, 1, self.heads, self.q_norm.as_ref(), rotate)?;
         let queries = match &self.query_scale {
             Some(scale) => scale.apply(&queries, offset)?,
             None => queries,
         };
-        let keys = self.rotated_heads(keys, 1, self.kv_heads, self.k_norm.as_ref(), rotate)?;
-        let values = Self::heads(values, 1, self.kv_heads, None)?;
-        let (all_keys, all_values) = cache.update_and_fetch(&keys, &values)?;
+        let (all_keys, all_values) = match key_values {
+            Some((keys, values)) => {
+                let keys =
+                    self.rotated_heads(&keys, 1, self.kv_heads, self.k_norm.as_ref(), rotate)?;
+                let values = Self::heads(&values, 1, self.kv_heads, self.v_norm.as_ref())?;
+                cache.update_and_fetch(&keys, &values)?
+            }
+            None => cache.held().ok_or_else(|| Exception::from(SOURCE_EMPTY))?,
+        };
         let on_host = match &self.sinks {
             None => kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)?,
             Some(_) => None,
@@ -329,31 +398,37 @@ impl Attention {
     }
 
     /// One new position for each of several sequences (`[1, rows, width]` each), rotated in one
-    /// op at each row's offset; each row attends over its own cache. Returns
-    /// `[1, rows, heads * head_dim]`.
+    /// op at each row's offset; each row attends over its own cache (its source layer's, already
+    /// extended, when `key_values` is `None`). Returns `[1, rows, heads * head_dim]`.
     fn attend_singles(
         &self,
         queries: &Array,
-        keys: &Array,
-        values: &Array,
+        key_values: Option<(Array, Array)>,
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
         let rows = caches.len() as i32;
-        let offsets: Vec<i32> = caches.iter().map(|cache| cache.offset()).collect();
+        let extended = i32::from(key_values.is_none());
+        let offsets: Vec<i32> = caches
+            .iter()
+            .map(|cache| cache.offset() - extended)
+            .collect();
         let offsets = Array::from_slice(&offsets, &[rows]);
         let rotate = |x| self.rotate_rows(x, &offsets);
         let queries =
             self.rotated_heads(queries, rows, self.heads, self.q_norm.as_ref(), rotate)?;
-        let keys = self.rotated_heads(keys, rows, self.kv_heads, self.k_norm.as_ref(), rotate)?;
-        let values = Self::heads(values, rows, self.kv_heads, None)?;
         let queries = match &self.query_scale {
             Some(scale) => scale.apply_rows(&queries, &offsets)?,
             None => queries,
         };
-        let keys = keys.split_equal(rows, 0)?;
-        let values = values.split_equal(rows, 0)?;
-        for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
-            cache.update_and_fetch(keys, values)?;
+        if let Some((keys, values)) = key_values {
+            let keys =
+                self.rotated_heads(&keys, rows, self.kv_heads, self.k_norm.as_ref(), rotate)?;
+            let values = Self::heads(&values, rows, self.kv_heads, self.v_norm.as_ref())?;
+            let keys = keys.split_equal(rows, 0)?;
+            let values = values.split_equal(rows, 0)?;
+            for (cache, (keys, values)) in caches.iter_mut().zip(keys.iter().zip(&values)) {
+                cache.update_and_fetch(keys, values)?;
+            }
         }
         if self.sinks.is_none()
             && let Some(output) = kernels::attend_rows(
@@ -383,3 +458,5 @@ impl Attention {
             .reshape(&[1, rows, -1])
     }
 }
+
+const SOURCE_EMPTY: &str = "a KV-shared layer's source cache is empty";

@@ -1,5 +1,6 @@
 //! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`, each block's
-//! output optionally normalized (Gemma) or scaled (Granite) before its sum.
+//! output optionally normalized (Gemma) or scaled (Granite) before its sum; Gemma 4 then adds its
+//! gated per-layer input and scales the whole output.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -10,6 +11,7 @@ use super::attention::AttentionSpec;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
+use super::per_layer_input::PerLayerGate;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
@@ -18,6 +20,18 @@ use crate::model::weights::Weights;
 pub enum FeedForward {
     Dense(Mlp),
     Experts(Box<Moe>),
+    DenseAndExperts(Box<DenseAndExperts>),
+}
+
+/// Gemma 4's mixture-of-experts block: a dense MLP and the experts side by side, each output
+/// normalized, summed. The experts take their own norm of the block's input; the router takes
+/// that input as it is.
+pub struct DenseAndExperts {
+    pub mlp: Mlp,
+    pub post_mlp_norm: Norm,
+    pub pre_experts_norm: Norm,
+    pub experts: Moe,
+    pub post_experts_norm: Norm,
 }
 
 impl FeedForward {
@@ -25,10 +39,18 @@ impl FeedForward {
         Self::Experts(Box::new(moe))
     }
 
-    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+    /// `normed` is the layer's pre-feed-forward norm of `x`.
+    fn forward(&self, normed: &Array, x: &Array) -> Result<Array, Exception> {
         match self {
-            Self::Dense(mlp) => mlp.forward(x),
-            Self::Experts(moe) => moe.forward(x),
+            Self::Dense(mlp) => mlp.forward(normed),
+            Self::Experts(moe) => moe.forward(normed),
+            Self::DenseAndExperts(both) => {
+                let dense = both.post_mlp_norm.forward(&both.mlp.forward(normed)?)?;
+                let experts = both
+                    .experts
+                    .forward_routed_by(&both.pre_experts_norm.forward(x)?, x)?;
+                ops::add(&dense, &both.post_experts_norm.forward(&experts)?)
+            }
         }
     }
 }
@@ -43,6 +65,10 @@ pub struct DecoderLayer {
     pub post_feed_forward_norm: Option<Norm>,
     /// Multiplies each block's output before the residual sum.
     pub residual_scale: Option<f32>,
+    /// Adds this layer's per-layer input, gated by its output (Gemma 4).
+    pub per_layer_gate: Option<PerLayerGate>,
+    /// Multiplies the layer's output (Gemma 4's `layer_scalar`).
+    pub output_scale: Option<Array>,
 }
 
 impl DecoderLayer {
@@ -69,16 +95,20 @@ impl DecoderLayer {
             feed_forward: feed_forward(weights, &prefix)?,
             post_feed_forward_norm: None,
             residual_scale: None,
+            per_layer_gate: None,
+            output_scale: None,
         })
     }
 
     /// `x` is `[1, positions, hidden]`: the new positions of several sequences one after the
-    /// other, `lengths[i]` of them extending `caches[i]`.
+    /// other, `lengths[i]` of them extending `caches[i]`; `per_layer_input` is this layer's
+    /// `[1, positions, width]` where the model has per-layer inputs.
     pub fn forward(
         &self,
         x: &Array,
         lengths: &[i32],
         caches: &mut [&mut KvCache],
+        per_layer_input: Option<&Array>,
     ) -> Result<Array, Exception> {
         let attended = self
             .attention
@@ -87,9 +117,17 @@ impl DecoderLayer {
         let h = ops::add(x, &scaled(attended, self.residual_scale)?)?;
         let fed = self
             .feed_forward
-            .forward(&self.pre_feed_forward_norm.forward(&h)?)?;
+            .forward(&self.pre_feed_forward_norm.forward(&h)?, &h)?;
         let fed = normalized(fed, self.post_feed_forward_norm.as_ref())?;
-        ops::add(&h, &scaled(fed, self.residual_scale)?)
+        let out = ops::add(&h, &scaled(fed, self.residual_scale)?)?;
+        let out = match (&self.per_layer_gate, per_layer_input) {
+            (Some(gate), Some(input)) => gate.forward(&out, input)?,
+            _ => out,
+        };
+        match &self.output_scale {
+            Some(scale) => ops::multiply(&out, scale),
+            None => Ok(out),
+        }
     }
 }
 

@@ -6,5 +6,6 @@ pub mod linear;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod per_layer_input;
 pub mod query_scale;
 pub mod rope;

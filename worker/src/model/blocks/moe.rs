@@ -1,7 +1,8 @@
 //! Mixture of experts: a router picks `top_k` experts per position and only those are computed,
 //! through MLX's `gather_mm` / `gather_qmm` over the experts' stacked weights (mlx-lm's
 //! `SwitchGLU`), so a step costs the chosen experts whatever their number. Some architectures
-//! add shared experts, an MLP every position goes through beside the routed ones.
+//! add shared experts, an MLP every position goes through beside the routed ones; Gemma 4
+//! normalizes the router's input and scales each expert's weight.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::{IndexOp, take_along_axis, topk_axis};
@@ -10,6 +11,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::linear::{Linear, QuantizedWeight};
 use super::mlp::{Activation, Mlp};
+use super::norm::Norm;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::quantized_ops;
@@ -70,6 +72,11 @@ pub struct Moe {
     /// Added to the scores to choose experts, not to weigh them ([`Routing::GroupedSigmoid`]).
     score_bias: Option<Array>,
     shared_experts: Option<Mlp>,
+    /// Normalizes what the router sees (Gemma 4).
+    router_norm: Option<Norm>,
+    /// Multiplies each chosen expert's weight by the expert's own factor (Gemma 4's
+    /// `per_expert_scale`, `[experts]`).
+    expert_scales: Option<Array>,
     top_k: i32,
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
@@ -139,6 +146,8 @@ impl Moe {
             routing: spec.routing,
             score_bias,
             shared_experts: None,
+            router_norm: None,
+            expert_scales: None,
             top_k: spec.top_k,
             gate_proj,
             up_proj,
@@ -155,11 +164,33 @@ impl Moe {
         }
     }
 
+    /// Normalizes the router's input with `norm` and multiplies each chosen expert's weight by
+    /// its entry of `scales` (`[experts]`).
+    pub fn with_scaled_routing(self, norm: Norm, scales: Array) -> Self {
+        Self {
+            router_norm: Some(norm),
+            expert_scales: Some(scales),
+            ..self
+        }
+    }
+
     /// `x` is `[1, positions, hidden]`; each position's output is the weighted sum of its chosen
     /// experts' outputs, plus the shared experts' output.
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let logits = self.router.forward(x)?;
+        self.forward_routed_by(x, x)
+    }
+
+    /// As [`Moe::forward`], the experts chosen from `router_input` rather than from `x`.
+    pub fn forward_routed_by(&self, x: &Array, router_input: &Array) -> Result<Array, Exception> {
+        let logits = match &self.router_norm {
+            Some(norm) => self.router.forward(&norm.forward(router_input)?)?,
+            None => self.router.forward(router_input)?,
+        };
         let (indices, scores) = self.route(&logits)?;
+        let scores = match &self.expert_scales {
+            Some(scales) => ops::multiply(&scores, &scales.take_axis(&indices, 0)?)?,
+            None => scores,
+        };
         let routed = if let Routing::TopOneSigmoidInput = self.routing {
             let scaled = ops::multiply(x, &scores)?;
             self.experts(&scaled, &indices)?.squeeze_axes(&[-2])?

@@ -23,6 +23,22 @@ impl Norm {
         })
     }
 
+    /// RMSNorm by the stored weight times `factor` (Gemma 4's router: `scale · hidden^-0.5`).
+    pub fn rms_times(
+        weights: &mut Weights,
+        name: &str,
+        size: i32,
+        eps: f32,
+        factor: f32,
+    ) -> Result<Self, ModelError> {
+        let stored = weights.take_float(name, &[size])?;
+        let weight = Array::from_f32(factor)
+            .as_dtype(stored.dtype())
+            .and_then(|factor| ops::multiply(&stored, &factor))
+            .map_err(|source| weights.mlx_error("scaling a norm's weight", source))?;
+        Ok(Self::Rms { weight, eps })
+    }
+
     /// Gemma's RMSNorm, which scales by `1 + w`: the checkpoint stores the offset from one.
     pub fn rms_offset(
         weights: &mut Weights,

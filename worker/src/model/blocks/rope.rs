@@ -156,6 +156,37 @@ impl Rope {
         })
     }
 
+    /// Gemma 4's proportional rotation (mlx-lm's `ProportionalRoPE`): all `dims` channels in
+    /// halves, but only the first `rotated_dims / 2` pairs turn, at `factor · base^(2i/dims)`
+    /// (exponents over the whole head); the other pairs' infinite wavelengths leave them still.
+    pub fn proportional(
+        dims: i32,
+        rotated_dims: i32,
+        base: f32,
+        factor: f32,
+    ) -> Result<Self, Exception> {
+        let exponents = ops::divide(
+            &ops::arange::<i32, f32>(0, rotated_dims, 2)?,
+            Array::from_f32(dims as f32),
+        )?;
+        let turning = ops::multiply(
+            Array::from_f32(factor),
+            &ops::power(Array::from_f32(base), &exponents)?,
+        )?;
+        let still = Array::from_slice(
+            &vec![f32::INFINITY; ((dims - rotated_dims) / 2) as usize],
+            &[(dims - rotated_dims) / 2],
+        );
+        Ok(Self {
+            dims,
+            traditional: false,
+            base,
+            scale: 1.0,
+            freqs: Some(ops::concatenate(&[turning, still], 0)?),
+            input_scale: 1.0,
+        })
+    }
+
     /// `x` is `[batch, heads, positions, head_dim]`; `offset` is the first position's index.
     pub fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
         fast::rope(

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use super::error::DiskError;
-use super::header::{BlockHeader, BlockKey, HEADER_LEN, checksum};
+use super::header::{BlockHeader, BlockKey, FIXED_LEN, checksum};
 
 const BLOCK_EXT: &str = "kvb";
 const TEMP_EXT: &str = "tmp";
@@ -76,7 +76,7 @@ pub(super) fn scan(dir: &Path) -> io::Result<(Vec<Found>, u64)> {
         let Ok(metadata) = entry.metadata() else {
             continue;
         };
-        if metadata.len() < HEADER_LEN as u64 {
+        if metadata.len() < FIXED_LEN as u64 {
             remove_quietly(&path);
             discarded += 1;
             continue;
@@ -96,9 +96,10 @@ pub(super) fn scan(dir: &Path) -> io::Result<(Vec<Found>, u64)> {
 /// never reached the disk; the checksum catches that on load.
 pub(super) fn write_temp(path: &Path, header: &BlockHeader, payload: &[u8]) -> io::Result<u64> {
     let mut file = File::create_new(path)?;
-    file.write_all(&header.encode())?;
+    let header = header.encode();
+    file.write_all(&header)?;
     file.write_all(payload)?;
-    Ok((HEADER_LEN + payload.len()) as u64)
+    Ok((header.len() + payload.len()) as u64)
 }
 
 /// Reads the file at `path` and checks its header, length and checksum (not which model or
@@ -110,14 +111,17 @@ pub(super) fn read_block(path: &Path) -> Result<(BlockHeader, Vec<u8>), DiskErro
     };
     let mut file = File::open(path).map_err(io_error)?;
     let file_len = file.metadata().map_err(io_error)?.len();
-    let mut head = [0; HEADER_LEN];
-    file.read_exact(&mut head).map_err(io_error)?;
-    let header = BlockHeader::decode(&head).map_err(|fault| DiskError::Header {
+    let header_fault = |fault| DiskError::Header {
         path: path.to_owned(),
         fault,
-    })?;
+    };
+    let mut head = vec![0; FIXED_LEN];
+    file.read_exact(&mut head).map_err(io_error)?;
+    head.resize(BlockHeader::len_from_fixed(&head).map_err(header_fault)?, 0);
+    file.read_exact(&mut head[FIXED_LEN..]).map_err(io_error)?;
+    let header = BlockHeader::decode(&head).map_err(header_fault)?;
     // Checked before allocating, so a corrupt length cannot ask for a huge buffer.
-    let actual = file_len.saturating_sub(HEADER_LEN as u64);
+    let actual = file_len.saturating_sub(head.len() as u64);
     if header.payload_len != actual {
         return Err(DiskError::Length {
             path: path.to_owned(),

@@ -1,10 +1,11 @@
-//! The fixed header in front of every block file. It says which model, which block and which
-//! shape the payload belongs to and carries the payload's sha256, so a file from another model,
+//! The header in front of every block file. It says which model, which block and which shape
+//! the payload belongs to and carries the payload's sha256, so a file from another model,
 //! another cache layout or a torn write is recognised before a single byte of it is served.
 //!
-//! Layout, little-endian, `HEADER_LEN` bytes: magic `CKVB`, format version (u32), model
-//! fingerprint (32), block key (32), layers, kv heads, block tokens, head dim (u32 each), dtype
-//! tag (u8) and three zero bytes, payload length (u64), payload sha256 (32).
+//! Layout, little-endian: magic `CKVB`, format version (u32), model fingerprint (32), block key
+//! (32), block tokens (u32), dtype tag (u8) and three zero bytes, payload length (u64), payload
+//! sha256 (32), layer count (u32) — [`FIXED_LEN`] bytes — then each cached layer's kv heads and
+//! head dim (u32 each).
 
 use sha2::{Digest, Sha256};
 
@@ -15,18 +16,35 @@ pub type Fingerprint = [u8; 32];
 
 pub const MAGIC: [u8; 4] = *b"CKVB";
 /// Bumped whenever the layout or the payload encoding changes; older files are then deleted.
-pub const FORMAT_VERSION: u32 = 2;
-pub const HEADER_LEN: usize = 132;
+pub const FORMAT_VERSION: u32 = 3;
+/// The header's bytes before its per-layer table.
+pub const FIXED_LEN: usize = 124;
+/// More layers than any model has: a count beyond it is a corrupt header, not a table to read.
+const MAX_LAYERS: u32 = 1 << 12;
 
 /// What one block holds, as the caller lays it out; a file whose shape differs is not served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockShape {
-    pub layers: u32,
-    pub kv_heads: u32,
     pub block_tokens: u32,
-    pub head_dim: u32,
     /// The caller's tag for the element type.
     pub dtype: u8,
+    /// Each cache's keys (and values) per position, in the model's cache order. Layers differ
+    /// (Gemma 4's full-attention layers have wider heads); a layer that reads another's keys and
+    /// values holds no cache, so it has no entry.
+    pub layers: Vec<LayerShape>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerShape {
+    pub kv_heads: u32,
+    pub head_dim: u32,
+}
+
+impl BlockShape {
+    /// Elements of one layer's keys, or of its values, in a block.
+    pub fn elements(&self, layer: LayerShape) -> usize {
+        (layer.kv_heads * self.block_tokens * layer.head_dim) as usize
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +68,8 @@ pub enum HeaderFault {
     Version(u32),
     #[error("nonzero padding")]
     Padding,
+    #[error("{0} layers")]
+    Layers(u32),
 }
 
 pub fn checksum(payload: &[u8]) -> [u8; 32] {
@@ -69,33 +89,37 @@ impl BlockHeader {
         }
     }
 
+    /// Bytes of the encoded header.
+    pub fn encoded_len(&self) -> usize {
+        FIXED_LEN + 8 * self.shape.layers.len()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN);
+        let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&self.fingerprint);
         out.extend_from_slice(&self.key);
-        for field in [
-            self.shape.layers,
-            self.shape.kv_heads,
-            self.shape.block_tokens,
-            self.shape.head_dim,
-        ] {
-            out.extend_from_slice(&field.to_le_bytes());
-        }
+        out.extend_from_slice(&self.shape.block_tokens.to_le_bytes());
         out.extend_from_slice(&[self.shape.dtype, 0, 0, 0]);
         out.extend_from_slice(&self.payload_len.to_le_bytes());
         out.extend_from_slice(&self.checksum);
-        debug_assert_eq!(out.len(), HEADER_LEN);
+        out.extend_from_slice(&(self.shape.layers.len() as u32).to_le_bytes());
+        for layer in &self.shape.layers {
+            out.extend_from_slice(&layer.kv_heads.to_le_bytes());
+            out.extend_from_slice(&layer.head_dim.to_le_bytes());
+        }
+        debug_assert_eq!(out.len(), self.encoded_len());
         out
     }
 
-    /// Decodes the first `HEADER_LEN` bytes of `bytes`.
-    pub fn decode(bytes: &[u8]) -> Result<Self, HeaderFault> {
-        let Some(bytes) = bytes.get(..HEADER_LEN) else {
-            return Err(HeaderFault::Short(bytes.len()));
+    /// The whole header's length, read from its first [`FIXED_LEN`] bytes, which must be a
+    /// block file's: how much more to read before [`BlockHeader::decode`].
+    pub fn len_from_fixed(fixed: &[u8]) -> Result<usize, HeaderFault> {
+        let Some(fixed) = fixed.get(..FIXED_LEN) else {
+            return Err(HeaderFault::Short(fixed.len()));
         };
-        let mut fields = Fields(bytes);
+        let mut fields = Fields(fixed);
         if fields.take::<4>() != MAGIC {
             return Err(HeaderFault::Magic);
         }
@@ -103,32 +127,54 @@ impl BlockHeader {
         if version != FORMAT_VERSION {
             return Err(HeaderFault::Version(version));
         }
+        let mut count = [0; 4];
+        count.copy_from_slice(&fixed[FIXED_LEN - 4..]);
+        let layers = u32::from_le_bytes(count);
+        if layers > MAX_LAYERS {
+            return Err(HeaderFault::Layers(layers));
+        }
+        Ok(FIXED_LEN + 8 * layers as usize)
+    }
+
+    /// Decodes the header at the start of `bytes`.
+    pub fn decode(bytes: &[u8]) -> Result<Self, HeaderFault> {
+        let len = Self::len_from_fixed(bytes)?;
+        let Some(bytes) = bytes.get(..len) else {
+            return Err(HeaderFault::Short(bytes.len()));
+        };
+        let mut fields = Fields(&bytes[8..]);
         let fingerprint = fields.take();
         let key = fields.take();
-        let mut shape = BlockShape {
-            layers: u32::from_le_bytes(fields.take()),
-            kv_heads: u32::from_le_bytes(fields.take()),
-            block_tokens: u32::from_le_bytes(fields.take()),
-            head_dim: u32::from_le_bytes(fields.take()),
-            dtype: 0,
-        };
+        let block_tokens = u32::from_le_bytes(fields.take());
         let [dtype, padding @ ..] = fields.take::<4>();
         if padding != [0; 3] {
             return Err(HeaderFault::Padding);
         }
-        shape.dtype = dtype;
+        let payload_len = u64::from_le_bytes(fields.take());
+        let checksum = fields.take();
+        let layers = u32::from_le_bytes(fields.take());
+        let layers = (0..layers)
+            .map(|_| LayerShape {
+                kv_heads: u32::from_le_bytes(fields.take()),
+                head_dim: u32::from_le_bytes(fields.take()),
+            })
+            .collect();
         Ok(Self {
-            version,
+            version: FORMAT_VERSION,
             fingerprint,
             key,
-            shape,
-            payload_len: u64::from_le_bytes(fields.take()),
-            checksum: fields.take(),
+            shape: BlockShape {
+                block_tokens,
+                dtype,
+                layers,
+            },
+            payload_len,
+            checksum,
         })
     }
 }
 
-/// Reads fixed-size fields front to back from a slice already checked to be `HEADER_LEN` long.
+/// Reads fixed-size fields front to back from a slice already checked to be long enough.
 struct Fields<'a>(&'a [u8]);
 
 impl Fields<'_> {
@@ -147,11 +193,18 @@ mod tests {
 
     fn header() -> BlockHeader {
         let shape = BlockShape {
-            layers: 2,
-            kv_heads: 3,
             block_tokens: 4,
-            head_dim: 5,
             dtype: 6,
+            layers: vec![
+                LayerShape {
+                    kv_heads: 3,
+                    head_dim: 5,
+                },
+                LayerShape {
+                    kv_heads: 1,
+                    head_dim: 10,
+                },
+            ],
         };
         BlockHeader::new([1; 32], [2; 32], shape, b"payload")
     }
@@ -159,7 +212,11 @@ mod tests {
     #[test]
     fn encode_then_decode_round_trips() {
         let bytes = header().encode();
-        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(bytes.len(), FIXED_LEN + 2 * 8);
+        assert_eq!(
+            BlockHeader::len_from_fixed(&bytes[..FIXED_LEN]),
+            Ok(bytes.len())
+        );
         assert_eq!(BlockHeader::decode(&bytes), Ok(header()));
         assert_eq!(header().payload_len, 7);
         assert_eq!(header().checksum, checksum(b"payload"));
@@ -169,13 +226,17 @@ mod tests {
     fn decode_rejects_short_input() {
         let bytes = header().encode();
         assert_eq!(
-            BlockHeader::decode(&bytes[..HEADER_LEN - 1]),
-            Err(HeaderFault::Short(HEADER_LEN - 1))
+            BlockHeader::decode(&bytes[..FIXED_LEN - 1]),
+            Err(HeaderFault::Short(FIXED_LEN - 1))
+        );
+        assert_eq!(
+            BlockHeader::decode(&bytes[..bytes.len() - 1]),
+            Err(HeaderFault::Short(bytes.len() - 1))
         );
     }
 
     #[test]
-    fn decode_rejects_bad_magic_version_and_padding() {
+    fn decode_rejects_bad_magic_version_padding_and_layer_count() {
         let mut bytes = header().encode();
         bytes[0] = b'X';
         assert_eq!(BlockHeader::decode(&bytes), Err(HeaderFault::Magic));
@@ -188,7 +249,14 @@ mod tests {
         );
 
         let mut bytes = header().encode();
-        bytes[4 + 4 + 32 + 32 + 16 + 1] = 1;
+        bytes[4 + 4 + 32 + 32 + 4 + 1] = 1;
         assert_eq!(BlockHeader::decode(&bytes), Err(HeaderFault::Padding));
+
+        let mut bytes = header().encode();
+        bytes[FIXED_LEN - 4..FIXED_LEN].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            BlockHeader::decode(&bytes),
+            Err(HeaderFault::Layers(u32::MAX))
+        );
     }
 }

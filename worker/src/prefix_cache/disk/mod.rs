@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 pub use counters::{DiskCounters, DiskCountersSnapshot};
 pub use error::DiskError;
 pub use files::inspect;
-pub use header::{BlockHeader, BlockKey, BlockShape, FORMAT_VERSION, Fingerprint, HeaderFault};
+pub use header::{
+    BlockHeader, BlockKey, BlockShape, FORMAT_VERSION, Fingerprint, HeaderFault, LayerShape,
+};
 
 use index::Index;
 use state::Shared;

@@ -77,7 +77,12 @@ fn write(shared: &Shared, job: Job) {
 fn write_temp(shared: &Shared, temp: &Path, job: &Job) -> io::Result<u64> {
     #[cfg(test)]
     super::tests::injected_failure(shared)?;
-    let header = BlockHeader::new(shared.fingerprint, job.key, shared.shape, &job.payload);
+    let header = BlockHeader::new(
+        shared.fingerprint,
+        job.key,
+        shared.shape.clone(),
+        &job.payload,
+    );
     files::write_temp(temp, &header, &job.payload)
 }
 

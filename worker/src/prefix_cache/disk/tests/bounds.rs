@@ -17,7 +17,7 @@ fn full_queue_drops_saves_instead_of_blocking() {
         save_wait: Duration::from_millis(5),
         ..options()
     };
-    let tier = DiskTier::open_with(dir.path(), FINGERPRINT, SHAPE, 1 << 20, options).unwrap();
+    let tier = DiskTier::open_with(dir.path(), FINGERPRINT, shape(), 1 << 20, options).unwrap();
     let tier = Arc::new(tier);
     tier.hold_writer();
     tier.save(key(0), payload(0));
@@ -64,7 +64,7 @@ fn one_save_evicts_at_most_the_capped_number_of_files() {
         ..options()
     };
     let limit = 2 * BLOCK_LEN;
-    let tier = DiskTier::open_with(dir.path(), FINGERPRINT, SHAPE, limit, options).unwrap();
+    let tier = DiskTier::open_with(dir.path(), FINGERPRINT, shape(), limit, options).unwrap();
     assert_eq!(tier.counters().files, 20);
     let mut expected: u64 = 20;
     for n in 100..107 {

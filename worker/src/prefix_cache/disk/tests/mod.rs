@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::header::HEADER_LEN;
+use super::header::FIXED_LEN;
 use super::state::{Shared, State};
 use super::*;
 
@@ -70,13 +70,27 @@ impl DiskTier {
 }
 
 const FINGERPRINT: Fingerprint = [7; 32];
-const SHAPE: BlockShape = BlockShape {
-    layers: 2,
-    kv_heads: 2,
-    block_tokens: 4,
-    head_dim: 8,
-    dtype: 1,
-};
+/// Two layers of different widths, as Gemma 4's sliding and full-attention layers are.
+const LAYERS: [LayerShape; 2] = [
+    LayerShape {
+        kv_heads: 2,
+        head_dim: 8,
+    },
+    LayerShape {
+        kv_heads: 1,
+        head_dim: 16,
+    },
+];
+const HEADER_LEN: usize = FIXED_LEN + 8 * LAYERS.len();
+
+fn shape() -> BlockShape {
+    BlockShape {
+        block_tokens: 4,
+        dtype: 1,
+        layers: LAYERS.to_vec(),
+    }
+}
+
 const PAYLOAD_LEN: usize = 1000;
 const BLOCK_LEN: u64 = (HEADER_LEN + PAYLOAD_LEN) as u64;
 /// How long a test waits for the writer before it calls it a hang: only a guard, since a flush
@@ -101,7 +115,7 @@ fn options() -> DiskOptions {
 }
 
 fn open(dir: &Path, limit_bytes: u64) -> DiskTier {
-    DiskTier::open_with(dir, FINGERPRINT, SHAPE, limit_bytes, options()).unwrap()
+    DiskTier::open_with(dir, FINGERPRINT, shape(), limit_bytes, options()).unwrap()
 }
 
 fn save_and_flush(tier: &DiskTier, n: u32) {
@@ -158,7 +172,7 @@ fn saved_block_loads_back_identical() {
     );
     assert_eq!((counters.files, counters.bytes_on_disk), (1, BLOCK_LEN));
     let header = inspect(&block_file(dir.path(), 1)).unwrap();
-    assert_eq!((header.key, header.shape), (key(1), SHAPE));
+    assert_eq!((header.key, header.shape), (key(1), shape()));
 }
 
 #[test]
@@ -204,17 +218,28 @@ fn block_of_another_model_or_shape_is_deleted_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let limit = 1 << 20;
     let tier = open(dir.path(), limit);
-    save_and_flush(&tier, 1);
-    save_and_flush(&tier, 2);
+    for n in 1..=3 {
+        save_and_flush(&tier, n);
+    }
     drop(tier);
 
-    let other_model = DiskTier::open(dir.path(), [8; 32], SHAPE, limit).unwrap();
+    let other_model = DiskTier::open(dir.path(), [8; 32], shape(), limit).unwrap();
     assert_rejected(&other_model, dir.path(), 1);
     drop(other_model);
 
-    let shape = BlockShape { dtype: 2, ..SHAPE };
-    let other_shape = DiskTier::open(dir.path(), FINGERPRINT, shape, limit).unwrap();
-    assert_rejected(&other_shape, dir.path(), 2);
+    let other_dtype = BlockShape {
+        dtype: 2,
+        ..shape()
+    };
+    let other_dtype = DiskTier::open(dir.path(), FINGERPRINT, other_dtype, limit).unwrap();
+    assert_rejected(&other_dtype, dir.path(), 2);
+    drop(other_dtype);
+
+    // Another layout of the same layers: the second one's head as wide as the first one's.
+    let mut other_layers = shape();
+    other_layers.layers[1] = LAYERS[0];
+    let other_layers = DiskTier::open(dir.path(), FINGERPRINT, other_layers, limit).unwrap();
+    assert_rejected(&other_layers, dir.path(), 3);
 }
 
 #[test]
@@ -317,7 +342,7 @@ fn full_disk_pauses_saves_without_failing_and_resumes_after_the_pause() {
         enospc_pause: SETTLE,
         ..options()
     };
-    let tier = DiskTier::open_with(dir.path(), FINGERPRINT, SHAPE, 1 << 20, options).unwrap();
+    let tier = DiskTier::open_with(dir.path(), FINGERPRINT, shape(), 1 << 20, options).unwrap();
     tier.shared.fail_writes.store(1, Ordering::SeqCst);
     save_and_flush(&tier, 1);
     save_and_flush(&tier, 2);

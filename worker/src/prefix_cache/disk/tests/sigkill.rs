@@ -72,7 +72,7 @@ fn killed_writer_never_leaves_a_bad_block_or_an_oversized_directory() {
             bytes <= LIMIT + BIG_BLOCK,
             "round {round}: {bytes} bytes on disk"
         );
-        let tier = DiskTier::open(dir.path(), FINGERPRINT, SHAPE, LIMIT).unwrap();
+        let tier = DiskTier::open(dir.path(), FINGERPRINT, shape(), LIMIT).unwrap();
         for (path, _) in dir_files(dir.path()) {
             inspect(&path).unwrap_or_else(|error| panic!("round {round}: {error}"));
         }
