@@ -7,7 +7,10 @@
 //! (`f32`, `q4`) and the original Hugging Face one (`hf`), which shares `f32`'s reference. A
 //! multimodal wrapper's variants (`gemma3`, `llama4`, `mistral3`, listed under the wrapper's
 //! `model_type`) load as its text model. An architecture corral does not serve yet must be
-//! refused by name, never loaded wrong.
+//! refused by name, never loaded wrong. A model with recurrent layers (gated DeltaNet) must
+//! refuse the restore instead: its state after a prefix is not in KV blocks, so no block can be
+//! cut from its cache nor joined into it, and it prefills cold (the alone check is that cold
+//! prefill).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -154,8 +157,12 @@ const CHUNK_TOKENS: usize = 4;
 /// blocks are cut as a sequence cuts them, each after the chunk that completes it, from a cache
 /// that keeps positions from the prompt's last whole block on: a sliding window has let go of
 /// earlier ones by then.
-fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
+fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> Restore {
     let mut cold = model.new_cache();
+    if !cold.iter().all(KvCache::restores_from_blocks) {
+        check_restore_refused(name, model, reference);
+        return Restore::Refused;
+    }
     let last_block = reference.prompt.len() as i32 / BLOCK_TOKENS * BLOCK_TOKENS;
     for layer in &mut cold {
         layer.keep_from(last_block);
@@ -198,6 +205,32 @@ fn check_after_restore(name: &str, model: &Model, reference: &Reference) {
         let what = format!("decode step {step} after a restore");
         assert_close(name, &what, &row, &reference.rows[prompt + step]);
     }
+    Restore::Matched
+}
+
+enum Restore {
+    Matched,
+    /// The model has recurrent layers, whose state no KV block holds.
+    Refused,
+}
+
+/// A model with a recurrent layer after a whole prompt: no block can be cut from its cache, and
+/// blocks of the right shape for its attention layers cannot be joined into a new one.
+fn check_restore_refused(name: &str, model: &Model, reference: &Reference) {
+    let mut cache = model.new_cache();
+    last_row(model, &reference.prompt, &mut cache);
+    assert!(
+        cut(&cache, 0, BLOCK_TOKENS).is_err(),
+        "{name}: a block was cut from a cache with recurrent layers"
+    );
+    let config = &model.config;
+    let dims = [1, config.num_kv_heads, BLOCK_TOKENS, config.head_dim];
+    let zeros = || mlx_rs::ops::zeros::<f32>(&dims).unwrap();
+    let block: Vec<(Array, Array)> = cache.iter().map(|_| (zeros(), zeros())).collect();
+    assert!(
+        join(&[&block], model.new_cache()).is_err(),
+        "{name}: KV blocks were joined into a cache with recurrent layers"
+    );
 }
 
 #[test]
@@ -226,6 +259,7 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
         })
         .collect();
     let mut checked = Vec::new();
+    let mut refused_restore = Vec::new();
     for (architecture, variants) in &architectures {
         for (variant, entry) in variants {
             let name = format!("{architecture}/{variant}");
@@ -244,8 +278,10 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
             let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
             check_alone(&name, &model, &reference);
             check_in_batch(&name, &model, &reference);
-            check_after_restore(&name, &model, &reference);
-            checked.push(name);
+            match check_after_restore(&name, &model, &reference) {
+                Restore::Matched => checked.push(name),
+                Restore::Refused => refused_restore.push(name),
+            }
         }
     }
     for supported in SUPPORTED_ARCHITECTURES {
@@ -258,4 +294,5 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
         );
     }
     eprintln!("checked against mlx-lm: {checked:?}");
+    eprintln!("checked against mlx-lm alone and in a batch, restore refused: {refused_restore:?}");
 }

@@ -89,7 +89,7 @@ impl Model {
         self.decoder
             .layers
             .iter()
-            .map(|layer| layer.attention.new_cache())
+            .map(|layer| layer.mixer.new_cache())
             .collect()
     }
 

@@ -43,6 +43,9 @@ pub struct AttentionSpec {
     pub sinks: bool,
     /// Multiplies the rotated queries by a factor of their position (Ministral 3, Llama 4).
     pub query_scale: Option<QueryScale>,
+    /// `q_proj` gives each head its queries then as many gate channels, and the attention's
+    /// output is multiplied by their sigmoid before `o_proj` (Qwen3-Next).
+    pub output_gate: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -78,6 +81,7 @@ impl AttentionSpec {
             window: None,
             sinks: false,
             query_scale: None,
+            output_gate: false,
         }
     }
 }
@@ -97,6 +101,7 @@ pub struct Attention {
     scale: f32,
     window: Option<Window>,
     sinks: Option<Array>,
+    output_gate: bool,
 }
 
 impl Attention {
@@ -133,8 +138,9 @@ impl Attention {
                 .map_err(|source| weights.mlx_error("splitting qkv_proj", source))?;
             (q, k, v)
         } else {
+            let q_rows = if spec.output_gate { 2 * q_width } else { q_width };
             (
-                linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?,
+                linear(weights, "q_proj", q_rows, spec.hidden, spec.qkv_bias)?,
                 linear(weights, "k_proj", kv_width, spec.hidden, spec.qkv_bias)?,
                 linear(weights, "v_proj", kv_width, spec.hidden, spec.qkv_bias)?,
             )
@@ -173,6 +179,7 @@ impl Attention {
             scale: spec.scale,
             window: spec.window,
             sinks,
+            output_gate: spec.output_gate,
         })
     }
 
@@ -187,7 +194,7 @@ impl Attention {
         lengths: &[i32],
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
-        let queries = self.q_proj.forward(x)?;
+        let (queries, gate) = self.queries_and_gate(x)?;
         let keys = self.k_proj.forward(x)?;
         let values = self.v_proj.forward(x)?;
         // A lone single-token input takes the per-sequence path, which rotates at a scalar offset,
@@ -227,7 +234,25 @@ impl Attention {
             [only] => only.clone(),
             _ => ops::concatenate(&outputs, 1)?,
         };
+        let output = match gate {
+            Some(gate) => ops::multiply(&output, &ops::sigmoid(&gate)?)?,
+            None => output,
+        };
         self.o_proj.forward(&output)
+    }
+
+    /// The queries `[1, positions, heads * head_dim]`, and with an output gate its channels:
+    /// `q_proj` gives each head `head_dim` queries then `head_dim` gate channels.
+    fn queries_and_gate(&self, x: &Array) -> Result<(Array, Option<Array>), Exception> {
+        let projected = self.q_proj.forward(x)?;
+        if !self.output_gate {
+            return Ok((projected, None));
+        }
+        let positions = projected.dim(1);
+        let per_head = projected.reshape(&[1, positions, self.heads, -1])?;
+        let halves = per_head.split_equal(2, -1)?;
+        let flat = |half: &Array| half.reshape(&[1, positions, -1]);
+        Ok((flat(&halves[0])?, Some(flat(&halves[1])?)))
     }
 
     /// `[1, positions, count * head_dim]` as `[rows, heads, positions / rows, head_dim]`, each

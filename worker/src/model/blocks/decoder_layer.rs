@@ -1,4 +1,5 @@
-//! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`, each block's
+//! One pre-norm residual layer: `h = x + mix(norm(x))`, `out = h + ffn(norm(h))`, where the
+//! token mixer is attention or a gated DeltaNet (Qwen3-Next's linear layers), each block's
 //! output optionally normalized (Gemma) or scaled (Granite) before its sum.
 
 use mlx_rs::Array;
@@ -7,6 +8,7 @@ use mlx_rs::ops;
 
 use super::attention::Attention;
 use super::attention::AttentionSpec;
+use super::gated_delta::GatedDeltaNet;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
@@ -33,9 +35,44 @@ impl FeedForward {
     }
 }
 
+/// What mixes a position with the ones before it.
+pub enum Mixer {
+    Attention(Attention),
+    /// Linear attention with a recurrent state.
+    GatedDelta(Box<GatedDeltaNet>),
+}
+
+impl From<Attention> for Mixer {
+    fn from(attention: Attention) -> Self {
+        Self::Attention(attention)
+    }
+}
+
+impl Mixer {
+    /// An empty cache of the kind this layer needs.
+    pub fn new_cache(&self) -> KvCache {
+        match self {
+            Self::Attention(attention) => attention.new_cache(),
+            Self::GatedDelta(delta) => delta.new_cache(),
+        }
+    }
+
+    fn forward(
+        &self,
+        x: &Array,
+        lengths: &[i32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        match self {
+            Self::Attention(attention) => attention.forward(x, lengths, caches),
+            Self::GatedDelta(delta) => delta.forward(x, lengths, caches),
+        }
+    }
+}
+
 pub struct DecoderLayer {
     pub input_norm: Norm,
-    pub attention: Attention,
+    pub mixer: Mixer,
     /// Normalizes the attention's output before the residual sum.
     pub post_attention_norm: Option<Norm>,
     pub pre_feed_forward_norm: Norm,
@@ -63,7 +100,8 @@ impl DecoderLayer {
         };
         Ok(Self {
             input_norm: norm(weights, "input_layernorm")?,
-            attention: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?,
+            mixer: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?
+                .into(),
             post_attention_norm: None,
             pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
             feed_forward: feed_forward(weights, &prefix)?,
@@ -81,7 +119,7 @@ impl DecoderLayer {
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
         let attended = self
-            .attention
+            .mixer
             .forward(&self.input_norm.forward(x)?, lengths, caches)?;
         let attended = normalized(attended, self.post_attention_norm.as_ref())?;
         let h = ops::add(x, &scaled(attended, self.residual_scale)?)?;

@@ -70,6 +70,9 @@ pub struct Moe {
     /// Added to the scores to choose experts, not to weigh them ([`Routing::GroupedSigmoid`]).
     score_bias: Option<Array>,
     shared_experts: Option<Mlp>,
+    /// Scales the shared experts' output by the sigmoid of this one-output projection
+    /// (Qwen3-Next's `shared_expert_gate`).
+    shared_expert_gate: Option<Linear>,
     top_k: i32,
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
@@ -139,6 +142,7 @@ impl Moe {
             routing: spec.routing,
             score_bias,
             shared_experts: None,
+            shared_expert_gate: None,
             top_k: spec.top_k,
             gate_proj,
             up_proj,
@@ -151,6 +155,16 @@ impl Moe {
     pub fn with_shared_experts(self, shared_experts: Mlp) -> Self {
         Self {
             shared_experts: Some(shared_experts),
+            ..self
+        }
+    }
+
+    /// Adds an MLP that every position goes through beside its routed experts, its output
+    /// scaled by `sigmoid(gate(x))`.
+    pub fn with_gated_shared_expert(self, shared_expert: Mlp, gate: Linear) -> Self {
+        Self {
+            shared_experts: Some(shared_expert),
+            shared_expert_gate: Some(gate),
             ..self
         }
     }
@@ -170,10 +184,14 @@ impl Moe {
                 .sum_axis(-2, false)?
                 .as_dtype(expert_outputs.dtype())?
         };
-        match &self.shared_experts {
-            Some(shared) => ops::add(&routed, &shared.forward(x)?),
-            None => Ok(routed),
-        }
+        let Some(shared) = &self.shared_experts else {
+            return Ok(routed);
+        };
+        let shared = match &self.shared_expert_gate {
+            Some(gate) => ops::multiply(&ops::sigmoid(&gate.forward(x)?)?, &shared.forward(x)?)?,
+            None => shared.forward(x)?,
+        };
+        ops::add(&routed, &shared)
     }
 
     /// The chosen experts `[.., top_k]` and their weights.
