@@ -81,7 +81,9 @@ impl KvCache {
         positions: i32,
     ) -> Result<(), Exception> {
         let Some(held) = self.recurrent.as_mut() else {
-            return Err(Exception::from("a key/value cache holds no recurrent state"));
+            return Err(Exception::from(
+                "a key/value cache holds no recurrent state",
+            ));
         };
         *held = state;
         self.offset += positions;
@@ -314,6 +316,9 @@ mod tests {
         assert!(cache.restore(numbered(0, 4), numbered(0, 4)).is_err());
         assert!(KvCache::default().restores_from_blocks());
         let mut keys = KvCache::default();
-        assert!(keys.advance_recurrent(RecurrentState::default(), 1).is_err());
+        assert!(
+            keys.advance_recurrent(RecurrentState::default(), 1)
+                .is_err()
+        );
     }
 }

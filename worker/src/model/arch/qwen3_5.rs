@@ -12,7 +12,8 @@ use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let parameters: serde_json::Value = config.key_or("rope_parameters", serde_json::Value::Null)?;
+    let parameters: serde_json::Value =
+        config.key_or("rope_parameters", serde_json::Value::Null)?;
     let number = |key: &str, default: f64| {
         parameters
             .get(key)
@@ -25,12 +26,12 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         .and_then(serde_json::Value::as_str);
     let scaling = match kind {
         None | Some("default" | "mrope") => None,
-        Some(_) => parse_rope_scaling(&parameters, &config.raw).map_err(|message| {
-            ModelError::Config {
+        Some(_) => {
+            parse_rope_scaling(&parameters, &config.raw).map_err(|message| ModelError::Config {
                 path: config.path.clone(),
                 message: format!("rope_parameters: {message}"),
-            }
-        })?,
+            })?
+        }
     };
     let rope = partial_rope(
         config,
@@ -41,5 +42,11 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     )?;
     let experts: i32 = config.key_or("num_experts", 0)?;
     let sparse = vec![experts > 0; config.num_layers as usize];
-    hybrid(config, weights, rope, sparse, config.key_or("norm_topk_prob", true)?)
+    hybrid(
+        config,
+        weights,
+        rope,
+        sparse,
+        config.key_or("norm_topk_prob", true)?,
+    )
 }

@@ -71,12 +71,14 @@ pub(super) fn hybrid(
     let interval: i32 = config.key_or("full_attention_interval", 4)?;
     let is_linear = |index: i32| (index + 1) % interval != 0;
     let delta = DeltaSpec::for_config(config)?;
-    let original = (0..config.num_layers).filter(|&index| is_linear(index)).any(|index| {
-        let conv = format!("model.layers.{index}.linear_attn.conv1d.weight");
-        weights
-            .shape_of(&conv)
-            .is_some_and(|shape| shape.last() != Some(&1))
-    });
+    let original = (0..config.num_layers)
+        .filter(|&index| is_linear(index))
+        .any(|index| {
+            let conv = format!("model.layers.{index}.linear_attn.conv1d.weight");
+            weights
+                .shape_of(&conv)
+                .is_some_and(|shape| shape.last() != Some(&1))
+        });
     let norm = |weights: &mut Weights, name: &str| {
         if original {
             Norm::rms_offset(weights, name, hidden, eps)
@@ -118,9 +120,15 @@ pub(super) fn hybrid(
             let mlp = format!("{prefix}.mlp");
             let feed_forward = if sparse[index as usize] {
                 let names = ExpertNames::swiglu_under(&mlp);
-                let experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
-                let shared =
-                    Mlp::load(weights, config, &format!("{mlp}.shared_expert"), shared_inner, false)?;
+                let experts =
+                    Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
+                let shared = Mlp::load(
+                    weights,
+                    config,
+                    &format!("{mlp}.shared_expert"),
+                    shared_inner,
+                    false,
+                )?;
                 let gate = Linear::load(
                     weights,
                     &format!("{mlp}.shared_expert_gate"),
@@ -131,7 +139,13 @@ pub(super) fn hybrid(
                 )?;
                 FeedForward::experts(experts.with_gated_shared_expert(shared, gate))
             } else {
-                FeedForward::Dense(Mlp::load(weights, config, &mlp, config.intermediate_size, false)?)
+                FeedForward::Dense(Mlp::load(
+                    weights,
+                    config,
+                    &mlp,
+                    config.intermediate_size,
+                    false,
+                )?)
             };
             Ok(DecoderLayer {
                 input_norm: norm(weights, &format!("{prefix}.input_layernorm.weight"))?,

@@ -138,7 +138,11 @@ impl Attention {
                 .map_err(|source| weights.mlx_error("splitting qkv_proj", source))?;
             (q, k, v)
         } else {
-            let q_rows = if spec.output_gate { 2 * q_width } else { q_width };
+            let q_rows = if spec.output_gate {
+                2 * q_width
+            } else {
+                q_width
+            };
             (
                 linear(weights, "q_proj", q_rows, spec.hidden, spec.qkv_bias)?,
                 linear(weights, "k_proj", kv_width, spec.hidden, spec.qkv_bias)?,

@@ -116,7 +116,14 @@ impl GatedDeltaNet {
     ) -> Result<Self, ModelError> {
         let (hidden, quant) = (config.hidden_size, config.quantization);
         let linear = |weights: &mut Weights, name: &str, out: i32, input: i32| {
-            Linear::load(weights, &format!("{prefix}.{name}"), out, input, false, quant)
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                input,
+                false,
+                quant,
+            )
         };
         let (keys, values, heads) = (spec.key_width(), spec.value_width(), spec.value_heads);
         let projections = if weights.contains(&format!("{prefix}.in_proj_qkvz.weight")) {
@@ -152,8 +159,7 @@ impl GatedDeltaNet {
             conv_weight,
             decay_rate,
             dt_bias: weights.take_float(&format!("{prefix}.dt_bias"), &[heads])?,
-            norm_weight: weights
-                .take_float(&format!("{prefix}.norm.weight"), &[spec.value_dim])?,
+            norm_weight: weights.take_float(&format!("{prefix}.norm.weight"), &[spec.value_dim])?,
             out_proj: linear(weights, "out_proj", hidden, values)?,
             spec,
         })
@@ -218,11 +224,13 @@ impl GatedDeltaNet {
                 let per_group = heads / groups * value_dim;
                 let mixed = qkvz.forward(x)?.reshape(&[1, positions, groups, -1])?;
                 let k_end = 2 * spec.key_dim;
-                let parts = mixed.split_axis(&[spec.key_dim, k_end, k_end + per_group], -1)?;
+                let parts =
+                    mixed.split_at_indices(&[spec.key_dim, k_end, k_end + per_group], -1)?;
                 let flat = |part: &Array| part.reshape(&[1, positions, -1]);
-                let qkv = ops::concatenate(&[flat(&parts[0])?, flat(&parts[1])?, flat(&parts[2])?], -1)?;
+                let qkv =
+                    ops::concatenate(&[flat(&parts[0])?, flat(&parts[1])?, flat(&parts[2])?], -1)?;
                 let gates = ba.forward(x)?.reshape(&[1, positions, groups, -1])?;
-                let gates = gates.split_axis(&[heads / groups], -1)?;
+                let gates = gates.split_at_indices(&[heads / groups], -1)?;
                 Ok(Projected {
                     qkv,
                     z: parts[3].reshape(&[1, positions, heads, value_dim])?,
@@ -261,7 +269,7 @@ impl GatedDeltaNet {
         )?;
         let conv_out = kernels::silu(&conv_out)?;
         let (key_width, value_width) = (spec.key_width(), spec.value_width());
-        let parts = conv_out.split_axis(&[key_width, 2 * key_width], -1)?;
+        let parts = conv_out.split_at_indices(&[key_width, 2 * key_width], -1)?;
         let heads = |part: &Array, count: i32, dim: i32| part.reshape(&[1, positions, count, dim]);
         let queries = heads(&parts[0], spec.key_heads, spec.key_dim)?;
         let keys = heads(&parts[1], spec.key_heads, spec.key_dim)?;
