@@ -66,7 +66,8 @@ fn last_row(model: &Model, tokens: &[u32], cache: &mut [KvCache]) -> Vec<f32> {
     rows.last().unwrap().clone()
 }
 
-fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
+/// Asserts `got` is within [`TOLERANCE`] of `want`; returns the largest difference.
+fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "{name} {what}: vocabulary size");
     let worst = got
         .iter()
@@ -77,28 +78,34 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
         worst <= TOLERANCE,
         "{name} {what}: differs from mlx-lm by {worst} (tolerance {TOLERANCE})"
     );
+    worst
 }
 
-/// The prompt in one pass, then the reference's decode tokens one at a time.
-fn check_alone(name: &str, model: &Model, reference: &Reference) {
+/// The prompt in one pass, then the reference's decode tokens one at a time; returns the
+/// largest difference.
+fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
+    let mut worst = 0.0f32;
     let mut cache = model.new_cache();
     let hidden = model.hidden_states(&reference.prompt, &mut cache).unwrap();
     let prefill = host_rows(&model.logits(&hidden).unwrap());
     for (position, row) in prefill.iter().enumerate() {
         let what = format!("prompt position {position}");
-        assert_close(name, &what, row, &reference.rows[position]);
+        worst = worst.max(assert_close(name, &what, row, &reference.rows[position]));
     }
     let prompt = reference.prompt.len();
     for (step, &token) in reference.decoded.iter().enumerate() {
         let row = last_row(model, &[token], &mut cache);
         let what = format!("decode step {step}");
-        assert_close(name, &what, &row, &reference.rows[prompt + step]);
+        worst = worst.max(assert_close(name, &what, &row, &reference.rows[prompt + step]));
     }
+    worst
 }
 
 /// The same decode steps, each in one pass with three other sequences of other prompts (one
-/// prefilling beside the decode rows), so the sequence's logits must not depend on its batch.
-fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
+/// prefilling beside the decode rows), so the sequence's logits must not depend on its batch;
+/// returns the largest difference.
+fn check_in_batch(name: &str, model: &Model, reference: &Reference) -> f32 {
+    let mut worst = 0.0f32;
     let others: Vec<Vec<u32>> = (1..4u32)
         .map(|shift| {
             let vocab = reference.rows[0].len() as u32;
@@ -142,8 +149,9 @@ fn check_in_batch(name: &str, model: &Model, reference: &Reference) {
         let hidden = model.packed_hidden_states(&mut segments).unwrap();
         let rows = host_rows(&model.logits(&hidden).unwrap());
         let what = format!("decode step {step} in a batch of 4");
-        assert_close(name, &what, &rows[0], &reference.rows[prompt + step]);
+        worst = worst.max(assert_close(name, &what, &rows[0], &reference.rows[prompt + step]));
     }
+    worst
 }
 
 /// Prompt positions per restored block.
@@ -276,8 +284,9 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
             }
             let reference = read_reference(&data().join(architecture).join(&entry.reference));
             let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
-            check_alone(&name, &model, &reference);
-            check_in_batch(&name, &model, &reference);
+            let alone = check_alone(&name, &model, &reference);
+            let in_batch = check_in_batch(&name, &model, &reference);
+            eprintln!("{name}: largest logit difference {alone:e} alone, {in_batch:e} in a batch");
             match check_after_restore(&name, &model, &reference) {
                 Restore::Matched => checked.push(name),
                 Restore::Refused => refused_restore.push(name),
