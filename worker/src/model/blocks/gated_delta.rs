@@ -257,7 +257,7 @@ impl GatedDeltaNet {
         };
         let conv_input = ops::concatenate(&[conv_state, input.qkv], 1)?;
         let next_conv = conv_input
-            .index((.., (positions)..(positions + keep)))
+            .index((.., positions..positions + keep))
             .contiguous()?;
         let conv_out = ops::conv1d(
             &conv_input,
@@ -268,13 +268,12 @@ impl GatedDeltaNet {
             spec.conv_channels(),
         )?;
         let conv_out = kernels::silu(&conv_out)?;
-        let (key_width, value_width) = (spec.key_width(), spec.value_width());
+        let key_width = spec.key_width();
         let parts = conv_out.split_at_indices(&[key_width, 2 * key_width], -1)?;
         let heads = |part: &Array, count: i32, dim: i32| part.reshape(&[1, positions, count, dim]);
         let queries = heads(&parts[0], spec.key_heads, spec.key_dim)?;
         let keys = heads(&parts[1], spec.key_heads, spec.key_dim)?;
         let values = heads(&parts[2], spec.value_heads, spec.value_dim)?;
-        debug_assert_eq!(parts[2].dim(-1), value_width);
         let (queries, keys) = normalize_qk(&queries, &keys, spec.key_dim)?;
         let beta = ops::sigmoid(&input.b)?;
         let decay = ops::exp(&ops::multiply(
