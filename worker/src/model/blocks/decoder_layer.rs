@@ -37,14 +37,14 @@ impl FeedForward {
 
 /// What mixes a position with the ones before it.
 pub enum Mixer {
-    Attention(Attention),
+    Attention(Box<Attention>),
     /// Linear attention with a recurrent state.
     GatedDelta(Box<GatedDeltaNet>),
 }
 
 impl From<Attention> for Mixer {
     fn from(attention: Attention) -> Self {
-        Self::Attention(attention)
+        Self::Attention(Box::new(attention))
     }
 }
 

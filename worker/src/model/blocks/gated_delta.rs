@@ -350,7 +350,7 @@ fn delta_rule(
     let mut outputs = Vec::with_capacity(values.dim(1) as usize);
     for position in 0..values.dim(1) {
         let at = |array: &Array| array.index((.., position));
-        let (query, key, value) = (at(&queries), at(&keys), at(&values));
+        let (query, key, value) = (at(&queries), at(&keys), at(values));
         let decayed = ops::multiply(&state, &at(decay).reshape(&[1, -1, 1, 1])?)?;
         let key_row = key.expand_dims(-2)?;
         let recalled = ops::multiply(&decayed, &key_row)?.sum_axis(-1, false)?;
