@@ -96,7 +96,12 @@ fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
     for (step, &token) in reference.decoded.iter().enumerate() {
         let row = last_row(model, &[token], &mut cache);
         let what = format!("decode step {step}");
-        worst = worst.max(assert_close(name, &what, &row, &reference.rows[prompt + step]));
+        worst = worst.max(assert_close(
+            name,
+            &what,
+            &row,
+            &reference.rows[prompt + step],
+        ));
     }
     worst
 }
@@ -149,7 +154,12 @@ fn check_in_batch(name: &str, model: &Model, reference: &Reference) -> f32 {
         let hidden = model.packed_hidden_states(&mut segments).unwrap();
         let rows = host_rows(&model.logits(&hidden).unwrap());
         let what = format!("decode step {step} in a batch of 4");
-        worst = worst.max(assert_close(name, &what, &rows[0], &reference.rows[prompt + step]));
+        worst = worst.max(assert_close(
+            name,
+            &what,
+            &rows[0],
+            &reference.rows[prompt + step],
+        ));
     }
     worst
 }
