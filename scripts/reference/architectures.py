@@ -461,6 +461,64 @@ def hf_llama4(config, weights):
     return hf_config, out
 
 
+# The norms Qwen3-Next and Qwen3.5 checkpoints store as the offset from one (sanitize adds one).
+QWEN_OFFSET_NORMS = (
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    "model.norm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+)
+
+
+def hf_gated_delta(key, value):
+    """A Qwen3-Next / Qwen3.5 tensor as transformers stores it: the depthwise conv1d weight
+    [C, 1, K] (MLX's is [C, K, 1]), the decoder norms as their offset from one."""
+    if "conv1d.weight" in key:
+        return value.moveaxis(1, 2)
+    if any(key.endswith(suffix) for suffix in QWEN_OFFSET_NORMS):
+        return value - 1.0
+    return value
+
+
+def hf_qwen3_next(config, weights):
+    """Qwen/Qwen3-Next-80B-A3B-*: experts one by one, conv1d and norms as hf_gated_delta says,
+    and the multi-token-prediction layer (mtp.*) that sanitize drops."""
+    weights = unstack_experts(weights, "mlp.switch_mlp", lambda e, p: f"mlp.experts.{e}.{p}")
+    out = {key: hf_gated_delta(key, value) for key, value in weights.items()}
+    out["mtp.fc.weight"] = random_tensor((config["hidden_size"], 2 * config["hidden_size"]))
+    return config, out
+
+
+def hf_qwen3_5(config, weights):
+    """Qwen/Qwen3.5-* and Qwen3.6-*: the text model under model.language_model., lm_head at the
+    top, experts fused (gate_up_proj [E, 2I, H] gate first, down_proj [E, H, I], no .weight),
+    conv1d and norms as hf_gated_delta says, a vision tower (model.visual) and mtp.* that
+    sanitize drops."""
+    out = {}
+    for key, value in weights.items():
+        if key.startswith("language_model.model."):
+            name = "model.language_model." + key.removeprefix("language_model.model.")
+        else:
+            name = key.removeprefix("language_model.")
+        if ".switch_mlp.up_proj." in key:
+            continue
+        if ".switch_mlp.gate_proj.weight" in key:
+            up = weights[key.replace("gate_proj", "up_proj")]
+            base = name.split(".switch_mlp.")[0]
+            out[f"{base}.experts.gate_up_proj"] = mx.concatenate([value, up], axis=-2)
+        elif ".switch_mlp.down_proj.weight" in key:
+            out[name.split(".switch_mlp.")[0] + ".experts.down_proj"] = value
+        else:
+            out[name] = hf_gated_delta(name, value)
+    hidden = config["text_config"]["hidden_size"]
+    out["model.visual.blocks.0.attn.qkv.weight"] = random_tensor((48, 16))
+    out["mtp.fc.weight"] = random_tensor((hidden, 2 * hidden))
+    hf_config = copy.deepcopy(config)
+    hf_config["vision_config"] = {"model_type": hf_config["model_type"], "hidden_size": 16, "depth": 1}
+    return hf_config, out
+
+
 HF_LAYOUTS = {
     "qwen3_moe": hf_qwen3_moe,
     "mixtral": hf_mixtral,
@@ -472,6 +530,9 @@ HF_LAYOUTS = {
     "mistral3": hf_mistral3,
     "ministral3": hf_ministral3,
     "llama4": hf_llama4,
+    "qwen3_next": hf_qwen3_next,
+    "qwen3_5": hf_qwen3_5,
+    "qwen3_5_moe": hf_qwen3_5,
 }
 
 

@@ -7,7 +7,10 @@
 //! (`f32`, `q4`) and the original Hugging Face one (`hf`), which shares `f32`'s reference. A
 //! multimodal wrapper's variants (`gemma3`, `gemma4`, `llama4`, `mistral3`, listed under the
 //! wrapper's `model_type`) load as its text model. An architecture corral does not serve yet must be
-//! refused by name, never loaded wrong.
+//! refused by name, never loaded wrong. A model with recurrent layers (gated DeltaNet) must
+//! refuse the restore instead: its state after a prefix is not in KV blocks, so no block can be
+//! cut from its cache nor joined into it, and it prefills cold (the alone check is that cold
+//! prefill).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,7 +65,7 @@ fn last_row(model: &Model, tokens: &[u32], cache: &mut [KvCache]) -> Vec<f32> {
     rows.last().unwrap().clone()
 }
 
-/// Returns the largest difference, for the report.
+/// Asserts `got` is within [`TOLERANCE`] of `want`; returns the largest difference.
 fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "{name} {what}: vocabulary size");
     let worst = got
@@ -77,7 +80,8 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     worst
 }
 
-/// The prompt in one pass, then the reference's decode tokens one at a time.
+/// The prompt in one pass, then the reference's decode tokens one at a time; returns the
+/// largest difference.
 fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
     let mut worst = 0.0f32;
     let mut cache = model.new_cache();
@@ -102,7 +106,8 @@ fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
 }
 
 /// The same decode steps, each in one pass with three other sequences of other prompts (one
-/// prefilling beside the decode rows), so the sequence's logits must not depend on its batch.
+/// prefilling beside the decode rows), so the sequence's logits must not depend on its batch;
+/// returns the largest difference.
 fn check_in_batch(name: &str, model: &Model, reference: &Reference) -> f32 {
     let mut worst = 0.0f32;
     let others: Vec<Vec<u32>> = (1..4u32)
@@ -169,9 +174,13 @@ const CHUNK_TOKENS: usize = 4;
 /// blocks are cut as a sequence cuts them, each after the chunk that completes it, from a cache
 /// that keeps positions from the prompt's last whole block on: a sliding window has let go of
 /// earlier ones by then.
-fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 {
+fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> Restore {
     let mut worst = 0.0f32;
     let mut cold = model.new_cache();
+    if !cold.iter().all(KvCache::restores_from_blocks) {
+        check_restore_refused(name, model, reference);
+        return Restore::Refused;
+    }
     let last_block = reference.prompt.len() as i32 / BLOCK_TOKENS * BLOCK_TOKENS;
     for layer in &mut cold {
         layer.keep_from(last_block);
@@ -212,7 +221,33 @@ fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 
             &reference.rows[prompt + step],
         ));
     }
-    worst
+    Restore::Matched(worst)
+}
+
+enum Restore {
+    /// The largest difference after the restore.
+    Matched(f32),
+    /// The model has recurrent layers, whose state no KV block holds.
+    Refused,
+}
+
+/// A model with a recurrent layer after a whole prompt: no block can be cut from its cache, and
+/// blocks of the right shape for its attention layers cannot be joined into a new one.
+fn check_restore_refused(name: &str, model: &Model, reference: &Reference) {
+    let mut cache = model.new_cache();
+    last_row(model, &reference.prompt, &mut cache);
+    assert!(
+        cut(&cache, 0, BLOCK_TOKENS).is_err(),
+        "{name}: a block was cut from a cache with recurrent layers"
+    );
+    let config = &model.config;
+    let dims = [1, config.num_kv_heads, BLOCK_TOKENS, config.head_dim];
+    let zeros = || mlx_rs::ops::zeros::<f32>(&dims).unwrap();
+    let block: Vec<(Array, Array)> = cache.iter().map(|_| (zeros(), zeros())).collect();
+    assert!(
+        join(&[&block], model.new_cache()).is_err(),
+        "{name}: KV blocks were joined into a cache with recurrent layers"
+    );
 }
 
 #[test]
@@ -257,15 +292,16 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore_or_is_
             }
             let reference = read_reference(&data().join(architecture).join(&entry.reference));
             let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
-            let worst = [
-                check_alone(&name, &model, &reference),
-                check_in_batch(&name, &model, &reference),
-                check_after_restore(&name, &model, &reference),
-            ];
-            checked.push(format!(
-                "{name}: largest differences alone {:.1e}, in a batch {:.1e}, after a restore {:.1e}",
-                worst[0], worst[1], worst[2]
-            ));
+            let alone = check_alone(&name, &model, &reference);
+            let in_batch = check_in_batch(&name, &model, &reference);
+            match check_after_restore(&name, &model, &reference) {
+                Restore::Matched(restored) => checked.push(format!(
+                    "{name}: largest differences alone {alone:.1e}, in a batch {in_batch:.1e}, after a restore {restored:.1e}"
+                )),
+                Restore::Refused => checked.push(format!(
+                    "{name}: largest differences alone {alone:.1e}, in a batch {in_batch:.1e}, restore refused (recurrent layers)"
+                )),
+            }
         }
     }
     for supported in SUPPORTED_ARCHITECTURES {

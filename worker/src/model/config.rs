@@ -296,6 +296,9 @@ pub struct Wrapper {
     pub model_type: &'static str,
     /// Substrings of the other towers' tensor names.
     towers: &'static [&'static str],
+    /// `text_config.model_type`s served as this wrapper's text model besides [`SUPPORTED`]
+    /// ones (Qwen3.5's `qwen3_5_text`, which no checkpoint has at the top level).
+    text_types: &'static [&'static str],
     /// What the wrapper's config changes in its text model's, given the whole config.json.
     adjust: fn(&serde_json::Value, &mut serde_json::Map<String, serde_json::Value>),
 }
@@ -304,11 +307,13 @@ pub struct Wrapper {
 const WRAPPERS: &[Wrapper] = &[
     Wrapper {
         model_type: "gemma3",
+        text_types: &[],
         towers: &["vision_tower", "multi_modal_projector"],
         adjust: gemma3_text_config,
     },
     Wrapper {
         model_type: "gemma4",
+        text_types: &[],
         towers: &[
             "vision_tower",
             "multi_modal_projector",
@@ -321,11 +326,25 @@ const WRAPPERS: &[Wrapper] = &[
     },
     Wrapper {
         model_type: "llama4",
+        text_types: &[],
         towers: &["vision_model", "multi_modal_projector"],
         adjust: unchanged,
     },
     Wrapper {
+        model_type: "qwen3_5",
+        text_types: &["qwen3_5_text"],
+        towers: &["vision_tower", "model.visual"],
+        adjust: unchanged,
+    },
+    Wrapper {
+        model_type: "qwen3_5_moe",
+        text_types: &["qwen3_5_moe_text"],
+        towers: &["vision_tower", "model.visual"],
+        adjust: unchanged,
+    },
+    Wrapper {
         model_type: "mistral3",
+        text_types: &[],
         towers: &["vision_tower", "multi_modal_projector"],
         adjust: untied_unless_stated,
     },
@@ -390,6 +409,7 @@ impl Wrapper {
             .ok_or_else(|| format!("{} needs text_config, an object", self.model_type))?;
         if let Some(text_type) = text.get("model_type").and_then(serde_json::Value::as_str)
             && !SUPPORTED.contains(&text_type)
+            && !self.text_types.contains(&text_type)
         {
             return Err(format!(
                 "unsupported text_config.model_type {text_type:?} in {} (supported: {})",

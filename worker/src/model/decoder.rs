@@ -92,7 +92,7 @@ fn cache_of_layer(layers: &[DecoderLayer]) -> Option<Vec<usize>> {
     let mut caches: Vec<usize> = Vec::with_capacity(layers.len());
     let mut held = 0;
     for layer in layers {
-        match layer.attention.shared_kv() {
+        match layer.mixer.shared_kv() {
             Some(source) => caches.push(*caches.get(source)?),
             None => {
                 caches.push(held);

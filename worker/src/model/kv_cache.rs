@@ -1,12 +1,17 @@
-//! Per-layer key/value cache, grown in steps of 256 positions like mlx-lm's `KVCache`, so each
-//! decode step writes one slice instead of copying the whole history.
-//!
-//! Two kinds: a full cache holds every position; a sliding-window layer's cache (mlx-lm's
+//! Per-layer cache, in three kinds. A key/value cache is grown in steps of 256 positions like
+//! mlx-lm's `KVCache`, so each decode step writes one slice instead of copying the whole history:
+//! a full cache holds every position; a sliding-window layer's cache (mlx-lm's
 //! `RotatingKVCache`) lets go of the positions no later query can see, so its memory stays near
 //! the window however long the sequence. It keeps what the prefix cache may still cut: positions
 //! from [`KvCache::keep_from`] on (the last whole block of the prompt, where a conversation's
 //! next turn resumes), and it is trimmed only once a window's worth can go, so a trim's copy is
 //! paid once per window of steps.
+//!
+//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet layer) holds no
+//! positions at all, only the state after the last one ([`RecurrentState`]), the same size
+//! however long the sequence. Blocks of positions can be neither cut from it nor restored into
+//! it, so it says so ([`KvCache::restores_from_blocks`]) and a model with such a layer prefills
+//! cold.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -28,6 +33,17 @@ pub struct KvCache {
     window: Option<i32>,
     /// Positions from here on are kept whatever the window.
     keep_from: Option<i32>,
+    /// A recurrent layer's state instead of keys and values.
+    recurrent: Option<RecurrentState>,
+}
+
+/// What a gated DeltaNet layer carries from one input to the next; `None` before its first.
+#[derive(Default, Clone)]
+pub struct RecurrentState {
+    /// The short convolution's inputs of the last `kernel - 1` positions, `[1, kernel - 1, channels]`.
+    pub conv: Option<Array>,
+    /// The delta rule's memory, `[1, value_heads, value_dim, key_dim]` in float32.
+    pub delta: Option<Array>,
 }
 
 impl KvCache {
@@ -39,22 +55,65 @@ impl KvCache {
         }
     }
 
+    /// A recurrent layer's cache.
+    pub fn recurrent() -> Self {
+        Self {
+            recurrent: Some(RecurrentState::default()),
+            ..Self::default()
+        }
+    }
+
+    /// Whether positions cut from other caches can fill this kind ([`Self::restore`]): false for
+    /// a recurrent layer, whose state after a prefix is no function of that prefix's blocks.
+    pub fn restores_from_blocks(&self) -> bool {
+        self.recurrent.is_none()
+    }
+
+    /// A recurrent layer's state after the positions seen so far; `None` for a key/value kind.
+    pub fn recurrent_state(&self) -> Option<&RecurrentState> {
+        self.recurrent.as_ref()
+    }
+
+    /// Replaces a recurrent layer's state by the one after `positions` more positions.
+    pub fn advance_recurrent(
+        &mut self,
+        state: RecurrentState,
+        positions: i32,
+    ) -> Result<(), Exception> {
+        let Some(held) = self.recurrent.as_mut() else {
+            return Err(Exception::from(
+                "a key/value cache holds no recurrent state",
+            ));
+        };
+        *held = state;
+        self.offset += positions;
+        Ok(())
+    }
+
     /// Keeps the positions from `position` on, for the prefix cache to cut.
     pub fn keep_from(&mut self, position: i32) {
         self.keep_from = Some(position);
     }
 
     /// Fills an empty cache of this kind with a restored prefix: `keys` and `values`
-    /// (`[batch, kv_heads, positions, head_dim]`) are positions `0..positions`.
-    pub fn restore(&mut self, keys: Array, values: Array) {
+    /// (`[batch, kv_heads, positions, head_dim]`) are positions `0..positions`. A recurrent
+    /// layer refuses.
+    pub fn restore(&mut self, keys: Array, values: Array) -> Result<(), Exception> {
+        if !self.restores_from_blocks() {
+            return Err(Exception::from(
+                "a recurrent layer's state cannot be restored from key/value blocks",
+            ));
+        }
         self.offset = keys.dim(2);
         self.start = 0;
         self.keys = Some(keys);
         self.values = Some(values);
+        Ok(())
     }
 
     /// Keys and values of positions `start..end`, as views of the buffers; `None` when they
-    /// were never written, or a window let go of some that a query at `end` would see.
+    /// were never written (always, for a recurrent layer), or a window let go of some that a
+    /// query at `end` would see.
     /// Positions before those read as zeros: no query from `end` on sees them.
     pub fn positions(&self, start: i32, end: i32) -> Option<(Array, Array)> {
         let (keys, values) = (self.keys.as_ref()?, self.values.as_ref()?);
@@ -241,5 +300,25 @@ mod tests {
             (16..40).map(|p| p as f32).collect::<Vec<_>>()
         );
         assert_eq!(kept.held_len(), 24);
+    }
+
+    #[test]
+    fn a_recurrent_cache_holds_no_positions_and_refuses_a_restore() {
+        let mut cache = KvCache::recurrent();
+        assert!(!cache.restores_from_blocks());
+        let state = RecurrentState {
+            conv: Some(numbered(0, 3)),
+            delta: Some(numbered(0, 4)),
+        };
+        cache.advance_recurrent(state, 5).unwrap();
+        assert_eq!(cache.offset(), 5);
+        assert!(cache.positions(0, 4).is_none());
+        assert!(cache.restore(numbered(0, 4), numbered(0, 4)).is_err());
+        assert!(KvCache::default().restores_from_blocks());
+        let mut keys = KvCache::default();
+        assert!(
+            keys.advance_recurrent(RecurrentState::default(), 1)
+                .is_err()
+        );
     }
 }

@@ -91,14 +91,14 @@ impl Model {
     /// layer reads its source's).
     pub fn new_cache(&self) -> Vec<KvCache> {
         self.caching_layers()
-            .map(|layer| layer.attention.new_cache())
+            .map(|layer| layer.mixer.new_cache())
             .collect()
     }
 
     /// `(kv_heads, head_dim)` of each cache [`Model::new_cache`] makes, in its order.
     pub fn kv_shapes(&self) -> Vec<(i32, i32)> {
         self.caching_layers()
-            .map(|layer| layer.attention.kv_shape())
+            .map(|layer| layer.mixer.kv_shape())
             .collect()
     }
 
@@ -106,7 +106,7 @@ impl Model {
         self.decoder
             .layers
             .iter()
-            .filter(|layer| layer.attention.shared_kv().is_none())
+            .filter(|layer| layer.mixer.shared_kv().is_none())
     }
 
     /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.

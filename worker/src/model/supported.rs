@@ -19,6 +19,9 @@ pub const SUPPORTED: &[&str] = &[
     "phi3",
     "qwen2",
     "qwen3",
+    "qwen3_5",
+    "qwen3_5_moe",
     "qwen3_moe",
+    "qwen3_next",
     "smollm3",
 ];

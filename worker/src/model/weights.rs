@@ -80,6 +80,13 @@ impl Weights {
         self.quantization.get(prefix).copied()
     }
 
+    /// A tensor's shape, if present, leaving it in place.
+    pub fn shape_of(&self, name: &str) -> Option<Vec<i32>> {
+        self.tensors
+            .get(name)
+            .map(|(array, _)| array.shape().to_vec())
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
     }

@@ -47,7 +47,7 @@ pub fn cut(cache: &[KvCache], start: i32, end: i32) -> Result<Vec<(Array, Array)
 
 /// `cold`, a new sequence's empty caches, filled with `parts` in order (each a run of
 /// positions, per layer its keys and values: whole blocks, then maybe a tail), ready to prefill
-/// what follows them.
+/// what follows them. Fails for a cache of a kind that blocks cannot fill (a recurrent layer's).
 pub fn join(
     parts: &[&[(Array, Array)]],
     mut cold: Vec<KvCache>,
@@ -58,7 +58,7 @@ pub fn join(
         cache.restore(
             mlx_rs::ops::concatenate(&keys, 2)?,
             mlx_rs::ops::concatenate(&values, 2)?,
-        );
+        )?;
     }
     Ok(cold)
 }

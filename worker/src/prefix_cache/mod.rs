@@ -34,6 +34,11 @@ use disk::{BlockShape, DiskTier, Fingerprint};
 use ram::RamTier;
 use tail::{Tail, TailStore};
 
+/// Whether blocks can fill every layer of `cache` (and so be cut from it).
+fn restorable(cache: &[KvCache]) -> bool {
+    cache.iter().all(KvCache::restores_from_blocks)
+}
+
 /// Tokens per block unless configured: small enough that a changed tail wastes little,
 /// large enough that per-block overhead (a file, a hash, a concatenation) stays small.
 pub const DEFAULT_BLOCK_TOKENS: usize = 256;
@@ -148,12 +153,18 @@ impl PrefixCache {
     /// A cache holding the longest run of cached blocks at the start of `prompt`, then as much
     /// of a kept tail after them as the prompt repeats, leaving at least one token to prefill
     /// (its logits start the generation), and how many tokens it holds. Any failure only costs
-    /// the reuse: the sequence then starts cold.
+    /// the reuse: the sequence then starts cold. A model with a layer that blocks cannot fill (a
+    /// recurrent one) always starts cold: its state after a prefix is not in the blocks.
     pub fn restore(
         &mut self,
         prompt: &[u32],
         cold: impl Fn() -> Vec<KvCache>,
     ) -> (Vec<KvCache>, usize) {
+        let empty = cold();
+        if !restorable(&empty) {
+            PrefixCounters::add(&self.counters.miss_tokens, prompt.len() as u64);
+            return (empty, 0);
+        }
         let usable = prompt.len().saturating_sub(1) / self.block_tokens;
         let keys = key::block_keys(
             &self.fingerprint,
@@ -199,13 +210,13 @@ impl PrefixCache {
         PrefixCounters::add(&counters.hit_tokens, hit_tokens as u64);
         PrefixCounters::add(&counters.miss_tokens, (prompt.len() - hit_tokens) as u64);
         if hit_tokens == 0 {
-            return (cold(), 0);
+            return (empty, 0);
         }
         let tail_layers = tail.map(|(tail, reused)| tail.first(reused));
         let mut parts: Vec<&[(Array, Array)]> =
             found.iter().map(|block| block.layers.as_slice()).collect();
         parts.extend(tail_layers.as_deref());
-        match join(&parts, cold()) {
+        match join(&parts, empty) {
             Ok(cache) => (cache, hit_tokens),
             Err(error) => {
                 tracing::warn!(%error, "prefix cache: cannot restore a prefix; prefilling cold");
@@ -221,6 +232,9 @@ impl PrefixCache {
 
     /// Keeps the whole blocks of `prompt` that `cache` now holds and the cache does not.
     pub fn store(&mut self, prompt: &[u32], cache: &[KvCache]) {
+        if !restorable(cache) {
+            return;
+        }
         let keys = key::block_keys(&self.fingerprint, prompt, self.block_tokens);
         self.keep_blocks(&keys, cache);
         self.publish_bytes();
@@ -232,6 +246,9 @@ impl PrefixCache {
     /// prompt's last whole block to the end, to RAM: the next turn re-renders the generated
     /// tokens, maybe differently, so it matches them only after that boundary.
     pub fn store_sequence(&mut self, tokens: &[u32], prompt: usize, cache: &[KvCache]) {
+        if !restorable(cache) {
+            return;
+        }
         let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
         let prompt_blocks = prompt.min(tokens.len()) / self.block_tokens;
         let start = prompt_blocks * self.block_tokens;

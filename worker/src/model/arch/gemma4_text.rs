@@ -127,7 +127,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 .transpose()?;
             Ok(DecoderLayer {
                 input_norm,
-                attention,
+                mixer: attention.into(),
                 post_attention_norm: Some(post_attention_norm),
                 pre_feed_forward_norm,
                 feed_forward,

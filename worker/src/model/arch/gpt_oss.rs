@@ -68,12 +68,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             };
             Ok(DecoderLayer {
                 input_norm: norm(weights, "input_layernorm")?,
-                attention: Attention::load(
-                    weights,
-                    config,
-                    &format!("{prefix}.self_attn"),
-                    attention,
-                )?,
+                mixer: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?
+                    .into(),
                 post_attention_norm: None,
                 pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
                 feed_forward: FeedForward::experts(Moe::load(

@@ -16,7 +16,10 @@ mod mixtral;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3_5;
+mod qwen3_5_moe;
 mod qwen3_moe;
+mod qwen3_next;
 mod smollm3;
 
 use super::config::ModelConfig;
@@ -44,7 +47,10 @@ const ARCHITECTURES: &[(&str, Build)] = &[
     ("phi3", phi3::build),
     ("qwen2", qwen2::build),
     ("qwen3", qwen3::build),
+    ("qwen3_5", qwen3_5::build),
+    ("qwen3_5_moe", qwen3_5_moe::build),
     ("qwen3_moe", qwen3_moe::build),
+    ("qwen3_next", qwen3_next::build),
     ("smollm3", smollm3::build),
 ];
 

@@ -52,6 +52,9 @@ pub struct AttentionSpec {
     /// The earlier layer whose keys and values this one attends over (Gemma 4's KV-shared
     /// layers): it projects neither and holds no cache.
     pub shared_kv: Option<usize>,
+    /// `q_proj` gives each head its queries then as many gate channels, and the attention's
+    /// output is multiplied by their sigmoid before `o_proj` (Qwen3-Next).
+    pub output_gate: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -90,6 +93,7 @@ impl AttentionSpec {
             value_norm: None,
             values_are_keys: false,
             shared_kv: None,
+            output_gate: false,
         }
     }
 }
@@ -114,6 +118,7 @@ pub struct Attention {
     scale: f32,
     window: Option<Window>,
     sinks: Option<Array>,
+    output_gate: bool,
 }
 
 impl Attention {
@@ -138,6 +143,11 @@ impl Attention {
                 quant,
             )
         };
+        let q_rows = if spec.output_gate {
+            2 * q_width
+        } else {
+            q_width
+        };
         let (q_proj, k_proj, v_proj) = if spec.fused_qkv {
             let fused = linear(
                 weights,
@@ -154,10 +164,10 @@ impl Attention {
             for name in ["k_proj", "v_proj", "k_norm"] {
                 weights.discard_under(&format!("{prefix}.{name}."));
             }
-            let q = linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?;
+            let q = linear(weights, "q_proj", q_rows, spec.hidden, spec.qkv_bias)?;
             (q, None, None)
         } else {
-            let q = linear(weights, "q_proj", q_width, spec.hidden, spec.qkv_bias)?;
+            let q = linear(weights, "q_proj", q_rows, spec.hidden, spec.qkv_bias)?;
             let k = linear(weights, "k_proj", kv_width, spec.hidden, spec.qkv_bias)?;
             let v = if spec.values_are_keys {
                 None
@@ -213,6 +223,7 @@ impl Attention {
             scale: spec.scale,
             window: spec.window,
             sinks,
+            output_gate: spec.output_gate,
         })
     }
 
@@ -227,7 +238,7 @@ impl Attention {
         lengths: &[i32],
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
-        let queries = self.q_proj.forward(x)?;
+        let (queries, gate) = self.queries_and_gate(x)?;
         let projected = match &self.k_proj {
             Some(k_proj) => {
                 let keys = k_proj.forward(x)?;
@@ -276,7 +287,25 @@ impl Attention {
             [only] => only.clone(),
             _ => ops::concatenate(&outputs, 1)?,
         };
+        let output = match gate {
+            Some(gate) => ops::multiply(&output, &ops::sigmoid(&gate)?)?,
+            None => output,
+        };
         self.o_proj.forward(&output)
+    }
+
+    /// The queries `[1, positions, heads * head_dim]`, and with an output gate its channels:
+    /// `q_proj` gives each head `head_dim` queries then `head_dim` gate channels.
+    fn queries_and_gate(&self, x: &Array) -> Result<(Array, Option<Array>), Exception> {
+        let projected = self.q_proj.forward(x)?;
+        if !self.output_gate {
+            return Ok((projected, None));
+        }
+        let positions = projected.dim(1);
+        let per_head = projected.reshape(&[1, positions, self.heads, -1])?;
+        let halves = per_head.split_equal(2, -1)?;
+        let flat = |half: &Array| half.reshape(&[1, positions, -1]);
+        Ok((flat(&halves[0])?, Some(flat(&halves[1])?)))
     }
 
     /// `[1, positions, count * head_dim]` as `[rows, heads, positions / rows, head_dim]`, each

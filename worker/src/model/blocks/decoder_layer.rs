@@ -1,4 +1,5 @@
-//! One pre-norm residual layer: `h = x + attn(norm(x))`, `out = h + ffn(norm(h))`, each block's
+//! One pre-norm residual layer: `h = x + mix(norm(x))`, `out = h + ffn(norm(h))`, where the
+//! token mixer is attention or a gated DeltaNet (Qwen3-Next's linear layers), each block's
 //! output optionally normalized (Gemma) or scaled (Granite) before its sum; Gemma 4 then adds its
 //! gated per-layer input and scales the whole output.
 
@@ -8,6 +9,7 @@ use mlx_rs::ops;
 
 use super::attention::Attention;
 use super::attention::AttentionSpec;
+use super::gated_delta::GatedDeltaNet;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
@@ -55,9 +57,61 @@ impl FeedForward {
     }
 }
 
+/// What mixes a position with the ones before it.
+pub enum Mixer {
+    Attention(Box<Attention>),
+    /// Linear attention with a recurrent state.
+    GatedDelta(Box<GatedDeltaNet>),
+}
+
+impl From<Attention> for Mixer {
+    fn from(attention: Attention) -> Self {
+        Self::Attention(Box::new(attention))
+    }
+}
+
+impl Mixer {
+    /// The earlier layer whose keys and values this one reads (Gemma 4's KV-shared layers).
+    pub fn shared_kv(&self) -> Option<usize> {
+        match self {
+            Self::Attention(attention) => attention.shared_kv(),
+            Self::GatedDelta(_) => None,
+        }
+    }
+
+    /// `(kv_heads, head_dim)` of the keys and values this layer caches; a recurrent layer
+    /// caches no positions.
+    pub fn kv_shape(&self) -> (i32, i32) {
+        match self {
+            Self::Attention(attention) => attention.kv_shape(),
+            Self::GatedDelta(_) => (0, 0),
+        }
+    }
+
+    /// An empty cache of the kind this layer needs.
+    pub fn new_cache(&self) -> KvCache {
+        match self {
+            Self::Attention(attention) => attention.new_cache(),
+            Self::GatedDelta(delta) => delta.new_cache(),
+        }
+    }
+
+    fn forward(
+        &self,
+        x: &Array,
+        lengths: &[i32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        match self {
+            Self::Attention(attention) => attention.forward(x, lengths, caches),
+            Self::GatedDelta(delta) => delta.forward(x, lengths, caches),
+        }
+    }
+}
+
 pub struct DecoderLayer {
     pub input_norm: Norm,
-    pub attention: Attention,
+    pub mixer: Mixer,
     /// Normalizes the attention's output before the residual sum.
     pub post_attention_norm: Option<Norm>,
     pub pre_feed_forward_norm: Norm,
@@ -89,7 +143,8 @@ impl DecoderLayer {
         };
         Ok(Self {
             input_norm: norm(weights, "input_layernorm")?,
-            attention: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?,
+            mixer: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?
+                .into(),
             post_attention_norm: None,
             pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
             feed_forward: feed_forward(weights, &prefix)?,
@@ -111,7 +166,7 @@ impl DecoderLayer {
         per_layer_input: Option<&Array>,
     ) -> Result<Array, Exception> {
         let attended = self
-            .attention
+            .mixer
             .forward(&self.input_norm.forward(x)?, lengths, caches)?;
         let attended = normalized(attended, self.post_attention_norm.as_ref())?;
         let h = ops::add(x, &scaled(attended, self.residual_scale)?)?;

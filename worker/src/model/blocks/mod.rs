@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod decoder_layer;
+pub mod gated_delta;
 pub mod linear;
 pub mod mlp;
 pub mod moe;

@@ -77,6 +77,9 @@ pub struct Moe {
     /// Multiplies each chosen expert's weight by the expert's own factor (Gemma 4's
     /// `per_expert_scale`, `[experts]`).
     expert_scales: Option<Array>,
+    /// Scales the shared experts' output by the sigmoid of this one-output projection
+    /// (Qwen3-Next's `shared_expert_gate`).
+    shared_expert_gate: Option<Linear>,
     top_k: i32,
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
@@ -148,6 +151,7 @@ impl Moe {
             shared_experts: None,
             router_norm: None,
             expert_scales: None,
+            shared_expert_gate: None,
             top_k: spec.top_k,
             gate_proj,
             up_proj,
@@ -170,6 +174,16 @@ impl Moe {
         Self {
             router_norm: Some(norm),
             expert_scales: Some(scales),
+            ..self
+        }
+    }
+
+    /// Adds an MLP that every position goes through beside its routed experts, its output
+    /// scaled by `sigmoid(gate(x))`.
+    pub fn with_gated_shared_expert(self, shared_expert: Mlp, gate: Linear) -> Self {
+        Self {
+            shared_experts: Some(shared_expert),
+            shared_expert_gate: Some(gate),
             ..self
         }
     }
@@ -201,10 +215,14 @@ impl Moe {
                 .sum_axis(-2, false)?
                 .as_dtype(expert_outputs.dtype())?
         };
-        match &self.shared_experts {
-            Some(shared) => ops::add(&routed, &shared.forward(x)?),
-            None => Ok(routed),
-        }
+        let Some(shared) = &self.shared_experts else {
+            return Ok(routed);
+        };
+        let shared = match &self.shared_expert_gate {
+            Some(gate) => ops::multiply(&ops::sigmoid(&gate.forward(x)?)?, &shared.forward(x)?)?,
+            None => shared.forward(x)?,
+        };
+        ops::add(&routed, &shared)
     }
 
     /// The chosen experts `[.., top_k]` and their weights.

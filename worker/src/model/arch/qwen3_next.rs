@@ -1,0 +1,169 @@
+//! Qwen3-Next (mlx-lm's `qwen3_next.py`): of every `full_attention_interval` layers, the last is
+//! attention and the others gated DeltaNet (linear attention with a recurrent state). The
+//! attention rotates a `partial_rotary_factor` of each head, normalizes queries and keys, and
+//! gates its output by the sigmoid of a second half of `q_proj`; the sparse layers route as
+//! Qwen3-MoE and add a shared expert scaled by the sigmoid of `shared_expert_gate`.
+//!
+//! The original checkpoints store the decoder's norms as their offset from one and conv1d as
+//! `[channels, 1, kernel]`; mlx-lm's `sanitize` converts both where it finds the latter, and so
+//! does [`hybrid`].
+
+use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
+use crate::model::blocks::gated_delta::{DeltaSpec, GatedDeltaNet};
+use crate::model::blocks::linear::Linear;
+use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::norm::Norm;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let rope = partial_rope(
+        config,
+        weights,
+        config.key_or("partial_rotary_factor", 0.25)?,
+        config.rope_theta,
+        config.rope_scaling.clone(),
+    )?;
+    let experts: i32 = config.key_or("num_experts", 0)?;
+    let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
+    let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
+    let sparse = (0..config.num_layers)
+        .map(|index| {
+            experts > 0
+                && sparse_step > 0
+                && !dense_layers.contains(&index)
+                && (index + 1) % sparse_step == 0
+        })
+        .collect();
+    let normalize = config.key_or("norm_topk_prob", false)?;
+    hybrid(config, weights, rope, sparse, normalize)
+}
+
+/// A rotation of the first `factor` of each head's channels.
+pub(super) fn partial_rope(
+    config: &ModelConfig,
+    weights: &Weights,
+    factor: f32,
+    base: f32,
+    scaling: Option<RopeScaling>,
+) -> Result<Rope, ModelError> {
+    let dims = (config.head_dim as f32 * factor) as i32;
+    Rope::new(dims, base, false, scaling)
+        .map_err(|source| weights.mlx_error("building rotary frequencies", source))
+}
+
+/// The layers Qwen3-Next and Qwen3.5 share: `sparse[i]` says whether layer `i` routes to
+/// experts; `normalize` whether the chosen experts' weights are renormalized.
+pub(super) fn hybrid(
+    config: &ModelConfig,
+    weights: &mut Weights,
+    rope: Rope,
+    sparse: Vec<bool>,
+    normalize: bool,
+) -> Result<Decoder, ModelError> {
+    weights.discard_under("mtp.");
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let interval: i32 = config.key_or("full_attention_interval", 4)?;
+    let is_linear = |index: i32| (index + 1) % interval != 0;
+    let delta = DeltaSpec::for_config(config)?;
+    let original = (0..config.num_layers)
+        .filter(|&index| is_linear(index))
+        .any(|index| {
+            let conv = format!("model.layers.{index}.linear_attn.conv1d.weight");
+            weights
+                .shape_of(&conv)
+                .is_some_and(|shape| shape.last() != Some(&1))
+        });
+    let norm = |weights: &mut Weights, name: &str| {
+        if original {
+            Norm::rms_offset(weights, name, hidden, eps)
+        } else {
+            Norm::rms(weights, name, hidden, eps)
+        }
+    };
+    let head_norm = if original {
+        HeadNorm::RmsOffset { eps }
+    } else {
+        HeadNorm::Rms { eps }
+    };
+    let moe = MoeSpec::new(
+        config.key_or("num_experts", 0)?,
+        config.key_or("num_experts_per_tok", 1)?,
+        config.key_or("moe_intermediate_size", config.intermediate_size)?,
+        Routing::SoftmaxTopK { normalize },
+    );
+    let shared_inner: i32 = config.key_or("shared_expert_intermediate_size", 0)?;
+    let bias = config.key_or("attention_bias", false)?;
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let prefix = format!("model.layers.{index}");
+            let mixer = if is_linear(index) {
+                let prefix = format!("{prefix}.linear_attn");
+                Mixer::GatedDelta(Box::new(GatedDeltaNet::load(
+                    weights, config, &prefix, delta,
+                )?))
+            } else {
+                let attention = AttentionSpec {
+                    qkv_bias: bias,
+                    o_bias: bias,
+                    head_norm: Some(head_norm),
+                    output_gate: true,
+                    ..AttentionSpec::new(config, rope.clone())
+                };
+                Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?.into()
+            };
+            let mlp = format!("{prefix}.mlp");
+            let feed_forward = if sparse[index as usize] {
+                let names = ExpertNames::swiglu_under(&mlp);
+                let experts =
+                    Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
+                let shared = Mlp::load(
+                    weights,
+                    config,
+                    &format!("{mlp}.shared_expert"),
+                    shared_inner,
+                    false,
+                )?;
+                let gate = Linear::load(
+                    weights,
+                    &format!("{mlp}.shared_expert_gate"),
+                    1,
+                    hidden,
+                    false,
+                    config.quantization,
+                )?;
+                FeedForward::experts(experts.with_gated_shared_expert(shared, gate))
+            } else {
+                FeedForward::Dense(Mlp::load(
+                    weights,
+                    config,
+                    &mlp,
+                    config.intermediate_size,
+                    false,
+                )?)
+            };
+            Ok(DecoderLayer {
+                input_norm: norm(weights, &format!("{prefix}.input_layernorm.weight"))?,
+                mixer,
+                post_attention_norm: None,
+                pre_feed_forward_norm: norm(
+                    weights,
+                    &format!("{prefix}.post_attention_layernorm.weight"),
+                )?,
+                feed_forward,
+                post_feed_forward_norm: None,
+                residual_scale: None,
+                per_layer_gate: None,
+                output_scale: None,
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let final_norm = norm(weights, "model.norm.weight")?;
+    let tied = config.tie_word_embeddings.unwrap_or(false);
+    Decoder::load_around(weights, config, layers, final_norm, tied)
+}
