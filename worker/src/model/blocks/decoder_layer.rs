@@ -13,6 +13,7 @@ use super::norm::Norm;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
+use crate::model::shape::FeedForwardShape;
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
@@ -23,6 +24,13 @@ pub enum FeedForward {
 impl FeedForward {
     pub fn experts(moe: Moe) -> Self {
         Self::Experts(Box::new(moe))
+    }
+
+    pub fn shape(&self) -> FeedForwardShape {
+        match self {
+            Self::Dense(mlp) => FeedForwardShape::Dense { inner: mlp.inner() },
+            Self::Experts(moe) => moe.shape(),
+        }
     }
 
     fn forward(&self, x: &Array) -> Result<Array, Exception> {

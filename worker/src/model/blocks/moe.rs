@@ -13,6 +13,7 @@ use super::mlp::{Activation, Mlp};
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::quantized_ops;
+use crate::model::shape::FeedForwardShape;
 use crate::model::weights::Weights;
 
 /// How the router's logits become the chosen experts and their weights.
@@ -70,7 +71,10 @@ pub struct Moe {
     /// Added to the scores to choose experts, not to weigh them ([`Routing::GroupedSigmoid`]).
     score_bias: Option<Array>,
     shared_experts: Option<Mlp>,
+    experts: i32,
     top_k: i32,
+    /// Width of each expert's MLP.
+    inner: i32,
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
     down_proj: SwitchLinear,
@@ -139,7 +143,9 @@ impl Moe {
             routing: spec.routing,
             score_bias,
             shared_experts: None,
+            experts: spec.experts,
             top_k: spec.top_k,
+            inner: spec.inner,
             gate_proj,
             up_proj,
             down_proj,
@@ -148,6 +154,15 @@ impl Moe {
     }
 
     /// Adds an MLP that every position goes through beside its routed experts.
+    pub fn shape(&self) -> FeedForwardShape {
+        FeedForwardShape::Experts {
+            experts: self.experts,
+            top_k: self.top_k,
+            inner: self.inner,
+            shared_inner: self.shared_experts.as_ref().map_or(0, Mlp::inner),
+        }
+    }
+
     pub fn with_shared_experts(self, shared_experts: Mlp) -> Self {
         Self {
             shared_experts: Some(shared_experts),
