@@ -292,7 +292,7 @@ def measure(name, command, port, model, env, passes, log):
 def corral_command(corral, models_dir, port, state):
     return [
         str(corral), "serve", "--host", "127.0.0.1", "--port", str(port),
-        "--models-dir", str(models_dir),
+        "--models-dir", str(models_dir), "--state-dir", str(state),
     ], {"HOME": str(state), "XDG_STATE_HOME": str(state), "XDG_CACHE_HOME": str(state)}
 
 

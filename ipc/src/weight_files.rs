@@ -27,8 +27,7 @@ pub fn weight_files(model_dir: &Path) -> io::Result<Vec<PathBuf>> {
     if index_path.is_file() {
         return indexed_files(model_dir, &index_path);
     }
-    let context =
-        |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", model_dir.display()));
+    let context = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", model_dir.display()));
     let mut all = Vec::new();
     for entry in std::fs::read_dir(model_dir).map_err(context)? {
         let path = entry.map_err(context)?.path();
@@ -168,7 +167,9 @@ mod tests {
         let error = weight_files(dir.path()).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::NotFound);
         assert!(
-            error.to_string().contains("model-00002-of-00002.safetensors"),
+            error
+                .to_string()
+                .contains("model-00002-of-00002.safetensors"),
             "{error}"
         );
     }

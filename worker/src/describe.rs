@@ -308,7 +308,11 @@ mod tests {
         let routed = 4 * 3 * 64 * 64;
         let moe = fixture("qwen3_moe", "f32");
         assert_eq!(
-            (moe.parameters, moe.active_parameters, moe.quantization.as_deref()),
+            (
+                moe.parameters,
+                moe.active_parameters,
+                moe.quantization.as_deref()
+            ),
             (Some(103_040), Some(103_040 - routed / 2), Some("f32"))
         );
         // Only model.safetensors: the reference logits beside it are not weights.
@@ -323,6 +327,9 @@ mod tests {
         assert_eq!(mxfp4.quantization.as_deref(), Some("mxfp4"));
         // The wrapper's vision tower is not the model served.
         let mistral3 = fixture("mistral3", "hf");
-        assert_eq!((mistral3.parameters, mistral3.active_parameters), (Some(65_856), None));
+        assert_eq!(
+            (mistral3.parameters, mistral3.active_parameters),
+            (Some(65_856), None)
+        );
     }
 }

@@ -225,7 +225,8 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
                 quantization: description.and_then(|description| description.quantization.clone()),
                 size_bytes: description.map(|description| description.size_bytes),
                 parameters: description.and_then(|description| description.parameters),
-                active_parameters: description.and_then(|description| description.active_parameters),
+                active_parameters: description
+                    .and_then(|description| description.active_parameters),
                 unservable: entry.unservable_reason().map(str::to_owned),
                 loaded: phase == Phase::Ready,
                 state: phase.name(),

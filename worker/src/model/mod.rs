@@ -24,8 +24,6 @@ use std::path::Path;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
-pub use arch::experts as routed_experts;
-pub use blocks::moe::MoeSpec;
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{FeedForwardShape, LayerShape};

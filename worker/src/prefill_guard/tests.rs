@@ -21,7 +21,11 @@ const DENSE: LayerShape = LayerShape {
 /// The peak of the tiny fixture's 4 dense layers.
 fn tiny_peak(dtype: Dtype, prompt_tokens: usize, chunk: usize) -> u64 {
     let config = tiny_config();
-    prefill_peak_bytes(Shape::new(&config, &[DENSE; 4], dtype), prompt_tokens, chunk)
+    prefill_peak_bytes(
+        Shape::new(&config, &[DENSE; 4], dtype),
+        prompt_tokens,
+        chunk,
+    )
 }
 
 #[test]
@@ -55,10 +59,7 @@ fn half_precision_halves_everything_but_the_f32_terms() {
     // The f32 scores (229_376_000) and logits copy (4_096) stay; the rest halves.
     let f32_terms = 229_376_000 + 1024 * 4;
     let halved = (266_084_352 - f32_terms) / 2;
-    assert_eq!(
-        tiny_peak(Dtype::Bfloat16, 7000, 512),
-        halved + f32_terms
-    );
+    assert_eq!(tiny_peak(Dtype::Bfloat16, 7000, 512), halved + f32_terms);
 }
 
 #[test]
@@ -107,10 +108,7 @@ fn experts_cost_their_top_k_widths_not_the_dense_width_of_every_layer() {
     let peak = |layers: &[LayerShape]| {
         prefill_peak_bytes(Shape::new(&config, layers, Dtype::Float32), 20, 512)
     };
-    assert_eq!(
-        peak(&[moe; 4]),
-        kv_cache + attention + experts + logits
-    );
+    assert_eq!(peak(&[moe; 4]), kv_cache + attention + experts + logits);
     // A shared expert runs for every position; a dense first layer (GLM-4.5) is the largest
     // layer only when it is wider than the experts.
     let shared = LayerShape {
@@ -153,10 +151,8 @@ fn a_sliding_window_layer_holds_at_most_two_windows_and_a_chunk() {
         2 * per_position * 768 + 2 * per_position * 7168
     );
     // The full layer's scores over all 7000 positions are the largest layer.
-    let full_layer = 4 * 512 * 256 * 4
-        + 2 * 512 * 16 * 32 * 4
-        + 2 * 512 * 7000 * 8 * 4
-        + 3 * 512 * 512 * 4;
+    let full_layer =
+        4 * 512 * 256 * 4 + 2 * 512 * 16 * 32 * 4 + 2 * 512 * 7000 * 8 * 4 + 3 * 512 * 512 * 4;
     assert_eq!(
         prefill_peak_bytes(shape, 7000, 512),
         kv_cache_bytes(shape, 7000, 512) + full_layer + 1024 * 8

@@ -144,8 +144,16 @@ fn only_the_checkpoints_files_count_not_consolidated_copies_or_other_tensors() {
     let config = r#"{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}"#;
     fs::write(dir.path().join("config.json"), config).unwrap();
     // A Mistral release: the same weights as shards and as consolidated.safetensors.
-    fs::write(dir.path().join("model-00001-of-00002.safetensors"), [0u8; 100]).unwrap();
-    fs::write(dir.path().join("model-00002-of-00002.safetensors"), [0u8; 50]).unwrap();
+    fs::write(
+        dir.path().join("model-00001-of-00002.safetensors"),
+        [0u8; 100],
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("model-00002-of-00002.safetensors"),
+        [0u8; 50],
+    )
+    .unwrap();
     fs::write(dir.path().join("consolidated.safetensors"), [0u8; 150]).unwrap();
     assert_eq!(estimate_model_bytes(dir.path()).unwrap().weight_bytes, 150);
     let index = serde_json::json!({"weight_map": {"a": "model-00001-of-00002.safetensors"}});
@@ -161,5 +169,8 @@ fn only_the_checkpoints_files_count_not_consolidated_copies_or_other_tensors() {
     fs::write(fixture.path().join("config.json"), config).unwrap();
     fs::write(fixture.path().join("model.safetensors"), [0u8; 70]).unwrap();
     fs::write(fixture.path().join("reference.safetensors"), [0u8; 30]).unwrap();
-    assert_eq!(estimate_model_bytes(fixture.path()).unwrap().weight_bytes, 70);
+    assert_eq!(
+        estimate_model_bytes(fixture.path()).unwrap().weight_bytes,
+        70
+    );
 }

@@ -41,9 +41,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 }),
                 ..AttentionSpec::new(config, rope.clone())
             };
-            let sparse = sparse_step > 0
-                && !dense_layers.contains(&index)
-                && (index + 1) % sparse_step == 0;
+            let sparse =
+                sparse_step > 0 && !dense_layers.contains(&index) && (index + 1) % sparse_step == 0;
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 let Some(moe) = moe.clone().filter(|_| sparse) else {

@@ -20,8 +20,9 @@ fn count_of(arch: &str, variant: &str) -> ParameterCount {
 
 /// mlx-lm's count from the f32 fixture's index.
 fn mlx_lm_total(arch: &str) -> u64 {
-    let index = std::fs::read_to_string(fixture(arch, "f32").join(corral_ipc::weight_files::INDEX_FILE))
-        .unwrap();
+    let index =
+        std::fs::read_to_string(fixture(arch, "f32").join(corral_ipc::weight_files::INDEX_FILE))
+            .unwrap();
     let index: serde_json::Value = serde_json::from_str(&index).unwrap();
     index["metadata"]["total_parameters"].as_u64().unwrap()
 }
@@ -48,15 +49,15 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
         let expected = mlx_lm_total(arch) + sinks;
         for variant in std::fs::read_dir(&arch_dir).unwrap() {
             let variant = variant.unwrap().file_name().into_string().unwrap();
-            assert_eq!(
-                count_of(arch, &variant).total,
-                expected,
-                "{arch}/{variant}"
-            );
+            assert_eq!(count_of(arch, &variant).total, expected, "{arch}/{variant}");
             checked += 1;
         }
     }
-    assert!(checked >= 30, "only {checked} fixtures found under {}", root.display());
+    assert!(
+        checked >= 30,
+        "only {checked} fixtures found under {}",
+        root.display()
+    );
 }
 
 #[test]
@@ -76,7 +77,10 @@ fn a_mixture_of_experts_runs_top_k_of_its_routed_experts_and_all_the_rest() {
     // glm4_moe: its shared expert runs for every token; llama4: one of 4 experts, its shared
     // expert too, and the vision tower of the original layout does not count.
     let glm = count_of("glm4_moe", "f32");
-    assert_eq!(glm.active, Some(115_588 - 4 * 3 * 64 * 64 + 2 * 3 * 64 * 64));
+    assert_eq!(
+        glm.active,
+        Some(115_588 - 4 * 3 * 64 * 64 + 2 * 3 * 64 * 64)
+    );
     for variant in ["f32", "hf"] {
         let llama4 = count_of("llama4", variant);
         let routed = 2 * 4 * 3 * 64 * 64;
