@@ -351,6 +351,8 @@ def main():
     parser.add_argument("--work", type=Path, default=Path("/tmp/corral-bench-architectures"))
     parser.add_argument("--corral", type=Path, default=ROOT / "target" / "release" / "corral")
     args = parser.parse_args()
+    # A SIGTERM unwinds through each server's `finally`, so no server outlives the bench.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not args.corral.exists():
         sys.exit(f"{args.corral} missing: run `cargo xtask cargo build --release --bins`")
     args.work.mkdir(parents=True, exist_ok=True)
