@@ -207,7 +207,7 @@ mod tests {
         ]});
         let table = ps(&workers);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 4, "{table}");
+        assert_eq!(lines.len(), 3, "{table}");
         assert!(lines[0].starts_with("NAME   KIND  PID  STATE"), "{table}");
         assert!(lines[0].contains("LEASES  ACTIVE  QUEUED"), "{table}");
         assert!(
@@ -246,7 +246,7 @@ mod tests {
         ]});
         let table = models(&status);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 3, "{table}");
+        assert_eq!(lines.len(), 4, "{table}");
         assert!(
             lines[0].starts_with("ID               KIND  SOURCE  FORMAT  QUANT   SIZE"),
             "{table}"
