@@ -21,6 +21,14 @@ pub struct ModelDescription {
     pub quantization: Option<String>,
     /// Bytes of the weight files.
     pub size_bytes: u64,
+    /// Parameters of the model served (a wrapper's text model, not its vision tower), counted
+    /// from the weights' shapes, a quantized tensor at its unpacked size; `None` when unknown.
+    #[serde(default)]
+    pub parameters: Option<u64>,
+    /// For a mixture of experts, the parameters one token runs through: the dense parts, the
+    /// shared experts and `top_k` of the routed experts; `None` for a dense model.
+    #[serde(default)]
+    pub active_parameters: Option<u64>,
     /// Why the worker cannot serve this model; `None` when it can.
     pub unservable: Option<String>,
     /// What the model does, from its files; an older worker's description reads as `Chat`.

@@ -11,6 +11,7 @@ pub mod framed;
 pub mod handshake;
 pub mod message;
 pub mod sampling;
+pub mod weight_files;
 
 pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
@@ -22,3 +23,4 @@ pub use handshake::{
 };
 pub use message::*;
 pub use sampling::SamplingValues;
+pub use weight_files::weight_files;

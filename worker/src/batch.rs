@@ -231,24 +231,23 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             return Ok(());
         };
         let model = &self.loaded.model;
+        let layers = model.layer_shapes();
+        let shape = prefill_guard::Shape::new(&model.config, &layers, model.dtype());
+        let chunk = self.limits.prefill_chunk;
         let reserved = self
             .running
             .iter()
             .filter(|running| running.sequence.unprefilled() > 0)
             .map(|running| {
-                prefill_guard::kv_cache_bytes(
-                    &model.config,
-                    model.dtype(),
-                    running.sequence.prompt_tokens(),
-                )
+                prefill_guard::kv_cache_bytes(shape, running.sequence.prompt_tokens(), chunk)
             })
             .sum();
         let prefill = Prefill {
             prompt_tokens,
-            chunk: self.limits.prefill_chunk,
+            chunk,
             reserved,
         };
-        prefill_guard::admit(&model.config, model.dtype(), prefill, limit)
+        prefill_guard::admit(shape, prefill, limit)
     }
 
     /// Sequences whose clients have gone leave before the pass, so nothing runs for them.

@@ -1,5 +1,5 @@
 //! `corral-worker describe`: what a model's files hold and whether this worker can serve them,
-//! decided from headers and configuration files alone (no MLX, no weights read), so that the
+//! decided from headers and configuration files alone (no MLX, no tensor data read), so that the
 //! supervisor can list every model it finds, with a reason for those it cannot serve, before
 //! anyone asks for one.
 
@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::embedding::bert::EncoderConfig;
 use crate::embedding::layout::{self, ConfigHead, Layout, Pooling, Role};
 use crate::gguf::{self, GgufHeader};
-use crate::model::ModelConfig;
+use crate::model::{self, ModelConfig, QuantMode};
 use crate::sampling_defaults;
 
 pub fn describe(path: &Path) -> ModelDescription {
@@ -28,6 +28,8 @@ pub fn describe(path: &Path) -> ModelDescription {
         architecture: None,
         quantization: None,
         size_bytes: 0,
+        parameters: None,
+        active_parameters: None,
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -53,6 +55,8 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         architecture: None,
         quantization: None,
         size_bytes: std::fs::metadata(path).map_or(0, |meta| meta.len()),
+        parameters: None,
+        active_parameters: None,
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -65,6 +69,14 @@ fn describe_gguf(path: &Path) -> ModelDescription {
                 sampling_defaults::from_gguf(&header);
             description.architecture = header.architecture().map(str::to_owned);
             description.quantization = Some(header.quantization_summary());
+            // GGUF dims are logical: a quantized tensor's are its values'.
+            description.parameters = Some(
+                header
+                    .tensors
+                    .iter()
+                    .map(|tensor| tensor.dims.iter().product::<u64>())
+                    .sum(),
+            );
             description.unservable = gguf::check(&header).err().map(|error| error.to_string());
         }
         Err(error) => description.unservable = Some(error.to_string()),
@@ -88,15 +100,8 @@ struct QuantizationSummary {
 }
 
 fn describe_directory(dir: &Path, description: &mut ModelDescription) {
-    let weights: Vec<_> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| path.extension().is_some_and(|ext| ext == "safetensors"))
-                .collect()
-        })
-        .unwrap_or_default();
+    // An unreadable directory or index shows as no weights, which the reason below names.
+    let weights = corral_ipc::weight_files(dir).unwrap_or_default();
     description.size_bytes = weights
         .iter()
         .filter_map(|path| std::fs::metadata(path).ok())
@@ -125,6 +130,26 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
     (description.generation_config, description.warnings) =
         sampling_defaults::from_generation_config(dir);
     let decoder = ModelConfig::load(dir);
+    if let Ok(config) = &decoder {
+        // Weights that cannot be counted are named by the load; the listing goes without counts.
+        if let Ok(count) = model::count_parameters(dir, config) {
+            description.parameters = Some(count.total);
+            description.active_parameters = count.active;
+        }
+        if let Some(quantization) = config.quantization {
+            description.quantization = Some(match quantization.mode {
+                QuantMode::Mxfp4 => "mxfp4".to_owned(),
+                QuantMode::Affine => format!("{}-bit", quantization.bits),
+            });
+        } else if description.quantization.is_none() {
+            description.quantization = config
+                .key::<String>("dtype")
+                .ok()
+                .flatten()
+                .or_else(|| config.key::<String>("torch_dtype").ok().flatten())
+                .map(|dtype| short_dtype(&dtype));
+        }
+    }
     let role = layout::role(dir, &head, decoder.is_ok());
     description.kind = match role {
         Role::EncoderEmbedding | Role::DecoderEmbedding => ModelKind::Embedding,
@@ -268,5 +293,43 @@ mod tests {
         let llava = describe(&model_dir(root.path(), "llava", vision("llava")));
         let reason = llava.unservable.unwrap();
         assert!(reason.contains("vision"), "{reason}");
+    }
+
+    #[test]
+    fn a_checkpoint_is_described_with_its_parameters_active_parameters_and_quantization() {
+        let fixture = |arch: &str, variant: &str| {
+            describe(
+                &Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../tests/data/architectures")
+                    .join(arch)
+                    .join(variant),
+            )
+        };
+        let routed = 4 * 3 * 64 * 64;
+        let moe = fixture("qwen3_moe", "f32");
+        assert_eq!(
+            (
+                moe.parameters,
+                moe.active_parameters,
+                moe.quantization.as_deref()
+            ),
+            (Some(103_040), Some(103_040 - routed / 2), Some("f32"))
+        );
+        // Only model.safetensors: the reference logits beside it are not weights.
+        let model = std::fs::metadata(moe.path.join("model.safetensors")).unwrap();
+        assert_eq!(moe.size_bytes, model.len());
+        let q4 = fixture("qwen3_moe", "q4");
+        assert_eq!(
+            (q4.parameters, q4.quantization.as_deref()),
+            (Some(103_040), Some("4-bit"))
+        );
+        let mxfp4 = fixture("gpt_oss", "hf-mxfp4");
+        assert_eq!(mxfp4.quantization.as_deref(), Some("mxfp4"));
+        // The wrapper's vision tower is not the model served.
+        let mistral3 = fixture("mistral3", "hf");
+        assert_eq!(
+            (mistral3.parameters, mistral3.active_parameters),
+            (Some(65_856), None)
+        );
     }
 }

@@ -8,7 +8,7 @@
 
 use mlx_rs::Dtype;
 
-use crate::model::{KV_CACHE_STEP, ModelConfig};
+use crate::model::{FeedForwardShape, KV_CACHE_STEP, LayerShape, ModelConfig};
 
 /// A prefill that does not fit under the worker's memory limit, with the numbers behind it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,36 +36,71 @@ pub struct Prefill {
     pub reserved: u64,
 }
 
+/// The model as the estimate sees it: the shape every layer shares and each layer's own.
+#[derive(Clone, Copy)]
+pub struct Shape<'a> {
+    config: &'a ModelConfig,
+    layers: &'a [LayerShape],
+    /// Bytes per activation element.
+    element_bytes: u64,
+}
+
+impl<'a> Shape<'a> {
+    pub fn new(config: &'a ModelConfig, layers: &'a [LayerShape], dtype: Dtype) -> Self {
+        Self {
+            config,
+            layers,
+            element_bytes: element_bytes(dtype),
+        }
+    }
+}
+
 /// Refuses a prefill when MLX's active memory, the reservations and its estimated peak exceed
 /// `limit`. Reads MLX's allocator counter, so it runs on the engine thread.
-pub fn admit(
-    config: &ModelConfig,
-    dtype: Dtype,
-    prefill: Prefill,
-    limit: u64,
-) -> Result<(), PrefillTooLarge> {
+pub fn admit(shape: Shape<'_>, prefill: Prefill, limit: u64) -> Result<(), PrefillTooLarge> {
     // An unreadable counter counts as nothing in use: the estimate alone still guards.
     let in_use = mlx_rs::memory::active_memory().map_or(0, |bytes| bytes as u64);
-    let b = element_bytes(dtype);
     check(
-        prefill_peak_bytes(config, b, prefill.prompt_tokens, prefill.chunk),
+        prefill_peak_bytes(shape, prefill.prompt_tokens, prefill.chunk),
         in_use.saturating_add(prefill.reserved),
         limit,
         prefill.prompt_tokens,
     )
 }
 
-/// Bytes of the KV cache a prompt of `prompt_tokens` fills (in whole cache steps): what a
-/// sequence still to be prefilled will take.
-pub fn kv_cache_bytes(config: &ModelConfig, dtype: Dtype, prompt_tokens: usize) -> u64 {
-    kv_bytes(config, element_bytes(dtype), prompt_tokens)
+/// Bytes of the KV cache a prompt of `prompt_tokens`, prefilled `chunk` positions per pass,
+/// fills: what a sequence still to be prefilled will take.
+pub fn kv_cache_bytes(shape: Shape<'_>, prompt_tokens: usize, chunk: usize) -> u64 {
+    shape
+        .layers
+        .iter()
+        .map(|layer| layer_kv_bytes(shape, layer, prompt_tokens, chunk))
+        .sum()
 }
 
-fn kv_bytes(config: &ModelConfig, b: u64, tokens: usize) -> u64 {
-    let dim = |value: i32| u64::try_from(value).unwrap_or(0);
+fn dim(value: i32) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// Positions a layer's cache holds after a prefill of `prompt_tokens`, in whole cache steps. A
+/// sliding window's cache lets go of old positions only once a whole window of them can go, and
+/// the chunk being added comes on top, so it holds under two windows and a chunk.
+fn held_positions(layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64 {
     let step = dim(KV_CACHE_STEP);
-    let cached = (tokens as u64).div_ceil(step) * step;
-    dim(config.num_layers) * 2 * dim(config.num_kv_heads) * dim(config.head_dim) * cached * b
+    let whole_steps = |positions: u64| positions.div_ceil(step) * step;
+    let prompt = whole_steps(prompt_tokens as u64);
+    match layer.sliding_window {
+        Some(window) => prompt.min(whole_steps(2 * dim(window) + chunk as u64)),
+        None => prompt,
+    }
+}
+
+fn layer_kv_bytes(shape: Shape<'_>, layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64 {
+    let config = shape.config;
+    2 * dim(config.num_kv_heads)
+        * dim(config.head_dim)
+        * held_positions(layer, prompt_tokens, chunk)
+        * shape.element_bytes
 }
 
 fn check(
@@ -85,35 +120,59 @@ fn check(
     })
 }
 
-/// Bytes a prefill of `prompt_tokens` adds at its peak, with `b` bytes per activation element.
+/// Bytes a prefill of `prompt_tokens` adds at its peak.
 ///
 /// With P prompt tokens, C = min(P, chunk) the largest chunk, S = P rounded up to the cache step,
-/// L layers, H query heads, K kv heads, D head dim, E hidden, I intermediate and V vocab:
-///   KV cache     L·2·K·D·S·b                (kept for the whole request)
+/// H query heads, K kv heads, D head dim, E hidden, V vocab and b bytes per activation element:
+///   KV cache     2·K·D·S_l·b per layer      (kept for the whole request; S_l = S, or for a
+///                                            sliding window w at most 2w + C in whole steps)
 ///   one layer    4·C·E·b                    (residual, its norm, attention output, sum)
 ///              + 2·C·(H+2K)·D·b             (q, k, v and their rotated copies)
-///              + 2·C·P·H·4                  (scores and masked scores, counted as f32)
-///              + 3·C·I·b                    (gate, up and their product)
+///              + 2·C·S_l·H·4                (scores and masked scores, counted as f32)
+///              + its feed-forward:
+///                  an MLP I wide            3·C·I·b (gate, up and their product)
+///                  k of N experts I wide    3·C·k·I·b + C·k·E·b (each chosen expert's gate,
+///                                           up, product and output) + 2·C·N·4 (router logits
+///                                           and scores, f32) + 3·C·I_s·b (shared experts I_s)
 ///   logits       V·(b+4)                    (the last position's row and its f32 copy)
-/// Layers run one after another, so one layer's transients count once.
-fn prefill_peak_bytes(config: &ModelConfig, b: u64, prompt_tokens: usize, chunk: usize) -> u64 {
-    let dim = |value: i32| u64::try_from(value).unwrap_or(0);
+/// Layers run one after another, so only the largest layer's transients count. A mixture of
+/// experts computes only its chosen experts (`gather_mm`), so its weights are all loaded already
+/// and its activations scale with k, not N.
+fn prefill_peak_bytes(shape: Shape<'_>, prompt_tokens: usize, chunk: usize) -> u64 {
+    let config = shape.config;
+    let b = shape.element_bytes;
     let (heads, kv_heads) = (dim(config.num_heads), dim(config.num_kv_heads));
-    let (head_dim, hidden, inner, vocab) = (
+    let (head_dim, hidden, vocab) = (
         dim(config.head_dim),
         dim(config.hidden_size),
-        dim(config.intermediate_size),
         dim(config.vocab_size),
     );
-    let prompt = prompt_tokens as u64;
-    let chunk = prompt.min(chunk as u64);
-    let kv_cache = kv_bytes(config, b, prompt_tokens);
-    let layer = 4 * chunk * hidden * b
-        + 2 * chunk * (heads + 2 * kv_heads) * head_dim * b
-        + 2 * chunk * prompt * heads * 4
-        + 3 * chunk * inner * b;
+    let c = (prompt_tokens as u64).min(chunk as u64);
+    let layer = |layer: &LayerShape| {
+        let keys = held_positions(layer, prompt_tokens, chunk).min(prompt_tokens as u64);
+        let attention = 4 * c * hidden * b
+            + 2 * c * (heads + 2 * kv_heads) * head_dim * b
+            + 2 * c * keys * heads * 4;
+        let feed_forward = match layer.feed_forward {
+            FeedForwardShape::Dense { inner } => 3 * c * dim(inner) * b,
+            FeedForwardShape::Experts {
+                experts,
+                top_k,
+                inner,
+                shared_inner,
+            } => {
+                let k = dim(top_k);
+                3 * c * k * dim(inner) * b
+                    + c * k * hidden * b
+                    + 2 * c * dim(experts) * 4
+                    + 3 * c * dim(shared_inner) * b
+            }
+        };
+        attention + feed_forward
+    };
+    let transients = shape.layers.iter().map(layer).max().unwrap_or(0);
     let logits = vocab * (b + 4);
-    kv_cache + layer + logits
+    kv_cache_bytes(shape, prompt_tokens, chunk) + transients + logits
 }
 
 /// Bytes per element of the model's activations (the float type its weights compute in).
@@ -141,73 +200,4 @@ fn human(bytes: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The tiny fixture's shape (`corral fixture --size tiny`), in f32.
-    fn tiny() -> ModelConfig {
-        let config = serde_json::json!({
-            "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
-            "vocab_size": 1024, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
-            "tie_word_embeddings": false,
-        });
-        ModelConfig::from_json(config, std::path::Path::new("config.json")).unwrap()
-    }
-
-    #[test]
-    fn a_short_prompt_costs_one_cache_step_and_small_activations() {
-        // P = 20, C = 20, S = 256, b = 4.
-        let kv_cache = 4 * 2 * 4 * 32 * 256 * 4; // 1_048_576
-        let layer = 4 * 20 * 256 * 4 // 81_920
-            + 2 * 20 * 16 * 32 * 4 // 81_920
-            + 2 * 20 * 20 * 8 * 4 // 25_600
-            + 3 * 20 * 512 * 4; // 122_880
-        let logits = 1024 * 8;
-        assert_eq!(kv_cache + layer + logits, 1_369_088);
-        assert_eq!(prefill_peak_bytes(&tiny(), 4, 20, 512), 1_369_088);
-    }
-
-    #[test]
-    fn a_long_prompt_is_dominated_by_the_chunks_attention_scores() {
-        // P = 7000, C = 512, S = 7168, b = 4.
-        let kv_cache = 4 * 2 * 4 * 32 * 7168 * 4; // 29_360_128
-        let layer = 4 * 512 * 256 * 4 // 2_097_152
-            + 2 * 512 * 16 * 32 * 4 // 2_097_152
-            + 2 * 512 * 7000 * 8 * 4 // 229_376_000
-            + 3 * 512 * 512 * 4; // 3_145_728
-        let logits = 1024 * 8;
-        assert_eq!(kv_cache + layer + logits, 266_084_352);
-        assert_eq!(prefill_peak_bytes(&tiny(), 4, 7000, 512), 266_084_352);
-    }
-
-    #[test]
-    fn half_precision_halves_everything_but_the_f32_terms() {
-        // The f32 scores (229_376_000) and logits copy (4_096) stay; the rest halves.
-        let f32_terms = 229_376_000 + 1024 * 4;
-        let halved = (266_084_352 - f32_terms) / 2;
-        assert_eq!(
-            prefill_peak_bytes(&tiny(), element_bytes(Dtype::Bfloat16), 7000, 512),
-            halved + f32_terms
-        );
-    }
-
-    #[test]
-    fn a_prefill_that_crosses_the_limit_is_refused_with_the_numbers() {
-        let mib = 1024 * 1024;
-        assert_eq!(check(50 * mib, 14 * mib, 64 * mib, 10), Ok(()));
-        let refused = check(71 * mib + mib / 5, 11 * mib + mib / 2, 64 * mib, 7000).unwrap_err();
-        assert_eq!(
-            refused.to_string(),
-            "prefill of 7000 prompt tokens needs about 71.2 MiB on top of 11.5 MiB in use, \
-             over this worker's memory limit of 64.0 MiB"
-        );
-    }
-
-    #[test]
-    fn human_units_pick_the_largest_unit_below_the_value() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(1536), "1.5 KiB");
-        assert_eq!(human(3 * 1024 * 1024 * 1024), "3.0 GiB");
-    }
-}
+mod tests;

@@ -1,4 +1,4 @@
-//! The worker process's peak resident memory, as the kernel accounts it.
+//! The worker process's memory, as the kernel accounts it, and giving freed memory back to it.
 
 use nix::sys::resource::{UsageWho, getrusage};
 
@@ -13,3 +13,26 @@ pub fn peak_resident_bytes() -> Option<u64> {
         max_rss * 1024
     })
 }
+
+/// Returns memory freed while loading to the system: MLX's buffer cache, then glibc's free heap
+/// pages. Stacking a Hugging Face checkpoint's per-expert tensors frees the parts, which glibc
+/// otherwise keeps in the heap for good: a 797 MiB checkpoint of 128 experts per layer stayed at
+/// twice its size resident. MLX's cache is emptied even when this fails to count.
+pub fn release_freed_memory() {
+    if let Err(error) = mlx_rs::memory::clear_cache() {
+        tracing::debug!(%error, "MLX could not clear its buffer cache");
+    }
+    trim_heap();
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other allocators (macOS's, musl's) return freed pages on their own.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}

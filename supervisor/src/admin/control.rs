@@ -181,6 +181,10 @@ pub struct ModelStatus {
     pub quantization: Option<String>,
     /// Bytes of the weight files.
     pub size_bytes: Option<u64>,
+    /// Parameters of the model served, counted from its weights' shapes.
+    pub parameters: Option<u64>,
+    /// For a mixture of experts, the parameters one token runs through.
+    pub active_parameters: Option<u64>,
     /// Why it cannot be served; such a model is not in `GET /v1/models`.
     pub unservable: Option<String>,
     pub loaded: bool,
@@ -220,6 +224,9 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
                 architecture: description.and_then(|description| description.architecture.clone()),
                 quantization: description.and_then(|description| description.quantization.clone()),
                 size_bytes: description.map(|description| description.size_bytes),
+                parameters: description.and_then(|description| description.parameters),
+                active_parameters: description
+                    .and_then(|description| description.active_parameters),
                 unservable: entry.unservable_reason().map(str::to_owned),
                 loaded: phase == Phase::Ready,
                 state: phase.name(),

@@ -43,7 +43,26 @@ struct AttentionConfig {
     /// Absent in most Llama and Qwen2 configs: hidden_size / num_attention_heads.
     head_dim: Option<u64>,
     hidden_size: Option<u64>,
+    /// transformers 5 writes `dtype`, earlier versions `torch_dtype`.
+    dtype: Option<String>,
     torch_dtype: Option<String>,
+}
+
+/// `config.json`'s attention shape: a multimodal wrapper's (gemma3, mistral3, llama4) is under
+/// `text_config`, with the dtype at either level.
+fn attention_config(config: &serde_json::Value) -> serde_json::Result<AttentionConfig> {
+    let Some(text) = config.get("text_config").filter(|text| text.is_object()) else {
+        return AttentionConfig::deserialize(config);
+    };
+    let mut attention = AttentionConfig::deserialize(text)?;
+    if attention.dtype.is_none() && attention.torch_dtype.is_none() {
+        attention.dtype = config
+            .get("dtype")
+            .or_else(|| config.get("torch_dtype"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned);
+    }
+    Ok(attention)
 }
 
 /// Estimates the model in `model_dir`, or in one GGUF file. Errors name the file or directory
@@ -65,17 +84,16 @@ pub fn estimate_model_bytes(model_dir: &Path) -> io::Result<ModelEstimate> {
     })
 }
 
+/// The checkpoint's files, chosen as the worker loads them: a directory that also keeps
+/// Mistral's `consolidated.safetensors` or other tensors beside the shards counts them once.
 fn weight_bytes(model_dir: &Path) -> io::Result<u64> {
-    let context =
-        |path: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     let mut total = 0u64;
-    for entry in fs::read_dir(model_dir).map_err(|e| context(model_dir, e))? {
-        let path = entry.map_err(|e| context(model_dir, e))?.path();
-        if path.extension().is_some_and(|ext| ext == "safetensors") {
-            // `fs::metadata` follows symlinks: in a Hugging Face cache snapshot every file is a
-            // link to a blob, and the link's own size would be a few bytes.
-            total = total.saturating_add(fs::metadata(&path).map_err(|e| context(&path, e))?.len());
-        }
+    for path in corral_ipc::weight_files(model_dir)? {
+        // `fs::metadata` follows symlinks: in a Hugging Face cache snapshot every file is a
+        // link to a blob, and the link's own size would be a few bytes.
+        let meta = fs::metadata(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        total = total.saturating_add(meta.len());
     }
     Ok(total)
 }
@@ -90,8 +108,9 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
     };
     let text = fs::read_to_string(&path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    let config: AttentionConfig =
+    let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let config = attention_config(&value).map_err(|e| invalid(e.to_string()))?;
     if config.num_attention_heads == 0 {
         return Err(invalid("num_attention_heads is 0".to_owned()));
     }
@@ -108,7 +127,7 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
         .num_key_value_heads
         .unwrap_or(config.num_attention_heads);
     // Keys and values are kept in the activation dtype; quantized checkpoints still run in f16.
-    let element_bytes = match config.torch_dtype.as_deref() {
+    let element_bytes = match config.dtype.as_deref().or(config.torch_dtype.as_deref()) {
         Some("float32") => 4,
         _ => 2,
     };

@@ -53,7 +53,8 @@ pub fn ps(workers: &Value) -> String {
 pub fn models(status: &Value) -> String {
     let mut rows = vec![
         [
-            "ID", "KIND", "SOURCE", "FORMAT", "QUANT", "SIZE", "PID", "MEMORY", "PINNED", "STATE",
+            "ID", "KIND", "SOURCE", "FORMAT", "QUANT", "SIZE", "PARAMS", "PID", "MEMORY", "PINNED",
+            "STATE",
         ]
         .map(str::to_owned),
     ];
@@ -69,6 +70,7 @@ pub fn models(status: &Value) -> String {
             text(&model["format"]),
             text(&model["quantization"]),
             bytes(&model["size_bytes"]),
+            parameters(&model["parameters"], &model["active_parameters"]),
             text(&model["pid"]),
             bytes(&model["memory_bytes"]),
             if model["pinned"] == true { "yes" } else { "" }.to_owned(),
@@ -134,6 +136,27 @@ fn text(value: &Value) -> String {
 
 fn bytes(value: &Value) -> String {
     value.as_u64().map_or_else(|| "-".to_owned(), format_bytes)
+}
+
+/// `30.5B`, and for a mixture of experts `30.5B/3.3B` (all, then active per token).
+fn parameters(total: &Value, active: &Value) -> String {
+    let Some(total) = total.as_u64() else {
+        return "-".to_owned();
+    };
+    match active.as_u64() {
+        Some(active) => format!("{}/{}", count(total), count(active)),
+        None => count(total),
+    }
+}
+
+fn count(value: u64) -> String {
+    let value = value as f64;
+    match value {
+        1e9.. => format!("{:.1}B", value / 1e9),
+        1e6.. => format!("{:.1}M", value / 1e6),
+        1e3.. => format!("{:.1}K", value / 1e3),
+        _ => format!("{value}"),
+    }
 }
 
 fn seconds(value: &Value) -> String {
@@ -211,14 +234,19 @@ mod tests {
         let status = json!({"data": [
             {"id": "llama3.2:latest", "kind": "chat", "source": "ollama", "format": "gguf",
              "quantization": "Q4_K_M", "size_bytes": 2019377376u64, "unservable": null,
-             "state": "ready", "pid": 41, "memory_bytes": 2147483648u64, "pinned": true},
+             "state": "ready", "pid": 41, "memory_bytes": 2147483648u64, "pinned": true,
+             "parameters": 3212749824u64, "active_parameters": null},
+            {"id": "qwen3:30b-a3b", "kind": "chat", "source": "ollama", "format": "gguf",
+             "quantization": "Q4_K_M", "size_bytes": 17179869184u64, "unservable": null,
+             "state": "not_running", "pid": null, "memory_bytes": null, "pinned": false,
+             "parameters": 30532122624u64, "active_parameters": 3335577600u64},
             {"id": "llava:7b", "kind": "chat", "source": "ollama", "format": null, "quantization": null,
              "size_bytes": null, "unservable": "a vision model", "state": "not_running",
              "pid": null, "memory_bytes": null, "pinned": false},
         ]});
         let table = models(&status);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 3, "{table}");
+        assert_eq!(lines.len(), 4, "{table}");
         assert!(
             lines[0].starts_with("ID               KIND  SOURCE  FORMAT  QUANT   SIZE"),
             "{table}"
@@ -226,11 +254,13 @@ mod tests {
         assert!(
             lines[1].contains("gguf")
                 && lines[1].contains("1.9 GiB")
+                && lines[1].contains(" 3.2B ")
                 && lines[1].ends_with("ready"),
             "{table}"
         );
+        assert!(lines[2].contains(" 30.5B/3.3B "), "{table}");
         assert!(
-            lines[2].starts_with("llava:7b") && lines[2].ends_with("unservable: a vision model"),
+            lines[3].starts_with("llava:7b") && lines[3].ends_with("unservable: a vision model"),
             "{table}"
         );
     }

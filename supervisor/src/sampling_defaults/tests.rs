@@ -30,6 +30,8 @@ fn entry() -> ModelEntry {
         architecture: None,
         quantization: None,
         size_bytes: 0,
+        parameters: None,
+        active_parameters: None,
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: values(|v| {

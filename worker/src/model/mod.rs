@@ -12,7 +12,9 @@ mod error;
 mod host;
 pub(crate) mod kernels;
 mod kv_cache;
+mod parameters;
 mod quantized_ops;
+mod shape;
 mod supported;
 mod weights;
 mod window;
@@ -25,6 +27,8 @@ use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
 pub use config::{ModelConfig, QuantMode, Quantization};
+pub use parameters::{ParameterCount, count as count_parameters};
+pub use shape::{FeedForwardShape, LayerShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
@@ -75,6 +79,10 @@ impl Model {
         if !leftovers.is_empty() {
             tracing::warn!(model = %source.display(), tensors = ?leftovers, "ignoring tensors no layer uses");
         }
+        // The checkpoint's tensors that were stacked, split or converted, and the unused ones,
+        // are freed now; give their memory back rather than keep it for the worker's life.
+        drop(weights);
+        crate::process_memory::release_freed_memory();
         Ok(Self {
             config,
             decoder,
@@ -85,6 +93,18 @@ impl Model {
     /// Bytes of all weights as loaded (the admission estimate's base).
     pub fn weight_bytes(&self) -> usize {
         self.weight_bytes
+    }
+
+    /// Each layer's shape, in order.
+    pub fn layer_shapes(&self) -> Vec<LayerShape> {
+        self.decoder
+            .layers
+            .iter()
+            .map(|layer| LayerShape {
+                sliding_window: layer.mixer.sliding_window(),
+                feed_forward: layer.feed_forward.shape(),
+            })
+            .collect()
     }
 
     /// A new sequence's caches: one per layer with keys and values of its own (a KV-shared

@@ -26,7 +26,7 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// The `*.safetensors` of `model_dir`; `quantization` names the layers whose quantization
+    /// The checkpoint's `*.safetensors` in `model_dir` ([`corral_ipc::weight_files`]); `quantization` names the layers whose quantization
     /// differs from the model-wide one.
     pub fn load(
         model_dir: &Path,
@@ -293,16 +293,10 @@ impl Weights {
 }
 
 fn safetensors_files(model_dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
-    let entries = std::fs::read_dir(model_dir).map_err(|source| ModelError::Io {
+    let files = corral_ipc::weight_files(model_dir).map_err(|source| ModelError::Io {
         path: model_dir.to_path_buf(),
         source,
     })?;
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "safetensors"))
-        .collect();
-    files.sort();
     if files.is_empty() {
         return Err(ModelError::NoWeights {
             dir: model_dir.to_path_buf(),
@@ -311,8 +305,46 @@ fn safetensors_files(model_dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     Ok(files)
 }
 
-/// Validates the header and that every tensor's bytes lie inside the file.
-fn check_header(path: &Path) -> Result<(), ModelError> {
+/// One tensor as a safetensors header declares it.
+pub struct TensorHeader {
+    /// The safetensors dtype: `F32`, `BF16`, `U32`, ...
+    pub dtype: String,
+    pub shape: Vec<u64>,
+}
+
+impl TensorHeader {
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// The tensors the checkpoint's files in `model_dir` declare, by name, without reading them.
+pub fn tensor_headers(model_dir: &Path) -> Result<HashMap<String, TensorHeader>, ModelError> {
+    let mut tensors = HashMap::new();
+    for file in safetensors_files(model_dir)? {
+        let corrupt = |message: String| ModelError::Safetensors {
+            path: file.clone(),
+            message,
+        };
+        for (name, entry) in check_header(&file)? {
+            let dtype = entry.get("dtype").and_then(serde_json::Value::as_str);
+            let shape: Option<Vec<u64>> = entry
+                .get("shape")
+                .and_then(serde_json::Value::as_array)
+                .and_then(|dims| dims.iter().map(serde_json::Value::as_u64).collect());
+            let (Some(dtype), Some(shape)) = (dtype, shape) else {
+                return Err(corrupt(format!("tensor {name} has no dtype or shape")));
+            };
+            let dtype = dtype.to_owned();
+            tensors.insert(name, TensorHeader { dtype, shape });
+        }
+    }
+    Ok(tensors)
+}
+
+/// Validates the header and that every tensor's bytes lie inside the file; returns the header's
+/// tensor entries.
+fn check_header(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>, ModelError> {
     let corrupt = |message: String| ModelError::Safetensors {
         path: path.to_path_buf(),
         message,
@@ -337,10 +369,11 @@ fn check_header(path: &Path) -> Result<(), ModelError> {
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(io)?;
-    let entries: serde_json::Map<String, serde_json::Value> =
+    let mut entries: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|error| corrupt(format!("bad header: {error}")))?;
+    entries.remove("__metadata__");
     let data_len = file_len - 8 - header_len;
-    for (name, entry) in entries.iter().filter(|(name, _)| *name != "__metadata__") {
+    for (name, entry) in &entries {
         let end = entry
             .get("data_offsets")
             .and_then(|offsets| offsets.get(1))
@@ -352,5 +385,5 @@ fn check_header(path: &Path) -> Result<(), ModelError> {
             )));
         }
     }
-    Ok(())
+    Ok(entries)
 }

@@ -110,3 +110,67 @@ fn errors_name_the_path() {
         "{error}"
     );
 }
+
+#[test]
+fn a_wrappers_text_config_gives_the_attention_shape_and_either_dtype_key_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    // mistral3 as transformers 5 writes it: the dtype at the top, the shape in text_config.
+    let config = serde_json::json!({
+        "model_type": "mistral3", "dtype": "float32",
+        "text_config": {"num_hidden_layers": 3, "num_attention_heads": 8,
+                        "num_key_value_heads": 2, "head_dim": 16, "hidden_size": 64},
+        "vision_config": {"num_hidden_layers": 24, "num_attention_heads": 16, "hidden_size": 1024},
+    });
+    fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    fs::write(dir.path().join("model.safetensors"), [0u8; 10]).unwrap();
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        3 * 2 * 16 * 2 * 4 * KV_RESERVE_TOKENS
+    );
+    let dense = serde_json::json!({
+        "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "dtype": "float32",
+    });
+    fs::write(dir.path().join("config.json"), dense.to_string()).unwrap();
+    assert_eq!(
+        estimate_model_bytes(dir.path()).unwrap().kv_reserve_bytes,
+        2 * 4 * 16 * 2 * 4 * KV_RESERVE_TOKENS
+    );
+}
+
+#[test]
+fn only_the_checkpoints_files_count_not_consolidated_copies_or_other_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}"#;
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    // A Mistral release: the same weights as shards and as consolidated.safetensors.
+    fs::write(
+        dir.path().join("model-00001-of-00002.safetensors"),
+        [0u8; 100],
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("model-00002-of-00002.safetensors"),
+        [0u8; 50],
+    )
+    .unwrap();
+    fs::write(dir.path().join("consolidated.safetensors"), [0u8; 150]).unwrap();
+    assert_eq!(estimate_model_bytes(dir.path()).unwrap().weight_bytes, 150);
+    let index = serde_json::json!({"weight_map": {"a": "model-00001-of-00002.safetensors"}});
+    fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    assert_eq!(estimate_model_bytes(dir.path()).unwrap().weight_bytes, 100);
+
+    // A test directory: the model beside the reference outputs it is checked against.
+    let fixture = tempfile::tempdir().unwrap();
+    fs::write(fixture.path().join("config.json"), config).unwrap();
+    fs::write(fixture.path().join("model.safetensors"), [0u8; 70]).unwrap();
+    fs::write(fixture.path().join("reference.safetensors"), [0u8; 30]).unwrap();
+    assert_eq!(
+        estimate_model_bytes(fixture.path()).unwrap().weight_bytes,
+        70
+    );
+}

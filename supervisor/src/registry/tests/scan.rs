@@ -187,6 +187,8 @@ done"#;
             architecture: Some("llama".to_owned()),
             quantization: Some("Q8_0".to_owned()),
             size_bytes: 8,
+            parameters: None,
+            active_parameters: None,
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),

@@ -15,6 +15,25 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// The routed experts of the layers past `first_k_dense_replace`, `None` without
+/// `n_routed_experts`.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    let Some(experts) = config.key::<i32>("n_routed_experts")? else {
+        return Ok(None);
+    };
+    Ok(Some(MoeSpec::new(
+        experts,
+        config.required("num_experts_per_tok")?,
+        config.required("moe_intermediate_size")?,
+        Routing::GroupedSigmoid {
+            groups: config.required("n_group")?,
+            top_groups: config.required("topk_group")?,
+            normalize: config.required("norm_topk_prob")?,
+            scaling: config.required("routed_scaling_factor")?,
+        },
+    )))
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let topk_method: String = config.key_or("topk_method", "noaux_tc".to_owned())?;
     if topk_method != "noaux_tc" {
@@ -36,20 +55,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let dense_layers: i32 = config.required("first_k_dense_replace")?;
     let shared_experts: Option<i32> = config.key("n_shared_experts")?;
     let moe_inner: i32 = config.required("moe_intermediate_size")?;
-    let moe = match config.key::<i32>("n_routed_experts")? {
-        Some(experts) => Some(MoeSpec::new(
-            experts,
-            config.required("num_experts_per_tok")?,
-            moe_inner,
-            Routing::GroupedSigmoid {
-                groups: config.required("n_group")?,
-                top_groups: config.required("topk_group")?,
-                normalize: config.required("norm_topk_prob")?,
-                scaling: config.required("routed_scaling_factor")?,
-            },
-        )),
-        None => None,
-    };
+    let moe = experts(config)?;
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));
     let layers = (0..config.num_layers)
         .map(|index| {

@@ -21,17 +21,13 @@ use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let window: i32 = config.key_or("sliding_window", 128)?;
-    let layer_types: Vec<String> = config.key_or(
-        "layer_types",
-        (0..config.num_layers)
-            .map(|index| ["sliding_attention", "full_attention"][index as usize % 2].to_owned())
-            .collect(),
-    )?;
-    let rope = Rope::for_config(config, weights)?;
-    let moe = MoeSpec {
+/// Every layer's routed experts.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    moe(config).map(Some)
+}
+
+fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
+    Ok(MoeSpec {
         activation: Activation::ClampedSwiglu {
             limit: 7.0,
             alpha: 1.702,
@@ -43,7 +39,20 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             config.intermediate_size,
             Routing::TopKSoftmax,
         )
-    };
+    })
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let window: i32 = config.key_or("sliding_window", 128)?;
+    let layer_types: Vec<String> = config.key_or(
+        "layer_types",
+        (0..config.num_layers)
+            .map(|index| ["sliding_attention", "full_attention"][index as usize % 2].to_owned())
+            .collect(),
+    )?;
+    let rope = Rope::for_config(config, weights)?;
+    let moe = moe(config)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");

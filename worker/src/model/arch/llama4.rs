@@ -26,6 +26,29 @@ use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
+/// The routed experts of every `interleave_moe_layer_step`-th layer.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    moe(config).map(Some)
+}
+
+fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
+    let top_k: i32 = config.required("num_experts_per_tok")?;
+    if top_k != 1 {
+        return Err(ModelError::Config {
+            path: config.path.clone(),
+            message: format!(
+                "num_experts_per_tok is {top_k}; llama4 routes each position to one expert"
+            ),
+        });
+    }
+    Ok(MoeSpec::new(
+        config.required("num_local_experts")?,
+        top_k,
+        config.intermediate_size,
+        Routing::TopOneSigmoidInput,
+    ))
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
@@ -38,18 +61,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             "attention_chunk_size {chunk} and interleave_moe_layer_step {moe_step} must be positive"
         )));
     }
-    let top_k: i32 = config.required("num_experts_per_tok")?;
-    if top_k != 1 {
-        return Err(bad(format!(
-            "num_experts_per_tok is {top_k}; llama4 routes each position to one expert"
-        )));
-    }
-    let moe = MoeSpec::new(
-        config.required("num_local_experts")?,
-        top_k,
-        config.intermediate_size,
-        Routing::TopOneSigmoidInput,
-    );
+    let moe = moe(config)?;
     let attention_bias: bool = config.required("attention_bias")?;
     let qk_norm: bool = config.required("use_qk_norm")?;
     let temperature = truthy(config.key("attn_temperature_tuning")?.unwrap_or(4.into())).then_some(

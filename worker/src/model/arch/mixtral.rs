@@ -12,14 +12,23 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let rope = Rope::for_config(config, weights)?;
-    let moe = MoeSpec::new(
+/// Every layer's routed experts.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    moe(config).map(Some)
+}
+
+fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
+    Ok(MoeSpec::new(
         config.key_or("num_local_experts", 8)?,
         config.key_or("num_experts_per_tok", 2)?,
         config.intermediate_size,
         Routing::TopKSoftmax,
-    );
+    ))
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let rope = Rope::for_config(config, weights)?;
+    let moe = moe(config)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec::new(config, rope.clone());

@@ -22,6 +22,7 @@ mod qwen3_moe;
 mod qwen3_next;
 mod smollm3;
 
+use super::blocks::moe::MoeSpec;
 use super::config::ModelConfig;
 use super::decoder::Decoder;
 use super::error::ModelError;
@@ -29,48 +30,88 @@ use super::weights::Weights;
 
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
-const ARCHITECTURES: &[(&str, Build)] = &[
-    ("gemma3", gemma3_text::build),
-    ("gemma3_text", gemma3_text::build),
-    ("gemma4", gemma4_text::build),
-    ("gemma4_text", gemma4_text::build),
-    ("glm4_moe", glm4_moe::build),
-    ("gpt_oss", gpt_oss::build),
-    ("granite", granite::build),
-    ("llama", llama::build),
-    ("llama4", llama4::build),
-    ("llama4_text", llama4_text::build),
-    ("ministral3", ministral3::build),
-    ("mistral", llama::build),
-    ("mistral3", mistral3::build),
-    ("mixtral", mixtral::build),
-    ("phi3", phi3::build),
-    ("qwen2", qwen2::build),
-    ("qwen3", qwen3::build),
-    ("qwen3_5", qwen3_5::build),
-    ("qwen3_5_moe", qwen3_5_moe::build),
-    ("qwen3_moe", qwen3_moe::build),
-    ("qwen3_next", qwen3_next::build),
-    ("smollm3", smollm3::build),
+/// A mixture-of-experts architecture's routed experts, read from its config as its `build`
+/// reads them (`None` when this config has none).
+type Experts = fn(&ModelConfig) -> Result<Option<MoeSpec>, ModelError>;
+
+struct Architecture {
+    model_type: &'static str,
+    build: Build,
+    experts: Option<Experts>,
+}
+
+const fn dense(model_type: &'static str, build: Build) -> Architecture {
+    Architecture {
+        model_type,
+        build,
+        experts: None,
+    }
+}
+
+const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Architecture {
+    Architecture {
+        model_type,
+        build,
+        experts: Some(experts),
+    }
+}
+
+const ARCHITECTURES: &[Architecture] = &[
+    dense("gemma3", gemma3_text::build),
+    dense("gemma3_text", gemma3_text::build),
+    dense("gemma4", gemma4_text::build),
+    dense("gemma4_text", gemma4_text::build),
+    moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
+    moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
+    dense("granite", granite::build),
+    dense("llama", llama::build),
+    moe("llama4", llama4::build, llama4::experts),
+    dense("llama4_text", llama4_text::build),
+    dense("ministral3", ministral3::build),
+    dense("mistral", llama::build),
+    dense("mistral3", mistral3::build),
+    moe("mixtral", mixtral::build, mixtral::experts),
+    dense("phi3", phi3::build),
+    dense("qwen2", qwen2::build),
+    dense("qwen3", qwen3::build),
+    dense("qwen3_5", qwen3_5::build),
+    dense("qwen3_5_moe", qwen3_5_moe::build),
+    moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts),
+    dense("qwen3_next", qwen3_next::build),
+    dense("smollm3", smollm3::build),
 ];
 
-/// The decoder of `config`'s architecture, its tensors taken from `weights`.
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let (_, build) = ARCHITECTURES
+fn architecture(config: &ModelConfig) -> Result<&'static Architecture, ModelError> {
+    ARCHITECTURES
         .iter()
-        .find(|(model_type, _)| *model_type == config.model_type)
+        .find(|architecture| architecture.model_type == config.model_type)
         .ok_or_else(|| ModelError::Config {
             path: config.path.clone(),
             message: format!("unsupported model_type {:?}", config.model_type),
-        })?;
-    build(config, weights)
+        })
+}
+
+/// The decoder of `config`'s architecture, its tensors taken from `weights`.
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    (architecture(config)?.build)(config, weights)
+}
+
+/// The routed experts of `config`'s architecture, `None` for a dense model.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    match architecture(config)?.experts {
+        Some(experts) => experts(config),
+        None => Ok(None),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn every_supported_type_has_a_builder() {
-        let built: Vec<&str> = super::ARCHITECTURES.iter().map(|(name, _)| *name).collect();
+        let built: Vec<&str> = super::ARCHITECTURES
+            .iter()
+            .map(|architecture| architecture.model_type)
+            .collect();
         assert_eq!(built, crate::model::supported::SUPPORTED);
     }
 

@@ -12,19 +12,27 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let rope = Rope::for_config(config, weights)?;
+/// The routed experts, `None` when `num_experts` is 0 (every layer dense).
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     let experts: i32 = config.key_or("num_experts", 0)?;
-    let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
-    let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
-    let moe = MoeSpec::new(
+    if experts <= 0 {
+        return Ok(None);
+    }
+    Ok(Some(MoeSpec::new(
         experts,
         config.key_or("num_experts_per_tok", 1)?,
         config.key_or("moe_intermediate_size", config.intermediate_size)?,
         Routing::SoftmaxTopK {
             normalize: config.key_or("norm_topk_prob", false)?,
         },
-    );
+    )))
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let rope = Rope::for_config(config, weights)?;
+    let moe = experts(config)?;
+    let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
+    let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec {
@@ -33,18 +41,16 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 }),
                 ..AttentionSpec::new(config, rope.clone())
             };
-            let sparse = experts > 0
-                && sparse_step > 0
-                && !dense_layers.contains(&index)
-                && (index + 1) % sparse_step == 0;
+            let sparse =
+                sparse_step > 0 && !dense_layers.contains(&index) && (index + 1) % sparse_step == 0;
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
-                if !sparse {
+                let Some(moe) = moe.clone().filter(|_| sparse) else {
                     return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
                         .map(FeedForward::Dense);
-                }
+                };
                 let names = ExpertNames::swiglu_under(&mlp);
-                Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())
+                Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)
                     .map(FeedForward::experts)
             })
         })

@@ -336,6 +336,14 @@ impl Attention {
 
     /// An empty cache of the kind this layer needs: a sliding window's lets go of what no later
     /// query sees; a chunk's keys are cut by absolute position, so its cache keeps them all.
+    /// The window of a sliding-window layer, whose cache lets go of older positions.
+    pub fn sliding_window(&self) -> Option<i32> {
+        match self.window {
+            Some(Window::Sliding(window)) => Some(window),
+            Some(Window::Chunk(_)) | None => None,
+        }
+    }
+
     pub fn new_cache(&self) -> KvCache {
         match self.window {
             Some(Window::Sliding(window)) => KvCache::rotating(window),

@@ -17,6 +17,7 @@ use super::per_layer_input::PerLayerGate;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
+use crate::model::shape::FeedForwardShape;
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
@@ -39,6 +40,28 @@ pub struct DenseAndExperts {
 impl FeedForward {
     pub fn experts(moe: Moe) -> Self {
         Self::Experts(Box::new(moe))
+    }
+
+    pub fn shape(&self) -> FeedForwardShape {
+        match self {
+            Self::Dense(mlp) => FeedForwardShape::Dense { inner: mlp.inner() },
+            Self::Experts(moe) => moe.shape(),
+            // The dense MLP runs on every position, as a shared expert does.
+            Self::DenseAndExperts(both) => match both.experts.shape() {
+                FeedForwardShape::Experts {
+                    experts,
+                    top_k,
+                    inner,
+                    shared_inner,
+                } => FeedForwardShape::Experts {
+                    experts,
+                    top_k,
+                    inner,
+                    shared_inner: shared_inner + both.mlp.inner(),
+                },
+                dense => dense,
+            },
+        }
     }
 
     /// `normed` is the layer's pre-feed-forward norm of `x`.
@@ -75,6 +98,14 @@ impl Mixer {
     pub fn shared_kv(&self) -> Option<usize> {
         match self {
             Self::Attention(attention) => attention.shared_kv(),
+            Self::GatedDelta(_) => None,
+        }
+    }
+
+    /// A sliding-window attention layer's window.
+    pub fn sliding_window(&self) -> Option<i32> {
+        match self {
+            Self::Attention(attention) => attention.sliding_window(),
             Self::GatedDelta(_) => None,
         }
     }

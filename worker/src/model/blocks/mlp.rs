@@ -45,6 +45,8 @@ pub struct Mlp {
     up_proj: Linear,
     down_proj: Linear,
     activation: Activation,
+    /// Width of the gate and up projections.
+    inner: i32,
 }
 
 impl Mlp {
@@ -72,6 +74,7 @@ impl Mlp {
             up_proj: linear("up_proj", inner, hidden)?,
             down_proj: linear("down_proj", hidden, inner)?,
             activation: Activation::Silu,
+            inner,
         })
     }
 
@@ -112,7 +115,13 @@ impl Mlp {
             up_proj,
             down_proj,
             activation: Activation::Silu,
+            inner,
         })
+    }
+
+    /// Width of the gate and up projections.
+    pub fn inner(&self) -> i32 {
+        self.inner
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {

@@ -15,6 +15,7 @@ use super::norm::Norm;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::quantized_ops;
+use crate::model::shape::FeedForwardShape;
 use crate::model::weights::Weights;
 
 /// How the router's logits become the chosen experts and their weights.
@@ -80,7 +81,10 @@ pub struct Moe {
     /// Scales the shared experts' output by the sigmoid of this one-output projection
     /// (Qwen3-Next's `shared_expert_gate`).
     shared_expert_gate: Option<Linear>,
+    experts: i32,
     top_k: i32,
+    /// Width of each expert's MLP.
+    inner: i32,
     gate_proj: SwitchLinear,
     up_proj: SwitchLinear,
     down_proj: SwitchLinear,
@@ -152,7 +156,9 @@ impl Moe {
             router_norm: None,
             expert_scales: None,
             shared_expert_gate: None,
+            experts: spec.experts,
             top_k: spec.top_k,
+            inner: spec.inner,
             gate_proj,
             up_proj,
             down_proj,
@@ -161,6 +167,15 @@ impl Moe {
     }
 
     /// Adds an MLP that every position goes through beside its routed experts.
+    pub fn shape(&self) -> FeedForwardShape {
+        FeedForwardShape::Experts {
+            experts: self.experts,
+            top_k: self.top_k,
+            inner: self.inner,
+            shared_inner: self.shared_experts.as_ref().map_or(0, Mlp::inner),
+        }
+    }
+
     pub fn with_shared_experts(self, shared_experts: Mlp) -> Self {
         Self {
             shared_experts: Some(shared_experts),

@@ -1,0 +1,94 @@
+//! Counts of the architecture fixtures (tests/data/architectures), in every layout and
+//! quantization, against the `total_parameters` mlx-lm wrote into their index.
+
+use std::path::PathBuf;
+
+use super::*;
+
+fn fixture(arch: &str, variant: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/architectures")
+        .join(arch)
+        .join(variant)
+}
+
+fn count_of(arch: &str, variant: &str) -> ParameterCount {
+    let dir = fixture(arch, variant);
+    let config = ModelConfig::load(&dir).unwrap();
+    count(&dir, &config).unwrap()
+}
+
+/// mlx-lm's count from the f32 fixture's index.
+fn mlx_lm_total(arch: &str) -> u64 {
+    let index =
+        std::fs::read_to_string(fixture(arch, "f32").join(corral_ipc::weight_files::INDEX_FILE))
+            .unwrap();
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    index["metadata"]["total_parameters"].as_u64().unwrap()
+}
+
+#[test]
+fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
+    let root = fixture("", "");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let arch_dir = entry.unwrap().path();
+        let Some(arch) = arch_dir.file_name().and_then(|name| name.to_str()) else {
+            continue;
+        };
+        let Ok(config) = ModelConfig::load(&arch_dir.join("f32")) else {
+            continue; // not a directory of variants, or an architecture not served
+        };
+        // mlx-lm counts leaf modules only, which leaves out gpt-oss's attention sinks (one per
+        // head and layer).
+        let sinks = if arch == "gpt_oss" {
+            (config.num_layers * config.num_heads) as u64
+        } else {
+            0
+        };
+        let expected = mlx_lm_total(arch) + sinks;
+        for variant in std::fs::read_dir(&arch_dir).unwrap() {
+            let variant = variant.unwrap().file_name().into_string().unwrap();
+            assert_eq!(count_of(arch, &variant).total, expected, "{arch}/{variant}");
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 30,
+        "only {checked} fixtures found under {}",
+        root.display()
+    );
+}
+
+#[test]
+fn a_mixture_of_experts_runs_top_k_of_its_routed_experts_and_all_the_rest() {
+    // qwen3_moe: layer 1 routes to 2 of 4 experts, each gate, up and down 64 × 64.
+    let routed = 4 * 3 * 64 * 64;
+    let total = 103_040;
+    let expected = total - routed + routed * 2 / 4;
+    for variant in ["f32", "q4", "hf"] {
+        let counted = count_of("qwen3_moe", variant);
+        assert_eq!(
+            (counted.total, counted.active),
+            (total, Some(expected)),
+            "{variant}"
+        );
+    }
+    // glm4_moe: its shared expert runs for every token; llama4: one of 4 experts, its shared
+    // expert too, and the vision tower of the original layout does not count.
+    let glm = count_of("glm4_moe", "f32");
+    assert_eq!(
+        glm.active,
+        Some(115_588 - 4 * 3 * 64 * 64 + 2 * 3 * 64 * 64)
+    );
+    for variant in ["f32", "hf"] {
+        let llama4 = count_of("llama4", variant);
+        let routed = 2 * 4 * 3 * 64 * 64;
+        assert_eq!(
+            (llama4.total, llama4.active),
+            (214_080, Some(214_080 - routed + routed / 4)),
+            "{variant}"
+        );
+    }
+    assert_eq!(count_of("qwen3", "f32").active, None);
+}
