@@ -32,9 +32,24 @@ pub fn count(model_dir: &Path, config: &ModelConfig) -> Result<ParameterCount, M
             .filter_map(|(name, tensor)| Some((wrapper.text_name(&name)?, tensor)))
             .collect();
     }
+    // Gemma 4's last layers read an earlier layer's keys and values; checkpoints may still carry
+    // their own projections, which the loader drops.
+    let first_kv_shared = config.num_layers - config.key_or("num_kv_shared_layers", 0)?;
     let (mut total, mut routed) = (0u64, 0u64);
     for (name, tensor) in &tensors {
-        if layer_index(name).is_some_and(|layer| layer >= config.num_layers) {
+        let layer = layer_index(name);
+        // Multi-token-prediction heads (layers past the last, or Qwen3-Next's `mtp.*`) never run.
+        let prediction_head =
+            name.starts_with("mtp.") || layer.is_some_and(|layer| layer >= config.num_layers);
+        let shared_kv = layer.is_some_and(|layer| layer >= first_kv_shared)
+            && [
+                ".self_attn.k_proj.",
+                ".self_attn.v_proj.",
+                ".self_attn.k_norm.",
+            ]
+            .iter()
+            .any(|part| name.contains(part));
+        if prediction_head || shared_kv {
             continue;
         }
         let parameters = unpacked_elements(name, tensor, &tensors, config);

@@ -39,14 +39,27 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
         let Ok(config) = ModelConfig::load(&arch_dir.join("f32")) else {
             continue; // not a directory of variants, or an architecture not served
         };
-        // mlx-lm counts leaf modules only, which leaves out gpt-oss's attention sinks (one per
-        // head and layer).
-        let sinks = if arch == "gpt_oss" {
-            (config.num_layers * config.num_heads) as u64
-        } else {
-            0
-        };
-        let expected = mlx_lm_total(arch) + sinks;
+        // mlx-lm counts leaf modules only, which leaves out the parameters a module with
+        // children holds itself: gpt-oss's attention sinks, the gated DeltaNet's `A_log` and
+        // `dt_bias`, Gemma 4's router scale, expert scales and layer scalars.
+        let outside_leaves: u64 = crate::model::weights::tensor_headers(&arch_dir.join("f32"))
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| {
+                [
+                    ".sinks",
+                    ".A_log",
+                    ".dt_bias",
+                    ".router.scale",
+                    ".per_expert_scale",
+                    ".layer_scalar",
+                ]
+                .iter()
+                .any(|end| name.ends_with(end))
+            })
+            .map(|(_, header)| header.elements())
+            .sum();
+        let expected = mlx_lm_total(arch) + outside_leaves;
         for variant in std::fs::read_dir(&arch_dir).unwrap() {
             let variant = variant.unwrap().file_name().into_string().unwrap();
             assert_eq!(count_of(arch, &variant).total, expected, "{arch}/{variant}");
