@@ -28,6 +28,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         architecture: None,
         quantization: None,
         size_bytes: 0,
+        gguf_loaded_bytes: Default::default(),
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -53,6 +54,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         architecture: None,
         quantization: None,
         size_bytes: std::fs::metadata(path).map_or(0, |meta| meta.len()),
+        gguf_loaded_bytes: Default::default(),
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -66,6 +68,9 @@ fn describe_gguf(path: &Path) -> ModelDescription {
             description.architecture = header.architecture().map(str::to_owned);
             description.quantization = Some(header.quantization_summary());
             description.unservable = gguf::check(&header).err().map(|error| error.to_string());
+            if description.unservable.is_none() {
+                description.gguf_loaded_bytes = gguf::loaded_bytes(&header);
+            }
         }
         Err(error) => description.unservable = Some(error.to_string()),
     }

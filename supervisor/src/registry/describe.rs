@@ -100,6 +100,7 @@ mod tests {
             architecture: Some("llama".to_owned()),
             quantization: Some("Q4_1".to_owned()),
             size_bytes: 98_000_000,
+            gguf_loaded_bytes: Default::default(),
             unservable: unservable.map(str::to_owned),
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),

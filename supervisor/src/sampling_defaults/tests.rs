@@ -30,6 +30,7 @@ fn entry() -> ModelEntry {
         architecture: None,
         quantization: None,
         size_bytes: 0,
+        gguf_loaded_bytes: Default::default(),
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: values(|v| {

@@ -12,7 +12,7 @@ mod error;
 mod host;
 pub(crate) mod kernels;
 mod kv_cache;
-mod quantized_ops;
+pub(crate) mod quantized_ops;
 mod supported;
 mod weights;
 mod window;

@@ -187,6 +187,7 @@ done"#;
             architecture: Some("llama".to_owned()),
             quantization: Some("Q8_0".to_owned()),
             size_bytes: 8,
+            gguf_loaded_bytes: Default::default(),
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),
