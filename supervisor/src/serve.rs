@@ -22,8 +22,8 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    GgufLoadedBytes, Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses,
-    reap_orphans,
+    GgufLoadedBytes, Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit,
+    WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};

@@ -83,8 +83,11 @@ fn check(arch: Arch) {
         (GgufType::F16, 0.1, 0.9999),
         (GgufType::Q8_0, 1.0, 0.999),
         (GgufType::Q4_0, 10.0, 0.9),
+        (GgufType::Q4K, 10.0, 0.9),
+        (GgufType::Q6K, 10.0, 0.9),
     ] {
         let (difference, correlation) = compare(arch, gguf_type);
+        eprintln!("{arch:?} {gguf_type:?}: difference {difference}, correlation {correlation}");
         assert!(
             difference <= max_difference && correlation >= min_correlation,
             "{arch:?} {gguf_type:?}: logits differ by up to {difference}, correlation {correlation}"

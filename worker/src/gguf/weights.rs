@@ -34,7 +34,8 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
                 tensor.name, tensor.ggml_type
             ))
         };
-        let mut bytes = vec![0u8; usize::try_from(tensor.bytes).map_err(|_| failed("too large".into()))?];
+        let mut bytes =
+            vec![0u8; usize::try_from(tensor.bytes).map_err(|_| failed("too large".into()))?];
         file.read_exact_at(&mut bytes, tensor.start).map_err(io)?;
         let loaded = blocks::load(
             tensor.ggml_type,
@@ -48,8 +49,9 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
         insert(tensor, loaded, &mut tensors, &mut quantization).map_err(failed)?;
     }
     // Scales converted to f16 are still pending: the model starts from evaluated arrays.
-    mlx_rs::transforms::eval(tensors.values())
-        .map_err(|error| header.invalid(format!("MLX failed while converting the tensors: {error}")))?;
+    mlx_rs::transforms::eval(tensors.values()).map_err(|error| {
+        header.invalid(format!("MLX failed while converting the tensors: {error}"))
+    })?;
     Ok(Weights::from_loaded(tensors, &header.path, quantization))
 }
 
@@ -64,7 +66,9 @@ fn insert(
     let (base, suffix) = tensor
         .name
         .rsplit_once('.')
-        .map_or((tensor.name.as_str(), None), |(base, suffix)| (base, Some(suffix)));
+        .map_or((tensor.name.as_str(), None), |(base, suffix)| {
+            (base, Some(suffix))
+        });
     let name = |suffix: &str| format!("{}.{suffix}", hugging_face_name(base));
     let (weight, scales, biases, format) = match loaded {
         Loaded::Plain(array) => {

@@ -56,6 +56,7 @@ impl Groups {
     }
 
     /// The values MLX computes from these groups (`scale * q + bias` in f32).
+    #[cfg(test)]
     pub fn dequantized(&self) -> Vec<f32> {
         self.q
             .chunks_exact(GROUP)

@@ -61,11 +61,9 @@ pub fn route(ggml_type: GgmlType) -> Option<Route> {
         GgmlType::Q4_K => Route::Exact { bits: 4 },
         GgmlType::Q5_K => Route::Exact { bits: 5 },
         GgmlType::MXFP4 => Route::Mxfp4,
-        GgmlType::Q2_K
-        | GgmlType::Q3_K
-        | GgmlType::Q6_K
-        | GgmlType::IQ4_NL
-        | GgmlType::IQ4_XS => Route::Requantized,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            Route::Requantized
+        }
         _ => return None,
     })
 }
@@ -111,7 +109,8 @@ pub fn load(
             let words = groups.packed();
             let per_row = columns as usize * bits as usize / 32;
             let scale_shape = grouped(columns as usize / groups::GROUP);
-            let to_scales = |values: &[f32]| Array::from_slice(values, &scale_shape).as_dtype(scale_dtype);
+            let to_scales =
+                |values: &[f32]| Array::from_slice(values, &scale_shape).as_dtype(scale_dtype);
             Ok(Loaded::Affine {
                 weight: Array::from_slice(&words, &grouped(per_row)),
                 scales: to_scales(&groups.scales).map_err(mlx)?,
@@ -180,14 +179,18 @@ fn block_bytes(ggml_type: GgmlType) -> usize {
 }
 
 /// llama.cpp's dequantization of any served block type, in f32; `None` for a float or unserved
-/// type. `bytes` must hold whole blocks.
+/// type. `bytes` must hold whole blocks. The tests' view of every decoder; loading goes through
+/// [`load`].
+#[cfg(test)]
 pub fn dequantize(ggml_type: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
     let block_values = ggml_type.block_values()? as usize;
     let count = bytes.len() / block_bytes(ggml_type).max(1) * block_values;
     let mut out = vec![0.0; count];
     match route(ggml_type)? {
         Route::Float(_) => return None,
-        Route::Exact { bits } => return Some(exact_groups(ggml_type, bits, bytes, count).dequantized()),
+        Route::Exact { bits } => {
+            return Some(exact_groups(ggml_type, bits, bytes, count).dequantized());
+        }
         Route::Mxfp4 => return Some(mxfp4::dequantize(bytes)),
         Route::Requantized => dequantize_into(ggml_type, bytes, &mut out),
     }

@@ -20,6 +20,7 @@ pub fn repack(bytes: &[u8]) -> (Vec<u32>, Vec<u8>) {
 }
 
 /// ggml's dequantization: the doubled e2m1 value times `2^(e - 128)`.
+#[cfg(test)]
 pub fn dequantize(bytes: &[u8]) -> Vec<f32> {
     const DOUBLED: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
     let mut out = Vec::with_capacity(bytes.len() / BLOCK_BYTES * GROUP);
@@ -35,6 +36,7 @@ pub fn dequantize(bytes: &[u8]) -> Vec<f32> {
 }
 
 /// `2^(e - 128)` as an f32, subnormal for the two smallest exponents.
+#[cfg(test)]
 fn e8m0_half(e: u8) -> f32 {
     let bits = if e < 2 {
         0x0020_0000u32 << e

@@ -24,7 +24,11 @@ impl Bytes {
     fn scale(&mut self, positive: bool) -> [u8; 2] {
         let bits = self.next();
         let exponent = 3 + (bits % 10) as u16; // biased: 2^(e - 15)
-        let sign = if positive { 0 } else { ((bits >> 8) & 1) as u16 };
+        let sign = if positive {
+            0
+        } else {
+            ((bits >> 8) & 1) as u16
+        };
         let mantissa = ((bits >> 16) & 0x3ff) as u16;
         ((sign << 15) | (exponent << 10) | mantissa).to_le_bytes()
     }
@@ -149,7 +153,9 @@ fn reference_block(ggml_type: GgmlType, x: &[u8]) -> Vec<f32> {
         GgmlType::Q3_K => {
             let (hm, mut q, raw) = (&x[..32], &x[32..96], &x[96..108]);
             let d_all = h(x, 108);
-            let word = |i: usize| u32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
+            let word = |i: usize| {
+                u32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]])
+            };
             let (kmask1, kmask2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
             let mut aux = [word(0), word(1), word(2), 0];
             let tmp = aux[2];
@@ -157,7 +163,11 @@ fn reference_block(ggml_type: GgmlType, x: &[u8]) -> Vec<f32> {
             aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
             aux[0] = (aux[0] & kmask2) | ((tmp & kmask1) << 4);
             aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
-            let scales: Vec<i8> = aux.iter().flat_map(|w| w.to_le_bytes()).map(|b| b as i8).collect();
+            let scales: Vec<i8> = aux
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .map(|b| b as i8)
+                .collect();
             let mut is = 0;
             let mut m = 1u8;
             for _ in 0..2 {
@@ -181,7 +191,11 @@ fn reference_block(ggml_type: GgmlType, x: &[u8]) -> Vec<f32> {
             let (d, min) = (h(x, 0), h(x, 2));
             let scales = &x[4..16];
             let five = ggml_type == GgmlType::Q5_K;
-            let (qh, mut ql) = if five { (&x[16..48], &x[48..]) } else { (&x[..0], &x[16..]) };
+            let (qh, mut ql) = if five {
+                (&x[16..48], &x[48..])
+            } else {
+                (&x[..0], &x[16..])
+            };
             let (mut u1, mut u2) = (1u8, 2u8);
             for is in (0..8).step_by(2) {
                 let (sc, m) = scale_min_k4(is, scales);
@@ -237,7 +251,8 @@ fn reference_block(ggml_type: GgmlType, x: &[u8]) -> Vec<f32> {
             let scales_h = u16::from_le_bytes([x[2], x[3]]);
             let (scales_l, mut qs) = (&x[4..8], &x[8..]);
             for ib in 0..8 {
-                let ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | ((((scales_h >> (2 * ib)) & 3) as u8) << 4);
+                let ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf)
+                    | ((((scales_h >> (2 * ib)) & 3) as u8) << 4);
                 let dl = d * (i32::from(ls) - 32) as f32;
                 let mut out = [0f32; 32];
                 for j in 0..16 {
@@ -319,7 +334,12 @@ fn every_type_decodes_as_llama_cpp_dequantizes_bit_for_bit() {
         for seed in 0..4 {
             let bytes = tensor(*ggml_type, seed);
             let found = dequantize(*ggml_type, &bytes).unwrap();
-            assert_bits_equal(*ggml_type, "decoded", &found, &reference(*ggml_type, &bytes));
+            assert_bits_equal(
+                *ggml_type,
+                "decoded",
+                &found,
+                &reference(*ggml_type, &bytes),
+            );
         }
     }
 }
@@ -328,15 +348,31 @@ fn every_type_decodes_as_llama_cpp_dequantizes_bit_for_bit() {
 fn mlx_dequantizes_the_repacked_exact_types_to_llama_cpp_values_bit_for_bit() {
     for ggml_type in EXACT {
         let bytes = tensor(ggml_type, 7);
-        let Loaded::Affine { weight, scales, biases, bits } =
-            load(ggml_type, &SHAPE, &bytes, Requantize::default(), Dtype::Float32).unwrap()
+        let Loaded::Affine {
+            weight,
+            scales,
+            biases,
+            bits,
+        } = load(
+            ggml_type,
+            &SHAPE,
+            &bytes,
+            Requantize::default(),
+            Dtype::Float32,
+        )
+        .unwrap()
         else {
             panic!("{ggml_type} is not affine");
         };
         assert_eq!(weight.shape(), [SHAPE[0], SHAPE[1] * bits / 32]);
         let found = ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap();
         assert_eq!(found.shape(), SHAPE);
-        assert_bits_equal(ggml_type, "MLX", &to_vec(&found), &reference(ggml_type, &bytes));
+        assert_bits_equal(
+            ggml_type,
+            "MLX",
+            &to_vec(&found),
+            &reference(ggml_type, &bytes),
+        );
     }
 }
 
@@ -347,17 +383,31 @@ fn mlx_multiplies_with_the_repacked_mxfp4_weights_as_llama_cpp_dequantizes_them(
     use crate::model::QuantMode;
     use crate::model::quantized_ops::{Format, matmul_transposed};
     let bytes = tensor(GgmlType::MXFP4, 3);
-    let Loaded::Mxfp4 { weight, scales } =
-        load(GgmlType::MXFP4, &SHAPE, &bytes, Requantize::default(), Dtype::Float32).unwrap()
-    else {
+    let Loaded::Mxfp4 { weight, scales } = load(
+        GgmlType::MXFP4,
+        &SHAPE,
+        &bytes,
+        Requantize::default(),
+        Dtype::Float32,
+    )
+    .unwrap() else {
         panic!("mxfp4 is not mxfp4");
     };
     assert_eq!(scales.dtype(), Dtype::Uint8);
     let identity = Array::eye::<f32>(SHAPE[1], None, None).unwrap();
-    let format = Format { mode: QuantMode::Mxfp4, group_size: 32, bits: 4 };
+    let format = Format {
+        mode: QuantMode::Mxfp4,
+        group_size: 32,
+        bits: 4,
+    };
     let product = matmul_transposed(&identity, &weight, &scales, None, format).unwrap();
     let found = to_vec(&product.transpose().unwrap().contiguous().unwrap());
-    assert_bits_equal(GgmlType::MXFP4, "MLX", &found, &reference(GgmlType::MXFP4, &bytes));
+    assert_bits_equal(
+        GgmlType::MXFP4,
+        "MLX",
+        &found,
+        &reference(GgmlType::MXFP4, &bytes),
+    );
 }
 
 fn relative_error(found: &[f32], expected: &[f32]) -> f64 {
@@ -394,13 +444,26 @@ fn requantization_errors_are_measured_and_the_default_stays_below_one_percent() 
             let found = to_vec(&ops::dequantize(&w, &s, &b, 32, bits).unwrap());
             row += &format!(" {bits}-bit {:.2e}", relative_error(&found, &expected));
         }
-        let Loaded::Plain(plain) = load(ggml_type, &SHAPE, &bytes, Requantize::F16, Dtype::Float32).unwrap() else {
+        let Loaded::Plain(plain) =
+            load(ggml_type, &SHAPE, &bytes, Requantize::F16, Dtype::Float32).unwrap()
+        else {
             panic!("f16 is plain");
         };
         assert_eq!(plain.dtype(), Dtype::Float16);
         row += &format!(" f16 {:.2e}", relative_error(&to_vec(&plain), &expected));
-        let Loaded::Affine { weight, scales, biases, bits } =
-            load(ggml_type, &SHAPE, &bytes, Requantize::default(), Dtype::Float32).unwrap()
+        let Loaded::Affine {
+            weight,
+            scales,
+            biases,
+            bits,
+        } = load(
+            ggml_type,
+            &SHAPE,
+            &bytes,
+            Requantize::default(),
+            Dtype::Float32,
+        )
+        .unwrap()
         else {
             panic!("{ggml_type} default is affine");
         };
@@ -421,8 +484,19 @@ fn f16_scales_cost_every_exact_type_only_f16_rounding() {
     for ggml_type in EXACT {
         let bytes = tensor(ggml_type, 5);
         let expected = reference(ggml_type, &bytes);
-        let Loaded::Affine { weight, scales, biases, bits } =
-            load(ggml_type, &SHAPE, &bytes, Requantize::default(), Dtype::Float16).unwrap()
+        let Loaded::Affine {
+            weight,
+            scales,
+            biases,
+            bits,
+        } = load(
+            ggml_type,
+            &SHAPE,
+            &bytes,
+            Requantize::default(),
+            Dtype::Float16,
+        )
+        .unwrap()
         else {
             panic!("{ggml_type} is not affine");
         };
@@ -437,19 +511,44 @@ fn f16_scales_cost_every_exact_type_only_f16_rounding() {
 fn floats_load_as_they_are_and_a_short_tensor_is_refused() {
     let values: Vec<f32> = (0..64).map(|i| i as f32 * 0.25).collect();
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let Loaded::Plain(array) = load(GgmlType::F32, &[2, 32], &bytes, Requantize::default(), Dtype::Float32).unwrap() else {
+    let Loaded::Plain(array) = load(
+        GgmlType::F32,
+        &[2, 32],
+        &bytes,
+        Requantize::default(),
+        Dtype::Float32,
+    )
+    .unwrap() else {
         panic!("F32 is plain");
     };
     assert_eq!(array.shape(), [2, 32]);
     assert_eq!(to_vec(&array), values);
-    let halves: Vec<u8> = values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
-    let Loaded::Plain(array) = load(GgmlType::F16, &[64], &halves, Requantize::default(), Dtype::Float32).unwrap() else {
+    let halves: Vec<u8> = values
+        .iter()
+        .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+        .collect();
+    let Loaded::Plain(array) = load(
+        GgmlType::F16,
+        &[64],
+        &halves,
+        Requantize::default(),
+        Dtype::Float32,
+    )
+    .unwrap() else {
         panic!("F16 is plain");
     };
     assert_eq!(array.dtype(), Dtype::Float16);
     assert_eq!(to_vec(&array), values);
     let short = tensor(GgmlType::Q4_K, 1);
-    let error = load(GgmlType::Q4_K, &SHAPE, &short[1..], Requantize::default(), Dtype::Float32).err().unwrap();
+    let error = load(
+        GgmlType::Q4_K,
+        &SHAPE,
+        &short[1..],
+        Requantize::default(),
+        Dtype::Float32,
+    )
+    .err()
+    .unwrap();
     assert!(error.contains("bytes"), "{error}");
 }
 
@@ -463,7 +562,8 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
     use std::os::unix::fs::FileExt;
 
     use crate::gguf::GgufHeader;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf_blocks.gguf");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf_blocks.gguf");
     let header = GgufHeader::read(&path).unwrap();
     let file = std::fs::File::open(&path).unwrap();
     let read = |name: &str| {
@@ -484,14 +584,42 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let shape = tensor.shape();
-        assert_bits_equal(ggml_type, "decoded", &dequantize(ggml_type, &bytes).unwrap(), &expected);
-        let loaded = load(ggml_type, &shape, &bytes, Requantize::default(), Dtype::Float32).unwrap();
+        assert_bits_equal(
+            ggml_type,
+            "decoded",
+            &dequantize(ggml_type, &bytes).unwrap(),
+            &expected,
+        );
+        let loaded = load(
+            ggml_type,
+            &shape,
+            &bytes,
+            Requantize::default(),
+            Dtype::Float32,
+        )
+        .unwrap();
         match (route(ggml_type).unwrap(), loaded) {
-            (Route::Exact { .. }, Loaded::Affine { weight, scales, biases, bits }) => {
+            (
+                Route::Exact { .. },
+                Loaded::Affine {
+                    weight,
+                    scales,
+                    biases,
+                    bits,
+                },
+            ) => {
                 let found = ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap();
                 assert_bits_equal(ggml_type, "MLX", &to_vec(&found), &expected);
             }
-            (Route::Requantized, Loaded::Affine { weight, scales, biases, bits }) => {
+            (
+                Route::Requantized,
+                Loaded::Affine {
+                    weight,
+                    scales,
+                    biases,
+                    bits,
+                },
+            ) => {
                 let found = ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap();
                 let error = relative_error(&to_vec(&found), &expected);
                 assert!(error < 0.01, "{ggml_type}: {error}");
