@@ -88,6 +88,8 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
 }
 
 /// llama.cpp's `dequantize_row_*`, loop for loop, for one block.
+// Indexed loops, as in the C they transcribe.
+#[allow(clippy::needless_range_loop)]
 fn reference_block(ggml_type: GgmlType, x: &[u8]) -> Vec<f32> {
     let mut y = Vec::new();
     match ggml_type {
