@@ -4,6 +4,7 @@
 //! supervisor lists models with it. Model formats live in the worker, so the worker alone decides
 //! what a file holds and whether it can be served; the supervisor only finds the files.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,11 @@ pub struct ModelDescription {
     /// shared experts and `top_k` of the routed experts; `None` for a dense model.
     #[serde(default)]
     pub active_parameters: Option<u64>,
+    /// Bytes a GGUF's weights take once loaded, for each `gguf_requantize` choice (`8bit`,
+    /// `6bit`, `f16`): K-quant scales are widened and some types requantized, so it is not the
+    /// file's size. Empty for a directory (loaded as stored) and an unservable GGUF.
+    #[serde(default)]
+    pub gguf_loaded_bytes: BTreeMap<String, u64>,
     /// Why the worker cannot serve this model; `None` when it can.
     pub unservable: Option<String>,
     /// What the model does, from its files; an older worker's description reads as `Chat`.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
-# tests/data/smollm2_reference.json with transformers and llama.cpp, and the embedding references
+# tests/data/smollm2_reference.json with transformers and llama.cpp, tests/data/gguf_blocks.gguf
+# (every GGUF block type with gguf-py's dequantization of it), and the embedding references
 # (embeddings.sh) with sentence-transformers and transformers (run through `cargo xtask reference`,
 # which passes the MLX version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3
 # with pip, network access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust
@@ -59,5 +60,10 @@ fi
 "$smollm2_venv/bin/python" "$root/scripts/reference/smollm2_reference.py" \
   "$gguf" "$root/tests/data/smollm2_reference.json"
 echo "wrote $root/tests/data/smollm2_reference.json"
+
+# Same venv: it pins gguf-py, whose dequantization is llama.cpp's reference.
+"$smollm2_venv/bin/python" "$root/scripts/reference/gguf_blocks.py" \
+  "$root/tests/data/gguf_blocks.gguf"
+echo "wrote $root/tests/data/gguf_blocks.gguf"
 
 bash "$root/scripts/reference/embeddings.sh" "$minilm"

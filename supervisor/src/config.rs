@@ -203,6 +203,30 @@ pub struct ModelSettings {
     /// `auto`, `required`, `none` or a tool's name: the tool choice of a request that has tools,
     /// says nothing about the choice, and ends with a user turn.
     pub tool_choice: Option<String>,
+    /// What a GGUF's tensors of the types MLX cannot hold as they are (Q2_K, Q3_K, Q6_K, IQ4_NL,
+    /// IQ4_XS) become; `None`: the worker's default (8-bit).
+    pub gguf_requantize: Option<GgufRequantize>,
+}
+
+/// The worker's `--gguf-requantize` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum GgufRequantize {
+    #[serde(rename = "8bit")]
+    Bits8,
+    #[serde(rename = "6bit")]
+    Bits6,
+    #[serde(rename = "f16")]
+    F16,
+}
+
+impl GgufRequantize {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bits8 => "8bit",
+            Self::Bits6 => "6bit",
+            Self::F16 => "f16",
+        }
+    }
 }
 
 impl ModelSettings {
@@ -233,6 +257,14 @@ impl Config {
             Some(secs) => Some(Duration::from_secs(secs)),
             None => self.memory.idle_timeout,
         }
+    }
+
+    /// What `model`'s GGUF requantizes to: its own setting, else the worker's default.
+    pub fn gguf_requantize(&self, model: &str) -> GgufRequantize {
+        self.models
+            .get(model)
+            .and_then(|settings| settings.gguf_requantize)
+            .unwrap_or(GgufRequantize::Bits8)
     }
 
     /// How many sequences `model`'s worker decodes together; `None`: the worker's default.

@@ -22,8 +22,8 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses,
-    reap_orphans,
+    GgufLoadedBytes, Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit,
+    WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};
@@ -86,9 +86,23 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let spawner = Spawner::new(worker, run_dir, lookup.clone(), exits)
         .with_start_timeout(config.worker_start_timeout)
         .with_worker_args(prefix_cache_args(&config, &state_dir))
-        .with_model_args(Arc::new(move |model| batching_args(&batching, model)));
+        .with_model_args(Arc::new(move |model| model_args(&batching, model)));
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
-    let processes = WorkerProcesses::new(spawner, lookup, config.worker_stop_grace, ledger);
+    let loaded_registry = registry.clone();
+    let requantize = config.clone();
+    let gguf_loaded_bytes: GgufLoadedBytes = Arc::new(move |id| {
+        let registry = loaded_registry.current();
+        let description = registry.get(id)?.description.as_ref()?;
+        let choice = requantize.gguf_requantize(id).name();
+        description.gguf_loaded_bytes.get(choice).copied()
+    });
+    let processes = WorkerProcesses::new(
+        spawner,
+        lookup,
+        gguf_loaded_bytes,
+        config.worker_stop_grace,
+        ledger,
+    );
     let budget = budget(&config);
     let pool = Pool::new(
         processes,
@@ -207,15 +221,22 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
     ]
 }
 
-/// `model`'s batching settings as `corral-worker serve` options; an unset one is left out, so
-/// the worker's own default applies.
-fn batching_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
+/// `model`'s batching and GGUF settings as `corral-worker serve` options; an unset one is left
+/// out, so the worker's own default applies.
+fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
     let mut args = Vec::new();
     if let Some(count) = config.max_sequences(model) {
         args.extend(["--max-sequences".into(), count.to_string().into()]);
     }
     if let Some(tokens) = config.batching.prefill_chunk {
         args.extend(["--prefill-chunk".into(), tokens.to_string().into()]);
+    }
+    if let Some(requantize) = config
+        .models
+        .get(model)
+        .and_then(|settings| settings.gguf_requantize)
+    {
+        args.extend(["--gguf-requantize".into(), requantize.name().into()]);
     }
     args
 }
@@ -351,12 +372,12 @@ fn worker_binary(configured: Option<PathBuf>) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BatchingConfig, ModelSettings};
+    use crate::config::{BatchingConfig, GgufRequantize, ModelSettings};
 
     #[test]
-    fn batching_args_carry_a_models_own_max_sequences_over_the_global_one() {
+    fn model_args_carry_a_models_own_max_sequences_over_the_global_one() {
         let mut config = Config::default();
-        assert!(batching_args(&config, "any").is_empty());
+        assert!(model_args(&config, "any").is_empty());
 
         config.batching = BatchingConfig {
             max_sequences: Some(8),
@@ -370,15 +391,29 @@ mod tests {
             },
         );
         assert_eq!(
-            batching_args(&config, "solo"),
+            model_args(&config, "solo"),
             ["--max-sequences", "1", "--prefill-chunk", "512"]
         );
         assert_eq!(
-            batching_args(&config, "other"),
+            model_args(&config, "other"),
             ["--max-sequences", "8", "--prefill-chunk", "512"]
         );
 
         config.batching.max_sequences = None;
-        assert_eq!(batching_args(&config, "other"), ["--prefill-chunk", "512"]);
+        assert_eq!(model_args(&config, "other"), ["--prefill-chunk", "512"]);
+    }
+
+    #[test]
+    fn a_models_gguf_requantize_reaches_its_worker_only() {
+        let mut config = Config::default();
+        config.models.insert(
+            "q6".to_owned(),
+            ModelSettings {
+                gguf_requantize: Some(GgufRequantize::Bits6),
+                ..ModelSettings::default()
+            },
+        );
+        assert_eq!(model_args(&config, "q6"), ["--gguf-requantize", "6bit"]);
+        assert!(model_args(&config, "other").is_empty());
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::batch::{BatchLimits, DEFAULT_MAX_SEQUENCES, DEFAULT_PREFILL_CHUNK};
 use crate::engine::EngineOptions;
+use crate::gguf::Requantize;
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, PrefixCacheOptions};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
@@ -73,6 +74,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_PREFILL_CHUNK,
           value_parser = clap::value_parser!(u64).range(16..=65536).map(|tokens| tokens as usize))]
     pub prefill_chunk: usize,
+    /// What a GGUF's Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS tensors become: 8bit, 6bit or f16.
+    #[arg(long, value_name = "FORMAT", default_value = "8bit", value_parser = parse_requantize)]
+    pub gguf_requantize: Requantize,
+}
+
+fn parse_requantize(name: &str) -> Result<Requantize, String> {
+    Requantize::parse(name)
+        .ok_or_else(|| format!("expected one of {}", Requantize::NAMES.join(", ")))
 }
 
 impl ServeArgs {
@@ -89,6 +98,7 @@ impl ServeArgs {
                 disk_root: self.prefix_cache_dir.clone(),
                 disk_bytes: self.prefix_cache_disk,
             }),
+            gguf_requantize: self.gguf_requantize,
         }
     }
 }

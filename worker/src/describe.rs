@@ -30,6 +30,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         size_bytes: 0,
         parameters: None,
         active_parameters: None,
+        gguf_loaded_bytes: Default::default(),
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -57,6 +58,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         size_bytes: std::fs::metadata(path).map_or(0, |meta| meta.len()),
         parameters: None,
         active_parameters: None,
+        gguf_loaded_bytes: Default::default(),
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -78,6 +80,9 @@ fn describe_gguf(path: &Path) -> ModelDescription {
                     .sum(),
             );
             description.unservable = gguf::check(&header).err().map(|error| error.to_string());
+            if description.unservable.is_none() {
+                description.gguf_loaded_bytes = gguf::loaded_bytes(&header);
+            }
         }
         Err(error) => description.unservable = Some(error.to_string()),
     }

@@ -246,3 +246,21 @@ fn an_unknown_key_is_an_error_naming_the_file() {
     let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
     assert!(format!("{error:#}").contains("corral.toml"), "{error:#}");
 }
+
+#[test]
+fn a_models_gguf_requantize_is_read_and_an_unknown_value_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(&file, "[models.q6k]\ngguf_requantize = \"6bit\"\n").unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(
+        config.models["q6k"].gguf_requantize,
+        Some(GgufRequantize::Bits6)
+    );
+    std::fs::write(&file, "[models.q6k]\ngguf_requantize = \"3bit\"\n").unwrap();
+    let error = format!(
+        "{:#}",
+        Config::load(Some(&file), Overrides::default()).unwrap_err()
+    );
+    assert!(error.contains("3bit") && error.contains("8bit"), "{error}");
+}

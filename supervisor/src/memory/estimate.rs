@@ -1,6 +1,8 @@
 //! What a model will hold once loaded, estimated from its directory before any worker starts, so
 //! admission can refuse or make room first: the safetensors files' sizes (the weights are loaded
-//! as stored) plus a KV cache reserve computed from `config.json`; a GGUF file counts its size.
+//! as stored) plus a KV cache reserve computed from `config.json`; a GGUF file counts its size,
+//! which the worker's description replaces with what its weights take once loaded (see
+//! `process/workers.rs`).
 
 use std::fs;
 use std::io;
@@ -17,7 +19,7 @@ pub const KV_RESERVE_TOKENS: u64 = 4096;
 /// A model's expected memory, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelEstimate {
-    /// The sum of the `*.safetensors` files' sizes.
+    /// The sum of the `*.safetensors` files' sizes (a GGUF's loaded size, when described).
     pub weight_bytes: u64,
     /// Keys and values for `KV_RESERVE_TOKENS` tokens across all layers.
     pub kv_reserve_bytes: u64,

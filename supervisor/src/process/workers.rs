@@ -14,10 +14,16 @@ use super::stop::stop;
 use crate::memory::{estimate_model_bytes, process_footprint};
 use crate::pool::{LaunchError, LaunchedWorker, Processes, StopOrder, Worker};
 
+/// Model id → the bytes its GGUF's weights take once loaded, as its worker described them;
+/// `None` for a directory, or a GGUF not described.
+pub type GgufLoadedBytes = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+
 pub struct WorkerProcesses {
     spawner: Spawner,
     /// Where each model's files are, for its estimate.
     lookup: ModelLookup,
+    /// What a GGUF's weights become in memory, which its file's size does not tell.
+    gguf_loaded_bytes: GgufLoadedBytes,
     /// Each step of a graceful stop waits this long before the next.
     stop_grace: Duration,
     estimates: Mutex<HashMap<String, u64>>,
@@ -28,12 +34,14 @@ impl WorkerProcesses {
     pub fn new(
         spawner: Spawner,
         lookup: ModelLookup,
+        gguf_loaded_bytes: GgufLoadedBytes,
         stop_grace: Duration,
         ledger: Arc<Mutex<Ledger>>,
     ) -> Self {
         Self {
             spawner,
             lookup,
+            gguf_loaded_bytes,
             stop_grace,
             estimates: Mutex::new(HashMap::new()),
             ledger,
@@ -101,7 +109,10 @@ impl Processes for WorkerProcesses {
             return 0;
         };
         match estimate_model_bytes(&dir) {
-            Ok(estimate) => {
+            Ok(mut estimate) => {
+                if let Some(bytes) = (self.gguf_loaded_bytes)(model) {
+                    estimate.weight_bytes = bytes;
+                }
                 estimates.insert(model.to_owned(), estimate.total());
                 estimate.total()
             }

@@ -102,6 +102,7 @@ mod tests {
             size_bytes: 98_000_000,
             parameters: None,
             active_parameters: None,
+            gguf_loaded_bytes: Default::default(),
             unservable: unservable.map(str::to_owned),
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),

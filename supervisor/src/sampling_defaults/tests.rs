@@ -32,6 +32,7 @@ fn entry() -> ModelEntry {
         size_bytes: 0,
         parameters: None,
         active_parameters: None,
+        gguf_loaded_bytes: Default::default(),
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: values(|v| {

@@ -270,6 +270,7 @@ fn engine(max_sequences: usize, prefix: bool) -> Engine {
             disk_root: None,
             disk_bytes: 0,
         }),
+        ..EngineOptions::default()
     };
     Engine::start_with(smollm2_gguf(), options).unwrap()
 }

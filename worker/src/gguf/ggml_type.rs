@@ -1,5 +1,4 @@
-//! ggml's tensor types: how many bytes a block of values takes, and which of them MLX keeps as
-//! they are in memory.
+//! ggml's tensor types: how many bytes a block of values takes, and which of them are served.
 
 use std::fmt;
 
@@ -19,8 +18,18 @@ impl GgmlType {
     pub const F16: Self = Self(1);
     pub const Q4_0: Self = Self(2);
     pub const Q4_1: Self = Self(3);
+    pub const Q5_0: Self = Self(6);
+    pub const Q5_1: Self = Self(7);
     pub const Q8_0: Self = Self(8);
+    pub const Q2_K: Self = Self(10);
+    pub const Q3_K: Self = Self(11);
+    pub const Q4_K: Self = Self(12);
+    pub const Q5_K: Self = Self(13);
+    pub const Q6_K: Self = Self(14);
+    pub const IQ4_NL: Self = Self(20);
+    pub const IQ4_XS: Self = Self(23);
     pub const BF16: Self = Self(30);
+    pub const MXFP4: Self = Self(39);
 
     fn layout(self) -> Option<Layout> {
         let (name, block_values, block_bytes) = match self.0 {
@@ -80,27 +89,11 @@ impl GgmlType {
         self.layout().map(|layout| layout.block_values)
     }
 
-    /// The types the worker serves: MLX keeps Q4_0, Q4_1 and Q8_0 as affine-quantized groups of
-    /// 32, and floats as they are. MLX would turn other block types into f16, four times the
-    /// memory of a 4-bit file and, on the CPU backend, without BLAS; they are refused instead.
+    /// The types the worker serves, each read from its blocks without inflating it (see
+    /// `blocks/`); the others (the 1-3-bit IQ and ternary types, ggml's intermediates) are
+    /// refused by name.
     pub fn is_served(self) -> bool {
-        matches!(
-            self,
-            Self::F32 | Self::F16 | Self::BF16 | Self::Q4_0 | Self::Q4_1 | Self::Q8_0
-        )
-    }
-
-    /// Bits per value of the block types MLX keeps quantized.
-    pub fn quantized_bits(self) -> Option<i32> {
-        match self {
-            Self::Q4_0 | Self::Q4_1 => Some(4),
-            Self::Q8_0 => Some(8),
-            _ => None,
-        }
-    }
-
-    pub fn is_float(self) -> bool {
-        matches!(self, Self::F32 | Self::F16 | Self::BF16)
+        super::blocks::route(self).is_some()
     }
 }
 

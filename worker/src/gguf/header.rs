@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use super::ggml_type::GgmlType;
 
 const MAGIC: &[u8; 4] = b"GGUF";
+/// For the error that refuses the others.
+const SERVED_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4";
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// More dimensions than ggml has (4) is corruption, not a model.
 const MAX_DIMS: u32 = 4;
@@ -166,7 +168,7 @@ impl GgufHeader {
     pub fn check_types(&self) -> Result<(), GgufError> {
         match self.tensors.iter().find(|t| !t.ggml_type.is_served()) {
             Some(tensor) => Err(self.invalid(format!(
-                "tensor {} is {}; corral serves F32, F16, BF16, Q4_0, Q4_1 and Q8_0 tensors",
+                "tensor {} is {}; corral serves {SERVED_TYPES} tensors",
                 tensor.name, tensor.ggml_type
             ))),
             None => Ok(()),

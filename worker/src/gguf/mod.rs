@@ -1,20 +1,22 @@
 //! Single-file GGUF models (llama.cpp's format, also Ollama's blobs and LM Studio's files):
-//! the header checked in Rust, the tensors loaded by MLX, the tokenizer, chat template and stop
-//! tokens rebuilt from the metadata.
+//! the header checked in Rust, the tensors read from their blocks in Rust into MLX arrays, the
+//! tokenizer, chat template and stop tokens rebuilt from the metadata.
 
+mod blocks;
 mod config;
 mod ggml_type;
 mod header;
 mod tokenizer;
 mod weights;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
 use tokenizers::Tokenizer;
 
+pub use blocks::Requantize;
 pub use config::ARCHITECTURES;
 pub use header::{GgufError, GgufHeader, Value};
 
@@ -49,7 +51,12 @@ pub fn is_gguf(path: &Path) -> bool {
 }
 
 impl GgufModel {
+    /// Loads `path`, requantizing the types MLX cannot hold as [`Requantize::default`] says.
     pub fn load(path: &Path) -> Result<Self, GgufLoadError> {
+        Self::load_requantized(path, Requantize::default())
+    }
+
+    pub fn load_requantized(path: &Path, requantize: Requantize) -> Result<Self, GgufLoadError> {
         let header = GgufHeader::read(path)?;
         let (config, tokenizer) = check(&header)?;
         let chat_template = match header.string("tokenizer.chat_template") {
@@ -65,7 +72,7 @@ impl GgufModel {
             None => None,
         };
         let eos_token_ids = tokenizer::stop_ids(&header)?.into_iter().collect();
-        let weights = weights::load(&header)?;
+        let weights = weights::load(&header, requantize)?;
         let model = Model::from_weights(config, weights, path)?;
         Ok(Self {
             model,
@@ -74,6 +81,29 @@ impl GgufModel {
             eos_token_ids,
         })
     }
+}
+
+/// Bytes the weights of `header` take once loaded, for each [`Requantize`] choice by name.
+pub fn loaded_bytes(header: &GgufHeader) -> BTreeMap<String, u64> {
+    let scale_bytes = if weights::scale_dtype() == mlx_rs::Dtype::Float16 {
+        2
+    } else {
+        4
+    };
+    Requantize::ALL
+        .iter()
+        .map(|&requantize| {
+            let bytes = header
+                .tensors
+                .iter()
+                .filter_map(|tensor| {
+                    let values = tensor.dims.iter().product();
+                    blocks::loaded_bytes(tensor.ggml_type, values, requantize, scale_bytes)
+                })
+                .sum();
+            (requantize.to_string(), bytes)
+        })
+        .collect()
 }
 
 /// Everything that can be decided from the header alone: the tensor types, the architecture and

@@ -185,15 +185,16 @@ fn a_huge_array_count_is_refused_before_allocating() {
 }
 
 #[test]
-fn a_tensor_type_mlx_would_dequantize_is_refused_by_name() {
+fn a_tensor_type_corral_cannot_read_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let builder = llama().tensor("blk.0.ffn_down.weight", &[256, 64], GgmlType(12));
+    let builder = llama().tensor("blk.0.ffn_down.weight", &[256, 64], GgmlType(16));
     let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
     let error = header.check_types().unwrap_err().to_string();
     assert!(
-        error.contains("blk.0.ffn_down.weight") && error.contains("Q4_K"),
+        error.contains("blk.0.ffn_down.weight") && error.contains("IQ2_XXS"),
         "{error}"
     );
+    assert!(error.contains("Q4_K") && error.contains("Q6_K"), "{error}");
     assert!(check(&header).is_err());
 }
 

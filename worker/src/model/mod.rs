@@ -13,7 +13,7 @@ mod host;
 pub(crate) mod kernels;
 mod kv_cache;
 mod parameters;
-mod quantized_ops;
+pub(crate) mod quantized_ops;
 mod shape;
 mod supported;
 mod weights;

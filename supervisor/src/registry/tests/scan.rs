@@ -189,6 +189,7 @@ done"#;
             size_bytes: 8,
             parameters: None,
             active_parameters: None,
+            gguf_loaded_bytes: Default::default(),
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),

@@ -1,0 +1,237 @@
+//! Tensors read from a GGUF's raw blocks into what MLX holds, so no type is ever inflated to
+//! float16 behind the user's back:
+//! - floats (`F32`, `F16`, `BF16`) as they are;
+//! - the types whose groups of 32 are MLX affine groups (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
+//!   `Q4_K`, `Q5_K`) repacked exactly: MLX's dequantized values equal llama.cpp's bit for bit
+//!   (with f32 scales; see `weights.rs` for the f16 ones on Metal);
+//! - `MXFP4` onto MLX's `mxfp4` mode, exactly;
+//! - the rest llama.cpp's recipes write (`Q2_K`, `Q3_K`, `Q6_K`: scales per 16 values; `IQ4_NL`,
+//!   `IQ4_XS`: a non-uniform table) dequantized as llama.cpp does and requantized, as
+//!   [`Requantize`] says.
+//!
+//! The caller has checked the tensor against the file; every length is checked again here
+//! before a block is read.
+
+mod groups;
+mod iq;
+mod k_quants;
+mod legacy;
+mod mxfp4;
+mod requantize;
+
+use mlx_rs::error::Exception;
+use mlx_rs::{Array, Dtype};
+
+use super::ggml_type::GgmlType;
+use groups::Groups;
+pub use requantize::Requantize;
+
+/// One tensor as MLX holds it.
+pub enum Loaded {
+    Plain(Array),
+    Affine {
+        weight: Array,
+        scales: Array,
+        biases: Array,
+        bits: i32,
+    },
+    Mxfp4 {
+        weight: Array,
+        scales: Array,
+    },
+}
+
+/// How a type reaches MLX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Float(Dtype),
+    Exact { bits: u32 },
+    Mxfp4,
+    Requantized,
+}
+
+pub fn route(ggml_type: GgmlType) -> Option<Route> {
+    if let Some(bits) = legacy::bits(ggml_type) {
+        return Some(Route::Exact { bits });
+    }
+    Some(match ggml_type {
+        GgmlType::F32 => Route::Float(Dtype::Float32),
+        GgmlType::F16 => Route::Float(Dtype::Float16),
+        GgmlType::BF16 => Route::Float(Dtype::Bfloat16),
+        GgmlType::Q4_K => Route::Exact { bits: 4 },
+        GgmlType::Q5_K => Route::Exact { bits: 5 },
+        GgmlType::MXFP4 => Route::Mxfp4,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            Route::Requantized
+        }
+        _ => return None,
+    })
+}
+
+/// Reads a tensor of `shape` (MLX order) and type `ggml_type` from its `bytes`. Affine scales
+/// and biases come out in `scale_dtype`.
+pub fn load(
+    ggml_type: GgmlType,
+    shape: &[i32],
+    bytes: &[u8],
+    requantize: Requantize,
+    scale_dtype: Dtype,
+) -> Result<Loaded, String> {
+    let route = route(ggml_type).ok_or_else(|| format!("{ggml_type} is not served"))?;
+    let values = shape.iter().map(|&dim| dim as usize).product::<usize>();
+    let expected = ggml_type
+        .bytes_for(values as u64)
+        .ok_or_else(|| format!("{values} values do not fill whole {ggml_type} blocks"))?;
+    if bytes.len() as u64 != expected {
+        return Err(format!(
+            "{} bytes where {values} values of {ggml_type} take {expected}",
+            bytes.len()
+        ));
+    }
+    let mlx = |error: Exception| format!("MLX failed: {error}");
+    let columns = shape.last().copied().unwrap_or(1);
+    let grouped = |count: usize| -> Vec<i32> {
+        let mut dims = shape.to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = count as i32;
+        }
+        dims
+    };
+    match route {
+        Route::Float(dtype) => Ok(Loaded::Plain(
+            Array::from_slice(bytes, &[bytes.len() as i32])
+                .view_dtype(dtype)
+                .and_then(|array| array.reshape(shape))
+                .map_err(mlx)?,
+        )),
+        Route::Exact { bits } => {
+            let groups = exact_groups(ggml_type, bits, bytes, values);
+            let words = groups.packed();
+            let per_row = columns as usize * bits as usize / 32;
+            let scale_shape = grouped(columns as usize / groups::GROUP);
+            let to_scales =
+                |values: &[f32]| Array::from_slice(values, &scale_shape).as_dtype(scale_dtype);
+            Ok(Loaded::Affine {
+                weight: Array::from_slice(&words, &grouped(per_row)),
+                scales: to_scales(&groups.scales).map_err(mlx)?,
+                biases: to_scales(&groups.biases).map_err(mlx)?,
+                bits: bits as i32,
+            })
+        }
+        Route::Mxfp4 => {
+            let (words, exponents) = mxfp4::repack(bytes);
+            Ok(Loaded::Mxfp4 {
+                weight: Array::from_slice(&words, &grouped(columns as usize / 8)),
+                scales: Array::from_slice(&exponents, &grouped(columns as usize / groups::GROUP)),
+            })
+        }
+        Route::Requantized => {
+            let columns = columns as usize;
+            let rows = values / columns.max(1);
+            let block_values = ggml_type.block_values().unwrap_or(1) as usize;
+            let block_bytes = bytes.len() / (values / block_values).max(1);
+            let row_bytes = columns / block_values * block_bytes;
+            let bits = requantize.bits();
+            let parts = requantize::requantize(rows, columns, bits, |range, out| {
+                let chunk = &bytes[range.start * row_bytes..range.end * row_bytes];
+                dequantize_into(ggml_type, chunk, out);
+            })
+            .map_err(mlx)?;
+            let reshape = |array: &Array, count: usize| array.reshape(&grouped(count));
+            match (bits, parts.as_slice()) {
+                (None, [plain]) => Ok(Loaded::Plain(plain.reshape(shape).map_err(mlx)?)),
+                (Some(bits), [weight, scales, biases]) => {
+                    let per_row = columns * bits as usize / 32;
+                    let groups = columns / groups::GROUP;
+                    Ok(Loaded::Affine {
+                        weight: reshape(weight, per_row).map_err(mlx)?,
+                        scales: reshape(scales, groups)
+                            .and_then(|a| a.as_dtype(scale_dtype))
+                            .map_err(mlx)?,
+                        biases: reshape(biases, groups)
+                            .and_then(|a| a.as_dtype(scale_dtype))
+                            .map_err(mlx)?,
+                        bits,
+                    })
+                }
+                _ => Err("an empty tensor".into()),
+            }
+        }
+    }
+}
+
+/// The affine groups of a tensor of an exact type.
+fn exact_groups(ggml_type: GgmlType, bits: u32, bytes: &[u8], values: usize) -> Groups {
+    let mut groups = Groups::with_capacity(bits, values);
+    let block_bytes = block_bytes(ggml_type);
+    for block in bytes.chunks_exact(block_bytes) {
+        match ggml_type {
+            GgmlType::Q4_K | GgmlType::Q5_K => k_quants::push_block(ggml_type, block, &mut groups),
+            _ => legacy::push_block(ggml_type, block, &mut groups),
+        }
+    }
+    groups
+}
+
+fn block_bytes(ggml_type: GgmlType) -> usize {
+    let values = ggml_type.block_values().unwrap_or(1);
+    ggml_type.bytes_for(values).unwrap_or(0) as usize
+}
+
+/// llama.cpp's dequantization of any served block type, in f32; `None` for a float or unserved
+/// type. `bytes` must hold whole blocks. The tests' view of every decoder; loading goes through
+/// [`load`].
+#[cfg(test)]
+pub fn dequantize(ggml_type: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
+    let block_values = ggml_type.block_values()? as usize;
+    let count = bytes.len() / block_bytes(ggml_type).max(1) * block_values;
+    let mut out = vec![0.0; count];
+    match route(ggml_type)? {
+        Route::Float(_) => return None,
+        Route::Exact { bits } => {
+            return Some(exact_groups(ggml_type, bits, bytes, count).dequantized());
+        }
+        Route::Mxfp4 => return Some(mxfp4::dequantize(bytes)),
+        Route::Requantized => dequantize_into(ggml_type, bytes, &mut out),
+    }
+    Some(out)
+}
+
+/// Dequantizes whole blocks of a requantized type into `out`.
+fn dequantize_into(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    let block_values = ggml_type.block_values().unwrap_or(1) as usize;
+    for (block, out) in bytes
+        .chunks_exact(block_bytes(ggml_type))
+        .zip(out.chunks_exact_mut(block_values))
+    {
+        match ggml_type {
+            GgmlType::IQ4_NL | GgmlType::IQ4_XS => iq::dequantize_block(ggml_type, block, out),
+            _ => k_quants::dequantize_block(ggml_type, block, out),
+        }
+    }
+}
+
+/// Bytes a tensor of `values` values of `ggml_type` takes once loaded, with scales of
+/// `scale_bytes` each; `None` for a type that is not served.
+pub fn loaded_bytes(
+    ggml_type: GgmlType,
+    values: u64,
+    requantize: Requantize,
+    scale_bytes: u64,
+) -> Option<u64> {
+    let groups = values / groups::GROUP as u64;
+    let affine = |bits: u64| values * bits / 8 + 2 * groups * scale_bytes;
+    Some(match route(ggml_type)? {
+        Route::Float(Dtype::Float32) => values * 4,
+        Route::Float(_) => values * 2,
+        Route::Exact { bits } => affine(u64::from(bits)),
+        Route::Mxfp4 => values / 2 + groups,
+        Route::Requantized => match requantize.bits() {
+            Some(bits) => affine(bits as u64),
+            None => values * 2,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;
