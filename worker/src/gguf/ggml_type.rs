@@ -88,13 +88,6 @@ impl GgmlType {
     pub fn block_values(self) -> Option<u64> {
         self.layout().map(|layout| layout.block_values)
     }
-
-    /// The types the worker serves, each read from its blocks without inflating it (see
-    /// `blocks/`); the others (the 1-3-bit IQ and ternary types, ggml's intermediates) are
-    /// refused by name.
-    pub fn is_served(self) -> bool {
-        super::blocks::route(self).is_some()
-    }
 }
 
 impl fmt::Display for GgmlType {

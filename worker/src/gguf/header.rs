@@ -166,7 +166,13 @@ impl GgufHeader {
 
     /// Fails on the first tensor of a type the worker does not serve, naming it.
     pub fn check_types(&self) -> Result<(), GgufError> {
-        match self.tensors.iter().find(|t| !t.ggml_type.is_served()) {
+        // The types the worker serves are those `blocks` reads without inflating them; the
+        // others (the 1-3-bit IQ and ternary types, ggml's intermediates) are refused by name.
+        match self
+            .tensors
+            .iter()
+            .find(|t| super::blocks::route(t.ggml_type).is_none())
+        {
             Some(tensor) => Err(self.invalid(format!(
                 "tensor {} is {}; corral serves {SERVED_TYPES} tensors",
                 tensor.name, tensor.ggml_type

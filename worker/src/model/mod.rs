@@ -38,7 +38,7 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
-use blocks::decoder_layer::scaled;
+use blocks::scaled::scaled;
 use decoder::Decoder;
 pub use error::ModelError;
 pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};

@@ -14,6 +14,7 @@ use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
 use super::per_layer_input::PerLayerGate;
+use super::scaled::scaled;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
@@ -214,14 +215,6 @@ impl DecoderLayer {
             Some(scale) => ops::multiply(&out, scale),
             None => Ok(out),
         }
-    }
-}
-
-/// `x · factor` in `x`'s own dtype, as mlx-lm's multiply by a Python float is.
-pub fn scaled(x: Array, factor: Option<f32>) -> Result<Array, Exception> {
-    match factor {
-        Some(factor) => ops::multiply(&x, &Array::from_f32(factor).as_dtype(x.dtype())?),
-        None => Ok(x),
     }
 }
 

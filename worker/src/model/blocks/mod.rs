@@ -10,3 +10,4 @@ pub mod norm;
 pub mod per_layer_input;
 pub mod query_scale;
 pub mod rope;
+pub mod scaled;

@@ -6,10 +6,10 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::ops;
 
-use super::decoder_layer::scaled;
 use super::linear::{Embedding, Linear};
 use super::mlp::gelu_tanh;
 use super::norm::Norm;
+use super::scaled::scaled;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
