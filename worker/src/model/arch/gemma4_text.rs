@@ -56,10 +56,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let per_layer_width = config
         .key_or_null("hidden_size_per_layer_input", 256)?
         .unwrap_or(0);
-    let moe = config
-        .key_or("enable_moe_block", false)?
-        .then(|| moe_spec(config))
-        .transpose()?;
+    let moe = experts(config)?;
     let sliding_rope = rope(config, "sliding_attention", config.head_dim)?;
     let full_rope = rope(config, "full_attention", global_head_dim)?;
 
@@ -198,6 +195,14 @@ fn rope(config: &ModelConfig, kind: &str, dims: i32) -> Result<Rope, ModelError>
         action: "building rotary frequencies",
         source,
     })
+}
+
+/// The experts a config with `enable_moe_block` runs beside each layer's MLP.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    config
+        .key_or("enable_moe_block", false)?
+        .then(|| moe_spec(config))
+        .transpose()
 }
 
 fn moe_spec(config: &ModelConfig) -> Result<MoeSpec, ModelError> {

@@ -59,8 +59,8 @@ const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Archit
 const ARCHITECTURES: &[Architecture] = &[
     dense("gemma3", gemma3_text::build),
     dense("gemma3_text", gemma3_text::build),
-    dense("gemma4", gemma4_text::build),
-    dense("gemma4_text", gemma4_text::build),
+    moe("gemma4", gemma4_text::build, gemma4_text::experts),
+    moe("gemma4_text", gemma4_text::build, gemma4_text::experts),
     moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
     dense("granite", granite::build),
@@ -74,10 +74,10 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("phi3", phi3::build),
     dense("qwen2", qwen2::build),
     dense("qwen3", qwen3::build),
-    dense("qwen3_5", qwen3_5::build),
-    dense("qwen3_5_moe", qwen3_5_moe::build),
+    moe("qwen3_5", qwen3_5::build, qwen3_5::experts),
+    moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts),
     moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts),
-    dense("qwen3_next", qwen3_next::build),
+    moe("qwen3_next", qwen3_next::build, qwen3_next::experts),
     dense("smollm3", smollm3::build),
 ];
 

@@ -5,7 +5,8 @@
 //! `rope_parameters`, whose multi-section RoPE (`mrope_section`) rotates text, where all three
 //! position ids are equal, as plain RoPE.
 
-use super::qwen3_next::{hybrid, partial_rope};
+use super::qwen3_next::{hybrid, partial_rope, routed_experts};
+use crate::model::blocks::moe::MoeSpec;
 use crate::model::config::{ModelConfig, parse_rope_scaling};
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
@@ -49,4 +50,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         sparse,
         config.key_or("norm_topk_prob", true)?,
     )
+}
+
+/// The routed experts of a Qwen3.5 config (`None` for a dense one).
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    routed_experts(config, config.key_or("norm_topk_prob", true)?)
 }

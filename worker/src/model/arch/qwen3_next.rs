@@ -44,6 +44,30 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     hybrid(config, weights, rope, sparse, normalize)
 }
 
+/// The routed experts of a Qwen3-Next config (`None` for a dense one).
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    routed_experts(config, config.key_or("norm_topk_prob", false)?)
+}
+
+/// The routed experts of a Qwen3-Next or Qwen3.5 config whose renormalization of the chosen
+/// experts' weights is `normalize` (`None` for a dense one).
+pub(super) fn routed_experts(
+    config: &ModelConfig,
+    normalize: bool,
+) -> Result<Option<MoeSpec>, ModelError> {
+    let spec = moe_spec(config, normalize)?;
+    Ok((spec.experts > 0).then_some(spec))
+}
+
+fn moe_spec(config: &ModelConfig, normalize: bool) -> Result<MoeSpec, ModelError> {
+    Ok(MoeSpec::new(
+        config.key_or("num_experts", 0)?,
+        config.key_or("num_experts_per_tok", 1)?,
+        config.key_or("moe_intermediate_size", config.intermediate_size)?,
+        Routing::SoftmaxTopK { normalize },
+    ))
+}
+
 /// A rotation of the first `factor` of each head's channels.
 pub(super) fn partial_rope(
     config: &ModelConfig,
@@ -91,12 +115,7 @@ pub(super) fn hybrid(
     } else {
         HeadNorm::Rms { eps }
     };
-    let moe = MoeSpec::new(
-        config.key_or("num_experts", 0)?,
-        config.key_or("num_experts_per_tok", 1)?,
-        config.key_or("moe_intermediate_size", config.intermediate_size)?,
-        Routing::SoftmaxTopK { normalize },
-    );
+    let moe = moe_spec(config, normalize)?;
     let shared_inner: i32 = config.key_or("shared_expert_intermediate_size", 0)?;
     let bias = config.key_or("attention_bias", false)?;
     let layers = (0..config.num_layers)

@@ -105,3 +105,26 @@ fn a_mixture_of_experts_runs_top_k_of_its_routed_experts_and_all_the_rest() {
     }
     assert_eq!(count_of("qwen3", "f32").active, None);
 }
+
+#[test]
+fn hybrid_and_gemma4_mixtures_run_top_k_of_their_routed_experts() {
+    // Each of these fixtures routes to 2 of 4 experts.
+    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4_text_moe"] {
+        let headers = tensor_headers(&fixture(arch, "f32")).unwrap();
+        let routed: u64 = headers
+            .iter()
+            .filter(|(name, _)| is_routed_expert(name))
+            .map(|(_, header)| header.elements())
+            .sum();
+        assert!(routed > 0, "{arch}: no routed experts");
+        for variant in ["f32", "q4", "hf"] {
+            let counted = count_of(arch, variant);
+            assert_eq!(
+                counted.active,
+                Some(counted.total - routed + routed * 2 / 4),
+                "{arch}/{variant}"
+            );
+        }
+    }
+    assert_eq!(count_of("qwen3_5", "f32").active, None);
+}
