@@ -4,7 +4,7 @@ tests/tests/e2e/families.rs as
     python openai_families.py BASE_URL FAMILIES_JSON
 
 where FAMILIES_JSON lists each family as {"model", "call_grammar", "thinks", "thinking_output",
-"thinking_grammar"}. For each: a chat
+"thinking_grammar", "thinking_kwargs"} (the template variables that turn thinking on). For each: a chat
 completion, a call forced to a named tool, a streamed chat, and then the family's own formats:
 a call written in its real models' syntax (forced by `call_grammar`) must come back parsed,
 and a `<think>` block must come back as reasoning exactly when the family thinks. Every family
@@ -121,12 +121,12 @@ def native_call(api, model, grammar):
     return {"calls": len(calls)}
 
 
-def thinking(api, model, thinks, output, grammar):
+def thinking(api, model, thinks, output, grammar, kwargs):
     """The family's thinking `output` (written by `grammar`, with its special tokens) is
     reasoning and an answer for a family that thinks, and plain text for one that does not."""
     response = api.chat.completions.create(
         model=model, messages=ASK, max_tokens=MAX_TOKENS * 8, temperature=0,
-        extra_body={"grammar": grammar})
+        extra_body={"grammar": grammar, "chat_template_kwargs": kwargs})
     content, reasoning = text_of(response.choices[0].message)
     expected = (THOUGHT, ANSWER) if thinks else ("", output)
     assert (reasoning, content) == expected, (reasoning, content)
@@ -142,7 +142,7 @@ def check(api, family):
         seen["stream"] = stream(api, model, seen["chat"])
         seen["native_call"] = native_call(api, model, family["call_grammar"])
         seen["thinking"] = thinking(api, model, family["thinks"], family["thinking_output"],
-                                    family["thinking_grammar"])
+                                    family["thinking_grammar"], family["thinking_kwargs"])
     except Exception:  # noqa: BLE001 - every failure is reported, then the next model runs
         seen["failed"] = traceback.format_exc()
     return seen

@@ -26,6 +26,8 @@ pub enum CallSyntax {
     /// gpt-oss's harmony: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>
     /// {...}<|call|>`.
     Harmony,
+    /// `<|tool_call>call:NAME{key:<|"|>text<|"|>}<tool_call|>`.
+    Gemma4,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
@@ -43,8 +45,11 @@ pub struct Family {
     /// `generation_config.json`'s `eos_token_id`: every token that ends a turn.
     pub stop: &'static [&'static str],
     pub calls: CallSyntax,
-    /// Whether its models think first (in a `<think>` block, or gpt-oss's `analysis` channel).
+    /// Whether its models think first (in a `<think>` block, gpt-oss's `analysis` channel or
+    /// Gemma 4's thought channel).
     pub thinks: bool,
+    /// The template variables that turn its thinking on, where it is off by default.
+    pub thinking_kwargs: &'static str,
 }
 
 const CHATML: &[(&str, bool)] = &[
@@ -99,6 +104,35 @@ pub const FAMILIES: &[Family] = &[
         // Gemma 3's template renders no tools: corral teaches it Hermes calls.
         calls: CallSyntax::Hermes,
         thinks: false,
+        thinking_kwargs: "{}",
+    },
+    Family {
+        arch: "gemma4_text",
+        template: "gemma4.jinja",
+        added: &[
+            ("<pad>", true),
+            ("<eos>", true),
+            ("<bos>", true),
+            ("<|turn>", true),
+            ("<turn|>", true),
+            ("<|think|>", true),
+            ("<|channel>", true),
+            ("<channel|>", true),
+            ("<|tool>", true),
+            ("<tool|>", true),
+            ("<|tool_call>", true),
+            ("<tool_call|>", true),
+            ("<|tool_response>", true),
+            ("<tool_response|>", true),
+            ("<|\"|>", true),
+        ],
+        bos: Some("<bos>"),
+        eos: "<eos>",
+        // A call's turn ends where the result would start.
+        stop: &["<eos>", "<turn|>", "<|tool_response>"],
+        calls: CallSyntax::Gemma4,
+        thinks: true,
+        thinking_kwargs: r#"{"enable_thinking": true}"#,
     },
     Family {
         arch: "glm4_moe",
@@ -127,6 +161,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|endoftext|>", "<|user|>", "<|observation|>"],
         calls: CallSyntax::Glm,
         thinks: true,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "gpt_oss",
@@ -147,6 +182,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|return|>", "<|endoftext|>", "<|call|>"],
         calls: CallSyntax::Harmony,
         thinks: true,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "granite",
@@ -162,6 +198,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|end_of_text|>"],
         calls: CallSyntax::Granite,
         thinks: true,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "llama",
@@ -180,6 +217,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"],
         calls: CallSyntax::Llama3,
         thinks: false,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "mistral",
@@ -190,6 +228,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["</s>"],
         calls: CallSyntax::Mistral,
         thinks: false,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "mixtral",
@@ -200,6 +239,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["</s>"],
         calls: CallSyntax::Mistral,
         thinks: false,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "phi3",
@@ -222,6 +262,7 @@ pub const FAMILIES: &[Family] = &[
         // Its template renders no `tools`: corral teaches it Hermes calls.
         calls: CallSyntax::Hermes,
         thinks: false,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "qwen2",
@@ -232,6 +273,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|im_end|>", "<|endoftext|>"],
         calls: CallSyntax::Hermes,
         thinks: false,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "qwen3",
@@ -242,6 +284,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|im_end|>", "<|endoftext|>"],
         calls: CallSyntax::Hermes,
         thinks: true,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "qwen3_moe",
@@ -252,6 +295,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|im_end|>", "<|endoftext|>"],
         calls: CallSyntax::Hermes,
         thinks: true,
+        thinking_kwargs: "{}",
     },
     Family {
         arch: "smollm3",
@@ -271,6 +315,7 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|im_end|>", "<|end_of_text|>"],
         calls: CallSyntax::Hermes,
         thinks: true,
+        thinking_kwargs: "{}",
     },
 ];
 
@@ -368,6 +413,22 @@ impl Family {
                 }
                 literal(&(text + "</tool_call>"))
             }
+            CallSyntax::Gemma4 => {
+                let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
+                let mut items = vec![token("<|tool_call>"), literal(&format!("call:{name}{{"))];
+                for (position, (key, value)) in arguments.into_iter().enumerate() {
+                    let comma = if position == 0 { "" } else { "," };
+                    items.push(literal(&format!("{comma}{key}:")));
+                    match value.as_str() {
+                        Some(text) => {
+                            items.extend([token("<|\"|>"), literal(text), token("<|\"|>")])
+                        }
+                        None => items.push(literal(&value.to_string())),
+                    }
+                }
+                items.extend([literal("}"), token("<tool_call|>")]);
+                items.join(" ")
+            }
             CallSyntax::Harmony => format!(
                 "{} {} {} {} {} {} {}",
                 token("<|channel|>"),
@@ -389,6 +450,7 @@ impl Family {
         match self.calls {
             CallSyntax::Granite => "<think>hmm\n</think><response>fine</response>",
             CallSyntax::Glm => "\n<think>hmm\n</think>\nfine",
+            CallSyntax::Gemma4 => "<|channel>thought\nhmm\n<channel|>fine",
             CallSyntax::Harmony => {
                 "<|channel|>analysis<|message|>hmm\n<|end|><|start|>assistant<|channel|>final<|message|>fine"
             }

@@ -16,7 +16,7 @@ use crate::prefill_guard::PrefillTooLarge;
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
-use crate::tools::{ToolFormat, mistral_call_ids, rewrite_messages};
+use crate::tools::{ToolFormat, gemma4_tool_responses, mistral_call_ids, rewrite_messages};
 
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -235,7 +235,7 @@ pub(crate) fn prepare(
     }
     let text = render(loaded, messages, offered, template_kwargs.as_ref())?;
     let reasoning = if loaded.formats.reasoning {
-        prompt_opens_reasoning(&text)
+        prompt_opens_reasoning(&text, format.thinking_markers())
     } else {
         ReasoningStart::Off
     };
@@ -293,12 +293,17 @@ fn render(
     };
     let taught =
         !loaded.formats.native_tools && (!tools.is_empty() || messages.iter().any(mentions_tools));
-    let mistral_ids;
-    let messages = if loaded.formats.tool_format == ToolFormat::Mistral {
-        mistral_ids = mistral_call_ids(messages);
-        &mistral_ids[..]
-    } else {
-        messages
+    let rewritten;
+    let messages = match loaded.formats.tool_format {
+        ToolFormat::Mistral => {
+            rewritten = mistral_call_ids(messages);
+            &rewritten[..]
+        }
+        ToolFormat::Gemma4 => {
+            rewritten = gemma4_tool_responses(messages);
+            &rewritten[..]
+        }
+        _ => messages,
     };
     let render_as_given = |messages: &[serde_json::Value]| {
         if taught {

@@ -21,8 +21,9 @@ use super::served_model;
 use super::sse;
 use super::tools::Tools;
 
-/// OpenAI's reasoning efforts. They reach the template as `reasoning_effort`; `none` also turns
-/// thinking off for templates that read `enable_thinking` (Qwen3's).
+/// OpenAI's reasoning efforts. They reach the template as `reasoning_effort`, and set
+/// `enable_thinking` for templates that read it: `none` turns thinking off (Qwen3's is on by
+/// default), any other effort on (Gemma 4's is off by default).
 const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
 #[derive(Debug, Deserialize)]
@@ -93,11 +94,9 @@ pub fn template_kwargs(
         ));
     }
     let mut kwargs = kwargs.unwrap_or_default();
-    if effort == "none" {
-        kwargs
-            .entry("enable_thinking")
-            .or_insert(Value::Bool(false));
-    }
+    kwargs
+        .entry("enable_thinking")
+        .or_insert(Value::Bool(effort != "none"));
     kwargs
         .entry("reasoning_effort")
         .or_insert(Value::String(effort));

@@ -29,6 +29,7 @@ fn every_family_chats_calls_tools_streams_and_has_its_formats_read_off_its_templ
                 "thinks": family.thinks,
                 "thinking_output": family.thinking_output(),
                 "thinking_grammar": family.thinking_grammar(),
+                "thinking_kwargs": serde_json::from_str::<Value>(family.thinking_kwargs).unwrap(),
             })
         })
         .collect();

@@ -631,3 +631,18 @@ fn glm_renders_its_arg_key_calls_like_transformers() {
         "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the weather <now>\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call><|system|>\nYou are terse.<|user|>\nWeather in Paris?<|assistant|>\n<think></think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call><|observation|>\n<tool_response>\n{\"temp\": 21}\n</tool_response><|assistant|>"
     );
 }
+
+/// Gemma 4's calls in its own notation, and the results folded into the calling turn as its
+/// template reads them (`tools::gemma4_tool_responses`); thinking off by default, so the prompt
+/// ends with an empty thought channel.
+#[test]
+fn gemma4_renders_its_calls_and_their_results_in_one_model_turn_like_transformers() {
+    let conversation = crate::tools::gemma4_tool_responses(&conversation_with_a_call());
+    let got = shipped("gemma4.jinja")
+        .render(&conversation, Some(&weather_tool()), true)
+        .unwrap();
+    assert_eq!(
+        got,
+        "<|turn>system\nYou are terse.<|tool>declaration:get_weather{description:<|\"|>Get the weather <now><|\"|>,parameters:{properties:{city:{type:<|\"|>STRING<|\"|>}},required:[<|\"|>city<|\"|>],type:<|\"|>OBJECT<|\"|>}}<tool|><turn|>\n<|turn>user\nWeather in Paris?<turn|>\n<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|><|tool_response>response:get_weather{temp:21}<tool_response|><|channel>thought\n<channel|>"
+    );
+}

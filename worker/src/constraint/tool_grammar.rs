@@ -15,6 +15,10 @@
 //!   any other's is JSON of its schema. Only declared properties can be written.
 //! - Glm: `<tool_call>NAME\n`, one `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n` per
 //!   parameter, as QwenXml's, then `</tool_call>`, calls separated by `\n`;
+//! - Gemma4: `<|tool_call>call:NAME{KEY:VALUE,...}<tool_call|>` with the markers by id where
+//!   the vocabulary has them, one `KEY:VALUE` per parameter in schema order (optional ones may
+//!   be left out), calls written one after another. A string VALUE is raw text between `<|"|>`
+//!   quotes (its `minLength`, `maxLength` and string `enum` apply), any other JSON of its schema;
 //! - Harmony: ` to=functions.NAME<|channel|>commentary json<|message|>ARGS`, the header the
 //!   template writes past calls with (the prompt ends with `<|start|>assistant`), its tokens by
 //!   id where the vocabulary has them; one call, which the model's `<|call|>` then ends.
@@ -34,6 +38,10 @@ use crate::tools::ToolFormat;
 const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
 /// What Granite's models open their list of calls with.
 const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
+/// Gemma 4's call markers and string quote.
+const GEMMA4_CALL_OPEN: &str = "<|tool_call>";
+const GEMMA4_CALL_CLOSE: &str = "<tool_call|>";
+const GEMMA4_QUOTE: &str = "<|\"|>";
 /// Harmony's header tokens.
 const HARMONY_CHANNEL: &str = "<|channel|>";
 const HARMONY_MESSAGE: &str = "<|message|>";
@@ -119,6 +127,7 @@ pub(super) fn lark(
     let start = match format {
         ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Glm => repeated("\n", parallel),
         ToolFormat::Llama3Json | ToolFormat::Harmony => "call".to_owned(),
+        ToolFormat::Gemma4 => repeated("", parallel),
         ToolFormat::Mistral => {
             let id = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
                 ConstraintError::Invalid(format!(
@@ -139,6 +148,11 @@ pub(super) fn lark(
         .map(|index| format!("tool_{index}"))
         .collect();
     let mut lark = format!("start: {start}\ncall: {}\n", calls.join(" | "));
+    let token = |text: &str| {
+        factory
+            .token_id(text)
+            .map_or_else(|| literal(text), |id| format!("<[{id}]>"))
+    };
     for (index, tool) in tools.iter().enumerate() {
         let name = Value::String(tool.name.clone()).to_string();
         let rule = match format {
@@ -155,12 +169,18 @@ pub(super) fn lark(
             }
             ToolFormat::QwenXml => xml_call(&mut lark, index, tool, &QWEN_XML)?,
             ToolFormat::Glm => xml_call(&mut lark, index, tool, &GLM_XML)?,
+            ToolFormat::Gemma4 => {
+                let quote = factory.token_id(GEMMA4_QUOTE);
+                let arguments = gemma4_arguments(&mut lark, index, tool, quote)?;
+                format!(
+                    "{} {} {arguments} {} {}",
+                    token(GEMMA4_CALL_OPEN),
+                    literal(&format!("call:{}{{", tool.name)),
+                    literal("}"),
+                    token(GEMMA4_CALL_CLOSE),
+                )
+            }
             ToolFormat::Harmony => {
-                let token = |text: &str| {
-                    factory
-                        .token_id(text)
-                        .map_or_else(|| literal(text), |id| format!("<[{id}]>"))
-                };
                 let schema = json_schema(tool, &tool.parameters)?;
                 format!(
                     "{} {} {} {} %json {schema}",
@@ -179,7 +199,9 @@ pub(super) fn lark(
 
 /// `call`, or with parallel calls `call` then more, each after `separator`.
 fn repeated(separator: &str, parallel: bool) -> String {
-    if parallel {
+    if parallel && separator.is_empty() {
+        "call+".to_owned()
+    } else if parallel {
         format!("call ({} call)*", literal(separator))
     } else {
         "call".to_owned()
@@ -314,6 +336,114 @@ fn string_value(lark: &mut String, terminal: &str, schema: &Value, syntax: &XmlS
         r"{terminal}: /(?s:.{repeat}){close}/ & ~/(?s:.*{tag}.*{close})/"
     );
     format!("{terminal} {}", literal(syntax.after_close))
+}
+
+/// Gemma 4's `KEY:VALUE,...` for `tool`: a rule per parameter (`tool_N_P`, with a terminal of
+/// its own for a string's text) appended to `lark`, and the expression that writes them in
+/// schema order, commas between, optional ones left out or not. `quote` is the id of the `<|"|>`
+/// token, when the vocabulary has it.
+fn gemma4_arguments(
+    lark: &mut String,
+    index: usize,
+    tool: &Tool,
+    quote: Option<u32>,
+) -> Result<String, ConstraintError> {
+    let empty = Map::new();
+    let properties = tool
+        .parameters
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let required: Vec<&str> = tool
+        .parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut parameters = Vec::new();
+    for (position, (key, schema)) in properties.iter().enumerate() {
+        let name = format!("tool_{index}_{position}");
+        let value = if is_string(schema) {
+            gemma4_string(lark, &name.to_uppercase(), schema, quote)
+        } else {
+            let schema = json_schema(tool, &with_definitions(schema, &tool.parameters))?;
+            format!("%json {schema}")
+        };
+        let _ = writeln!(lark, "{name}: {} {value}", literal(&format!("{key}:")));
+        parameters.push((name, required.contains(&key.as_str())));
+    }
+    // After a written parameter, each later one follows a comma, or is left out if optional.
+    let after = |from: usize| -> String {
+        parameters[from..]
+            .iter()
+            .map(|(name, required)| {
+                if *required {
+                    format!("\",\" {name}")
+                } else {
+                    format!("(\",\" {name})?")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // The first parameter written is any up to the first required one.
+    let mut firsts = Vec::new();
+    for (position, (name, required)) in parameters.iter().enumerate() {
+        firsts.push(format!("{name} {}", after(position + 1)));
+        if *required {
+            break;
+        }
+    }
+    if firsts.is_empty() {
+        return Ok(String::new());
+    }
+    let all_optional = parameters.iter().all(|(_, required)| !required);
+    let list = format!("({})", firsts.join(" | "));
+    Ok(if all_optional {
+        format!("{list}?")
+    } else {
+        list
+    })
+}
+
+/// A string parameter's value: its enum's values or text within its length bounds, between
+/// `<|"|>` quotes. With the quote a token, the text is any text (no text spells the token);
+/// spelled out, the closing quote is part of the text's terminal, as in `string_value`.
+fn gemma4_string(lark: &mut String, terminal: &str, schema: &Value, quote: Option<u32>) -> String {
+    let open = quote.map_or_else(|| literal(GEMMA4_QUOTE), |id| format!("<[{id}]>"));
+    let close = open.clone();
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let values: Vec<String> = values
+            .iter()
+            .filter_map(Value::as_str)
+            .map(literal)
+            .collect();
+        if !values.is_empty() {
+            return format!("{open} ({}) {close}", values.join(" | "));
+        }
+    }
+    let bound = |key| schema.get(key).and_then(Value::as_u64);
+    let (min, max) = (bound("minLength").unwrap_or(0), bound("maxLength"));
+    if max == Some(0) {
+        return format!("{open} {close}");
+    }
+    let max = max.map_or(String::new(), |max| max.max(min).to_string());
+    if quote.is_some() {
+        // A terminal must match something: an empty string is the text left out.
+        let _ = writeln!(lark, r"{terminal}: /(?s:.{{{},{max}}})/", min.max(1));
+        let text = if min == 0 {
+            format!("{terminal}?")
+        } else {
+            terminal.to_owned()
+        };
+        return format!("{open} {text} {close}");
+    }
+    let quote_regex = r#"<\|"\|>"#;
+    let _ = writeln!(
+        lark,
+        r"{terminal}: /(?s:.{{{min},{max}}}){quote_regex}/ & ~/(?s:.*{quote_regex}.*{quote_regex})/"
+    );
+    format!("{open} {terminal}")
 }
 
 /// A property's schema standing alone: the root's `$defs` and `definitions` come along, so its

@@ -12,7 +12,7 @@ use super::format::ToolFormat;
 use super::markers::{
     ARG_KEY_OPEN, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
 };
-use super::markers::{FUNCTION_OPEN, PARAMETER_OPEN, PYTHON_TAG, THINK_CLOSE, THINK_OPEN};
+use super::markers::{FUNCTION_OPEN, GEMMA4_CALL_OPEN, PARAMETER_OPEN, PYTHON_TAG, THINK_CLOSE};
 
 /// What the worker learns once, at load, about a model's output formats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +33,11 @@ impl ModelFormats {
         let template = template_source.unwrap_or("");
         let in_vocab = |token: &str| tokenizer.token_to_id(token).is_some();
         let tool_format = tool_format(template, &in_vocab);
-        let reasoning = template.contains(THINK_CLOSE) || in_vocab(THINK_CLOSE);
+        let (_, thinking_close) = tool_format.thinking_markers();
+        let reasoning = template.contains(thinking_close) || in_vocab(THINK_CLOSE);
         let mut markers = tool_format.token_markers().to_vec();
         if reasoning {
-            markers.extend([THINK_OPEN, THINK_CLOSE]);
+            markers.extend(tool_format.thinking_tokens());
         }
         ModelFormats {
             tool_format,
@@ -53,6 +54,8 @@ impl ModelFormats {
 fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
     if template.contains(HARMONY_CHANNEL) {
         ToolFormat::Harmony
+    } else if template.contains(GEMMA4_CALL_OPEN) {
+        ToolFormat::Gemma4
     } else if template.contains(ARG_KEY_OPEN) {
         ToolFormat::Glm
     } else if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {

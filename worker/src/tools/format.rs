@@ -1,9 +1,11 @@
 //! The tool-call syntaxes the worker understands.
 
 use super::markers::{
-    ARG_KEY_CLOSE, ARG_KEY_OPEN, ARG_VALUE_CLOSE, ARG_VALUE_OPEN, ARGS, CALL_ID, GRANITE_TOOL_CALL,
-    HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_END, HARMONY_MESSAGE, HARMONY_RETURN,
-    HARMONY_START, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+    ARG_KEY_CLOSE, ARG_KEY_OPEN, ARG_VALUE_CLOSE, ARG_VALUE_OPEN, ARGS, CALL_ID, GEMMA4_CALL_CLOSE,
+    GEMMA4_CALL_OPEN, GEMMA4_CHANNEL_CLOSE, GEMMA4_CHANNEL_OPEN, GEMMA4_QUOTE, GEMMA4_THOUGHT_OPEN,
+    GRANITE_TOOL_CALL, HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_END,
+    HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START, PYTHON_TAG, THINK_CLOSE, THINK_OPEN,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
 };
 
 /// How a model writes tool calls in its output.
@@ -27,6 +29,8 @@ pub enum ToolFormat {
     /// to=functions.name <|constrain|>json<|message|>{...}<|call|>`, beside the `analysis`
     /// (reasoning) and `final` messages.
     Harmony,
+    /// Gemma 4: `<|tool_call>call:name{key:<|"|>text<|"|>,n:3}<tool_call|>`, one block per call.
+    Gemma4,
 }
 
 impl ToolFormat {
@@ -35,6 +39,23 @@ impl ToolFormat {
     /// gpt-oss, whose `<|call|>` ends its turn.
     pub fn supports_parallel(self) -> bool {
         !matches!(self, Self::Llama3Json | Self::Harmony)
+    }
+
+    /// The texts that open and close this family's thinking: `<think>` blocks, or Gemma 4's
+    /// thought channel.
+    pub fn thinking_markers(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Gemma4 => (GEMMA4_THOUGHT_OPEN, GEMMA4_CHANNEL_CLOSE),
+            _ => (THINK_OPEN, THINK_CLOSE),
+        }
+    }
+
+    /// The thinking markers that may be single special tokens.
+    pub(super) fn thinking_tokens(self) -> &'static [&'static str] {
+        match self {
+            Self::Gemma4 => &[GEMMA4_CHANNEL_OPEN, GEMMA4_CHANNEL_CLOSE],
+            _ => &[THINK_OPEN, THINK_CLOSE],
+        }
     }
 
     /// The marker texts of this format that may be single special tokens, which decoding with
@@ -53,6 +74,7 @@ impl ToolFormat {
                 ARG_VALUE_OPEN,
                 ARG_VALUE_CLOSE,
             ],
+            Self::Gemma4 => &[GEMMA4_CALL_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_QUOTE],
             Self::Harmony => &[
                 HARMONY_START,
                 HARMONY_CHANNEL,

@@ -44,6 +44,16 @@ pub const HARMONY_END: &str = "<|end|>";
 pub const HARMONY_RETURN: &str = "<|return|>";
 pub const HARMONY_CALL: &str = "<|call|>";
 
+/// Gemma 4: a call is `<|tool_call>call:NAME{...}<tool_call|>`, its strings between `<|"|>`
+/// quotes; thinking is a `<|channel>thought\n...<channel|>` block.
+pub const GEMMA4_CALL_OPEN: &str = "<|tool_call>";
+pub const GEMMA4_CALL_CLOSE: &str = "<tool_call|>";
+pub const GEMMA4_QUOTE: &str = "<|\"|>";
+pub const GEMMA4_CHANNEL_OPEN: &str = "<|channel>";
+pub const GEMMA4_CHANNEL_CLOSE: &str = "<channel|>";
+/// What opens Gemma 4's thinking: its channel marker and the channel's name.
+pub const GEMMA4_THOUGHT_OPEN: &str = "<|channel>thought";
+
 /// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
 /// Markers are ASCII, so the tail starts on a character boundary.
 pub(super) fn held_tail(text: &str, markers: &[&str]) -> usize {

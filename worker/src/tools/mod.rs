@@ -1,10 +1,11 @@
 //! Model formats for agents' output: which tool-call syntax a model writes and whether it
 //! thinks in `<think>` blocks (`detect`); the streaming parser that splits generated text into
-//! content, reasoning and whole tool calls (`parser`, with `calls`, `xml_call` and `glm_call`
-//! reading the calls and `reasoning` saying where a `<think>` block starts; gpt-oss's channels
-//! have a parser of their own, `harmony`); and the rewrite that teaches
-//! tools to a model whose template has none (`fallback`); tool-call ids in the shape Mistral's
-//! templates demand (`call_ids`).
+//! content, reasoning and whole tool calls (`parser`, with `calls`, `xml_call`, `glm_call` and
+//! `gemma4_call` reading the calls and `reasoning` saying where a thinking block starts;
+//! gpt-oss's channels have a parser of their own, `harmony`); and the rewrites of a
+//! conversation before rendering: tools taught to a model whose template has none
+//! (`fallback`), tool-call ids in the shape Mistral's templates demand (`call_ids`), tool
+//! results inside the calling turn as Gemma 4's template reads them (`tool_responses`).
 
 mod call_ids;
 mod calls;
@@ -12,11 +13,13 @@ mod detect;
 mod fallback;
 mod format;
 mod fragment;
+mod gemma4_call;
 mod glm_call;
 mod harmony;
 mod markers;
 mod parser;
 mod reasoning;
+mod tool_responses;
 mod xml_call;
 
 pub use call_ids::mistral_call_ids;
@@ -26,6 +29,7 @@ pub use format::ToolFormat;
 pub use fragment::{Fragment, ToolCall};
 pub use parser::{OutputParser, ParserConfig};
 pub use reasoning::{ReasoningStart, prompt_opens_reasoning};
+pub use tool_responses::gemma4_tool_responses;
 
 #[cfg(test)]
 mod tests;

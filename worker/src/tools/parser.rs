@@ -15,11 +15,13 @@ use serde_json::Value;
 use super::calls;
 use super::format::ToolFormat;
 use super::fragment::{Fragment, Fragments, ToolCall};
+use super::gemma4_call;
 use super::glm_call;
 use super::harmony::HarmonyParser;
 use super::markers::{
-    FUNCTION_CLOSE, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, RESPONSE_CLOSE, RESPONSE_OPEN,
-    THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS, held_tail,
+    FUNCTION_CLOSE, FUNCTION_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_CALL_OPEN, GRANITE_TOOL_CALL,
+    PYTHON_TAG, RESPONSE_CLOSE, RESPONSE_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+    held_tail,
 };
 use super::reasoning::ReasoningStart;
 use super::xml_call::{self, ParamTypes};
@@ -41,6 +43,8 @@ enum Block {
     ToolCall,
     /// Qwen3-Coder's `<function=...>` ... `</function>` without the wrapper.
     Function,
+    /// Gemma 4's `<|tool_call>` ... `<tool_call|>`.
+    Gemma4,
 }
 
 impl Block {
@@ -48,6 +52,7 @@ impl Block {
         match self {
             Self::ToolCall => TOOL_CALL_OPEN,
             Self::Function => FUNCTION_OPEN,
+            Self::Gemma4 => GEMMA4_CALL_OPEN,
         }
     }
 
@@ -55,6 +60,7 @@ impl Block {
         match self {
             Self::ToolCall => TOOL_CALL_CLOSE,
             Self::Function => FUNCTION_CLOSE,
+            Self::Gemma4 => GEMMA4_CALL_CLOSE,
         }
     }
 }
@@ -103,6 +109,8 @@ impl From<Next> for Mode {
 pub struct OutputParser {
     format: ToolFormat,
     parse_tools: bool,
+    /// What opens and closes the family's thinking.
+    thinking: (&'static str, &'static str),
     /// The markers that open a call in content; none when tools are not parsed.
     openers: &'static [&'static str],
     types: ParamTypes,
@@ -141,6 +149,7 @@ impl OutputParser {
         Self {
             format: config.format,
             parse_tools: config.parse_tools,
+            thinking: config.format.thinking_markers(),
             openers,
             types,
             mode,
@@ -243,15 +252,16 @@ impl OutputParser {
         }
     }
 
-    /// Leading whitespace then `<think>` opens reasoning; anything else is the answer, its
-    /// whitespace included.
+    /// Leading whitespace then `<think>` (or the family's opening marker) opens reasoning;
+    /// anything else is the answer, its whitespace included.
     fn maybe_think(&mut self) -> bool {
+        let open = self.thinking.0;
         let space = self.leading_space();
         let text = &self.pending()[space..];
-        if text.starts_with(THINK_OPEN) {
-            self.start += space + THINK_OPEN.len();
+        if text.starts_with(open) {
+            self.start += space + open.len();
             self.set_mode(Mode::SkipSpace(Next::Thinking));
-        } else if text.is_empty() || THINK_OPEN.starts_with(text) {
+        } else if text.is_empty() || open.starts_with(text) {
             return false;
         } else {
             self.set_mode(Mode::ContentStart);
@@ -259,16 +269,18 @@ impl OutputParser {
         true
     }
 
-    /// Reasoning streams as it comes, less a tail that may be the start of `</think>`.
+    /// Reasoning streams as it comes, less a tail that may be the start of `</think>` (or the
+    /// family's closing marker).
     fn thinking(&mut self, out: &mut Fragments) -> bool {
+        let close = self.thinking.1;
         let pending = self.pending();
-        if let Some(at) = pending.find(THINK_CLOSE) {
+        if let Some(at) = pending.find(close) {
             out.reasoning(&pending[..at]);
-            self.start += at + THINK_CLOSE.len();
+            self.start += at + close.len();
             self.set_mode(Mode::SkipSpace(Next::ContentStart));
             return true;
         }
-        let release = pending.len() - held_tail(pending, &[THINK_CLOSE]);
+        let release = pending.len() - held_tail(pending, &[close]);
         out.reasoning(&pending[..release]);
         self.start += release;
         false
@@ -332,6 +344,7 @@ impl OutputParser {
         self.set_mode(match marker {
             TOOL_CALL_OPEN => Mode::Block(Block::ToolCall),
             FUNCTION_OPEN => Mode::Block(Block::Function),
+            GEMMA4_CALL_OPEN => Mode::Block(Block::Gemma4),
             PYTHON_TAG => Mode::Tail(Tail::Llama),
             GRANITE_TOOL_CALL => Mode::Tail(Tail::Granite),
             _ => Mode::Tail(Tail::Mistral),
@@ -380,6 +393,15 @@ impl OutputParser {
                 }
             }
             Block::Function => xml_call::parse_function(candidate, &self.types),
+            Block::Gemma4 => {
+                let body = candidate
+                    .strip_prefix(GEMMA4_CALL_OPEN)
+                    .unwrap_or(candidate);
+                let body = body
+                    .strip_suffix(GEMMA4_CALL_CLOSE)
+                    .unwrap_or_else(|| &body[..body.len() - held_tail(body, &[GEMMA4_CALL_CLOSE])]);
+                gemma4_call::parse_call(body)
+            }
         }
     }
 
@@ -427,6 +449,7 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::Llama3Json => &[PYTHON_TAG],
         ToolFormat::Mistral => &[TOOL_CALLS],
         ToolFormat::Granite => &[GRANITE_TOOL_CALL],
+        ToolFormat::Gemma4 => &[GEMMA4_CALL_OPEN],
     }
 }
 

@@ -1,26 +1,26 @@
-//! Where a reasoning model's output starts: before, inside, or with no `<think>` block.
+//! Where a reasoning model's output starts: before, inside, or with no thinking block.
 
-use super::markers::{THINK_CLOSE, THINK_OPEN};
-
-/// Where the output starts with respect to a `<think>` block.
+/// Where the output starts with respect to a thinking block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReasoningStart {
     /// No reasoning: the prompt closed it, or the model does not think.
     Off,
-    /// The model may open its output with `<think>`.
+    /// The model may open its output with a thinking block.
     Maybe,
     /// The prompt opened the block: the output starts inside it.
     Inside,
 }
 
-/// Where a reasoning model's output starts, from the rendered prompt: templates that force
-/// thinking (DeepSeek-R1) end it with `<think>`, those that disable it (Qwen3 with
-/// `enable_thinking=false`) with an empty `<think></think>`.
-pub fn prompt_opens_reasoning(rendered_prompt: &str) -> ReasoningStart {
+/// Where a reasoning model's output starts, from the rendered prompt and the family's thinking
+/// markers (`ToolFormat::thinking_markers`): templates that force thinking (DeepSeek-R1) end
+/// the prompt with the opening marker, those that disable it (Qwen3 with
+/// `enable_thinking=false`, Gemma 4 by default) with an empty block.
+pub fn prompt_opens_reasoning(rendered_prompt: &str, markers: (&str, &str)) -> ReasoningStart {
+    let (open, close) = markers;
     let prompt = rendered_prompt.trim_end();
-    if prompt.ends_with(THINK_OPEN) {
+    if prompt.ends_with(open) {
         ReasoningStart::Inside
-    } else if prompt.ends_with(THINK_CLOSE) {
+    } else if prompt.ends_with(close) {
         ReasoningStart::Off
     } else {
         ReasoningStart::Maybe

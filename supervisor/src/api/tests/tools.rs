@@ -94,6 +94,24 @@ async fn reasoning_effort_none_turns_thinking_off_unless_the_client_says_otherwi
     );
 }
 
+/// Gemma 4's template thinks only when `enable_thinking` is set: asking for an effort sets it.
+#[tokio::test]
+async fn a_reasoning_effort_turns_thinking_on() {
+    let backend = FakeBackend::replying(hello_world());
+    let body = json!({"model": "tiny", "messages": user(), "reasoning_effort": "high"});
+    post(&backend, "/v1/chat/completions", body).await;
+    let Prompt::Chat {
+        template_kwargs, ..
+    } = backend.last_request().1.prompt
+    else {
+        panic!("a chat prompt");
+    };
+    assert_eq!(
+        Value::Object(template_kwargs.unwrap()),
+        json!({"enable_thinking": true, "reasoning_effort": "high"})
+    );
+}
+
 #[tokio::test]
 async fn response_formats_and_grammars_become_output_formats() {
     let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});

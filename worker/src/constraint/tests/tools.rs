@@ -394,3 +394,42 @@ fn harmony_calls_are_one_message_to_the_function() {
         );
     }
 }
+
+/// Gemma 4's calls, with its markers and `<|"|>` quote as special tokens (as its vocabulary has
+/// them) and spelled out (the fixture's vocabulary lacks them): each parses back into a call
+/// valid for its tool.
+#[test]
+fn gemma4_calls_parse_back_into_valid_calls_with_or_without_its_tokens() {
+    let (tokenizer, _) = fixture_tokenizer();
+    let mut with_tokens = tokenizer.clone();
+    with_tokens.add_special_tokens(&[
+        AddedToken::from("<|tool_call>", true),
+        AddedToken::from("<tool_call|>", true),
+        AddedToken::from("<|\"|>", true),
+    ]);
+    let n_vocab = with_tokens.get_vocab_size(true);
+    let eos = [with_tokens.token_to_id("<|im_end|>").unwrap()].into();
+    let quote = with_tokens.token_to_id("<|\"|>").unwrap();
+    for (model, quote) in [
+        (fixture(), None),
+        (Model::new(with_tokens, n_vocab, eos), Some(quote)),
+    ] {
+        let mut called = Vec::new();
+        for seed in 0..SEEDS {
+            let spec = spec(ToolFormat::Gemma4, ToolCallChoice::Required, true);
+            let output = generate(&model, &spec, seed);
+            assert!(
+                output.text.starts_with("<|tool_call>call:"),
+                "{}",
+                output.text
+            );
+            if let Some(quote) = quote.filter(|_| output.text.contains("<|\"|>")) {
+                assert!(output.tokens.contains(&quote), "{:?}", output.tokens);
+            }
+            called.extend(parsed_calls(ToolFormat::Gemma4, &output.text));
+        }
+        called.sort();
+        called.dedup();
+        assert_eq!(called, ["get_weather", "list_files", "now"]);
+    }
+}

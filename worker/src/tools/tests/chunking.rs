@@ -38,6 +38,9 @@ const TEXT: &[&str] = &[
     "<response>",
     "</resp",
     "</response>",
+    "<|channel",
+    "<channel|",
+    "<|\"|>",
 ];
 
 const THOUGHTS: &[&str] = &["\n", "hmm", " <", "</thin", "<tool_call>", "é"];
@@ -69,6 +72,11 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
             "<tool_call>g\n</tool_call>",
             "<tool_call>bad\n<arg_value>1</arg_value></tool_call>",
         ],
+        ToolFormat::Gemma4 => &[
+            "<|tool_call>call:f{x:<|\"|>日<|\"|>,n:[1,{y:true}]}<tool_call|>",
+            "<|tool_call>call:g{}<tool_call|>",
+            "<|tool_call>call:bad{x:<tool_call|>",
+        ],
         ToolFormat::Harmony => &[
             "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": \"日\"}<|call|>",
             "<|start|>assistant<|channel|>analysis<|message|>hm <|end|>",
@@ -81,14 +89,15 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
 fn random_output(rng: &mut Rng, format: ToolFormat, reasoning: ReasoningStart) -> String {
     let mut output = String::new();
     if reasoning != ReasoningStart::Off && rng.below(2) == 0 {
+        let (open, close) = format.thinking_markers();
         if reasoning == ReasoningStart::Maybe {
             output.push_str(rng.pick(&["", " ", "\n"]));
-            output.push_str("<think>");
+            output.push_str(open);
         }
         for _ in 0..rng.below(4) {
             output.push_str(rng.pick(THOUGHTS));
         }
-        output.push_str("</think>");
+        output.push_str(close);
     }
     let at_end = matches!(
         format,
@@ -135,6 +144,7 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::Granite,
         ToolFormat::Glm,
         ToolFormat::Harmony,
+        ToolFormat::Gemma4,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -176,6 +186,7 @@ fn assert_no_openers(fragments: &[Fragment], output: &str) {
         "[TOOL_CALLS]",
         "<|python_tag|>",
         "<think>",
+        "<|tool_call>",
     ];
     for fragment in fragments {
         if let Fragment::Content(text) = fragment {
@@ -239,6 +250,7 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::Granite,
         ToolFormat::Glm,
         ToolFormat::Harmony,
+        ToolFormat::Gemma4,
     ];
     let starts = [
         ReasoningStart::Off,

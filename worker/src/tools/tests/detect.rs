@@ -264,7 +264,7 @@ fn shipped_template(file: &str) -> String {
 
 #[test]
 fn each_familys_shipped_template_is_its_format() {
-    use ToolFormat::{Glm, Granite, Harmony, Hermes, Llama3Json, Mistral};
+    use ToolFormat::{Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Mistral};
     // (file, format, renders tools, thinks)
     let families = [
         ("qwen2.5.jinja", Hermes, true, false),
@@ -281,6 +281,8 @@ fn each_familys_shipped_template_is_its_format() {
         ("gpt-oss.jinja", Harmony, true, false),
         // Gemma 3's template renders no tools: corral teaches it Hermes.
         ("gemma3.jinja", Hermes, false, false),
+        // Gemma 4 thinks on its thought channel when `enable_thinking` is on.
+        ("gemma4.jinja", Gemma4, true, true),
         // Phi-4-mini's takes tools only as a system message's `tools` string.
         ("phi4-mini.jinja", Hermes, false, false),
     ];
@@ -299,4 +301,20 @@ fn granite_keeps_its_special_tool_call_token() {
     let vocab = tokenizer(&[("<|tool_call|>", true), ("<|end_of_text|>", true)]);
     let formats = ModelFormats::detect(Some(&shipped_template("granite3.3.jinja")), &vocab);
     assert_eq!(formats.kept_tokens, [id(&vocab, "<|tool_call|>")]);
+}
+
+#[test]
+fn gemma4_keeps_its_call_quote_and_channel_tokens() {
+    let markers = [
+        "<|tool_call>",
+        "<tool_call|>",
+        "<|\"|>",
+        "<|channel>",
+        "<channel|>",
+    ];
+    let vocab = tokenizer(&markers.map(|marker| (marker, true)));
+    let formats = ModelFormats::detect(Some(&shipped_template("gemma4.jinja")), &vocab);
+    let mut expected = markers.map(|marker| id(&vocab, marker));
+    expected.sort_unstable();
+    assert_eq!(formats.kept_tokens, expected);
 }

@@ -4,6 +4,7 @@
 mod chunking;
 mod detect;
 mod fallback;
+mod gemma4;
 mod glm;
 mod harmony;
 mod recorded;
@@ -13,7 +14,7 @@ use serde_json::Value;
 use super::*;
 
 /// The markers that never reach content unless a call was malformed.
-const MARKERS: [&str; 10] = [
+const MARKERS: [&str; 12] = [
     "<tool_call",
     "<think",
     "</think",
@@ -24,6 +25,8 @@ const MARKERS: [&str; 10] = [
     "<arg_key>",
     "<|channel|>",
     "<|message|>",
+    "<|tool_call>",
+    "<|channel>",
 ];
 
 fn config(format: ToolFormat, reasoning: ReasoningStart, tools: &[Value]) -> ParserConfig<'_> {

@@ -420,15 +420,19 @@ fn a_partial_think_marker_at_the_end_is_content() {
 
 #[test]
 fn prompt_decides_where_reasoning_starts() {
+    const THINK: (&str, &str) = ("<think>", "</think>");
     assert_eq!(
-        prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"),
+        prompt_opens_reasoning("<|im_start|>assistant\n<think>\n", THINK),
         Inside
     );
     assert_eq!(
-        prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n", THINK),
         Off
     );
-    assert_eq!(prompt_opens_reasoning("<|im_start|>assistant\n"), Maybe);
+    assert_eq!(
+        prompt_opens_reasoning("<|im_start|>assistant\n", THINK),
+        Maybe
+    );
 }
 
 #[test]
