@@ -269,17 +269,7 @@ fn xml_call(
     syntax: &XmlSyntax,
 ) -> Result<String, ConstraintError> {
     let empty = Map::new();
-    let properties = tool
-        .parameters
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let required: Vec<&str> = tool
-        .parameters
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let (properties, required) = properties(tool, &empty);
     let mut rule = literal(&format!("{}{}{}", syntax.open.0, tool.name, syntax.open.1));
     for (position, (key, schema)) in properties.iter().enumerate() {
         let name = format!("tool_{index}_{position}");
@@ -338,6 +328,25 @@ fn string_value(lark: &mut String, terminal: &str, schema: &Value, syntax: &XmlS
     format!("{terminal} {}", literal(syntax.after_close))
 }
 
+/// The tool's declared properties (`empty` when it has none) and the names it requires.
+fn properties<'t>(
+    tool: &'t Tool,
+    empty: &'t Map<String, Value>,
+) -> (&'t Map<String, Value>, Vec<&'t str>) {
+    let properties = tool
+        .parameters
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(empty);
+    let required = tool
+        .parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    (properties, required)
+}
+
 /// Gemma 4's `KEY:VALUE,...` for `tool`: a rule per parameter (`tool_N_P`, with a terminal of
 /// its own for a string's text) appended to `lark`, and the expression that writes them in
 /// schema order, commas between, optional ones left out or not. `quote` is the id of the `<|"|>`
@@ -349,17 +358,7 @@ fn gemma4_arguments(
     quote: Option<u32>,
 ) -> Result<String, ConstraintError> {
     let empty = Map::new();
-    let properties = tool
-        .parameters
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let required: Vec<&str> = tool
-        .parameters
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let (properties, required) = properties(tool, &empty);
     let mut parameters = Vec::new();
     for (position, (key, schema)) in properties.iter().enumerate() {
         let name = format!("tool_{index}_{position}");

@@ -79,17 +79,8 @@ async fn tool_choice_parallel_calls_and_template_kwargs_reach_the_worker() {
 
 #[tokio::test]
 async fn reasoning_effort_none_turns_thinking_off_unless_the_client_says_otherwise() {
-    let backend = FakeBackend::replying(hello_world());
-    let body = json!({"model": "tiny", "messages": user(), "reasoning_effort": "none"});
-    post(&backend, "/v1/chat/completions", body).await;
-    let Prompt::Chat {
-        template_kwargs, ..
-    } = backend.last_request().1.prompt
-    else {
-        panic!("a chat prompt");
-    };
     assert_eq!(
-        Value::Object(template_kwargs.unwrap()),
+        kwargs_for_effort("none").await,
         json!({"enable_thinking": false, "reasoning_effort": "none"})
     );
 }
@@ -97,8 +88,16 @@ async fn reasoning_effort_none_turns_thinking_off_unless_the_client_says_otherwi
 /// Gemma 4's template thinks only when `enable_thinking` is set: asking for an effort sets it.
 #[tokio::test]
 async fn a_reasoning_effort_turns_thinking_on() {
+    assert_eq!(
+        kwargs_for_effort("high").await,
+        json!({"enable_thinking": true, "reasoning_effort": "high"})
+    );
+}
+
+/// The template variables a chat request with only `reasoning_effort` reaches the worker with.
+async fn kwargs_for_effort(effort: &str) -> Value {
     let backend = FakeBackend::replying(hello_world());
-    let body = json!({"model": "tiny", "messages": user(), "reasoning_effort": "high"});
+    let body = json!({"model": "tiny", "messages": user(), "reasoning_effort": effort});
     post(&backend, "/v1/chat/completions", body).await;
     let Prompt::Chat {
         template_kwargs, ..
@@ -106,10 +105,7 @@ async fn a_reasoning_effort_turns_thinking_on() {
     else {
         panic!("a chat prompt");
     };
-    assert_eq!(
-        Value::Object(template_kwargs.unwrap()),
-        json!({"enable_thinking": true, "reasoning_effort": "high"})
-    );
+    Value::Object(template_kwargs.unwrap())
 }
 
 #[tokio::test]
