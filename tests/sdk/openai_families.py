@@ -4,10 +4,11 @@ tests/tests/e2e/families.rs as
     python openai_families.py BASE_URL FAMILIES_JSON
 
 where FAMILIES_JSON lists each family as {"model", "call_grammar", "thinks", "thinking_output",
-"thinking_grammar", "thinking_kwargs"} (the template variables that turn thinking on). For each: a chat
-completion, a call forced to a named tool, a streamed chat, and then the family's own formats:
-a call written in its real models' syntax (forced by `call_grammar`) must come back parsed,
-and a `<think>` block must come back as reasoning exactly when the family thinks. Every family
+"thinking_grammar", "thinking_kwargs"} (the template variables that turn thinking on). For each:
+a chat completion, a call forced to a named tool, a streamed chat, a JSON answer under
+response_format, and then the family's own formats: a call written in its real models' syntax
+(forced by `call_grammar`) must come back parsed, and its thinking (as the family writes it)
+must come back as reasoning exactly when the family thinks. Every family
 is checked even after one fails; the script prints what each check saw as one JSON object and
 exits non-zero if any failed. The models have random weights: nothing here depends on what they
 say, only on the shape of what corral sends back."""
@@ -133,6 +134,22 @@ def thinking(api, model, thinks, output, grammar, kwargs):
     return {"reasoning": reasoning}
 
 
+def structured(api, model):
+    """A JSON answer under response_format, in content, also where the prompt opened the
+    model's thinking (the grammar binds the answer, so the block is closed first)."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    response = api.chat.completions.create(
+        model=model, messages=ASK, max_tokens=32, temperature=0,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "answer", "schema": schema, "strict": True}})
+    content, reasoning = text_of(response.choices[0].message)
+    assert not reasoning, reasoning
+    answer = json.loads(content)
+    jsonschema.validate(answer, schema)
+    return {"answer": answer}
+
+
 def check(api, family):
     model = family["model"]
     seen = {}
@@ -140,6 +157,7 @@ def check(api, family):
         seen["chat"] = chat(api, model)
         seen["forced_call"] = forced_call(api, model)
         seen["stream"] = stream(api, model, seen["chat"])
+        seen["structured"] = structured(api, model)
         seen["native_call"] = native_call(api, model, family["call_grammar"])
         seen["thinking"] = thinking(api, model, family["thinks"], family["thinking_output"],
                                     family["thinking_grammar"], family["thinking_kwargs"])

@@ -21,6 +21,9 @@ pub enum CallSyntax {
     Mistral,
     /// `<|tool_call|>[{"name": ..., "arguments": ...}]`.
     Granite,
+    /// Qwen3-Coder's, Qwen3.5's and Qwen3.6's `<tool_call>\n<function=NAME>\n<parameter=KEY>\n
+    /// VALUE\n</parameter>\n</function>\n</tool_call>`.
+    QwenXml,
     /// `<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>`.
     Glm,
     /// gpt-oss's harmony: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>
@@ -298,6 +301,17 @@ pub const FAMILIES: &[Family] = &[
         thinking_kwargs: "{}",
     },
     Family {
+        arch: "qwen3_5_moe",
+        template: "qwen3.6.jinja",
+        added: QWEN3,
+        bos: None,
+        eos: "<|im_end|>",
+        stop: &["<|im_end|>", "<|endoftext|>"],
+        calls: CallSyntax::QwenXml,
+        thinks: true,
+        thinking_kwargs: "{}",
+    },
+    Family {
         arch: "smollm3",
         template: "smollm3.jinja",
         added: &[
@@ -402,6 +416,18 @@ impl Family {
                 token("<|tool_call|>"),
                 literal(&format!("[{}]", call("arguments")))
             ),
+            CallSyntax::QwenXml => {
+                let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
+                // Its template opens the thinking block, which the model closes first.
+                let mut text = format!("</think>\n\n<tool_call>\n<function={name}>\n");
+                for (key, value) in arguments {
+                    let value = value
+                        .as_str()
+                        .map_or_else(|| value.to_string(), str::to_owned);
+                    text += &format!("<parameter={key}>\n{value}\n</parameter>\n");
+                }
+                literal(&(text + "</function>\n</tool_call>"))
+            }
             CallSyntax::Glm => {
                 let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
                 let mut text = format!("<tool_call>{name}\n");
@@ -451,6 +477,8 @@ impl Family {
             CallSyntax::Granite => "<think>hmm\n</think><response>fine</response>",
             CallSyntax::Glm => "\n<think>hmm\n</think>\nfine",
             CallSyntax::Gemma4 => "<|channel>thought\nhmm\n<channel|>fine",
+            // Its template opens the thinking block itself.
+            CallSyntax::QwenXml => "hmm\n</think>\n\nfine",
             CallSyntax::Harmony => {
                 "<|channel|>analysis<|message|>hmm\n<|end|><|start|>assistant<|channel|>final<|message|>fine"
             }

@@ -247,6 +247,7 @@ pub(crate) fn prepare(
         ToolChoice::Function { name } => Some(ToolCallChoice::Named(name.clone())),
         ToolChoice::Auto | ToolChoice::None => None,
     };
+    let forced_call = forced.is_some() && !offered.is_empty();
     let constraint = match forced {
         Some(choice) if !offered.is_empty() => {
             let spec = GrammarSpec::ToolCalls {
@@ -258,6 +259,22 @@ pub(crate) fn prepare(
             Some(compile(loaded, &spec, "tool_choice")?)
         }
         _ => output_constraint(loaded, options.format.as_ref())?,
+    };
+    // A forced call's or a JSON answer's grammar binds the output from its first token. Where
+    // the prompt opened the model's thinking (Qwen3.5's and DeepSeek-R1's templates end with
+    // `<think>\n`), the block is closed as those templates close it with thinking off, so the
+    // answer is not taken for thinking. A raw `grammar` spells the whole output, thinking too.
+    let answer_bound = forced_call
+        || matches!(
+            options.format,
+            Some(OutputFormat::JsonObject | OutputFormat::JsonSchema { .. })
+        );
+    let (text, reasoning) = match (answer_bound, reasoning) {
+        (true, ReasoningStart::Inside) => {
+            let close = format.thinking_markers().1;
+            (format!("{text}\n{close}\n\n"), ReasoningStart::Off)
+        }
+        _ => (text, reasoning),
     };
     let parser = OutputParser::new(ParserConfig {
         format,
