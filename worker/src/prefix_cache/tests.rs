@@ -146,13 +146,13 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
         .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
         .expect("a block file");
     let header = super::disk::inspect(&block).unwrap();
-    let shapes: Vec<(u32, u32)> = header
+    let shapes: Vec<(u32, u32, u32)> = header
         .shape
         .layers
         .iter()
-        .map(|layer| (layer.kv_heads, layer.head_dim))
+        .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
         .collect();
-    assert_eq!(shapes, [(2, 16), (2, 32)]);
+    assert_eq!(shapes, [(2, 16, 16), (2, 32, 32)]);
     assert_eq!(
         header.payload_len,
         2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4
