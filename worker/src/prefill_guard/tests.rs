@@ -170,3 +170,23 @@ fn a_sliding_window_layer_holds_at_most_two_windows_and_a_chunk() {
     // A prompt shorter than the window holds what it has, as a full layer would.
     assert_eq!(kv_cache_bytes(shape, 20, 512), 4 * per_position * 256);
 }
+
+#[test]
+fn a_latent_attention_layer_caches_its_latent_and_rotary_key_not_its_heads() {
+    // DeepSeek V3's cache per position: a 512-wide latent and a 64-wide rotary key, one head,
+    // where 128 heads of keys and values 192 and 128 wide would be 40,960 elements.
+    let config = tiny_config();
+    let latent = LayerShape {
+        cache: CacheShape {
+            kv_heads: 1,
+            key_dim: 512,
+            value_dim: 64,
+        },
+        ..DENSE
+    };
+    let (latent, dense) = ([latent; 4], [DENSE; 4]);
+    let shape = Shape::new(&config, &latent, Dtype::Bfloat16);
+    assert_eq!(kv_cache_bytes(shape, 7000, 512), 4 * (512 + 64) * 7168 * 2);
+    let full = Shape::new(&config, &dense, Dtype::Bfloat16);
+    assert_eq!(kv_cache_bytes(full, 7000, 512), 4 * 2 * 4 * 32 * 7168 * 2);
+}
