@@ -222,7 +222,11 @@ mod tests {
         ] {
             let original = layers(dtype);
             let payload = to_payload(&original, dtype).unwrap();
-            assert_eq!(payload.len(), (2 * (2 * 8 + 16) + 12 + 4) * 4 * width, "{dtype:?}");
+            assert_eq!(
+                payload.len(),
+                (2 * (2 * 8 + 16) + 12 + 4) * 4 * width,
+                "{dtype:?}"
+            );
             let restored = from_payload(&payload, &shape(), dtype).unwrap().unwrap();
             for ((keys, values), (restored_keys, restored_values)) in original.iter().zip(&restored)
             {

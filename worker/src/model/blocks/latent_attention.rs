@@ -59,12 +59,17 @@ impl LatentSpec {
             let mscale = 0.1 * mscale_all_dim * factor.ln() + 1.0;
             scale *= mscale * mscale;
         }
-        let rope = Rope::new(rope_dim, config.rope_theta, true, config.rope_scaling.clone())
-            .map_err(|source| ModelError::Mlx {
-                dir: config.path.clone(),
-                action: "building rotary frequencies",
-                source,
-            })?;
+        let rope = Rope::new(
+            rope_dim,
+            config.rope_theta,
+            true,
+            config.rope_scaling.clone(),
+        )
+        .map_err(|source| ModelError::Mlx {
+            dir: config.path.clone(),
+            action: "building rotary frequencies",
+            source,
+        })?;
         Ok(Self {
             heads: config.num_heads,
             hidden: config.hidden_size,
@@ -123,7 +128,14 @@ impl LatentAttention {
         let quant = config.quantization;
         let q_width = spec.heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim);
         let linear = |weights: &mut Weights, name: &str, out: i32, input: i32, bias: bool| {
-            Linear::load(weights, &format!("{prefix}.{name}"), out, input, bias, quant)
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                input,
+                bias,
+                quant,
+            )
         };
         let queries = match spec.q_lora_rank {
             None => Queries::Direct(linear(weights, "q_proj", q_width, spec.hidden, false)?),
@@ -239,22 +251,22 @@ impl LatentAttention {
             .transpose_axes(&[0, 2, 1, 3])?;
         let nope = self.qk_nope_head_dim;
         let q_nope = queries.index((.., .., .., ..nope));
-        let q_pe = self.rope.apply(&queries.index((.., .., .., nope..)), offset)?;
+        let q_pe = self
+            .rope
+            .apply(&queries.index((.., .., .., nope..)), offset)?;
         let rank = self.kv_lora_rank;
         let latent = self
             .kv_a_norm
             .forward(&compressed.index((.., .., ..rank)))?
             .reshape(&[1, 1, length, rank])?;
-        let k_pe = compressed
-            .index((.., .., rank..))
-            .reshape(&[1, 1, length, self.qk_rope_head_dim])?;
+        let k_pe =
+            compressed
+                .index((.., .., rank..))
+                .reshape(&[1, 1, length, self.qk_rope_head_dim])?;
         let k_pe = self.rope.apply(&k_pe, offset)?;
         let (latent, k_pe) = cache.update_and_fetch(&latent, &k_pe)?;
         let scale = Array::from_f32(self.scale).as_dtype(q_pe.dtype())?;
-        let pe_scores = ops::matmul(
-            &ops::multiply(&q_pe, &scale)?,
-            &k_pe.swap_axes(-1, -2)?,
-        )?;
+        let pe_scores = ops::matmul(&ops::multiply(&q_pe, &scale)?, &k_pe.swap_axes(-1, -2)?)?;
         let output = if length == 1 {
             let q_latent = self.embed_q.forward(&q_nope, true)?;
             let mask = ScaledDotProductAttentionMask::Array(&pe_scores);
@@ -360,102 +372,4 @@ fn split_kv_b_proj(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-    use std::path::Path;
-
-    use mlx_rs::random;
-
-    use super::*;
-
-    const HEADS: i32 = 2;
-    const NOPE: i32 = 64;
-    const V: i32 = 32;
-    const RANK: i32 = 64;
-    const PREFIX: &str = "model.layers.0.self_attn";
-
-    fn spec() -> LatentSpec {
-        LatentSpec {
-            heads: HEADS,
-            hidden: 64,
-            q_lora_rank: None,
-            kv_lora_rank: RANK,
-            qk_nope_head_dim: NOPE,
-            qk_rope_head_dim: 16,
-            v_head_dim: V,
-            bias: false,
-            lora_eps: 1e-6,
-            scale: 1.0,
-            rope: Rope::new(16, 10_000.0, true, None).unwrap(),
-        }
-    }
-
-    /// `kv_b_proj` as the Hugging Face layout has it, `[heads · (nope + v), rank]`.
-    fn kv_b_proj() -> Array {
-        let key = random::key(7).unwrap();
-        random::uniform::<_, f32>(-1.0, 1.0, &[HEADS * (NOPE + V), RANK], Some(&key)).unwrap()
-    }
-
-    fn split(tensors: HashMap<String, Array>) -> Weights {
-        let mut weights = Weights::from_loaded(tensors, Path::new("test"), HashMap::new());
-        split_kv_b_proj(&mut weights, PREFIX, &spec()).unwrap();
-        weights
-    }
-
-    fn max_difference(a: &Array, b: &Array) -> f32 {
-        ops::abs(&ops::subtract(a, b).unwrap())
-            .unwrap()
-            .max(None)
-            .unwrap()
-            .item_exact::<f32>()
-    }
-
-    #[test]
-    fn kv_b_proj_splits_into_each_heads_key_rows_transposed_and_value_rows() {
-        let dense = kv_b_proj();
-        let name = format!("{PREFIX}.kv_b_proj.weight");
-        let mut weights = split(HashMap::from([(name, dense.clone())]));
-        let embed_q = weights
-            .take(&format!("{PREFIX}.embed_q.weight"), &[HEADS, RANK, NOPE])
-            .unwrap();
-        let unembed_out = weights
-            .take(&format!("{PREFIX}.unembed_out.weight"), &[HEADS, V, RANK])
-            .unwrap();
-        assert!(weights.leftover_names().is_empty());
-        let rows = NOPE + V;
-        for head in 0..HEADS {
-            let keys = dense.index((head * rows..head * rows + NOPE, ..));
-            let values = dense.index((head * rows + NOPE..(head + 1) * rows, ..));
-            assert_eq!(max_difference(&embed_q.index(head), &keys.t()), 0.0);
-            assert_eq!(max_difference(&unembed_out.index(head), &values), 0.0);
-        }
-    }
-
-    #[test]
-    fn a_quantized_kv_b_proj_is_split_and_quantized_again_with_its_format() {
-        let (packed, scales, biases) = quantize(kv_b_proj(), 64, 4).unwrap();
-        let original = dequantize(&packed, &scales, &biases, 64, 4).unwrap();
-        let source = format!("{PREFIX}.kv_b_proj");
-        let mut weights = split(HashMap::from([
-            (format!("{source}.weight"), packed),
-            (format!("{source}.scales"), scales),
-            (format!("{source}.biases"), biases),
-        ]));
-        let mut dequantized = |name: &str| {
-            let mut take = |kind: &str| weights.take_any(&format!("{PREFIX}.{name}.{kind}")).unwrap().0;
-            let (weight, scales, biases) = (take("weight"), take("scales"), take("biases"));
-            dequantize(&weight, &scales, &biases, 64, 4).unwrap()
-        };
-        let [keys, values] = {
-            let per_head = original.reshape(&[HEADS, NOPE + V, RANK]).unwrap();
-            [
-                per_head.index((.., ..NOPE, ..)).swap_axes(-1, -2).unwrap(),
-                per_head.index((.., NOPE.., ..)),
-            ]
-        };
-        // The values keep their groups along the latent, so their 4-bit values come back as
-        // they were; the keys are regrouped along their other axis, within a quantization step.
-        assert!(max_difference(&dequantized("unembed_out"), &values) < 1e-5);
-        assert!(max_difference(&dequantized("embed_q"), &keys) < 0.15);
-    }
-}
+mod tests;

@@ -3,9 +3,9 @@
 //! weights to go the other way (latent attention projects queries into the latent space with it
 //! and the latent back out with its transpose).
 
+use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::ops;
-use mlx_rs::Array;
 
 use super::linear::QuantizedWeight;
 use crate::model::config::{QuantMode, Quantization};
@@ -29,7 +29,9 @@ impl MultiLinear {
             let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
             if weight.format.mode != QuantMode::Affine {
                 return Err(ModelError::Quantization {
-                    path: weights.file_of(&format!("{prefix}.scales")).unwrap_or_default(),
+                    path: weights
+                        .file_of(&format!("{prefix}.scales"))
+                        .unwrap_or_default(),
                     message: format!("{prefix}: only affine quantization is supported per head"),
                 });
             }
