@@ -220,6 +220,18 @@ def hf_glm4_moe(config, weights):
     return config, weights
 
 
+def hf_deepseek_v3(config, weights):
+    weights = unstack_experts(weights, "mlp.switch_mlp", lambda e, p: f"mlp.experts.{e}.{p}")
+    # One kv_b_proj per layer: each head's key rows (embed_q transposed), then its value rows.
+    rank = config["kv_lora_rank"]
+    for key in [k for k in weights if k.endswith(".self_attn.embed_q.weight")]:
+        prefix = key.removesuffix(".embed_q.weight")
+        wk = weights.pop(key).swapaxes(-1, -2)
+        wv = weights.pop(f"{prefix}.unembed_out.weight")
+        weights[f"{prefix}.kv_b_proj.weight"] = mx.concatenate([wk, wv], axis=1).reshape(-1, rank)
+    return config, weights
+
+
 def interleave(a, b, axis):
     """Rows of a at even, of b at odd indices along axis (gpt-oss's fused gate_up order)."""
     stacked = mx.stack([a, b], axis=axis + 1)
@@ -523,6 +535,7 @@ HF_LAYOUTS = {
     "qwen3_moe": hf_qwen3_moe,
     "mixtral": hf_mixtral,
     "glm4_moe": hf_glm4_moe,
+    "deepseek_v3": hf_deepseek_v3,
     "gpt_oss": hf_gpt_oss,
     "gemma3_text": hf_gemma3_text,
     "gemma4_text": hf_gemma4_text,

@@ -95,10 +95,10 @@ fn held_positions(layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64
     }
 }
 
+/// A layer's cache: keys and values per position as the layer holds them (a latent attention
+/// layer's latent and rotary key, far fewer than full heads).
 fn layer_kv_bytes(shape: Shape<'_>, layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64 {
-    let config = shape.config;
-    2 * dim(config.num_kv_heads)
-        * dim(config.head_dim)
+    u64::try_from(layer.cache.elements()).unwrap_or(0)
         * held_positions(layer, prompt_tokens, chunk)
         * shape.element_bytes
 }
@@ -124,7 +124,8 @@ fn check(
 ///
 /// With P prompt tokens, C = min(P, chunk) the largest chunk, S = P rounded up to the cache step,
 /// H query heads, K kv heads, D head dim, E hidden, V vocab and b bytes per activation element:
-///   KV cache     2·K·D·S_l·b per layer      (kept for the whole request; S_l = S, or for a
+///   KV cache     W_l·S_l·b per layer        (kept for the whole request: W_l keys and values
+///                                            per position, 2·K·D for grouped heads; S_l = S, or for a
 ///                                            sliding window w at most 2w + C in whole steps)
 ///   one layer    4·C·E·b                    (residual, its norm, attention output, sum)
 ///              + 2·C·(H+2K)·D·b             (q, k, v and their rotated copies)

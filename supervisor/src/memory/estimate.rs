@@ -45,6 +45,10 @@ struct AttentionConfig {
     /// Absent in most Llama and Qwen2 configs: hidden_size / num_attention_heads.
     head_dim: Option<u64>,
     hidden_size: Option<u64>,
+    /// Multi-head latent attention (DeepSeek V3): each position caches this latent and one
+    /// rotary key of `qk_rope_head_dim` instead of keys and values per head.
+    kv_lora_rank: Option<u64>,
+    qk_rope_head_dim: Option<u64>,
     /// transformers 5 writes `dtype`, earlier versions `torch_dtype`.
     dtype: Option<String>,
     torch_dtype: Option<String>,
@@ -128,6 +132,10 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
     let kv_heads = config
         .num_key_value_heads
         .unwrap_or(config.num_attention_heads);
+    let per_position = match config.kv_lora_rank {
+        Some(rank) => rank.saturating_add(config.qk_rope_head_dim.unwrap_or(0)),
+        None => kv_heads.saturating_mul(head_dim).saturating_mul(2), // keys and values
+    };
     // Keys and values are kept in the activation dtype; quantized checkpoints still run in f16.
     let element_bytes = match config.dtype.as_deref().or(config.torch_dtype.as_deref()) {
         Some("float32") => 4,
@@ -135,9 +143,7 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
     };
     Ok([
         config.num_hidden_layers,
-        kv_heads,
-        head_dim,
-        2, // keys and values
+        per_position,
         element_bytes,
         KV_RESERVE_TOKENS,
     ]

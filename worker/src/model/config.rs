@@ -325,6 +325,17 @@ const WRAPPERS: &[Wrapper] = &[
         adjust: gemma4_text_config,
     },
     Wrapper {
+        model_type: "kimi_k25",
+        text_types: &[],
+        towers: &[
+            "vision_tower",
+            "vision_model",
+            "multi_modal_projector",
+            "mm_projector",
+        ],
+        adjust: unchanged,
+    },
+    Wrapper {
         model_type: "llama4",
         text_types: &[],
         towers: &["vision_model", "multi_modal_projector"],

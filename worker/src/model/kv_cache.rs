@@ -7,6 +7,12 @@
 //! next turn resumes), and it is trimmed only once a window's worth can go, so a trim's copy is
 //! paid once per window of steps.
 //!
+//! A latent attention layer's cache (DeepSeek V3) is a full cache of one head whose keys are the
+//! compressed latent (`kv_lora_rank` wide) and whose values are the rotary key all heads share
+//! (`qk_rope_head_dim` wide), as mlx-lm caches them: per position `kv_lora_rank +
+//! qk_rope_head_dim` elements instead of `2 · heads · head_dim`. Blocks are cut from it and
+//! restored into it as from any full cache, keys and values each at their own width.
+//!
 //! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet layer) holds no
 //! positions at all, only the state after the last one ([`RecurrentState`]), the same size
 //! however long the sequence. Blocks of positions can be neither cut from it nor restored into

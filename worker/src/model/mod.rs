@@ -28,7 +28,7 @@ use mlx_rs::ops::indexing::IndexOp;
 
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
-pub use shape::{FeedForwardShape, LayerShape};
+pub use shape::{CacheShape, FeedForwardShape, LayerShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
@@ -102,6 +102,7 @@ impl Model {
             .iter()
             .map(|layer| LayerShape {
                 sliding_window: layer.mixer.sliding_window(),
+                cache: layer.mixer.cache_shape(),
                 feed_forward: layer.feed_forward.shape(),
             })
             .collect()
@@ -115,10 +116,10 @@ impl Model {
             .collect()
     }
 
-    /// `(kv_heads, head_dim)` of each cache [`Model::new_cache`] makes, in its order.
-    pub fn kv_shapes(&self) -> Vec<(i32, i32)> {
+    /// What each cache [`Model::new_cache`] makes holds per position, in its order.
+    pub fn cache_shapes(&self) -> Vec<CacheShape> {
         self.caching_layers()
-            .map(|layer| layer.mixer.kv_shape())
+            .map(|layer| layer.mixer.cache_shape())
             .collect()
     }
 

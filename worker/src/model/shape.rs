@@ -5,7 +5,35 @@
 pub struct LayerShape {
     /// A sliding-window layer's window: its cache lets go of older positions.
     pub sliding_window: Option<i32>,
+    /// What the layer caches per position.
+    pub cache: CacheShape,
     pub feed_forward: FeedForwardShape,
+}
+
+/// The keys and values a layer caches per position: `kv_heads` heads of `key_dim` keys and
+/// `value_dim` values. A latent attention layer caches one head: its latent as the keys, its
+/// shared rotary key as the values; a recurrent layer caches no positions (all zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheShape {
+    pub kv_heads: i32,
+    pub key_dim: i32,
+    pub value_dim: i32,
+}
+
+impl CacheShape {
+    /// A grouped-query attention layer's: keys and values equally wide.
+    pub const fn heads(kv_heads: i32, head_dim: i32) -> Self {
+        Self {
+            kv_heads,
+            key_dim: head_dim,
+            value_dim: head_dim,
+        }
+    }
+
+    /// Elements of keys and values together, per position.
+    pub fn elements(self) -> i64 {
+        i64::from(self.kv_heads) * i64::from(self.key_dim + self.value_dim)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

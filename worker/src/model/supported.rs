@@ -2,13 +2,17 @@
 //! builder for each.
 
 pub const SUPPORTED: &[&str] = &[
+    "deepseek_v3",
     "gemma3",
     "gemma3_text",
     "gemma4",
     "gemma4_text",
     "glm4_moe",
+    "glm4_moe_lite",
     "gpt_oss",
     "granite",
+    "kimi_k2",
+    "kimi_k25",
     "llama",
     "llama4",
     "llama4_text",

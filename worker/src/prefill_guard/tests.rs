@@ -1,6 +1,7 @@
 //! The estimate's terms worked by hand for dense, mixture-of-experts and sliding-window layers.
 
 use super::*;
+use crate::model::CacheShape;
 
 /// The tiny fixture's shape (`corral fixture --size tiny`).
 fn tiny_config() -> ModelConfig {
@@ -15,6 +16,7 @@ fn tiny_config() -> ModelConfig {
 
 const DENSE: LayerShape = LayerShape {
     sliding_window: None,
+    cache: CacheShape::heads(4, 32),
     feed_forward: FeedForwardShape::Dense { inner: 512 },
 };
 
@@ -91,13 +93,13 @@ fn experts_cost_their_top_k_widths_not_the_dense_width_of_every_layer() {
         ..tiny_config()
     };
     let moe = LayerShape {
-        sliding_window: None,
         feed_forward: FeedForwardShape::Experts {
             experts: 128,
             top_k: 8,
             inner: 64,
             shared_inner: 0,
         },
+        ..DENSE
     };
     let attention = 4 * 20 * 256 * 4 + 2 * 20 * 16 * 32 * 4 + 2 * 20 * 20 * 8 * 4;
     let experts = 3 * 20 * 8 * 64 * 4 // the chosen experts' gate, up and product
@@ -125,8 +127,8 @@ fn experts_cost_their_top_k_widths_not_the_dense_width_of_every_layer() {
         kv_cache + attention + experts + 3 * 20 * 64 * 4 + logits
     );
     let wide_dense = LayerShape {
-        sliding_window: None,
         feed_forward: FeedForwardShape::Dense { inner: 6144 },
+        ..DENSE
     };
     assert_eq!(
         peak(&[wide_dense, moe, moe, moe]),
@@ -167,4 +169,24 @@ fn a_sliding_window_layer_holds_at_most_two_windows_and_a_chunk() {
     );
     // A prompt shorter than the window holds what it has, as a full layer would.
     assert_eq!(kv_cache_bytes(shape, 20, 512), 4 * per_position * 256);
+}
+
+#[test]
+fn a_latent_attention_layer_caches_its_latent_and_rotary_key_not_its_heads() {
+    // DeepSeek V3's cache per position: a 512-wide latent and a 64-wide rotary key, one head,
+    // where 128 heads of keys and values 192 and 128 wide would be 40,960 elements.
+    let config = tiny_config();
+    let latent = LayerShape {
+        cache: CacheShape {
+            kv_heads: 1,
+            key_dim: 512,
+            value_dim: 64,
+        },
+        ..DENSE
+    };
+    let (latent, dense) = ([latent; 4], [DENSE; 4]);
+    let shape = Shape::new(&config, &latent, Dtype::Bfloat16);
+    assert_eq!(kv_cache_bytes(shape, 7000, 512), 4 * (512 + 64) * 7168 * 2);
+    let full = Shape::new(&config, &dense, Dtype::Bfloat16);
+    assert_eq!(kv_cache_bytes(full, 7000, 512), 4 * 2 * 4 * 32 * 7168 * 2);
 }

@@ -9,7 +9,7 @@ use super::disk::{BlockKey, BlockShape, LayerShape};
 use crate::model::{KvCache, Model};
 
 /// One block: per cache, the keys and values of `block_tokens` positions
-/// (`[1, kv_heads, block_tokens, head_dim]` each, the cache's own sizes).
+/// (`[1, kv_heads, block_tokens, key_dim]` and `[.., value_dim]`, the cache's own sizes).
 pub struct Block {
     pub key: BlockKey,
     pub layers: Vec<(Array, Array)>,
@@ -69,11 +69,12 @@ pub fn block_shape(model: &Model, block_tokens: u32) -> BlockShape {
         block_tokens,
         dtype: dtype_tag(model.dtype()),
         layers: model
-            .kv_shapes()
+            .cache_shapes()
             .into_iter()
-            .map(|(kv_heads, head_dim)| LayerShape {
-                kv_heads: kv_heads as u32,
-                head_dim: head_dim as u32,
+            .map(|cache| LayerShape {
+                kv_heads: cache.kv_heads as u32,
+                key_dim: cache.key_dim as u32,
+                value_dim: cache.value_dim as u32,
             })
             .collect(),
     }
@@ -113,7 +114,10 @@ pub fn from_payload(
     let expected: usize = shape
         .layers
         .iter()
-        .map(|&layer| shape.elements(layer) * width * 2)
+        .map(|&layer| {
+            let (keys, values) = shape.elements(layer);
+            (keys + values) * width
+        })
         .sum();
     if payload.len() != expected {
         return Ok(None);
@@ -121,21 +125,22 @@ pub fn from_payload(
     let mut rest = payload;
     let mut layers = Vec::with_capacity(shape.layers.len());
     for &layer in &shape.layers {
-        let byte_dims = [
-            1,
-            layer.kv_heads as i32,
-            shape.block_tokens as i32,
-            (layer.head_dim as usize * width) as i32,
-        ];
-        let mut array = || -> Result<Array, Exception> {
-            let (bytes, after) = rest.split_at(shape.elements(layer) * width);
+        let (key_elements, value_elements) = shape.elements(layer);
+        let mut array = |dim: u32, elements: usize| -> Result<Array, Exception> {
+            let byte_dims = [
+                1,
+                layer.kv_heads as i32,
+                shape.block_tokens as i32,
+                (dim as usize * width) as i32,
+            ];
+            let (bytes, after) = rest.split_at(elements * width);
             rest = after;
             Array::from_slice(bytes, &byte_dims)
                 .view_dtype(stored)?
                 .as_dtype(dtype)
         };
-        let keys = array()?;
-        layers.push((keys, array()?));
+        let keys = array(layer.key_dim, key_elements)?;
+        layers.push((keys, array(layer.value_dim, value_elements)?));
     }
     Ok(Some(layers))
 }
@@ -162,7 +167,8 @@ mod tests {
 
     use super::*;
 
-    /// Layers of two widths, as Gemma 4's sliding and full-attention layers are.
+    /// Layers of two widths, as Gemma 4's sliding and full-attention layers are, and a latent
+    /// one whose values are narrower than its keys.
     fn shape() -> BlockShape {
         BlockShape {
             block_tokens: 4,
@@ -170,11 +176,18 @@ mod tests {
             layers: vec![
                 LayerShape {
                     kv_heads: 2,
-                    head_dim: 8,
+                    key_dim: 8,
+                    value_dim: 8,
                 },
                 LayerShape {
                     kv_heads: 1,
-                    head_dim: 16,
+                    key_dim: 16,
+                    value_dim: 16,
+                },
+                LayerShape {
+                    kv_heads: 1,
+                    key_dim: 12,
+                    value_dim: 4,
                 },
             ],
         }
@@ -191,8 +204,11 @@ mod tests {
         (0..)
             .zip(shape().layers)
             .map(|(index, layer)| {
-                let dims = [1, layer.kv_heads as i32, 4, layer.head_dim as i32];
-                (seeded(&dims, 2 * index), seeded(&dims, 2 * index + 1))
+                let dims = |dim: u32| [1, layer.kv_heads as i32, 4, dim as i32];
+                (
+                    seeded(&dims(layer.key_dim), 2 * index),
+                    seeded(&dims(layer.value_dim), 2 * index + 1),
+                )
             })
             .collect()
     }
@@ -206,7 +222,11 @@ mod tests {
         ] {
             let original = layers(dtype);
             let payload = to_payload(&original, dtype).unwrap();
-            assert_eq!(payload.len(), 2 * (2 * 8 + 16) * 4 * width, "{dtype:?}");
+            assert_eq!(
+                payload.len(),
+                (2 * (2 * 8 + 16) + 12 + 4) * 4 * width,
+                "{dtype:?}"
+            );
             let restored = from_payload(&payload, &shape(), dtype).unwrap().unwrap();
             for ((keys, values), (restored_keys, restored_values)) in original.iter().zip(&restored)
             {

@@ -1,6 +1,7 @@
 //! A restored prefix (whole blocks, then part of a tail) continues exactly as a cold prefill of
 //! the same prompt: the logits of the prompt's last position agree, also for a model whose
-//! layers cache keys of different sizes or none at all, through the SSD tier.
+//! layers cache keys of different sizes or none at all, or (latent attention) values narrower
+//! than their keys, through the SSD tier.
 
 use std::sync::Arc;
 
@@ -33,9 +34,15 @@ fn tiny_llama() -> (tempfile::TempDir, LoadedModel) {
 /// heads of 16, a full one of 2 heads of 32, and two layers that share their keys and values),
 /// with the tiny Llama's tokenizer, which the cache never reads.
 fn tiny_gemma4() -> (tempfile::TempDir, LoadedModel) {
+    tiny_reference("gemma4_text/f32")
+}
+
+/// A checkpoint of `tests/data/architectures/` with the tiny Llama's tokenizer.
+fn tiny_reference(checkpoint: &str) -> (tempfile::TempDir, LoadedModel) {
     let (dir, _) = tiny_llama();
     let checkpoint = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/architectures/gemma4_text/f32");
+        .join("../tests/data/architectures")
+        .join(checkpoint);
     for file in [
         "config.json",
         "model.safetensors",
@@ -146,13 +153,13 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
         .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
         .expect("a block file");
     let header = super::disk::inspect(&block).unwrap();
-    let shapes: Vec<(u32, u32)> = header
+    let shapes: Vec<(u32, u32, u32)> = header
         .shape
         .layers
         .iter()
-        .map(|layer| (layer.kv_heads, layer.head_dim))
+        .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
         .collect();
-    assert_eq!(shapes, [(2, 16), (2, 32)]);
+    assert_eq!(shapes, [(2, 16, 16), (2, 32, 32)]);
     assert_eq!(
         header.payload_len,
         2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4
@@ -167,4 +174,52 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     let cold = last_logits(model, &continued, &mut model.new_cache());
     let worst = worst_difference(&warm, &cold);
     assert!(worst <= TOLERANCE, "logits differ by {worst}");
+}
+
+/// mlx-lm's tiny DeepSeek V3 (`tests/data/architectures/deepseek_v3/f32`): each layer caches a
+/// 64-wide latent and a 16-wide rotary key per position, which blocks carry at their own widths.
+#[test]
+fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
+    let (_dir, loaded) = tiny_reference("deepseek_v3/f32");
+    let model = &loaded.model;
+    let disk = tempfile::tempdir().unwrap();
+    let first: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    let continued: Vec<u32> = first.iter().copied().chain([90, 91, 92]).collect();
+    let cold = last_logits(model, &continued, &mut model.new_cache());
+    {
+        let mut prefix = with_disk(&loaded, Some(disk.path()));
+        let mut cache = model.new_cache();
+        last_logits(model, &first, &mut cache);
+        prefix.store_sequence(&first, first.len(), &cache);
+        let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+        assert_eq!(cached, 14);
+        let warm = last_logits(model, &continued[cached..], &mut restored);
+        let worst = worst_difference(&warm, &cold);
+        assert!(worst <= TOLERANCE, "from RAM: logits differ by {worst}");
+        assert!(prefix.flush(std::time::Duration::from_secs(300)));
+    }
+    let block = std::fs::read_dir(disk.path())
+        .unwrap()
+        .flatten()
+        .flat_map(|model_dir| std::fs::read_dir(model_dir.path()).unwrap().flatten())
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
+        .expect("a block file");
+    let header = super::disk::inspect(&block).unwrap();
+    let shapes: Vec<(u32, u32, u32)> = header
+        .shape
+        .layers
+        .iter()
+        .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
+        .collect();
+    assert_eq!(shapes, [(1, 64, 16), (1, 64, 16)]);
+    assert_eq!(header.payload_len, 2 * (64 + 16) * BLOCK_TOKENS as u64 * 4);
+
+    // A new worker: RAM is empty, the three whole blocks come from the SSD.
+    let mut prefix = with_disk(&loaded, Some(disk.path()));
+    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    assert_eq!(cached, 12);
+    let warm = last_logits(model, &continued[cached..], &mut restored);
+    let worst = worst_difference(&warm, &cold);
+    assert!(worst <= TOLERANCE, "from the SSD: logits differ by {worst}");
 }

@@ -63,6 +63,22 @@ fn missing_kv_heads_default_to_the_attention_heads() {
 }
 
 #[test]
+fn latent_attention_reserves_its_latent_and_rotary_key_not_full_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    // DeepSeek V3's shape: 128 heads of 56 would be 28,672 elements a position and layer.
+    let config = r#"{"num_hidden_layers": 61, "num_attention_heads": 128,
+        "num_key_value_heads": 128, "hidden_size": 7168, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "torch_dtype": "bfloat16"}"#;
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    fs::write(dir.path().join("a.safetensors"), [0u8; 10]).unwrap();
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        61 * (512 + 64) * 2 * KV_RESERVE_TOKENS
+    );
+}
+
+#[test]
 fn a_gguf_file_is_estimated_from_its_size() {
     let dir = tempfile::tempdir().unwrap();
     // An Ollama blob: a GGUF without the extension.

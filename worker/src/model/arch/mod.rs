@@ -2,6 +2,7 @@
 //! file for the same `model_type` does. An architecture is added by writing its file and naming
 //! it here.
 
+mod deepseek_v3;
 mod gemma3_text;
 mod gemma4_text;
 mod glm4_moe;
@@ -57,13 +58,17 @@ const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Archit
 }
 
 const ARCHITECTURES: &[Architecture] = &[
+    moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts),
     dense("gemma3", gemma3_text::build),
     dense("gemma3_text", gemma3_text::build),
     moe("gemma4", gemma4_text::build, gemma4_text::experts),
     moe("gemma4_text", gemma4_text::build, gemma4_text::experts),
     moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
+    moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts),
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
     dense("granite", granite::build),
+    moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts),
+    moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts),
     dense("llama", llama::build),
     moe("llama4", llama4::build, llama4::experts),
     dense("llama4_text", llama4_text::build),

@@ -17,6 +17,7 @@ use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::KvCache;
+use crate::model::shape::CacheShape;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
@@ -329,9 +330,9 @@ impl Attention {
         self.shared_kv
     }
 
-    /// `(kv_heads, head_dim)` of the keys and values this layer caches.
-    pub fn kv_shape(&self) -> (i32, i32) {
-        (self.kv_heads, self.head_dim)
+    /// What this layer caches per position.
+    pub fn cache_shape(&self) -> CacheShape {
+        CacheShape::heads(self.kv_heads, self.head_dim)
     }
 
     /// An empty cache of the kind this layer needs: a sliding window's lets go of what no later

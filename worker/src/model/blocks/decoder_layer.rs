@@ -10,6 +10,7 @@ use mlx_rs::ops;
 use super::attention::Attention;
 use super::attention::AttentionSpec;
 use super::gated_delta::GatedDeltaNet;
+use super::latent_attention::LatentAttention;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
@@ -18,7 +19,7 @@ use super::scaled::scaled;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
-use crate::model::shape::FeedForwardShape;
+use crate::model::shape::{CacheShape, FeedForwardShape};
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
@@ -86,6 +87,8 @@ pub enum Mixer {
     Attention(Box<Attention>),
     /// Linear attention with a recurrent state.
     GatedDelta(Box<GatedDeltaNet>),
+    /// Attention over a compressed latent cache (DeepSeek V3).
+    LatentAttention(Box<LatentAttention>),
 }
 
 impl From<Attention> for Mixer {
@@ -99,7 +102,7 @@ impl Mixer {
     pub fn shared_kv(&self) -> Option<usize> {
         match self {
             Self::Attention(attention) => attention.shared_kv(),
-            Self::GatedDelta(_) => None,
+            Self::GatedDelta(_) | Self::LatentAttention(_) => None,
         }
     }
 
@@ -107,16 +110,16 @@ impl Mixer {
     pub fn sliding_window(&self) -> Option<i32> {
         match self {
             Self::Attention(attention) => attention.sliding_window(),
-            Self::GatedDelta(_) => None,
+            Self::GatedDelta(_) | Self::LatentAttention(_) => None,
         }
     }
 
-    /// `(kv_heads, head_dim)` of the keys and values this layer caches; a recurrent layer
-    /// caches no positions.
-    pub fn kv_shape(&self) -> (i32, i32) {
+    /// What this layer caches per position; a recurrent layer caches no positions.
+    pub fn cache_shape(&self) -> CacheShape {
         match self {
-            Self::Attention(attention) => attention.kv_shape(),
-            Self::GatedDelta(_) => (0, 0),
+            Self::Attention(attention) => attention.cache_shape(),
+            Self::LatentAttention(attention) => attention.cache_shape(),
+            Self::GatedDelta(_) => CacheShape::heads(0, 0),
         }
     }
 
@@ -125,6 +128,7 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.new_cache(),
             Self::GatedDelta(delta) => delta.new_cache(),
+            Self::LatentAttention(_) => KvCache::default(),
         }
     }
 
@@ -137,6 +141,7 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.forward(x, lengths, caches),
             Self::GatedDelta(delta) => delta.forward(x, lengths, caches),
+            Self::LatentAttention(attention) => attention.forward(x, lengths, caches),
         }
     }
 }
@@ -168,6 +173,19 @@ impl DecoderLayer {
         attention: AttentionSpec,
         feed_forward: impl FnOnce(&mut Weights, &str) -> Result<FeedForward, ModelError>,
     ) -> Result<Self, ModelError> {
+        let prefix = format!("model.layers.{index}.self_attn");
+        let attention = Attention::load(weights, config, &prefix, attention)?;
+        Self::load_around(weights, config, index, attention.into(), feed_forward)
+    }
+
+    /// Layer `index` around `mixer`, already loaded from `self_attn`, with Llama's norms.
+    pub fn load_around(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        index: i32,
+        mixer: Mixer,
+        feed_forward: impl FnOnce(&mut Weights, &str) -> Result<FeedForward, ModelError>,
+    ) -> Result<Self, ModelError> {
         let prefix = format!("model.layers.{index}");
         let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
         let norm = |weights: &mut Weights, name: &str| {
@@ -175,8 +193,7 @@ impl DecoderLayer {
         };
         Ok(Self {
             input_norm: norm(weights, "input_layernorm")?,
-            mixer: Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?
-                .into(),
+            mixer,
             post_attention_norm: None,
             pre_feed_forward_norm: norm(weights, "post_attention_layernorm")?,
             feed_forward: feed_forward(weights, &prefix)?,

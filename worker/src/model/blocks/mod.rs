@@ -3,9 +3,11 @@
 pub mod attention;
 pub mod decoder_layer;
 pub mod gated_delta;
+pub mod latent_attention;
 pub mod linear;
 pub mod mlp;
 pub mod moe;
+pub mod multi_linear;
 pub mod norm;
 pub mod per_layer_input;
 pub mod query_scale;

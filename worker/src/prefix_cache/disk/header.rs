@@ -4,8 +4,8 @@
 //!
 //! Layout, little-endian: magic `CKVB`, format version (u32), model fingerprint (32), block key
 //! (32), block tokens (u32), dtype tag (u8) and three zero bytes, payload length (u64), payload
-//! sha256 (32), layer count (u32) — [`FIXED_LEN`] bytes — then each cached layer's kv heads and
-//! head dim (u32 each).
+//! sha256 (32), layer count (u32) — [`FIXED_LEN`] bytes — then each cached layer's kv heads, key
+//! dim and value dim (u32 each).
 
 use sha2::{Digest, Sha256};
 
@@ -16,9 +16,11 @@ pub type Fingerprint = [u8; 32];
 
 pub const MAGIC: [u8; 4] = *b"CKVB";
 /// Bumped whenever the layout or the payload encoding changes; older files are then deleted.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The header's bytes before its per-layer table.
 pub const FIXED_LEN: usize = 124;
+/// Bytes of each layer's entry in the table after the fixed part.
+const LAYER_LEN: usize = 12;
 /// More layers than any model has: a count beyond it is a corrupt header, not a table to read.
 const MAX_LAYERS: u32 = 1 << 12;
 
@@ -37,13 +39,20 @@ pub struct BlockShape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LayerShape {
     pub kv_heads: u32,
-    pub head_dim: u32,
+    /// Keys per head and position; a latent attention layer's values (its shared rotary key)
+    /// are narrower than its keys (the latent).
+    pub key_dim: u32,
+    pub value_dim: u32,
 }
 
 impl BlockShape {
-    /// Elements of one layer's keys, or of its values, in a block.
-    pub fn elements(&self, layer: LayerShape) -> usize {
-        (layer.kv_heads * self.block_tokens * layer.head_dim) as usize
+    /// Elements of one layer's keys and of its values in a block.
+    pub fn elements(&self, layer: LayerShape) -> (usize, usize) {
+        let per_dim = (layer.kv_heads * self.block_tokens) as usize;
+        (
+            per_dim * layer.key_dim as usize,
+            per_dim * layer.value_dim as usize,
+        )
     }
 }
 
@@ -91,7 +100,7 @@ impl BlockHeader {
 
     /// Bytes of the encoded header.
     pub fn encoded_len(&self) -> usize {
-        FIXED_LEN + 8 * self.shape.layers.len()
+        FIXED_LEN + LAYER_LEN * self.shape.layers.len()
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -107,7 +116,8 @@ impl BlockHeader {
         out.extend_from_slice(&(self.shape.layers.len() as u32).to_le_bytes());
         for layer in &self.shape.layers {
             out.extend_from_slice(&layer.kv_heads.to_le_bytes());
-            out.extend_from_slice(&layer.head_dim.to_le_bytes());
+            out.extend_from_slice(&layer.key_dim.to_le_bytes());
+            out.extend_from_slice(&layer.value_dim.to_le_bytes());
         }
         debug_assert_eq!(out.len(), self.encoded_len());
         out
@@ -133,7 +143,7 @@ impl BlockHeader {
         if layers > MAX_LAYERS {
             return Err(HeaderFault::Layers(layers));
         }
-        Ok(FIXED_LEN + 8 * layers as usize)
+        Ok(FIXED_LEN + LAYER_LEN * layers as usize)
     }
 
     /// Decodes the header at the start of `bytes`.
@@ -156,7 +166,8 @@ impl BlockHeader {
         let layers = (0..layers)
             .map(|_| LayerShape {
                 kv_heads: u32::from_le_bytes(fields.take()),
-                head_dim: u32::from_le_bytes(fields.take()),
+                key_dim: u32::from_le_bytes(fields.take()),
+                value_dim: u32::from_le_bytes(fields.take()),
             })
             .collect();
         Ok(Self {
@@ -198,11 +209,13 @@ mod tests {
             layers: vec![
                 LayerShape {
                     kv_heads: 3,
-                    head_dim: 5,
+                    key_dim: 5,
+                    value_dim: 5,
                 },
                 LayerShape {
                     kv_heads: 1,
-                    head_dim: 10,
+                    key_dim: 10,
+                    value_dim: 2,
                 },
             ],
         };
@@ -212,7 +225,7 @@ mod tests {
     #[test]
     fn encode_then_decode_round_trips() {
         let bytes = header().encode();
-        assert_eq!(bytes.len(), FIXED_LEN + 2 * 8);
+        assert_eq!(bytes.len(), FIXED_LEN + 2 * LAYER_LEN);
         assert_eq!(
             BlockHeader::len_from_fixed(&bytes[..FIXED_LEN]),
             Ok(bytes.len())

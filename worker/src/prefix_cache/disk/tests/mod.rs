@@ -74,14 +74,16 @@ const FINGERPRINT: Fingerprint = [7; 32];
 const LAYERS: [LayerShape; 2] = [
     LayerShape {
         kv_heads: 2,
-        head_dim: 8,
+        key_dim: 8,
+        value_dim: 8,
     },
     LayerShape {
         kv_heads: 1,
-        head_dim: 16,
+        key_dim: 16,
+        value_dim: 4,
     },
 ];
-const HEADER_LEN: usize = FIXED_LEN + 8 * LAYERS.len();
+const HEADER_LEN: usize = FIXED_LEN + 12 * LAYERS.len();
 
 fn shape() -> BlockShape {
     BlockShape {

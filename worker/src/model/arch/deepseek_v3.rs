@@ -1,0 +1,87 @@
+//! DeepSeek V3 and R1, Kimi K2 (`kimi_k2`, which mlx-lm maps to `deepseek_v3.py`, and
+//! `kimi_k25`'s text model), and GLM-4.7-Flash
+//! (`glm4_moe_lite.py`, the same model with the config's norm epsilon in its low-rank norms):
+//! multi-head latent attention, whose cache holds a compressed latent per position; the first
+//! `first_k_dense_replace` layers dense, then every `moe_layer_freq`-th routing each position by
+//! grouped sigmoid scores with a correction bias to `num_experts_per_tok` of `n_routed_experts`
+//! experts beside shared ones. The multi-token-prediction layer past `num_hidden_layers` is not
+//! run.
+
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
+use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec};
+use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+/// The routed experts of the sparse layers, `None` without `n_routed_experts`.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    let Some(experts) = config.key::<i32>("n_routed_experts")? else {
+        return Ok(None);
+    };
+    Ok(Some(MoeSpec::new(
+        experts,
+        config.key_or("num_experts_per_tok", 1)?,
+        config.required("moe_intermediate_size")?,
+        Routing::GroupedSigmoid {
+            groups: config.key_or("n_group", 1)?,
+            top_groups: config.key_or("topk_group", 1)?,
+            normalize: config.key_or("norm_topk_prob", true)?,
+            scaling: config.key_or("routed_scaling_factor", 1.0)?,
+        },
+    )))
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let topk_method: String = config.key_or("topk_method", "noaux_tc".to_owned())?;
+    if topk_method != "noaux_tc" {
+        return Err(ModelError::Config {
+            path: config.path.clone(),
+            message: format!("unsupported topk_method {topk_method:?} (only noaux_tc)"),
+        });
+    }
+    // DeepSeek fixes the low-rank norms' epsilon; GLM-4.7-Flash takes the model's.
+    let lora_eps = if config.model_type == "glm4_moe_lite" {
+        config.rms_norm_eps
+    } else {
+        1e-6
+    };
+    let dense_layers: i32 = config.key_or("first_k_dense_replace", 0)?;
+    let moe_every: i32 = config.key_or("moe_layer_freq", 1)?;
+    let shared_experts: Option<i32> = config.key("n_shared_experts")?;
+    let moe = experts(config)?;
+    weights.discard_under(&format!("model.layers.{}.", config.num_layers));
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let spec = LatentSpec::from_config(config, lora_eps)?;
+            let prefix = format!("model.layers.{index}.self_attn");
+            let attention = LatentAttention::load(weights, config, &prefix, spec)?;
+            let mixer = Mixer::LatentAttention(Box::new(attention));
+            let sparse = index >= dense_layers && moe_every > 0 && index % moe_every == 0;
+            DecoderLayer::load_around(weights, config, index, mixer, |weights, prefix| {
+                let mlp = format!("{prefix}.mlp");
+                let Some(moe) = moe.clone().filter(|_| sparse) else {
+                    return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
+                        .map(FeedForward::Dense);
+                };
+                let inner = moe.inner;
+                let names = ExpertNames::swiglu_under(&mlp);
+                let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
+                if let Some(shared) = shared_experts {
+                    let prefix = format!("{mlp}.shared_experts");
+                    let shared = Mlp::load(weights, config, &prefix, inner * shared, false)?;
+                    experts = experts.with_shared_experts(shared);
+                }
+                Ok(FeedForward::experts(experts))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    // mlx-lm's model always has its own lm_head.
+    let untied = ModelConfig {
+        tie_word_embeddings: Some(false),
+        ..config.clone()
+    };
+    Decoder::load(weights, &untied, layers)
+}
