@@ -519,6 +519,13 @@ def hf_qwen3_5(config, weights):
     return hf_config, out
 
 
+def hf_lfm2(config, weights):
+    """LiquidAI/LFM2-*: the short convolution's depthwise weight as torch stores it, [C, 1, K]
+    (MLX's is [C, K, 1]); every other name as mlx-lm's."""
+    out = {k: v.moveaxis(1, 2) if k.endswith(".conv.conv.weight") else v for k, v in weights.items()}
+    return config, out
+
+
 HF_LAYOUTS = {
     "qwen3_moe": hf_qwen3_moe,
     "mixtral": hf_mixtral,
@@ -533,6 +540,7 @@ HF_LAYOUTS = {
     "qwen3_next": hf_qwen3_next,
     "qwen3_5": hf_qwen3_5,
     "qwen3_5_moe": hf_qwen3_5,
+    "lfm2": hf_lfm2,
 }
 
 

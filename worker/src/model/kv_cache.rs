@@ -7,9 +7,9 @@
 //! next turn resumes), and it is trimmed only once a window's worth can go, so a trim's copy is
 //! paid once per window of steps.
 //!
-//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet layer) holds no
-//! positions at all, only the state after the last one ([`RecurrentState`]), the same size
-//! however long the sequence. Blocks of positions can be neither cut from it nor restored into
+//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet or short-convolution
+//! layer) holds no positions at all, only the state after the last one ([`RecurrentState`]),
+//! the same size however long the sequence. Blocks of positions can be neither cut from it nor restored into
 //! it, so it says so ([`KvCache::restores_from_blocks`]) and a model with such a layer prefills
 //! cold.
 
@@ -37,7 +37,8 @@ pub struct KvCache {
     recurrent: Option<RecurrentState>,
 }
 
-/// What a gated DeltaNet layer carries from one input to the next; `None` before its first.
+/// What a recurrent layer carries from one input to the next; `None` before its first. A gated
+/// DeltaNet layer holds both; LFM2's short-convolution layer only `conv`.
 #[derive(Default, Clone)]
 pub struct RecurrentState {
     /// The short convolution's inputs of the last `kernel - 1` positions, `[1, kernel - 1, channels]`.

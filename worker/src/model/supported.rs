@@ -9,6 +9,7 @@ pub const SUPPORTED: &[&str] = &[
     "glm4_moe",
     "gpt_oss",
     "granite",
+    "lfm2",
     "llama",
     "llama4",
     "llama4_text",

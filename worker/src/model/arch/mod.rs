@@ -7,6 +7,7 @@ mod gemma4_text;
 mod glm4_moe;
 mod gpt_oss;
 mod granite;
+mod lfm2;
 mod llama;
 mod llama4;
 mod llama4_text;
@@ -64,6 +65,7 @@ const ARCHITECTURES: &[Architecture] = &[
     moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
     dense("granite", granite::build),
+    dense("lfm2", lfm2::build),
     dense("llama", llama::build),
     moe("llama4", llama4::build, llama4::experts),
     dense("llama4_text", llama4_text::build),

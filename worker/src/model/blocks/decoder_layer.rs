@@ -1,7 +1,7 @@
 //! One pre-norm residual layer: `h = x + mix(norm(x))`, `out = h + ffn(norm(h))`, where the
-//! token mixer is attention or a gated DeltaNet (Qwen3-Next's linear layers), each block's
-//! output optionally normalized (Gemma) or scaled (Granite) before its sum; Gemma 4 then adds its
-//! gated per-layer input and scales the whole output.
+//! token mixer is attention, a gated DeltaNet (Qwen3-Next's linear layers) or a short
+//! convolution (LFM2's), each block's output optionally normalized (Gemma) or scaled (Granite)
+//! before its sum; Gemma 4 then adds its gated per-layer input and scales the whole output.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -15,6 +15,7 @@ use super::moe::Moe;
 use super::norm::Norm;
 use super::per_layer_input::PerLayerGate;
 use super::scaled::scaled;
+use super::short_conv::ShortConv;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
@@ -86,6 +87,8 @@ pub enum Mixer {
     Attention(Box<Attention>),
     /// Linear attention with a recurrent state.
     GatedDelta(Box<GatedDeltaNet>),
+    /// A gated causal convolution over the last few positions (LFM2).
+    ShortConv(Box<ShortConv>),
 }
 
 impl From<Attention> for Mixer {
@@ -99,7 +102,7 @@ impl Mixer {
     pub fn shared_kv(&self) -> Option<usize> {
         match self {
             Self::Attention(attention) => attention.shared_kv(),
-            Self::GatedDelta(_) => None,
+            Self::GatedDelta(_) | Self::ShortConv(_) => None,
         }
     }
 
@@ -107,7 +110,7 @@ impl Mixer {
     pub fn sliding_window(&self) -> Option<i32> {
         match self {
             Self::Attention(attention) => attention.sliding_window(),
-            Self::GatedDelta(_) => None,
+            Self::GatedDelta(_) | Self::ShortConv(_) => None,
         }
     }
 
@@ -116,7 +119,7 @@ impl Mixer {
     pub fn kv_shape(&self) -> (i32, i32) {
         match self {
             Self::Attention(attention) => attention.kv_shape(),
-            Self::GatedDelta(_) => (0, 0),
+            Self::GatedDelta(_) | Self::ShortConv(_) => (0, 0),
         }
     }
 
@@ -125,6 +128,7 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.new_cache(),
             Self::GatedDelta(delta) => delta.new_cache(),
+            Self::ShortConv(conv) => conv.new_cache(),
         }
     }
 
@@ -137,6 +141,7 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.forward(x, lengths, caches),
             Self::GatedDelta(delta) => delta.forward(x, lengths, caches),
+            Self::ShortConv(conv) => conv.forward(x, lengths, caches),
         }
     }
 }
