@@ -10,6 +10,7 @@ pub const SUPPORTED: &[&str] = &[
     "gpt_oss",
     "granite",
     "lfm2",
+    "lfm2_moe",
     "llama",
     "llama4",
     "llama4_text",

@@ -21,7 +21,7 @@ use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let inner = feed_forward_width(config)?;
-    hybrid(config, weights, |weights, prefix| {
+    hybrid(config, weights, |weights, _, prefix| {
         let mlp = format!("{prefix}.feed_forward");
         rename_feed_forward(weights, &mlp);
         Ok(FeedForward::Dense(Mlp::load(
@@ -31,11 +31,11 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 }
 
 /// The layers LFM2 and LFM2-MoE share, each layer's feed-forward block loaded by
-/// `feed_forward` from the layer's prefix.
+/// `feed_forward` from the layer's index and prefix.
 pub(super) fn hybrid(
     config: &ModelConfig,
     weights: &mut Weights,
-    feed_forward: impl Fn(&mut Weights, &str) -> Result<FeedForward, ModelError>,
+    feed_forward: impl Fn(&mut Weights, i32, &str) -> Result<FeedForward, ModelError>,
 ) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let attends = attention_layers(config)?;
@@ -84,7 +84,7 @@ pub(super) fn hybrid(
                 mixer,
                 post_attention_norm: None,
                 pre_feed_forward_norm: norm(weights, "ffn_norm")?,
-                feed_forward: feed_forward(weights, &prefix)?,
+                feed_forward: feed_forward(weights, index, &prefix)?,
                 post_feed_forward_norm: None,
                 residual_scale: None,
                 per_layer_gate: None,

@@ -8,6 +8,7 @@ mod glm4_moe;
 mod gpt_oss;
 mod granite;
 mod lfm2;
+mod lfm2_moe;
 mod llama;
 mod llama4;
 mod llama4_text;
@@ -66,6 +67,7 @@ const ARCHITECTURES: &[Architecture] = &[
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
     dense("granite", granite::build),
     dense("lfm2", lfm2::build),
+    moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts),
     dense("llama", llama::build),
     moe("llama4", llama4::build, llama4::experts),
     dense("llama4_text", llama4_text::build),

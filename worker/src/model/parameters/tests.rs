@@ -109,7 +109,7 @@ fn a_mixture_of_experts_runs_top_k_of_its_routed_experts_and_all_the_rest() {
 #[test]
 fn hybrid_and_gemma4_mixtures_run_top_k_of_their_routed_experts() {
     // Each of these fixtures routes to 2 of 4 experts.
-    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4_text_moe"] {
+    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4_text_moe", "lfm2_moe"] {
         let headers = tensor_headers(&fixture(arch, "f32")).unwrap();
         let routed: u64 = headers
             .iter()
