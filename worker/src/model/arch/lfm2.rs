@@ -58,7 +58,8 @@ pub(super) fn hybrid(
                     ("k_layernorm", "k_norm"),
                     ("out_proj", "o_proj"),
                 ] {
-                    weights.rename_layer(&format!("{attention}.{from}"), &format!("{attention}.{to}"));
+                    weights
+                        .rename_layer(&format!("{attention}.{from}"), &format!("{attention}.{to}"));
                 }
                 let spec = AttentionSpec {
                     head_dim: hidden / config.num_heads,
@@ -128,7 +129,10 @@ fn attention_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
 fn rope(config: &ModelConfig, weights: &Weights) -> Result<Rope, ModelError> {
     let parameters: serde_json::Value =
         config.key_or("rope_parameters", serde_json::Value::Null)?;
-    let base = match parameters.get("rope_theta").and_then(serde_json::Value::as_f64) {
+    let base = match parameters
+        .get("rope_theta")
+        .and_then(serde_json::Value::as_f64)
+    {
         Some(base) => base as f32,
         None => config.key_or("rope_theta", 1_000_000.0)?,
     };

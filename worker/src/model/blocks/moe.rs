@@ -150,10 +150,12 @@ impl Moe {
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
         let score_bias = match spec.routing {
-            Routing::GroupedSigmoid { .. } | Routing::SigmoidTopK { biased: true, .. } => Some(weights.take_float(
-                &format!("{router}.e_score_correction_bias"),
-                &[spec.experts],
-            )?),
+            Routing::GroupedSigmoid { .. } | Routing::SigmoidTopK { biased: true, .. } => {
+                Some(weights.take_float(
+                    &format!("{router}.e_score_correction_bias"),
+                    &[spec.experts],
+                )?)
+            }
             _ => None,
         };
         Ok(Self {

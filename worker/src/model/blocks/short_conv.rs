@@ -40,7 +40,14 @@ impl ShortConv {
     ) -> Result<Self, ModelError> {
         let (hidden, quant) = (config.hidden_size, config.quantization);
         let linear = |weights: &mut Weights, name: &str, out: i32| {
-            Linear::load(weights, &format!("{prefix}.{name}"), out, hidden, bias, quant)
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                hidden,
+                bias,
+                quant,
+            )
         };
         let conv_name = format!("{prefix}.conv.weight");
         weights.convert(&conv_name, &conv_name, "moving conv's kernel axis", |w| {
