@@ -311,7 +311,8 @@ impl Moe {
                 };
                 let indices = top_k(&choosing, k)?;
                 let mut weights = take_along_axis(&scores, &indices, -1)?;
-                let constant = |value: f32| Array::from_f32(value).as_dtype(weights.dtype());
+                let dtype = scores.dtype();
+                let constant = |value: f32| Array::from_f32(value).as_dtype(dtype);
                 if normalize {
                     let total = ops::add(&weights.sum_axis(-1, true)?, &constant(1e-6)?)?;
                     weights = ops::divide(&weights, &total)?;
