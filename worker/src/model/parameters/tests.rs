@@ -41,7 +41,8 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
         }
         // mlx-lm counts leaf modules only, which leaves out the parameters a module with
         // children holds itself: gpt-oss's attention sinks, the gated DeltaNet's `A_log` and
-        // `dt_bias`, Gemma 4's router scale, expert scales and layer scalars.
+        // `dt_bias`, Gemma 4's router scale, expert scales and layer scalars, LFM2-MoE's
+        // `expert_bias`.
         let outside_leaves: u64 = crate::model::weights::tensor_headers(&arch_dir.join("f32"))
             .unwrap()
             .iter()
@@ -53,6 +54,7 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
                     ".router.scale",
                     ".per_expert_scale",
                     ".layer_scalar",
+                    ".expert_bias",
                 ]
                 .iter()
                 .any(|end| name.ends_with(end))
