@@ -160,3 +160,36 @@ fn feed_forward_width(config: &ModelConfig) -> Result<i32, ModelError> {
     }
     Ok(multiple * ((width + multiple - 1) / multiple))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn lfm2_350m_config_reads_with_its_own_key_names_and_adjusted_width() {
+        // LiquidAI/LFM2-350M's keys: `norm_eps`, and `block_ff_dim` beside (or instead of)
+        // `intermediate_size`; its `w1` is [4608, 1024].
+        let config = json!({
+            "model_type": "lfm2", "hidden_size": 1024, "block_ff_dim": 6656,
+            "block_auto_adjust_ff_dim": true, "block_ffn_dim_multiplier": 1.0,
+            "block_multiple_of": 256, "num_hidden_layers": 16, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "vocab_size": 65536, "norm_eps": 1e-5,
+            "conv_L_cache": 3, "full_attn_idxs": [2, 5, 8, 10, 12, 14],
+        });
+        let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+        assert_eq!(
+            (config.intermediate_size, config.rms_norm_eps),
+            (6656, 1e-5)
+        );
+        assert_eq!(feed_forward_width(&config).unwrap(), 4608);
+        let attends = attention_layers(&config).unwrap();
+        assert_eq!(
+            (0..16).filter(|&index| attends[index]).collect::<Vec<_>>(),
+            vec![2, 5, 8, 10, 12, 14]
+        );
+    }
+}
