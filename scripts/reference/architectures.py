@@ -531,6 +531,28 @@ def hf_qwen3_5(config, weights):
     return hf_config, out
 
 
+def hf_lfm2(config, weights):
+    """LiquidAI/LFM2-*: the short convolution's depthwise weight as torch stores it, [C, 1, K]
+    (MLX's is [C, K, 1]); every other name as mlx-lm's."""
+    out = {k: v.moveaxis(1, 2) if k.endswith(".conv.conv.weight") else v for k, v in weights.items()}
+    return config, out
+
+
+def hf_lfm2_moe(config, weights):
+    """LiquidAI/LFM2-8B-A1B: as hf_lfm2, the projections named w1 (gate), w3 (up), w2 (down)
+    and one tensor per expert."""
+    names = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+    weights = unstack_experts(
+        weights, "feed_forward.switch_mlp", lambda e, p: f"feed_forward.experts.{e}.{names[p]}"
+    )
+    out = {}
+    for key, value in hf_lfm2(config, weights)[1].items():
+        for mlx_name, hf_name in names.items():
+            key = key.replace(f".feed_forward.{mlx_name}.", f".feed_forward.{hf_name}.")
+        out[key] = value
+    return config, out
+
+
 HF_LAYOUTS = {
     "qwen3_moe": hf_qwen3_moe,
     "mixtral": hf_mixtral,
@@ -546,6 +568,8 @@ HF_LAYOUTS = {
     "qwen3_next": hf_qwen3_next,
     "qwen3_5": hf_qwen3_5,
     "qwen3_5_moe": hf_qwen3_5,
+    "lfm2": hf_lfm2,
+    "lfm2_moe": hf_lfm2_moe,
 }
 
 

@@ -105,13 +105,17 @@ impl QuantMode {
 #[derive(Deserialize)]
 struct RawConfig {
     hidden_size: i32,
-    intermediate_size: i32,
+    /// LFM2 may name it `block_ff_dim` alone.
+    intermediate_size: Option<i32>,
+    block_ff_dim: Option<i32>,
     num_hidden_layers: i32,
     num_attention_heads: i32,
     num_key_value_heads: Option<i32>,
     head_dim: Option<i32>,
     vocab_size: i32,
-    rms_norm_eps: f32,
+    /// LFM2 names it `norm_eps`.
+    rms_norm_eps: Option<f32>,
+    norm_eps: Option<f32>,
     #[serde(default = "default_rope_theta")]
     rope_theta: f32,
     #[serde(default)]
@@ -212,9 +216,17 @@ impl ModelConfig {
         };
         let raw: RawConfig =
             serde_json::from_value(text.clone()).map_err(|error| bad(error.to_string()))?;
+        let intermediate_size = raw
+            .intermediate_size
+            .or(raw.block_ff_dim)
+            .ok_or_else(|| bad("missing field `intermediate_size`".into()))?;
+        let rms_norm_eps = raw
+            .rms_norm_eps
+            .or(raw.norm_eps)
+            .ok_or_else(|| bad("missing field `rms_norm_eps`".into()))?;
         let positive = [
             ("hidden_size", raw.hidden_size),
-            ("intermediate_size", raw.intermediate_size),
+            ("intermediate_size", intermediate_size),
             ("num_hidden_layers", raw.num_hidden_layers),
             ("num_attention_heads", raw.num_attention_heads),
             ("vocab_size", raw.vocab_size),
@@ -264,13 +276,13 @@ impl ModelConfig {
         Ok(Self {
             model_type,
             hidden_size: raw.hidden_size,
-            intermediate_size: raw.intermediate_size,
+            intermediate_size,
             num_layers: raw.num_hidden_layers,
             num_heads: raw.num_attention_heads,
             num_kv_heads,
             head_dim,
             vocab_size: raw.vocab_size,
-            rms_norm_eps: raw.rms_norm_eps,
+            rms_norm_eps,
             rope_theta: raw.rope_theta,
             rope_traditional: raw.rope_traditional,
             rope_scaling,

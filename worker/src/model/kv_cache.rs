@@ -13,11 +13,11 @@
 //! qk_rope_head_dim` elements instead of `2 · heads · head_dim`. Blocks are cut from it and
 //! restored into it as from any full cache, keys and values each at their own width.
 //!
-//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet layer) holds no
-//! positions at all, only the state after the last one ([`RecurrentState`]), the same size
-//! however long the sequence. Blocks of positions can be neither cut from it nor restored into
-//! it, so it says so ([`KvCache::restores_from_blocks`]) and a model with such a layer prefills
-//! cold.
+//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet or short-convolution
+//! layer) holds no positions at all, only the state after the last one ([`RecurrentState`]),
+//! the same size however long the sequence. Blocks of positions can be neither cut from it nor
+//! restored into it, so it says so ([`KvCache::restores_from_blocks`]) and a model with such a
+//! layer prefills cold.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -43,7 +43,8 @@ pub struct KvCache {
     recurrent: Option<RecurrentState>,
 }
 
-/// What a gated DeltaNet layer carries from one input to the next; `None` before its first.
+/// What a recurrent layer carries from one input to the next; `None` before its first. A gated
+/// DeltaNet layer holds both; LFM2's short-convolution layer only `conv`.
 #[derive(Default, Clone)]
 pub struct RecurrentState {
     /// The short convolution's inputs of the last `kernel - 1` positions, `[1, kernel - 1, channels]`.

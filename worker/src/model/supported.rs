@@ -13,6 +13,8 @@ pub const SUPPORTED: &[&str] = &[
     "granite",
     "kimi_k2",
     "kimi_k25",
+    "lfm2",
+    "lfm2_moe",
     "llama",
     "llama4",
     "llama4_text",

@@ -236,6 +236,17 @@ impl Weights {
         }
     }
 
+    /// Renames a layer's tensors (`{from}.weight`, its bias, a quantized layer's scales and
+    /// biases) and its declared quantization to `to`, as mlx-lm's `sanitize` renames layers.
+    pub fn rename_layer(&mut self, from: &str, to: &str) {
+        for part in ["weight", "bias", "scales", "biases"] {
+            self.rename(&format!("{from}.{part}"), &format!("{to}.{part}"));
+        }
+        if let Some(quantization) = self.quantization.remove(from) {
+            self.quantization.insert(to.to_owned(), quantization);
+        }
+    }
+
     /// Replaces `source`, whose axis `axis` interleaves two tensors row by row (even rows, odd
     /// rows), by the two, named `targets`; absent `source` changes nothing.
     pub fn deinterleave(

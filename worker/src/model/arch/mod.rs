@@ -8,6 +8,8 @@ mod gemma4_text;
 mod glm4_moe;
 mod gpt_oss;
 mod granite;
+mod lfm2;
+mod lfm2_moe;
 mod llama;
 mod llama4;
 mod llama4_text;
@@ -69,6 +71,8 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("granite", granite::build),
     moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts),
     moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts),
+    dense("lfm2", lfm2::build),
+    moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts),
     dense("llama", llama::build),
     moe("llama4", llama4::build, llama4::experts),
     dense("llama4_text", llama4_text::build),

@@ -1,7 +1,7 @@
 //! One pre-norm residual layer: `h = x + mix(norm(x))`, `out = h + ffn(norm(h))`, where the
-//! token mixer is attention or a gated DeltaNet (Qwen3-Next's linear layers), each block's
-//! output optionally normalized (Gemma) or scaled (Granite) before its sum; Gemma 4 then adds its
-//! gated per-layer input and scales the whole output.
+//! token mixer is attention, a gated DeltaNet (Qwen3-Next's linear layers) or a short
+//! convolution (LFM2's), each block's output optionally normalized (Gemma) or scaled (Granite)
+//! before its sum; Gemma 4 then adds its gated per-layer input and scales the whole output.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -16,6 +16,7 @@ use super::moe::Moe;
 use super::norm::Norm;
 use super::per_layer_input::PerLayerGate;
 use super::scaled::scaled;
+use super::short_conv::ShortConv;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
@@ -89,6 +90,8 @@ pub enum Mixer {
     GatedDelta(Box<GatedDeltaNet>),
     /// Attention over a compressed latent cache (DeepSeek V3).
     LatentAttention(Box<LatentAttention>),
+    /// A gated causal convolution over the last few positions (LFM2).
+    ShortConv(Box<ShortConv>),
 }
 
 impl From<Attention> for Mixer {
@@ -102,7 +105,7 @@ impl Mixer {
     pub fn shared_kv(&self) -> Option<usize> {
         match self {
             Self::Attention(attention) => attention.shared_kv(),
-            Self::GatedDelta(_) | Self::LatentAttention(_) => None,
+            Self::GatedDelta(_) | Self::LatentAttention(_) | Self::ShortConv(_) => None,
         }
     }
 
@@ -110,7 +113,7 @@ impl Mixer {
     pub fn sliding_window(&self) -> Option<i32> {
         match self {
             Self::Attention(attention) => attention.sliding_window(),
-            Self::GatedDelta(_) | Self::LatentAttention(_) => None,
+            Self::GatedDelta(_) | Self::LatentAttention(_) | Self::ShortConv(_) => None,
         }
     }
 
@@ -119,7 +122,7 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.cache_shape(),
             Self::LatentAttention(attention) => attention.cache_shape(),
-            Self::GatedDelta(_) => CacheShape::heads(0, 0),
+            Self::GatedDelta(_) | Self::ShortConv(_) => CacheShape::heads(0, 0),
         }
     }
 
@@ -129,6 +132,7 @@ impl Mixer {
             Self::Attention(attention) => attention.new_cache(),
             Self::GatedDelta(delta) => delta.new_cache(),
             Self::LatentAttention(_) => KvCache::default(),
+            Self::ShortConv(conv) => conv.new_cache(),
         }
     }
 
@@ -142,6 +146,7 @@ impl Mixer {
             Self::Attention(attention) => attention.forward(x, lengths, caches),
             Self::GatedDelta(delta) => delta.forward(x, lengths, caches),
             Self::LatentAttention(attention) => attention.forward(x, lengths, caches),
+            Self::ShortConv(conv) => conv.forward(x, lengths, caches),
         }
     }
 }

@@ -13,3 +13,4 @@ pub mod per_layer_input;
 pub mod query_scale;
 pub mod rope;
 pub mod scaled;
+pub mod short_conv;

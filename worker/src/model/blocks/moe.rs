@@ -37,6 +37,14 @@ pub enum Routing {
         normalize: bool,
         scaling: f32,
     },
+    /// Sigmoid scores in the router's dtype (LFM2-MoE): experts chosen by score, plus the
+    /// router's `e_score_correction_bias` when `biased`; each chosen expert weighs its unbiased
+    /// score, the k renormalized to sum to one (plus 1e-6) when `normalize`, all times `scaling`.
+    SigmoidTopK {
+        biased: bool,
+        normalize: bool,
+        scaling: f32,
+    },
     /// The top logit's expert only, its sigmoid scaling the expert's input rather than its output
     /// (Llama 4).
     TopOneSigmoidInput,
@@ -70,7 +78,7 @@ impl ExpertNames {
 pub struct Moe {
     router: Linear,
     routing: Routing,
-    /// Added to the scores to choose experts, not to weigh them ([`Routing::GroupedSigmoid`]).
+    /// Added to the scores to choose experts, not to weigh them (sigmoid routings).
     score_bias: Option<Array>,
     shared_experts: Option<Mlp>,
     /// Normalizes what the router sees (Gemma 4).
@@ -142,10 +150,12 @@ impl Moe {
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
         let score_bias = match spec.routing {
-            Routing::GroupedSigmoid { .. } => Some(weights.take_float(
-                &format!("{router}.e_score_correction_bias"),
-                &[spec.experts],
-            )?),
+            Routing::GroupedSigmoid { .. } | Routing::SigmoidTopK { biased: true, .. } => {
+                Some(weights.take_float(
+                    &format!("{router}.e_score_correction_bias"),
+                    &[spec.experts],
+                )?)
+            }
             _ => None,
         };
         Ok(Self {
@@ -290,6 +300,25 @@ impl Moe {
                 }
                 let weights = ops::multiply(&weights, Array::from_f32(scaling))?;
                 Ok((indices, weights))
+            }
+            Routing::SigmoidTopK {
+                normalize, scaling, ..
+            } => {
+                let scores = ops::sigmoid(logits)?;
+                let choosing = match &self.score_bias {
+                    Some(bias) => ops::add(&scores.as_dtype(Dtype::Float32)?, bias)?,
+                    None => scores.clone(),
+                };
+                let indices = top_k(&choosing, k)?;
+                let mut weights = take_along_axis(&scores, &indices, -1)?;
+                let dtype = scores.dtype();
+                let constant = |value: f32| Array::from_f32(value).as_dtype(dtype);
+                if normalize {
+                    let total = ops::add(&weights.sum_axis(-1, true)?, &constant(1e-6)?)?;
+                    weights = ops::divide(&weights, &total)?;
+                }
+                let weights = ops::multiply(&weights, &constant(scaling)?)?;
+                Ok((indices, weights.as_dtype(logits.dtype())?))
             }
             Routing::TopOneSigmoidInput => {
                 let indices = top_k(logits, 1)?;

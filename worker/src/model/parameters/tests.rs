@@ -41,7 +41,8 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
         }
         // mlx-lm counts leaf modules only, which leaves out the parameters a module with
         // children holds itself: gpt-oss's attention sinks, the gated DeltaNet's `A_log` and
-        // `dt_bias`, Gemma 4's router scale, expert scales and layer scalars.
+        // `dt_bias`, Gemma 4's router scale, expert scales and layer scalars, LFM2-MoE's
+        // `expert_bias`.
         let outside_leaves: u64 = crate::model::weights::tensor_headers(&arch_dir.join("f32"))
             .unwrap()
             .iter()
@@ -53,6 +54,7 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
                     ".router.scale",
                     ".per_expert_scale",
                     ".layer_scalar",
+                    ".expert_bias",
                 ]
                 .iter()
                 .any(|end| name.ends_with(end))
@@ -109,7 +111,7 @@ fn a_mixture_of_experts_runs_top_k_of_its_routed_experts_and_all_the_rest() {
 #[test]
 fn hybrid_and_gemma4_mixtures_run_top_k_of_their_routed_experts() {
     // Each of these fixtures routes to 2 of 4 experts.
-    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4_text_moe"] {
+    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4_text_moe", "lfm2_moe"] {
         let headers = tensor_headers(&fixture(arch, "f32")).unwrap();
         let routed: u64 = headers
             .iter()
