@@ -41,7 +41,7 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
 use blocks::scaled::scaled;
 use decoder::Decoder;
 pub use error::ModelError;
-pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
+pub use kv_cache::{KvCache, RecurrentState, STEP as KV_CACHE_STEP};
 pub use weights::Weights;
 
 /// One sequence's share of a packed pass: its new tokens and the cache they extend.

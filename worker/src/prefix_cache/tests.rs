@@ -1,6 +1,7 @@
 //! A restored prefix (whole blocks, then part of a tail) continues exactly as a cold prefill of
 //! the same prompt: the logits of the prompt's last position agree, also for a model whose
-//! layers cache keys of different sizes or none at all, through the SSD tier.
+//! layers cache keys of different sizes or none at all, through the SSD tier, and for a model
+//! with recurrent layers restored from a boundary snapshot.
 
 use std::sync::Arc;
 
@@ -33,9 +34,21 @@ fn tiny_llama() -> (tempfile::TempDir, LoadedModel) {
 /// heads of 16, a full one of 2 heads of 32, and two layers that share their keys and values),
 /// with the tiny Llama's tokenizer, which the cache never reads.
 fn tiny_gemma4() -> (tempfile::TempDir, LoadedModel) {
+    tiny_reference("gemma4_text")
+}
+
+/// mlx-lm's tiny Qwen3.5 (`tests/data/architectures/qwen3_5/f32`: two gated DeltaNet layers,
+/// two attention layers), with the tiny Llama's tokenizer.
+fn tiny_qwen3_5() -> (tempfile::TempDir, LoadedModel) {
+    tiny_reference("qwen3_5")
+}
+
+fn tiny_reference(architecture: &str) -> (tempfile::TempDir, LoadedModel) {
     let (dir, _) = tiny_llama();
     let checkpoint = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/architectures/gemma4_text/f32");
+        .join("../tests/data/architectures")
+        .join(architecture)
+        .join("f32");
     for file in [
         "config.json",
         "model.safetensors",
@@ -57,6 +70,7 @@ fn with_disk(loaded: &LoadedModel, disk_root: Option<&std::path::Path>) -> Prefi
         ram_bytes: 64 << 20,
         disk_root: disk_root.map(std::path::Path::to_path_buf),
         disk_bytes: 64 << 20,
+        snapshot_every: super::DEFAULT_SNAPSHOT_EVERY,
     };
     PrefixCache::open(loaded, &options, Arc::new(PrefixCounters::default())).unwrap()
 }
@@ -155,7 +169,7 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     assert_eq!(shapes, [(2, 16), (2, 32)]);
     assert_eq!(
         header.payload_len,
-        2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4
+        2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4 + 1
     );
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
@@ -167,4 +181,99 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     let cold = last_logits(model, &continued, &mut model.new_cache());
     let worst = worst_difference(&warm, &cold);
     assert!(worst <= TOLERANCE, "logits differ by {worst}");
+}
+
+/// Runs `prompt` in chunks of `chunk` tokens, as a sequence prefills, then decodes `generated`
+/// one at a time, giving each pass's blocks and snapshots to `prefix` as a sequence does; the
+/// sequence's tokens end with the generated ones.
+fn run_sequence(
+    prefix: &mut PrefixCache,
+    model: &Model,
+    prompt: &[u32],
+    chunk: usize,
+    generated: &[u32],
+) {
+    let mut cache = model.new_cache();
+    for layer in &mut cache {
+        layer.snapshot_every(BLOCK_TOKENS as i32);
+    }
+    let mut prefilled = 0;
+    for piece in prompt.chunks(chunk) {
+        last_logits(model, piece, &mut cache);
+        prefilled += piece.len();
+        prefix.store(prompt, prefilled, &mut cache);
+    }
+    let tokens: Vec<u32> = prompt.iter().chain(generated).copied().collect();
+    for (index, &token) in generated.iter().enumerate() {
+        last_logits(model, &[token], &mut cache);
+        prefix.store_decoded(&tokens[..prompt.len() + index + 1], &mut cache);
+    }
+    prefix.store_sequence(&tokens, prompt.len(), &cache);
+}
+
+fn assert_restores_like_cold(
+    prefix: &mut PrefixCache,
+    model: &Model,
+    prompt: &[u32],
+    cached: usize,
+) {
+    let (mut restored, restored_tokens) = prefix.restore(prompt, || model.new_cache());
+    assert_eq!(restored_tokens, cached);
+    let warm = last_logits(model, &prompt[cached..], &mut restored);
+    let cold = last_logits(model, prompt, &mut model.new_cache());
+    let worst = worst_difference(&warm, &cold);
+    assert!(
+        worst <= TOLERANCE,
+        "{cached} restored tokens: logits differ by {worst}"
+    );
+}
+
+#[test]
+fn a_recurrent_model_restores_from_the_deepest_boundary_snapshot_in_ram_and_on_ssd() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let disk = tempfile::tempdir().unwrap();
+    // 14 prompt tokens in chunks of 3 (boundaries 4, 8 and 12 fall inside chunks), then 6
+    // generated: boundary 16 falls in the decode. Kept: 12 (the prompt's last whole block) and
+    // 16 (every fourth boundary); 4 and 8 are not.
+    let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    let generated = [7, 11, 13, 17, 19, 23];
+    let continued: Vec<u32> = prompt
+        .iter()
+        .chain(&generated)
+        .copied()
+        .chain([90, 91])
+        .collect();
+    let mut diverging = continued.clone();
+    diverging[13] = 77;
+    let mut early = continued.clone();
+    early[9] = 77;
+    {
+        let mut prefix = with_disk(&loaded, Some(disk.path()));
+        run_sequence(&mut prefix, model, &prompt, 3, &generated);
+        assert_restores_like_cold(&mut prefix, model, &continued, 16);
+        assert_restores_like_cold(&mut prefix, model, &diverging, 12);
+        // Blocks 4 and 8 are cached but carry no snapshot: nothing to restore from.
+        assert_restores_like_cold(&mut prefix, model, &early, 0);
+        assert!(prefix.flush(std::time::Duration::from_secs(300)));
+    }
+    // A new worker: RAM is empty, the blocks and their snapshots come from the SSD.
+    let mut prefix = with_disk(&loaded, Some(disk.path()));
+    assert_restores_like_cold(&mut prefix, model, &continued, 16);
+    assert_restores_like_cold(&mut prefix, model, &diverging, 12);
+    assert_eq!(prefix.counters.snapshot().load_errors, 0);
+}
+
+#[test]
+fn a_snapshot_recorded_later_is_added_to_a_block_kept_without_one() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let mut prefix = ram_only(&loaded);
+    let long: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    run_sequence(&mut prefix, model, &long, 5, &[]);
+    // A shorter prompt whose last whole block (ending at 8) the first kept without a snapshot.
+    let short = &long[..10];
+    assert_restores_like_cold(&mut prefix, model, short, 0);
+    run_sequence(&mut prefix, model, short, 5, &[]);
+    assert_restores_like_cold(&mut prefix, model, short, 8);
 }
