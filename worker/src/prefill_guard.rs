@@ -95,7 +95,11 @@ fn held_positions(layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64
     }
 }
 
+/// A recurrent layer's state in place of keys and values: the same for any prompt.
 fn layer_kv_bytes(shape: Shape<'_>, layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64 {
+    if let Some(state) = layer.recurrent {
+        return state.bytes(shape.element_bytes);
+    }
     let config = shape.config;
     2 * dim(config.num_kv_heads)
         * dim(config.head_dim)
@@ -125,7 +129,9 @@ fn check(
 /// With P prompt tokens, C = min(P, chunk) the largest chunk, S = P rounded up to the cache step,
 /// H query heads, K kv heads, D head dim, E hidden, V vocab and b bytes per activation element:
 ///   KV cache     2·K·D·S_l·b per layer      (kept for the whole request; S_l = S, or for a
-///                                            sliding window w at most 2w + C in whole steps)
+///                                            sliding window w at most 2w + C in whole steps;
+///                                            a recurrent layer's state instead, constant, and
+///                                            no scores)
 ///   one layer    4·C·E·b                    (residual, its norm, attention output, sum)
 ///              + 2·C·(H+2K)·D·b             (q, k, v and their rotated copies)
 ///              + 2·C·S_l·H·4                (scores and masked scores, counted as f32)
@@ -149,7 +155,11 @@ fn prefill_peak_bytes(shape: Shape<'_>, prompt_tokens: usize, chunk: usize) -> u
     );
     let c = (prompt_tokens as u64).min(chunk as u64);
     let layer = |layer: &LayerShape| {
-        let keys = held_positions(layer, prompt_tokens, chunk).min(prompt_tokens as u64);
+        // A recurrent layer scores no keys.
+        let keys = match layer.recurrent {
+            Some(_) => 0,
+            None => held_positions(layer, prompt_tokens, chunk).min(prompt_tokens as u64),
+        };
         let attention = 4 * c * hidden * b
             + 2 * c * (heads + 2 * kv_heads) * head_dim * b
             + 2 * c * keys * heads * 4;

@@ -28,7 +28,7 @@ use mlx_rs::ops::indexing::IndexOp;
 
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
-pub use shape::{FeedForwardShape, LayerShape};
+pub use shape::{FeedForwardShape, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
@@ -102,6 +102,7 @@ impl Model {
             .iter()
             .map(|layer| LayerShape {
                 sliding_window: layer.mixer.sliding_window(),
+                recurrent: layer.mixer.recurrent_state(),
                 feed_forward: layer.feed_forward.shape(),
             })
             .collect()

@@ -15,6 +15,7 @@ fn tiny_config() -> ModelConfig {
 
 const DENSE: LayerShape = LayerShape {
     sliding_window: None,
+    recurrent: None,
     feed_forward: FeedForwardShape::Dense { inner: 512 },
 };
 
@@ -92,6 +93,7 @@ fn experts_cost_their_top_k_widths_not_the_dense_width_of_every_layer() {
     };
     let moe = LayerShape {
         sliding_window: None,
+        recurrent: None,
         feed_forward: FeedForwardShape::Experts {
             experts: 128,
             top_k: 8,
@@ -126,6 +128,7 @@ fn experts_cost_their_top_k_widths_not_the_dense_width_of_every_layer() {
     );
     let wide_dense = LayerShape {
         sliding_window: None,
+        recurrent: None,
         feed_forward: FeedForwardShape::Dense { inner: 6144 },
     };
     assert_eq!(
@@ -167,4 +170,36 @@ fn a_sliding_window_layer_holds_at_most_two_windows_and_a_chunk() {
     );
     // A prompt shorter than the window holds what it has, as a full layer would.
     assert_eq!(kv_cache_bytes(shape, 20, 512), 4 * per_position * 256);
+}
+
+#[test]
+fn a_recurrent_layer_holds_its_state_whatever_the_prompt() {
+    // Qwen3.5's pattern: gated DeltaNet and attention layers alternating; a DeltaNet state of
+    // 3 x 96 convolution inputs and 4 x 16 x 16 f32 memory.
+    let config = tiny_config();
+    let state = crate::model::StateShape {
+        activation_elements: 3 * 96,
+        f32_elements: 4 * 16 * 16,
+    };
+    let recurrent = LayerShape {
+        recurrent: Some(state),
+        ..DENSE
+    };
+    let layers = [recurrent, DENSE, recurrent, DENSE];
+    let shape = Shape::new(&config, &layers, Dtype::Float32);
+    let state_bytes = 3 * 96 * 4 + 4 * 16 * 16 * 4;
+    let per_position = 2 * 4 * 32 * 4;
+    for (prompt, held) in [(20, 256), (7000, 7168)] {
+        assert_eq!(
+            kv_cache_bytes(shape, prompt, 512),
+            2 * state_bytes + 2 * per_position * held
+        );
+    }
+    // The attention layers' scores are still the largest layer.
+    let full_layer =
+        4 * 512 * 256 * 4 + 2 * 512 * 16 * 32 * 4 + 2 * 512 * 7000 * 8 * 4 + 3 * 512 * 512 * 4;
+    assert_eq!(
+        prefill_peak_bytes(shape, 7000, 512),
+        kv_cache_bytes(shape, 7000, 512) + full_layer + 1024 * 8
+    );
 }

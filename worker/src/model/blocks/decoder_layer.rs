@@ -18,7 +18,7 @@ use super::scaled::scaled;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
-use crate::model::shape::FeedForwardShape;
+use crate::model::shape::{FeedForwardShape, StateShape};
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
@@ -108,6 +108,14 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.sliding_window(),
             Self::GatedDelta(_) => None,
+        }
+    }
+
+    /// A recurrent layer's state, constant in the sequence length.
+    pub fn recurrent_state(&self) -> Option<StateShape> {
+        match self {
+            Self::Attention(_) => None,
+            Self::GatedDelta(delta) => Some(delta.state_shape()),
         }
     }
 

@@ -22,6 +22,7 @@ use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::{KvCache, RecurrentState};
+use crate::model::shape::StateShape;
 use crate::model::weights::Weights;
 
 /// The layer's sizes, from config.json's `linear_*` keys.
@@ -166,6 +167,17 @@ impl GatedDeltaNet {
             out_proj: linear(weights, "out_proj", hidden, values)?,
             spec,
         })
+    }
+
+    /// Elements of the layer's state: the convolution's last `kernel - 1` inputs and the
+    /// f32 memory, `[value_heads, value_dim, key_dim]`.
+    pub fn state_shape(&self) -> StateShape {
+        let spec = &self.spec;
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(spec.conv_kernel - 1) * count(spec.conv_channels()),
+            f32_elements: count(spec.value_heads) * count(spec.value_dim) * count(spec.key_dim),
+        }
     }
 
     /// An empty cache of this layer's kind.
