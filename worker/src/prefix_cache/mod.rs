@@ -53,8 +53,11 @@ fn restorable(cache: &[KvCache]) -> bool {
 /// large enough that per-block overhead (a file, a hash, a concatenation) stays small.
 pub const DEFAULT_BLOCK_TOKENS: usize = 256;
 
-/// Boundaries per kept snapshot unless configured, besides the prompt's and the sequence's last.
-pub const DEFAULT_SNAPSHOT_EVERY: usize = 4;
+/// Boundaries per kept snapshot unless configured, besides the prompt's and the sequence's last:
+/// a prompt that leaves a cached one mid-history prefills at most this many blocks again, and a
+/// long conversation's snapshots (12 blocks' worth of keys and values each for Qwen3.6-35B-A3B)
+/// take about as much as its blocks.
+pub const DEFAULT_SNAPSHOT_EVERY: usize = 8;
 
 /// The tails' own bound, as a fraction of the RAM tier's budget: a tail is under one block, and
 /// one per live conversation is what they are for.

@@ -70,7 +70,7 @@ fn with_disk(loaded: &LoadedModel, disk_root: Option<&std::path::Path>) -> Prefi
         ram_bytes: 64 << 20,
         disk_root: disk_root.map(std::path::Path::to_path_buf),
         disk_bytes: 64 << 20,
-        snapshot_every: super::DEFAULT_SNAPSHOT_EVERY,
+        snapshot_every: 4,
     };
     PrefixCache::open(loaded, &options, Arc::new(PrefixCounters::default())).unwrap()
 }
