@@ -198,7 +198,12 @@ fn a_bf16_models_blocks_take_half_the_f32_bytes_and_restore_from_ssd_after_a_sig
     for entry in std::fs::read_dir(&dir).unwrap().flatten() {
         if entry.path().extension().is_some_and(|ext| ext == "kvb") {
             let header = corral_worker::prefix_cache::disk::inspect(&entry.path()).unwrap();
-            assert_eq!(header.payload_len, (128 << 10) + 1, "{}", entry.path().display());
+            assert_eq!(
+                header.payload_len,
+                (128 << 10) + 1,
+                "{}",
+                entry.path().display()
+            );
         }
     }
     let victim = server.worker_pids()[0];

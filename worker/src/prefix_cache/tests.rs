@@ -10,7 +10,7 @@ use mlx_rs::ops::indexing::IndexOp;
 
 use super::{PrefixCache, PrefixCacheOptions, PrefixCounters};
 use crate::loaded::LoadedModel;
-use crate::model::Model;
+use crate::model::{Model, Segment};
 use crate::sequence::host_rows;
 
 const TOLERANCE: f32 = 1e-4;
@@ -276,4 +276,67 @@ fn a_snapshot_recorded_later_is_added_to_a_block_kept_without_one() {
     assert_restores_like_cold(&mut prefix, model, short, 0);
     run_sequence(&mut prefix, model, short, 5, &[]);
     assert_restores_like_cold(&mut prefix, model, short, 8);
+}
+
+#[test]
+fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let mut prefix = ram_only(&loaded);
+    let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    run_sequence(&mut prefix, model, &prompt, 5, &[]);
+    let continued: Vec<u32> = prompt.iter().copied().chain([90, 91]).collect();
+    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    assert_eq!(cached, 12);
+    // Another sequence in the same pass, recording its own boundary (4) mid-pass.
+    let other: Vec<u32> = (0..7).map(|index| 100 - index * 3).collect();
+    let mut other_cache = model.new_cache();
+    for layer in &mut other_cache {
+        layer.snapshot_every(BLOCK_TOKENS as i32);
+    }
+    let rest = &continued[cached..];
+    let hidden = model
+        .packed_hidden_states(&mut [
+            Segment {
+                tokens: rest,
+                cache: &mut restored,
+            },
+            Segment {
+                tokens: &other,
+                cache: &mut other_cache,
+            },
+        ])
+        .unwrap();
+    let last = |position: usize| {
+        let row = hidden.index((.., position as i32..position as i32 + 1, ..));
+        host_rows(&model.logits(&row).unwrap()).unwrap().remove(0)
+    };
+    let packed = [last(rest.len() - 1), last(rest.len() + other.len() - 1)];
+    let cold = [
+        last_logits(model, &continued, &mut model.new_cache()),
+        last_logits(model, &other, &mut model.new_cache()),
+    ];
+    for (packed, cold) in packed.iter().zip(&cold) {
+        let worst = worst_difference(packed, cold);
+        assert!(worst <= TOLERANCE, "logits differ by {worst}");
+    }
+    // The other sequence's snapshot is its own state at 4, as if it had run alone.
+    let mut alone = model.new_cache();
+    for layer in &mut alone {
+        layer.snapshot_every(BLOCK_TOKENS as i32);
+    }
+    last_logits(model, &other, &mut alone);
+    let packed_state = super::blocks::snapshot(&other_cache, 4).unwrap().unwrap();
+    let alone_state = super::blocks::snapshot(&alone, 4).unwrap().unwrap();
+    for (packed, alone) in packed_state.iter().zip(&alone_state) {
+        for (packed, alone) in packed.slots().into_iter().zip(alone.slots()) {
+            let worst =
+                mlx_rs::ops::abs(&mlx_rs::ops::subtract(packed.unwrap(), alone.unwrap()).unwrap())
+                    .unwrap()
+                    .max(None)
+                    .unwrap()
+                    .item::<f32>();
+            assert!(worst <= TOLERANCE, "snapshots differ by {worst}");
+        }
+    }
 }
