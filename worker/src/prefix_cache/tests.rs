@@ -326,16 +326,16 @@ fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
         layer.snapshot_every(BLOCK_TOKENS as i32);
     }
     last_logits(model, &other, &mut alone);
+    let host = |array: &mlx_rs::Array| {
+        let array = array.as_dtype(mlx_rs::Dtype::Float32).unwrap();
+        array.eval().unwrap();
+        array.as_slice::<f32>().to_vec()
+    };
     let packed_state = super::blocks::snapshot(&other_cache, 4).unwrap().unwrap();
     let alone_state = super::blocks::snapshot(&alone, 4).unwrap().unwrap();
     for (packed, alone) in packed_state.iter().zip(&alone_state) {
         for (packed, alone) in packed.slots().into_iter().zip(alone.slots()) {
-            let worst =
-                mlx_rs::ops::abs(&mlx_rs::ops::subtract(packed.unwrap(), alone.unwrap()).unwrap())
-                    .unwrap()
-                    .max(None)
-                    .unwrap()
-                    .item::<f32>();
+            let worst = worst_difference(&host(packed.unwrap()), &host(alone.unwrap()));
             assert!(worst <= TOLERANCE, "snapshots differ by {worst}");
         }
     }
