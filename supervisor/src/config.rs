@@ -123,6 +123,9 @@ pub struct PrefixCacheConfig {
     /// The SSD tier's limit, per model.
     pub disk: MemoryAmount,
     pub block_tokens: usize,
+    /// A model with recurrent layers keeps the state snapshot of every this-many-th block
+    /// boundary (and each prompt's and sequence's last); `None`: the worker's default.
+    pub snapshot_every: Option<usize>,
 }
 
 impl Default for PrefixCacheConfig {
@@ -133,6 +136,7 @@ impl Default for PrefixCacheConfig {
             ram: MemoryAmount::Bytes(1 << 30),
             disk: MemoryAmount::Bytes(10 << 30),
             block_tokens: 256,
+            snapshot_every: None,
         }
     }
 }

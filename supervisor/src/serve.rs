@@ -209,7 +209,7 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
         .dir
         .clone()
         .unwrap_or_else(|| state_dir.join("kv-cache"));
-    vec![
+    let mut args: Vec<std::ffi::OsString> = vec![
         "--prefix-cache-dir".into(),
         dir.into_os_string(),
         "--prefix-cache-ram".into(),
@@ -218,7 +218,11 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
         cache.disk.resolve(total).to_string().into(),
         "--prefix-block-tokens".into(),
         cache.block_tokens.to_string().into(),
-    ]
+    ];
+    if let Some(every) = cache.snapshot_every {
+        args.extend(["--prefix-snapshot-every".into(), every.to_string().into()]);
+    }
+    args
 }
 
 /// `model`'s batching and GGUF settings as `corral-worker serve` options; an unset one is left

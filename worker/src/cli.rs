@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::batch::{BatchLimits, DEFAULT_MAX_SEQUENCES, DEFAULT_PREFILL_CHUNK};
 use crate::engine::EngineOptions;
 use crate::gguf::Requantize;
-use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, PrefixCacheOptions};
+use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
@@ -63,6 +63,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_BLOCK_TOKENS,
           value_parser = clap::value_parser!(u64).range(1..=65536).map(|tokens| tokens as usize))]
     pub prefix_block_tokens: usize,
+    /// A model with recurrent layers keeps the state snapshot of every this-many-th block
+    /// boundary, besides each prompt's and each sequence's last.
+    #[arg(long, value_name = "BLOCKS", default_value_t = DEFAULT_SNAPSHOT_EVERY,
+          value_parser = clap::value_parser!(u64).range(1..=65536).map(|blocks| blocks as usize))]
+    pub prefix_snapshot_every: usize,
     /// Serve without a prefix cache.
     #[arg(long)]
     pub no_prefix_cache: bool,
@@ -97,6 +102,7 @@ impl ServeArgs {
                 ram_bytes: self.prefix_cache_ram,
                 disk_root: self.prefix_cache_dir.clone(),
                 disk_bytes: self.prefix_cache_disk,
+                snapshot_every: self.prefix_snapshot_every,
             }),
             gguf_requantize: self.gguf_requantize,
         }

@@ -96,8 +96,12 @@ fn held_positions(layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64
 }
 
 /// A layer's cache: keys and values per position as the layer holds them (a latent attention
-/// layer's latent and rotary key, far fewer than full heads).
+/// layer's latent and rotary key, far fewer than full heads), or a recurrent layer's state in
+/// their place, the same for any prompt.
 fn layer_kv_bytes(shape: Shape<'_>, layer: &LayerShape, prompt_tokens: usize, chunk: usize) -> u64 {
+    if let Some(state) = layer.recurrent {
+        return state.bytes(shape.element_bytes);
+    }
     u64::try_from(layer.cache.elements()).unwrap_or(0)
         * held_positions(layer, prompt_tokens, chunk)
         * shape.element_bytes
@@ -126,7 +130,9 @@ fn check(
 /// H query heads, K kv heads, D head dim, E hidden, V vocab and b bytes per activation element:
 ///   KV cache     W_l·S_l·b per layer        (kept for the whole request: W_l keys and values
 ///                                            per position, 2·K·D for grouped heads; S_l = S, or for a
-///                                            sliding window w at most 2w + C in whole steps)
+///                                            sliding window w at most 2w + C in whole steps;
+///                                            a recurrent layer's state instead, constant, and
+///                                            no scores)
 ///   one layer    4·C·E·b                    (residual, its norm, attention output, sum)
 ///              + 2·C·(H+2K)·D·b             (q, k, v and their rotated copies)
 ///              + 2·C·S_l·H·4                (scores and masked scores, counted as f32)
@@ -150,7 +156,11 @@ fn prefill_peak_bytes(shape: Shape<'_>, prompt_tokens: usize, chunk: usize) -> u
     );
     let c = (prompt_tokens as u64).min(chunk as u64);
     let layer = |layer: &LayerShape| {
-        let keys = held_positions(layer, prompt_tokens, chunk).min(prompt_tokens as u64);
+        // A recurrent layer scores no keys.
+        let keys = match layer.recurrent {
+            Some(_) => 0,
+            None => held_positions(layer, prompt_tokens, chunk).min(prompt_tokens as u64),
+        };
         let attention = 4 * c * hidden * b
             + 2 * c * (heads + 2 * kv_heads) * head_dim * b
             + 2 * c * keys * heads * 4;

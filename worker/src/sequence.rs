@@ -63,6 +63,8 @@ impl<'m> Sequence<'m> {
                 let last_block = prompt.len() / prefix.block_tokens() * prefix.block_tokens();
                 for layer in &mut cache {
                     layer.keep_from(last_block as i32);
+                    // A recurrent layer records its state at each boundary, for the blocks.
+                    layer.snapshot_every(prefix.block_tokens() as i32);
                 }
                 (cache, cached)
             }
@@ -114,9 +116,13 @@ impl<'m> Sequence<'m> {
     /// every layer holds, which leaves out the last sampled token (never run) and what a
     /// cancelled prefill did not reach.
     pub(crate) fn keep(&self, prefix: &mut PrefixCache) {
+        prefix.store_sequence(&self.history[..self.held()], self.prompt.len(), &self.cache);
+    }
+
+    /// Tokens whose keys and values (or state) every layer holds.
+    fn held(&self) -> usize {
         let held = self.cache.iter().map(KvCache::offset).min().unwrap_or(0);
-        let held = usize::try_from(held).unwrap_or(0).min(self.history.len());
-        prefix.store_sequence(&self.history[..held], self.prompt.len(), &self.cache);
+        usize::try_from(held).unwrap_or(0).min(self.history.len())
     }
 
     /// Prompt tokens not yet in the cache.
@@ -147,13 +153,18 @@ impl<'m> Sequence<'m> {
     pub(crate) fn ran(&mut self, length: usize, prefix: Option<&mut PrefixCache>) -> bool {
         if self.token_to_forward {
             self.token_to_forward = false;
+            // A recurrent layer may have recorded a boundary in this step.
+            if let Some(prefix) = prefix {
+                let held = self.held();
+                prefix.store_decoded(&self.history[..held], &mut self.cache);
+            }
             return true;
         }
         self.prefilled += length;
         // Each chunk's whole blocks are kept as it completes them, before a sliding window
         // lets go of their positions.
         if let Some(prefix) = prefix {
-            prefix.store(&self.prompt[..self.prefilled], &self.cache);
+            prefix.store(&self.prompt, self.prefilled, &mut self.cache);
         }
         if self.unprefilled() > 0 {
             return false;

@@ -269,6 +269,7 @@ fn engine(max_sequences: usize, prefix: bool) -> Engine {
             ram_bytes: 256 << 20,
             disk_root: None,
             disk_bytes: 0,
+            snapshot_every: corral_worker::prefix_cache::DEFAULT_SNAPSHOT_EVERY,
         }),
         ..EngineOptions::default()
     };

@@ -18,6 +18,7 @@ mod lifecycle;
 mod operations;
 mod prefix_cache;
 mod pull;
+mod recurrent_prefix_cache;
 mod reference_logits;
 mod rerank;
 mod responses;

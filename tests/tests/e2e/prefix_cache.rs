@@ -193,12 +193,17 @@ fn a_bf16_models_blocks_take_half_the_f32_bytes_and_restore_from_ssd_after_a_sig
         prefix_stats(&server)["saves_persisted"].as_u64().unwrap() >= blocks
     });
     // 4 layers x (keys + values) x 4 kv heads x 64 tokens x 32 dims x 2 bytes: 128 KiB, where an
-    // f32 block is 256 KiB.
+    // f32 block is 256 KiB; then one byte saying the block carries no recurrent snapshot.
     let dir = block_dir(&server.state_dir).expect("a block directory");
     for entry in std::fs::read_dir(&dir).unwrap().flatten() {
         if entry.path().extension().is_some_and(|ext| ext == "kvb") {
             let header = corral_worker::prefix_cache::disk::inspect(&entry.path()).unwrap();
-            assert_eq!(header.payload_len, 128 << 10, "{}", entry.path().display());
+            assert_eq!(
+                header.payload_len,
+                (128 << 10) + 1,
+                "{}",
+                entry.path().display()
+            );
         }
     }
     let victim = server.worker_pids()[0];

@@ -16,8 +16,11 @@
 //! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet or short-convolution
 //! layer) holds no positions at all, only the state after the last one ([`RecurrentState`]),
 //! the same size however long the sequence. Blocks of positions can be neither cut from it nor
-//! restored into it, so it says so ([`KvCache::restores_from_blocks`]) and a model with such a
-//! layer prefills cold.
+//! restored into it ([`KvCache::restores_from_blocks`]); instead, once told the prefix cache's
+//! block size ([`KvCache::snapshot_every`]), the layer records its whole state at each block
+//! boundary its input crosses, mid-chunk included ([`KvCache::boundaries_in`],
+//! [`KvCache::record_boundary`]), and a new sequence's cache restarts from such a snapshot
+//! ([`KvCache::restore_recurrent`]).
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -41,6 +44,11 @@ pub struct KvCache {
     keep_from: Option<i32>,
     /// A recurrent layer's state instead of keys and values.
     recurrent: Option<RecurrentState>,
+    /// A recurrent layer records its state at every multiple of this many positions.
+    snapshot_every: Option<i32>,
+    /// The states recorded at boundaries, by position, oldest first, until the prefix cache
+    /// takes or drops them.
+    snapshots: Vec<(i32, RecurrentState)>,
 }
 
 /// What a recurrent layer carries from one input to the next; `None` before its first. A gated
@@ -51,6 +59,32 @@ pub struct RecurrentState {
     pub conv: Option<Array>,
     /// The delta rule's memory, `[1, value_heads, value_dim, key_dim]` in float32.
     pub delta: Option<Array>,
+}
+
+impl RecurrentState {
+    /// Slots a state has, in [`RecurrentState::slots`] order.
+    pub const SLOTS: usize = 2;
+
+    /// The arrays it holds in a fixed order, `None` for one the layer kind does not keep: what a
+    /// boundary snapshot stores, whatever the recurrent layer (a short convolution alone keeps
+    /// only `conv`).
+    pub fn slots(&self) -> [Option<&Array>; Self::SLOTS] {
+        [self.conv.as_ref(), self.delta.as_ref()]
+    }
+
+    /// The inverse of [`RecurrentState::slots`].
+    pub fn from_slots([conv, delta]: [Option<Array>; Self::SLOTS]) -> Self {
+        Self { conv, delta }
+    }
+
+    /// Bytes of the arrays it holds.
+    pub fn bytes(&self) -> u64 {
+        self.slots()
+            .into_iter()
+            .flatten()
+            .map(|array| array.nbytes() as u64)
+            .sum()
+    }
 }
 
 impl KvCache {
@@ -94,6 +128,65 @@ impl KvCache {
         };
         *held = state;
         self.offset += positions;
+        Ok(())
+    }
+
+    /// Makes a recurrent layer record its state at every multiple of `every` positions, for the
+    /// prefix cache to keep with the block that ends there; a key/value cache ignores it.
+    pub fn snapshot_every(&mut self, every: i32) {
+        if self.recurrent.is_some() && every > 0 {
+            self.snapshot_every = Some(every);
+        }
+    }
+
+    /// Of the next `positions` positions, how many come before each boundary they reach (in
+    /// `1..=positions`): where the layer records its state.
+    pub fn boundaries_in(&self, positions: i32) -> Vec<i32> {
+        let Some(every) = self.snapshot_every else {
+            return Vec::new();
+        };
+        let first = every - self.offset % every;
+        (first..=positions).step_by(every as usize).collect()
+    }
+
+    /// Records `state`, the state after `within` of the next positions (a boundary
+    /// [`KvCache::boundaries_in`] gave), before [`KvCache::advance_recurrent`] moves past them.
+    pub fn record_boundary(&mut self, within: i32, state: RecurrentState) {
+        self.snapshots.push((self.offset + within, state));
+    }
+
+    /// The recorded state after `position` positions.
+    pub fn snapshot_at(&self, position: i32) -> Option<&RecurrentState> {
+        self.snapshots
+            .iter()
+            .find(|(at, _)| *at == position)
+            .map(|(_, state)| state)
+    }
+
+    /// Drops the recorded states at positions `keep` refuses.
+    pub fn retain_snapshots(&mut self, mut keep: impl FnMut(i32) -> bool) {
+        self.snapshots.retain(|(at, _)| keep(*at));
+    }
+
+    /// Positions of the recorded states, oldest first.
+    pub fn snapshot_positions(&self) -> Vec<i32> {
+        self.snapshots.iter().map(|(at, _)| *at).collect()
+    }
+
+    /// Fills an empty recurrent cache with the state after the first `positions` positions of a
+    /// prefix (a boundary snapshot). A key/value cache refuses.
+    pub fn restore_recurrent(
+        &mut self,
+        state: RecurrentState,
+        positions: i32,
+    ) -> Result<(), Exception> {
+        let Some(held) = self.recurrent.as_mut() else {
+            return Err(Exception::from(
+                "a key/value cache cannot take a recurrent snapshot",
+            ));
+        };
+        *held = state;
+        self.offset = positions;
         Ok(())
     }
 
@@ -307,6 +400,39 @@ mod tests {
             (16..40).map(|p| p as f32).collect::<Vec<_>>()
         );
         assert_eq!(kept.held_len(), 24);
+    }
+
+    #[test]
+    fn a_recurrent_cache_finds_the_boundaries_a_chunk_crosses_and_keeps_their_states() {
+        let mut cache = KvCache::recurrent();
+        assert!(cache.boundaries_in(10).is_empty());
+        cache.snapshot_every(4);
+        assert_eq!(cache.boundaries_in(10), [4, 8]);
+        let state = |first| RecurrentState {
+            conv: Some(numbered(first, 3)),
+            delta: None,
+        };
+        cache.record_boundary(4, state(0));
+        cache.record_boundary(8, state(1));
+        cache.advance_recurrent(state(2), 10).unwrap();
+        // From position 10, the next boundaries are 12 (after 2) and 16 (after 6).
+        assert_eq!(cache.boundaries_in(6), [2, 6]);
+        assert_eq!(cache.boundaries_in(1), Vec::<i32>::new());
+        assert_eq!(cache.snapshot_positions(), [4, 8]);
+        let at_eight = cache.snapshot_at(8).unwrap();
+        assert_eq!(column(at_eight.conv.as_ref().unwrap()), [1.0, 2.0, 3.0]);
+        assert_eq!(at_eight.bytes(), 12);
+        cache.retain_snapshots(|position| position > 4);
+        assert_eq!(cache.snapshot_positions(), [8]);
+
+        let mut restored = KvCache::recurrent();
+        restored.restore_recurrent(state(5), 8).unwrap();
+        assert_eq!(restored.offset(), 8);
+        assert!(KvCache::default().restore_recurrent(state(0), 8).is_err());
+        // A key/value cache records nothing.
+        let mut keys = KvCache::default();
+        keys.snapshot_every(4);
+        assert!(keys.boundaries_in(10).is_empty());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use mlx_rs::ops::indexing::IndexOp;
 
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
-pub use shape::{CacheShape, FeedForwardShape, LayerShape};
+pub use shape::{CacheShape, FeedForwardShape, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
@@ -41,7 +41,7 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
 use blocks::scaled::scaled;
 use decoder::Decoder;
 pub use error::ModelError;
-pub use kv_cache::{KvCache, STEP as KV_CACHE_STEP};
+pub use kv_cache::{KvCache, RecurrentState, STEP as KV_CACHE_STEP};
 pub use weights::Weights;
 
 /// One sequence's share of a packed pass: its new tokens and the cache they extend.
@@ -103,6 +103,7 @@ impl Model {
             .map(|layer| LayerShape {
                 sliding_window: layer.mixer.sliding_window(),
                 cache: layer.mixer.cache_shape(),
+                recurrent: layer.mixer.recurrent_state(),
                 feed_forward: layer.feed_forward.shape(),
             })
             .collect()

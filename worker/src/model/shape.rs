@@ -7,6 +7,9 @@ pub struct LayerShape {
     pub sliding_window: Option<i32>,
     /// What the layer caches per position.
     pub cache: CacheShape,
+    /// A recurrent layer's state, which replaces its key/value cache and does not grow with
+    /// the sequence.
+    pub recurrent: Option<StateShape>,
     pub feed_forward: FeedForwardShape,
 }
 
@@ -33,6 +36,21 @@ impl CacheShape {
     /// Elements of keys and values together, per position.
     pub fn elements(self) -> i64 {
         i64::from(self.kv_heads) * i64::from(self.key_dim + self.value_dim)
+    }
+}
+
+/// Elements of a recurrent layer's state (also the size of its boundary snapshot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateShape {
+    /// In the activations' dtype (a gated DeltaNet's convolution inputs).
+    pub activation_elements: u64,
+    /// In float32 (a gated DeltaNet's memory).
+    pub f32_elements: u64,
+}
+
+impl StateShape {
+    pub fn bytes(&self, element_bytes: u64) -> u64 {
+        self.activation_elements * element_bytes + self.f32_elements * 4
     }
 }
 

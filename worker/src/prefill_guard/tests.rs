@@ -17,6 +17,7 @@ fn tiny_config() -> ModelConfig {
 const DENSE: LayerShape = LayerShape {
     sliding_window: None,
     cache: CacheShape::heads(4, 32),
+    recurrent: None,
     feed_forward: FeedForwardShape::Dense { inner: 512 },
 };
 
@@ -189,4 +190,36 @@ fn a_latent_attention_layer_caches_its_latent_and_rotary_key_not_its_heads() {
     assert_eq!(kv_cache_bytes(shape, 7000, 512), 4 * (512 + 64) * 7168 * 2);
     let full = Shape::new(&config, &dense, Dtype::Bfloat16);
     assert_eq!(kv_cache_bytes(full, 7000, 512), 4 * 2 * 4 * 32 * 7168 * 2);
+}
+
+#[test]
+fn a_recurrent_layer_holds_its_state_whatever_the_prompt() {
+    // Qwen3.5's pattern: gated DeltaNet and attention layers alternating; a DeltaNet state of
+    // 3 x 96 convolution inputs and 4 x 16 x 16 f32 memory.
+    let config = tiny_config();
+    let state = crate::model::StateShape {
+        activation_elements: 3 * 96,
+        f32_elements: 4 * 16 * 16,
+    };
+    let recurrent = LayerShape {
+        recurrent: Some(state),
+        ..DENSE
+    };
+    let layers = [recurrent, DENSE, recurrent, DENSE];
+    let shape = Shape::new(&config, &layers, Dtype::Float32);
+    let state_bytes = 3 * 96 * 4 + 4 * 16 * 16 * 4;
+    let per_position = 2 * 4 * 32 * 4;
+    for (prompt, held) in [(20, 256), (7000, 7168)] {
+        assert_eq!(
+            kv_cache_bytes(shape, prompt, 512),
+            2 * state_bytes + 2 * per_position * held
+        );
+    }
+    // The attention layers' scores are still the largest layer.
+    let full_layer =
+        4 * 512 * 256 * 4 + 2 * 512 * 16 * 32 * 4 + 2 * 512 * 7000 * 8 * 4 + 3 * 512 * 512 * 4;
+    assert_eq!(
+        prefill_peak_bytes(shape, 7000, 512),
+        kv_cache_bytes(shape, 7000, 512) + full_layer + 1024 * 8
+    );
 }

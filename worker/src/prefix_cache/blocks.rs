@@ -1,37 +1,57 @@
-//! Blocks as MLX arrays: cut from a filled KV cache, joined back into a cache for a new
-//! sequence, and turned into bytes for the SSD tier and back. Everything here runs on the engine
+//! Blocks as MLX arrays: cut from a filled cache, joined back into a cache for a new sequence,
+//! and turned into bytes for the SSD tier and back. A block holds the keys and values of every
+//! key/value layer, and for a model with recurrent layers maybe a boundary snapshot: each
+//! recurrent layer's state after the block's last position. Everything here runs on the engine
 //! thread, like every MLX call.
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
 use super::disk::{BlockKey, BlockShape, LayerShape};
-use crate::model::{KvCache, Model};
+use crate::model::{KvCache, Model, RecurrentState};
 
-/// One block: per cache, the keys and values of `block_tokens` positions
-/// (`[1, kv_heads, block_tokens, key_dim]` and `[.., value_dim]`, the cache's own sizes).
+/// One block: per key/value cache, the keys and values of `block_tokens` positions
+/// (`[1, kv_heads, block_tokens, key_dim]` and `[.., value_dim]`, the cache's own sizes); per
+/// recurrent cache, when the block was kept with one, its state at the block's end.
 pub struct Block {
     pub key: BlockKey,
     pub layers: Vec<(Array, Array)>,
+    pub snapshot: Option<Vec<RecurrentState>>,
     pub bytes: u64,
 }
 
 impl Block {
-    pub fn new(key: BlockKey, layers: Vec<(Array, Array)>) -> Self {
-        let bytes = layers
+    pub fn new(
+        key: BlockKey,
+        layers: Vec<(Array, Array)>,
+        snapshot: Option<Vec<RecurrentState>>,
+    ) -> Self {
+        let kv: u64 = layers
             .iter()
             .map(|(keys, values)| (keys.nbytes() + values.nbytes()) as u64)
             .sum();
-        Self { key, layers, bytes }
+        let bytes = kv + snapshot.as_deref().map_or(0, snapshot_bytes);
+        Self {
+            key,
+            layers,
+            snapshot,
+            bytes,
+        }
     }
 }
 
-/// Copies positions `start..end` of every layer out of `cache`, so the block does not keep the
-/// sequence's whole buffer alive. A sliding-window layer gives what a restore at `end` or later
-/// needs, zeros before it; it fails when the window already let go of that.
+/// Bytes of a boundary snapshot: every recurrent layer's arrays.
+pub fn snapshot_bytes(snapshot: &[RecurrentState]) -> u64 {
+    snapshot.iter().map(RecurrentState::bytes).sum()
+}
+
+/// Copies positions `start..end` of every key/value layer out of `cache`, so the block does not
+/// keep the sequence's whole buffer alive; recurrent layers hold no positions and are skipped
+/// (their state goes in a snapshot). A sliding-window layer gives what a restore at `end` or
+/// later needs, zeros before it; it fails when the window already let go of that.
 pub fn cut(cache: &[KvCache], start: i32, end: i32) -> Result<Vec<(Array, Array)>, Exception> {
     let mut layers = Vec::with_capacity(cache.len());
-    for layer in cache {
+    for layer in cache.iter().filter(|layer| layer.restores_from_blocks()) {
         let Some((keys, values)) = layer.positions(start, end) else {
             return Err(Exception::custom(
                 "the cache does not hold the block's positions",
@@ -45,33 +65,76 @@ pub fn cut(cache: &[KvCache], start: i32, end: i32) -> Result<Vec<(Array, Array)
     Ok(layers)
 }
 
-/// `cold`, a new sequence's empty caches, filled with `parts` in order (each a run of
-/// positions, per layer its keys and values: whole blocks, then maybe a tail), ready to prefill
-/// what follows them. Fails for a cache of a kind that blocks cannot fill (a recurrent layer's).
+/// Every recurrent layer's state recorded at position `end`, evaluated; `None` when the model has
+/// no recurrent layer or one of them recorded none there.
+pub fn snapshot(cache: &[KvCache], end: i32) -> Result<Option<Vec<RecurrentState>>, Exception> {
+    let mut states = Vec::new();
+    for layer in cache.iter().filter(|layer| !layer.restores_from_blocks()) {
+        let Some(state) = layer.snapshot_at(end) else {
+            return Ok(None);
+        };
+        for array in state.slots().into_iter().flatten() {
+            array.eval()?;
+        }
+        states.push(state.clone());
+    }
+    Ok((!states.is_empty()).then_some(states))
+}
+
+/// `cold`, a new sequence's empty caches, filled with `parts` in order (each a run of positions,
+/// per key/value layer its keys and values: whole blocks, then maybe a tail), ready to prefill
+/// what follows them. Recurrent layers take `snapshot`, their states at the end of the parts;
+/// without one, a cache with a recurrent layer cannot be filled.
 pub fn join(
     parts: &[&[(Array, Array)]],
+    snapshot: Option<&[RecurrentState]>,
     mut cold: Vec<KvCache>,
 ) -> Result<Vec<KvCache>, Exception> {
-    for (layer, cache) in cold.iter_mut().enumerate() {
-        let keys: Vec<&Array> = parts.iter().map(|part| &part[layer].0).collect();
-        let values: Vec<&Array> = parts.iter().map(|part| &part[layer].1).collect();
-        cache.restore(
-            mlx_rs::ops::concatenate(&keys, 2)?,
-            mlx_rs::ops::concatenate(&values, 2)?,
-        )?;
+    let positions: i32 = parts
+        .iter()
+        .filter_map(|part| part.first())
+        .map(|(keys, _)| keys.dim(2))
+        .sum();
+    let (mut kv_layer, mut recurrent_layer) = (0, 0);
+    for cache in &mut cold {
+        if cache.restores_from_blocks() {
+            let keys: Vec<&Array> = parts.iter().map(|part| &part[kv_layer].0).collect();
+            let values: Vec<&Array> = parts.iter().map(|part| &part[kv_layer].1).collect();
+            cache.restore(
+                mlx_rs::ops::concatenate(&keys, 2)?,
+                mlx_rs::ops::concatenate(&values, 2)?,
+            )?;
+            kv_layer += 1;
+        } else {
+            let Some(state) = snapshot.and_then(|states| states.get(recurrent_layer)) else {
+                return Err(Exception::custom(
+                    "a recurrent layer's state is not in key/value blocks and no snapshot was given",
+                ));
+            };
+            cache.restore_recurrent(state.clone(), positions)?;
+            recurrent_layer += 1;
+        }
     }
     Ok(cold)
 }
 
-/// The shape of `model`'s blocks of `block_tokens` positions: one entry per cache it keeps.
+/// The shape of `model`'s blocks of `block_tokens` positions: one entry per key/value cache it
+/// keeps, and how many recurrent caches a snapshot holds.
 pub fn block_shape(model: &Model, block_tokens: u32) -> BlockShape {
+    let caches = model.new_cache();
     BlockShape {
         block_tokens,
         dtype: dtype_tag(model.dtype()),
+        recurrent_layers: caches
+            .iter()
+            .filter(|cache| !cache.restores_from_blocks())
+            .count() as u32,
         layers: model
             .cache_shapes()
             .into_iter()
-            .map(|cache| LayerShape {
+            .zip(&caches)
+            .filter(|(_, cache)| cache.restores_from_blocks())
+            .map(|(cache, _)| LayerShape {
                 kv_heads: cache.kv_heads as u32,
                 key_dim: cache.key_dim as u32,
                 value_dim: cache.value_dim as u32,
@@ -80,38 +143,68 @@ pub fn block_shape(model: &Model, block_tokens: u32) -> BlockShape {
     }
 }
 
-/// The SSD payload: every cache's keys then values in the cache's own element type (f16 and
-/// bf16 as they are, anything else as f32), in the machine's byte order, which is little-endian
-/// on every platform MLX runs on. A half-precision model's blocks take half the disk an f32
-/// encoding would.
-pub fn to_payload(layers: &[(Array, Array)], dtype: Dtype) -> Result<Vec<u8>, Exception> {
+/// The SSD payload: every key/value cache's keys then values in the cache's own element type
+/// (f16 and bf16 as they are, anything else as f32), in the machine's byte order, which is
+/// little-endian on every platform MLX runs on. A half-precision model's blocks take half the
+/// disk an f32 encoding would. Then a snapshot marker (0 or 1) and, with a snapshot, per
+/// recurrent layer per state slot: present (0 or 1), then its dtype tag, rank, dims (u32 each)
+/// and elements.
+pub fn to_payload(
+    layers: &[(Array, Array)],
+    snapshot: Option<&[RecurrentState]>,
+    dtype: Dtype,
+) -> Result<Vec<u8>, Exception> {
     let stored = stored_dtype(dtype);
     let mut payload = Vec::new();
     for (keys, values) in layers {
         for array in [keys, values] {
-            let bytes = array
-                .as_dtype(stored)?
-                .contiguous()?
-                .view_dtype(Dtype::Uint8)?;
-            bytes.eval()?;
-            let slice = bytes
-                .try_as_slice::<u8>()
-                .map_err(|error| Exception::custom(format!("reading a cache block: {error}")))?;
-            payload.extend_from_slice(slice);
+            append_elements(&mut payload, array, stored)?;
+        }
+    }
+    payload.push(u8::from(snapshot.is_some()));
+    for state in snapshot.unwrap_or_default() {
+        for slot in state.slots() {
+            payload.push(u8::from(slot.is_some()));
+            let Some(array) = slot else {
+                continue;
+            };
+            let stored = stored_dtype(array.dtype());
+            payload.push(dtype_tag(stored));
+            payload.push(array.ndim() as u8);
+            for &dim in array.shape() {
+                payload.extend_from_slice(&(dim as u32).to_le_bytes());
+            }
+            append_elements(&mut payload, array, stored)?;
         }
     }
     Ok(payload)
 }
 
-/// The inverse of [`to_payload`]; `None` when the payload's size does not fit `shape` in `dtype`.
+fn append_elements(payload: &mut Vec<u8>, array: &Array, stored: Dtype) -> Result<(), Exception> {
+    let bytes = array
+        .as_dtype(stored)?
+        .contiguous()?
+        .view_dtype(Dtype::Uint8)?;
+    bytes.eval()?;
+    let slice = bytes
+        .try_as_slice::<u8>()
+        .map_err(|error| Exception::custom(format!("reading a cache block: {error}")))?;
+    payload.extend_from_slice(slice);
+    Ok(())
+}
+
+/// A block's arrays: per key/value cache its keys and values, and maybe a boundary snapshot.
+pub type BlockArrays = (Vec<(Array, Array)>, Option<Vec<RecurrentState>>);
+
+/// The inverse of [`to_payload`]; `None` when the payload does not fit `shape` in `dtype`.
 pub fn from_payload(
     payload: &[u8],
     shape: &BlockShape,
     dtype: Dtype,
-) -> Result<Option<Vec<(Array, Array)>>, Exception> {
+) -> Result<Option<BlockArrays>, Exception> {
     let stored = stored_dtype(dtype);
-    let width = if stored == Dtype::Float32 { 4 } else { 2 };
-    let expected: usize = shape
+    let width = element_width(stored);
+    let kv_len: usize = shape
         .layers
         .iter()
         .map(|&layer| {
@@ -119,30 +212,113 @@ pub fn from_payload(
             (keys + values) * width
         })
         .sum();
-    if payload.len() != expected {
+    let Some((mut rest, snapshot_part)) = split_checked(payload, kv_len) else {
         return Ok(None);
-    }
-    let mut rest = payload;
+    };
     let mut layers = Vec::with_capacity(shape.layers.len());
     for &layer in &shape.layers {
         let (key_elements, value_elements) = shape.elements(layer);
         let mut array = |dim: u32, elements: usize| -> Result<Array, Exception> {
-            let byte_dims = [
+            let dims = [
                 1,
                 layer.kv_heads as i32,
                 shape.block_tokens as i32,
-                (dim as usize * width) as i32,
+                dim as i32,
             ];
             let (bytes, after) = rest.split_at(elements * width);
             rest = after;
-            Array::from_slice(bytes, &byte_dims)
-                .view_dtype(stored)?
-                .as_dtype(dtype)
+            array_from(bytes, stored, &dims)?.as_dtype(dtype)
         };
         let keys = array(layer.key_dim, key_elements)?;
         layers.push((keys, array(layer.value_dim, value_elements)?));
     }
-    Ok(Some(layers))
+    let mut reader = Reader(snapshot_part);
+    let snapshot = match reader.byte() {
+        Some(0) => None,
+        Some(1) => {
+            let mut states = Vec::with_capacity(shape.recurrent_layers as usize);
+            for _ in 0..shape.recurrent_layers {
+                let mut slots: [Option<Array>; RecurrentState::SLOTS] = Default::default();
+                for slot in &mut slots {
+                    match reader.byte() {
+                        Some(0) => {}
+                        Some(1) => match reader.array()? {
+                            Some(array) => *slot = Some(array),
+                            None => return Ok(None),
+                        },
+                        _ => return Ok(None),
+                    }
+                }
+                states.push(RecurrentState::from_slots(slots));
+            }
+            Some(states)
+        }
+        _ => return Ok(None),
+    };
+    if !reader.0.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((layers, snapshot)))
+}
+
+fn split_checked(bytes: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
+    (bytes.len() >= at).then(|| bytes.split_at(at))
+}
+
+fn array_from(bytes: &[u8], stored: Dtype, dims: &[i32]) -> Result<Array, Exception> {
+    Array::from_slice(bytes, &[bytes.len() as i32])
+        .view_dtype(stored)?
+        .reshape(dims)
+}
+
+/// Reads a snapshot's fields front to back; `None` past the end.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, count: usize) -> Option<&[u8]> {
+        let (head, rest) = split_checked(self.0, count)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1).map(|byte| byte[0])
+    }
+
+    /// One array as [`to_payload`] writes it; `None` when the bytes do not make one.
+    fn array(&mut self) -> Result<Option<Array>, Exception> {
+        let (Some(tag), Some(rank)) = (self.byte(), self.byte()) else {
+            return Ok(None);
+        };
+        let Some(stored) = dtype_of_tag(tag) else {
+            return Ok(None);
+        };
+        let mut dims = Vec::with_capacity(rank as usize);
+        for _ in 0..rank {
+            let Some(dim) = self.take(4) else {
+                return Ok(None);
+            };
+            let dim = u32::from_le_bytes([dim[0], dim[1], dim[2], dim[3]]);
+            let Ok(dim) = i32::try_from(dim) else {
+                return Ok(None);
+            };
+            dims.push(dim);
+        }
+        let elements = dims
+            .iter()
+            .try_fold(1usize, |product, &dim| product.checked_mul(dim as usize));
+        let Some(len) = elements.and_then(|elements| elements.checked_mul(element_width(stored)))
+        else {
+            return Ok(None);
+        };
+        if len == 0 {
+            return Ok(None);
+        }
+        let Some(bytes) = self.take(len) else {
+            return Ok(None);
+        };
+        array_from(bytes, stored, &dims).map(Some)
+    }
 }
 
 fn stored_dtype(dtype: Dtype) -> Dtype {
@@ -152,12 +328,25 @@ fn stored_dtype(dtype: Dtype) -> Dtype {
     }
 }
 
-/// The tag the SSD header stores for a cache dtype.
+fn element_width(stored: Dtype) -> usize {
+    if stored == Dtype::Float32 { 4 } else { 2 }
+}
+
+/// The tag the SSD header (and a snapshot's array) stores for an element type.
 fn dtype_tag(dtype: Dtype) -> u8 {
     match dtype {
         Dtype::Float16 => 1,
         Dtype::Bfloat16 => 2,
         _ => 0,
+    }
+}
+
+fn dtype_of_tag(tag: u8) -> Option<Dtype> {
+    match tag {
+        0 => Some(Dtype::Float32),
+        1 => Some(Dtype::Float16),
+        2 => Some(Dtype::Bfloat16),
+        _ => None,
     }
 }
 
@@ -167,12 +356,13 @@ mod tests {
 
     use super::*;
 
-    /// Layers of two widths, as Gemma 4's sliding and full-attention layers are, and a latent
-    /// one whose values are narrower than its keys.
+    /// Layers of two widths, as Gemma 4's sliding and full-attention layers are, a latent one
+    /// whose values are narrower than its keys, and one recurrent layer.
     fn shape() -> BlockShape {
         BlockShape {
             block_tokens: 4,
             dtype: 0,
+            recurrent_layers: 1,
             layers: vec![
                 LayerShape {
                     kv_heads: 2,
@@ -193,24 +383,40 @@ mod tests {
         }
     }
 
+    fn seeded(dims: &[i32], seed: u64, dtype: Dtype) -> Array {
+        let key = random::key(seed).unwrap();
+        random::normal::<f32>(dims, None, None, Some(&key))
+            .unwrap()
+            .as_dtype(dtype)
+            .unwrap()
+    }
+
     fn layers(dtype: Dtype) -> Vec<(Array, Array)> {
-        let seeded = |dims: &[i32], seed: u64| {
-            let key = random::key(seed).unwrap();
-            random::normal::<f32>(dims, None, None, Some(&key))
-                .unwrap()
-                .as_dtype(dtype)
-                .unwrap()
-        };
         (0..)
             .zip(shape().layers)
             .map(|(index, layer)| {
                 let dims = |dim: u32| [1, layer.kv_heads as i32, 4, dim as i32];
                 (
-                    seeded(&dims(layer.key_dim), 2 * index),
-                    seeded(&dims(layer.value_dim), 2 * index + 1),
+                    seeded(&dims(layer.key_dim), 2 * index, dtype),
+                    seeded(&dims(layer.value_dim), 2 * index + 1, dtype),
                 )
             })
             .collect()
+    }
+
+    /// A gated DeltaNet layer's state: the convolution's inputs in the model's dtype, the
+    /// memory in f32.
+    fn snapshot(dtype: Dtype) -> Vec<RecurrentState> {
+        vec![RecurrentState {
+            conv: Some(seeded(&[1, 3, 12], 10, dtype)),
+            delta: Some(seeded(&[1, 2, 4, 4], 11, Dtype::Float32)),
+        }]
+    }
+
+    fn assert_same(left: &Array, right: &Array) {
+        assert_eq!(left.dtype(), right.dtype());
+        assert_eq!(left.shape(), right.shape());
+        assert!(left.eq_values(right).unwrap());
     }
 
     #[test]
@@ -221,26 +427,36 @@ mod tests {
             (Dtype::Float32, 4),
         ] {
             let original = layers(dtype);
-            let payload = to_payload(&original, dtype).unwrap();
+            let payload = to_payload(&original, None, dtype).unwrap();
             assert_eq!(
                 payload.len(),
-                (2 * (2 * 8 + 16) + 12 + 4) * 4 * width,
+                (2 * (2 * 8 + 16) + 12 + 4) * 4 * width + 1,
                 "{dtype:?}"
             );
-            let restored = from_payload(&payload, &shape(), dtype).unwrap().unwrap();
+            let (restored, none) = from_payload(&payload, &shape(), dtype).unwrap().unwrap();
+            assert!(none.is_none());
             for ((keys, values), (restored_keys, restored_values)) in original.iter().zip(&restored)
             {
                 assert_eq!(restored_keys.dtype(), dtype);
-                assert_eq!(restored_keys.shape(), keys.shape());
-                assert!(keys.eq_values(restored_keys).unwrap());
-                assert!(values.eq_values(restored_values).unwrap());
+                assert_same(keys, restored_keys);
+                assert_same(values, restored_values);
+            }
+            let states = snapshot(dtype);
+            let payload = to_payload(&original, Some(&states), dtype).unwrap();
+            let (_, restored) = from_payload(&payload, &shape(), dtype).unwrap().unwrap();
+            let restored = restored.expect("a snapshot");
+            assert_eq!(snapshot_bytes(&restored), snapshot_bytes(&states));
+            for (state, restored) in states.iter().zip(&restored) {
+                for (slot, restored_slot) in state.slots().into_iter().zip(restored.slots()) {
+                    assert_same(slot.unwrap(), restored_slot.unwrap());
+                }
             }
         }
     }
 
     #[test]
-    fn a_payload_of_another_width_is_refused() {
-        let payload = to_payload(&layers(Dtype::Float32), Dtype::Float32).unwrap();
+    fn a_payload_of_another_width_or_a_cut_snapshot_is_refused() {
+        let payload = to_payload(&layers(Dtype::Float32), None, Dtype::Float32).unwrap();
         assert!(
             from_payload(&payload, &shape(), Dtype::Float16)
                 .unwrap()
@@ -248,6 +464,26 @@ mod tests {
         );
         assert!(
             from_payload(&payload[1..], &shape(), Dtype::Float32)
+                .unwrap()
+                .is_none()
+        );
+        let states = snapshot(Dtype::Float32);
+        let payload = to_payload(&layers(Dtype::Float32), Some(&states), Dtype::Float32).unwrap();
+        for cut in [1, 5, 100] {
+            assert!(
+                from_payload(&payload[..payload.len() - cut], &shape(), Dtype::Float32)
+                    .unwrap()
+                    .is_none(),
+                "{cut} bytes short"
+            );
+        }
+        // A model with two recurrent layers reads one layer's snapshot as cut short.
+        let two = BlockShape {
+            recurrent_layers: 2,
+            ..shape()
+        };
+        assert!(
+            from_payload(&payload, &two, Dtype::Float32)
                 .unwrap()
                 .is_none()
         );

@@ -10,6 +10,16 @@
 //! conversation reuses everything the last one computed, its generated tokens included, to the
 //! token. The cache lives on the engine thread; its counters are atomics the serve loop reads for
 //! stats.
+//!
+//! A model with recurrent layers (gated DeltaNet) has no per-position state in those layers, so
+//! KV blocks alone cannot restore it: such a block can also carry a boundary snapshot, every
+//! recurrent layer's state after the block's last position, recorded by the layer itself as its
+//! input crosses the boundary, in prefill and in decode. A restore then goes to the deepest block
+//! with a snapshot (no tails: a recurrent state exists only at boundaries). Snapshots are much
+//! larger than a block's keys and values (a Qwen3.6-35B-A3B snapshot is about 63 MB), so only some
+//! are kept: every `snapshot_every`-th boundary, the prompt's last whole block (where the next
+//! turn of the conversation shares it) and the sequence's last one (where the next turn's
+//! re-rendered history ends); they count in the RAM tier's budget like the blocks.
 
 pub mod blocks;
 pub mod disk;
@@ -34,7 +44,7 @@ use disk::{BlockShape, DiskTier, Fingerprint};
 use ram::RamTier;
 use tail::{Tail, TailStore};
 
-/// Whether blocks can fill every layer of `cache` (and so be cut from it).
+/// Whether blocks alone can fill every layer of `cache`: no recurrent layer needs a snapshot.
 fn restorable(cache: &[KvCache]) -> bool {
     cache.iter().all(KvCache::restores_from_blocks)
 }
@@ -42,6 +52,12 @@ fn restorable(cache: &[KvCache]) -> bool {
 /// Tokens per block unless configured: small enough that a changed tail wastes little,
 /// large enough that per-block overhead (a file, a hash, a concatenation) stays small.
 pub const DEFAULT_BLOCK_TOKENS: usize = 256;
+
+/// Boundaries per kept snapshot unless configured, besides the prompt's and the sequence's last:
+/// a prompt that leaves a cached one mid-history prefills at most this many blocks again, and a
+/// long conversation's snapshots (12 blocks' worth of keys and values each for Qwen3.6-35B-A3B)
+/// take about as much as its blocks.
+pub const DEFAULT_SNAPSHOT_EVERY: usize = 8;
 
 /// The tails' own bound, as a fraction of the RAM tier's budget: a tail is under one block, and
 /// one per live conversation is what they are for.
@@ -55,6 +71,9 @@ pub struct PrefixCacheOptions {
     /// `None`: RAM tier only.
     pub disk_root: Option<PathBuf>,
     pub disk_bytes: u64,
+    /// A recurrent model keeps the snapshot of every this-many-th block boundary (and the
+    /// prompt's and the sequence's last).
+    pub snapshot_every: usize,
 }
 
 /// What the cache has done, shared with the serve loop.
@@ -103,6 +122,7 @@ impl PrefixCounters {
 
 pub struct PrefixCache {
     block_tokens: usize,
+    snapshot_every: usize,
     fingerprint: Fingerprint,
     shape: BlockShape,
     dtype: Dtype,
@@ -140,6 +160,7 @@ impl PrefixCache {
         }
         Ok(Self {
             block_tokens: options.block_tokens,
+            snapshot_every: options.snapshot_every.max(1),
             fingerprint,
             shape,
             dtype,
@@ -153,18 +174,15 @@ impl PrefixCache {
     /// A cache holding the longest run of cached blocks at the start of `prompt`, then as much
     /// of a kept tail after them as the prompt repeats, leaving at least one token to prefill
     /// (its logits start the generation), and how many tokens it holds. Any failure only costs
-    /// the reuse: the sequence then starts cold. A model with a layer that blocks cannot fill (a
-    /// recurrent one) always starts cold: its state after a prefix is not in the blocks.
+    /// the reuse: the sequence then starts cold. A model with recurrent layers restores up to the
+    /// deepest cached block that carries a snapshot, without a tail.
     pub fn restore(
         &mut self,
         prompt: &[u32],
         cold: impl Fn() -> Vec<KvCache>,
     ) -> (Vec<KvCache>, usize) {
         let empty = cold();
-        if !restorable(&empty) {
-            PrefixCounters::add(&self.counters.miss_tokens, prompt.len() as u64);
-            return (empty, 0);
-        }
+        let recurrent = !restorable(&empty);
         let usable = prompt.len().saturating_sub(1) / self.block_tokens;
         let keys = key::block_keys(
             &self.fingerprint,
@@ -182,7 +200,11 @@ impl PrefixCache {
         // mixes the last turn's generated tokens with their re-rendering does not match; each
         // depth of the chain is tried, and the longest reuse wins.
         let mut best: Option<(usize, Rc<Tail>, usize)> = None;
-        for depth in (0..=found.len()).rev() {
+        if recurrent {
+            let deepest = found.iter().rposition(|block| block.snapshot.is_some());
+            found.truncate(deepest.map_or(0, |index| index + 1));
+        }
+        for depth in (0..=found.len()).rev().filter(|_| !recurrent) {
             let parent = depth
                 .checked_sub(1)
                 .map_or(self.fingerprint, |index| found[index].key);
@@ -216,7 +238,8 @@ impl PrefixCache {
         let mut parts: Vec<&[(Array, Array)]> =
             found.iter().map(|block| block.layers.as_slice()).collect();
         parts.extend(tail_layers.as_deref());
-        match join(&parts, empty) {
+        let snapshot = found.last().and_then(|block| block.snapshot.as_deref());
+        match join(&parts, snapshot.filter(|_| recurrent), empty) {
             Ok(cache) => (cache, hit_tokens),
             Err(error) => {
                 tracing::warn!(%error, "prefix cache: cannot restore a prefix; prefilling cold");
@@ -230,14 +253,56 @@ impl PrefixCache {
         self.block_tokens
     }
 
-    /// Keeps the whole blocks of `prompt` that `cache` now holds and the cache does not.
-    pub fn store(&mut self, prompt: &[u32], cache: &[KvCache]) {
-        if !restorable(cache) {
-            return;
+    /// Keeps the whole blocks of the first `prefilled` tokens of `prompt` that `cache` now holds
+    /// and the cache does not, with the recurrent layers' snapshots the policy keeps; the
+    /// sequence's cache then lets go of the snapshots up to there.
+    pub fn store(&mut self, prompt: &[u32], prefilled: usize, cache: &mut [KvCache]) {
+        let block = self.block_tokens;
+        let last_boundary = (prompt.len() / block * block) as i32;
+        let every = self.every_nth();
+        for layer in cache.iter_mut() {
+            layer.retain_snapshots(|at| at % every == 0 || at == last_boundary);
         }
-        let keys = key::block_keys(&self.fingerprint, prompt, self.block_tokens);
+        let keys = key::block_keys(&self.fingerprint, &prompt[..prefilled], block);
         self.keep_blocks(&keys, cache);
+        for layer in cache.iter_mut() {
+            layer.retain_snapshots(|at| at > prefilled as i32);
+        }
         self.publish_bytes();
+    }
+
+    /// After a decode step of a recurrent model: `tokens` are those whose state `cache` holds.
+    /// A snapshot the policy keeps goes to the cache with its block at once (so a long
+    /// generation holds at most one in the sequence); of the others only the latest stays, the
+    /// sequence's last boundary when it ends.
+    pub fn store_decoded(&mut self, tokens: &[u32], cache: &mut [KvCache]) {
+        let Some(positions) = cache
+            .iter()
+            .find(|layer| !layer.restores_from_blocks())
+            .map(KvCache::snapshot_positions)
+        else {
+            return;
+        };
+        let Some(&latest) = positions.last() else {
+            return;
+        };
+        let every = self.every_nth();
+        if positions.iter().any(|at| at % every == 0) {
+            for layer in cache.iter_mut() {
+                layer.retain_snapshots(|at| at % every == 0);
+            }
+            let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
+            self.keep_blocks(&keys, cache);
+            self.publish_bytes();
+        }
+        for layer in cache.iter_mut() {
+            layer.retain_snapshots(|at| at == latest);
+        }
+    }
+
+    /// Positions between two snapshots the policy keeps.
+    fn every_nth(&self) -> i32 {
+        (self.block_tokens * self.snapshot_every) as i32
     }
 
     /// Keeps what a finished sequence computed: `tokens` are those whose keys and values `cache`
@@ -245,14 +310,12 @@ impl PrefixCache {
     /// `prompt` came from the prompt. Their whole blocks go to both tiers; a tail, from the
     /// prompt's last whole block to the end, to RAM: the next turn re-renders the generated
     /// tokens, maybe differently, so it matches them only after that boundary.
+    /// A recurrent model keeps no tail, only its blocks with the snapshots still recorded.
     pub fn store_sequence(&mut self, tokens: &[u32], prompt: usize, cache: &[KvCache]) {
-        if !restorable(cache) {
-            return;
-        }
         let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
         let prompt_blocks = prompt.min(tokens.len()) / self.block_tokens;
         let start = prompt_blocks * self.block_tokens;
-        if self.keep_blocks(&keys, cache) && start < tokens.len() {
+        if self.keep_blocks(&keys, cache) && start < tokens.len() && restorable(cache) {
             let parent = prompt_blocks
                 .checked_sub(1)
                 .map_or(self.fingerprint, |index| keys[index]);
@@ -268,29 +331,54 @@ impl PrefixCache {
         self.publish_bytes();
     }
 
-    /// Keeps the blocks `keys` name that RAM lacks, cut from `cache` in order; false when one
-    /// could not be cut (the rest are then not kept either).
+    /// Keeps the blocks `keys` name that RAM lacks, cut from `cache` in order, each with the
+    /// snapshot the recurrent layers recorded at its end if they did; a block RAM holds without
+    /// a snapshot gets the one recorded now, in both tiers. False when one could not be cut (the
+    /// rest are then not kept either).
     fn keep_blocks(&mut self, keys: &[disk::BlockKey], cache: &[KvCache]) -> bool {
         for (index, key) in keys.iter().copied().enumerate() {
-            if self.ram.get(&key).is_some() {
+            let start = (index * self.block_tokens) as i32;
+            let end = start + self.block_tokens as i32;
+            let snapshot = match blocks::snapshot(cache, end) {
+                Ok(snapshot) => snapshot,
+                Err(error) => {
+                    tracing::warn!(%error, "prefix cache: cannot keep a snapshot");
+                    None
+                }
+            };
+            let held = self.ram.get(&key);
+            if held
+                .as_ref()
+                .is_some_and(|held| snapshot.is_none() || held.snapshot.is_some())
+            {
                 continue;
             }
-            let start = (index * self.block_tokens) as i32;
-            let layers = match cut(cache, start, start + self.block_tokens as i32) {
+            let layers = match &held {
+                Some(held) => Ok(held.layers.clone()),
+                None => cut(cache, start, end),
+            };
+            let layers = match layers {
                 Ok(layers) => layers,
                 Err(error) => {
                     tracing::warn!(%error, "prefix cache: cannot keep a block");
                     return false;
                 }
             };
-            let block = Rc::new(Block::new(key, layers));
-            if let Some(disk) = &self.disk
-                && !disk.contains(&key)
-            {
-                match to_payload(&block.layers, self.dtype) {
-                    Ok(payload) => disk.save(key, Arc::new(payload)),
-                    Err(error) => tracing::warn!(%error, "prefix cache: cannot save a block"),
+            let block = Rc::new(Block::new(key, layers, snapshot));
+            if let Some(disk) = &self.disk {
+                if block.snapshot.is_some() {
+                    // The file may hold the block without it.
+                    disk.forget(&[key]);
                 }
+                if !disk.contains(&key) {
+                    match to_payload(&block.layers, block.snapshot.as_deref(), self.dtype) {
+                        Ok(payload) => disk.save(key, Arc::new(payload)),
+                        Err(error) => tracing::warn!(%error, "prefix cache: cannot save a block"),
+                    }
+                }
+            }
+            if held.is_some() {
+                self.ram.remove(&key);
             }
             let evicted = self.ram.insert(block);
             PrefixCounters::add(&self.counters.ram_evictions, evicted);
@@ -313,8 +401,8 @@ impl PrefixCache {
         }
         let payload = disk.load(&key)?;
         match from_payload(&payload, &self.shape, self.dtype) {
-            Ok(Some(layers)) => {
-                let block = Rc::new(Block::new(key, layers));
+            Ok(Some((layers, snapshot))) => {
+                let block = Rc::new(Block::new(key, layers, snapshot));
                 let evicted = self.ram.insert(block.clone());
                 PrefixCounters::add(&self.counters.ram_evictions, evicted);
                 Some(block)

@@ -58,6 +58,13 @@ impl RamTier {
         evicted
     }
 
+    /// Drops `key`'s block (to replace it).
+    pub fn remove(&mut self, key: &BlockKey) {
+        if let Some((block, _)) = self.blocks.remove(key) {
+            self.used -= block.bytes;
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         self.used
     }

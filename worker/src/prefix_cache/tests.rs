@@ -1,7 +1,8 @@
 //! A restored prefix (whole blocks, then part of a tail) continues exactly as a cold prefill of
 //! the same prompt: the logits of the prompt's last position agree, also for a model whose
 //! layers cache keys of different sizes or none at all, or (latent attention) values narrower
-//! than their keys, through the SSD tier.
+//! than their keys, through the SSD tier, and for a model with recurrent layers restored from a
+//! boundary snapshot.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use mlx_rs::ops::indexing::IndexOp;
 
 use super::{PrefixCache, PrefixCacheOptions, PrefixCounters};
 use crate::loaded::LoadedModel;
-use crate::model::Model;
+use crate::model::{Model, Segment};
 use crate::sequence::host_rows;
 
 const TOLERANCE: f32 = 1e-4;
@@ -35,6 +36,12 @@ fn tiny_llama() -> (tempfile::TempDir, LoadedModel) {
 /// with the tiny Llama's tokenizer, which the cache never reads.
 fn tiny_gemma4() -> (tempfile::TempDir, LoadedModel) {
     tiny_reference("gemma4_text/f32")
+}
+
+/// mlx-lm's tiny Qwen3.5 (`tests/data/architectures/qwen3_5/f32`: two gated DeltaNet layers,
+/// two attention layers), with the tiny Llama's tokenizer.
+fn tiny_qwen3_5() -> (tempfile::TempDir, LoadedModel) {
+    tiny_reference("qwen3_5/f32")
 }
 
 /// A checkpoint of `tests/data/architectures/` with the tiny Llama's tokenizer.
@@ -64,6 +71,7 @@ fn with_disk(loaded: &LoadedModel, disk_root: Option<&std::path::Path>) -> Prefi
         ram_bytes: 64 << 20,
         disk_root: disk_root.map(std::path::Path::to_path_buf),
         disk_bytes: 64 << 20,
+        snapshot_every: 4,
     };
     PrefixCache::open(loaded, &options, Arc::new(PrefixCounters::default())).unwrap()
 }
@@ -162,7 +170,7 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     assert_eq!(shapes, [(2, 16, 16), (2, 32, 32)]);
     assert_eq!(
         header.payload_len,
-        2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4
+        2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4 + 1
     );
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
@@ -213,7 +221,7 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
         .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
         .collect();
     assert_eq!(shapes, [(1, 64, 16), (1, 64, 16)]);
-    assert_eq!(header.payload_len, 2 * (64 + 16) * BLOCK_TOKENS as u64 * 4);
+    assert_eq!(header.payload_len, 2 * (64 + 16) * BLOCK_TOKENS as u64 * 4 + 1);
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));
@@ -222,4 +230,162 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
     let warm = last_logits(model, &continued[cached..], &mut restored);
     let worst = worst_difference(&warm, &cold);
     assert!(worst <= TOLERANCE, "from the SSD: logits differ by {worst}");
+}
+
+/// Runs `prompt` in chunks of `chunk` tokens, as a sequence prefills, then decodes `generated`
+/// one at a time, giving each pass's blocks and snapshots to `prefix` as a sequence does; the
+/// sequence's tokens end with the generated ones.
+fn run_sequence(
+    prefix: &mut PrefixCache,
+    model: &Model,
+    prompt: &[u32],
+    chunk: usize,
+    generated: &[u32],
+) {
+    let mut cache = model.new_cache();
+    for layer in &mut cache {
+        layer.snapshot_every(BLOCK_TOKENS as i32);
+    }
+    let mut prefilled = 0;
+    for piece in prompt.chunks(chunk) {
+        last_logits(model, piece, &mut cache);
+        prefilled += piece.len();
+        prefix.store(prompt, prefilled, &mut cache);
+    }
+    let tokens: Vec<u32> = prompt.iter().chain(generated).copied().collect();
+    for (index, &token) in generated.iter().enumerate() {
+        last_logits(model, &[token], &mut cache);
+        prefix.store_decoded(&tokens[..prompt.len() + index + 1], &mut cache);
+    }
+    prefix.store_sequence(&tokens, prompt.len(), &cache);
+}
+
+fn assert_restores_like_cold(
+    prefix: &mut PrefixCache,
+    model: &Model,
+    prompt: &[u32],
+    cached: usize,
+) {
+    let (mut restored, restored_tokens) = prefix.restore(prompt, || model.new_cache());
+    assert_eq!(restored_tokens, cached);
+    let warm = last_logits(model, &prompt[cached..], &mut restored);
+    let cold = last_logits(model, prompt, &mut model.new_cache());
+    let worst = worst_difference(&warm, &cold);
+    assert!(
+        worst <= TOLERANCE,
+        "{cached} restored tokens: logits differ by {worst}"
+    );
+}
+
+#[test]
+fn a_recurrent_model_restores_from_the_deepest_boundary_snapshot_in_ram_and_on_ssd() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let disk = tempfile::tempdir().unwrap();
+    // 14 prompt tokens in chunks of 3 (boundaries 4, 8 and 12 fall inside chunks), then 6
+    // generated: boundary 16 falls in the decode. Kept: 12 (the prompt's last whole block) and
+    // 16 (every fourth boundary); 4 and 8 are not.
+    let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    let generated = [7, 11, 13, 17, 19, 23];
+    let continued: Vec<u32> = prompt
+        .iter()
+        .chain(&generated)
+        .copied()
+        .chain([90, 91])
+        .collect();
+    let mut diverging = continued.clone();
+    diverging[13] = 77;
+    let mut early = continued.clone();
+    early[9] = 77;
+    {
+        let mut prefix = with_disk(&loaded, Some(disk.path()));
+        run_sequence(&mut prefix, model, &prompt, 3, &generated);
+        assert_restores_like_cold(&mut prefix, model, &continued, 16);
+        assert_restores_like_cold(&mut prefix, model, &diverging, 12);
+        // Blocks 4 and 8 are cached but carry no snapshot: nothing to restore from.
+        assert_restores_like_cold(&mut prefix, model, &early, 0);
+        assert!(prefix.flush(std::time::Duration::from_secs(300)));
+    }
+    // A new worker: RAM is empty, the blocks and their snapshots come from the SSD.
+    let mut prefix = with_disk(&loaded, Some(disk.path()));
+    assert_restores_like_cold(&mut prefix, model, &continued, 16);
+    assert_restores_like_cold(&mut prefix, model, &diverging, 12);
+    assert_eq!(prefix.counters.snapshot().load_errors, 0);
+}
+
+#[test]
+fn a_snapshot_recorded_later_is_added_to_a_block_kept_without_one() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let mut prefix = ram_only(&loaded);
+    let long: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    run_sequence(&mut prefix, model, &long, 5, &[]);
+    // A shorter prompt whose last whole block (ending at 8) the first kept without a snapshot.
+    let short = &long[..10];
+    assert_restores_like_cold(&mut prefix, model, short, 0);
+    run_sequence(&mut prefix, model, short, 5, &[]);
+    assert_restores_like_cold(&mut prefix, model, short, 8);
+}
+
+#[test]
+fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let mut prefix = ram_only(&loaded);
+    let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    run_sequence(&mut prefix, model, &prompt, 5, &[]);
+    let continued: Vec<u32> = prompt.iter().copied().chain([90, 91]).collect();
+    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    assert_eq!(cached, 12);
+    // Another sequence in the same pass, recording its own boundary (4) mid-pass.
+    let other: Vec<u32> = (0..7).map(|index| 100 - index * 3).collect();
+    let mut other_cache = model.new_cache();
+    for layer in &mut other_cache {
+        layer.snapshot_every(BLOCK_TOKENS as i32);
+    }
+    let rest = &continued[cached..];
+    let hidden = model
+        .packed_hidden_states(&mut [
+            Segment {
+                tokens: rest,
+                cache: &mut restored,
+            },
+            Segment {
+                tokens: &other,
+                cache: &mut other_cache,
+            },
+        ])
+        .unwrap();
+    let last = |position: usize| {
+        let row = hidden.index((.., position as i32..position as i32 + 1, ..));
+        host_rows(&model.logits(&row).unwrap()).unwrap().remove(0)
+    };
+    let packed = [last(rest.len() - 1), last(rest.len() + other.len() - 1)];
+    let cold = [
+        last_logits(model, &continued, &mut model.new_cache()),
+        last_logits(model, &other, &mut model.new_cache()),
+    ];
+    for (packed, cold) in packed.iter().zip(&cold) {
+        let worst = worst_difference(packed, cold);
+        assert!(worst <= TOLERANCE, "logits differ by {worst}");
+    }
+    // The other sequence's snapshot is its own state at 4, as if it had run alone.
+    let mut alone = model.new_cache();
+    for layer in &mut alone {
+        layer.snapshot_every(BLOCK_TOKENS as i32);
+    }
+    last_logits(model, &other, &mut alone);
+    let host = |array: &mlx_rs::Array| {
+        let array = array.as_dtype(mlx_rs::Dtype::Float32).unwrap();
+        array.eval().unwrap();
+        array.as_slice::<f32>().to_vec()
+    };
+    let packed_state = super::blocks::snapshot(&other_cache, 4).unwrap().unwrap();
+    let alone_state = super::blocks::snapshot(&alone, 4).unwrap().unwrap();
+    for (packed, alone) in packed_state.iter().zip(&alone_state) {
+        for (packed, alone) in packed.slots().into_iter().zip(alone.slots()) {
+            let worst = worst_difference(&host(packed.unwrap()), &host(alone.unwrap()));
+            assert!(worst <= TOLERANCE, "snapshots differ by {worst}");
+        }
+    }
 }

@@ -20,7 +20,7 @@ use super::short_conv::ShortConv;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
-use crate::model::shape::{CacheShape, FeedForwardShape};
+use crate::model::shape::{CacheShape, FeedForwardShape, StateShape};
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
@@ -114,6 +114,15 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.sliding_window(),
             Self::GatedDelta(_) | Self::LatentAttention(_) | Self::ShortConv(_) => None,
+        }
+    }
+
+    /// A recurrent layer's state, constant in the sequence length.
+    pub fn recurrent_state(&self) -> Option<StateShape> {
+        match self {
+            Self::Attention(_) | Self::LatentAttention(_) => None,
+            Self::GatedDelta(delta) => Some(delta.state_shape()),
+            Self::ShortConv(conv) => Some(conv.state_shape()),
         }
     }
 

@@ -7,7 +7,10 @@
 //! The recurrence runs as MLX ops one position after another, as mlx-lm's `gated_delta_ops`
 //! (its CPU path). Each sequence of a packed pass runs through its own convolution and memory
 //! ([`RecurrentState`] in its cache): sequences are packed without padding, so no position of
-//! another sequence, and no pad, ever reaches a state.
+//! another sequence, and no pad, ever reaches a state. At each prefix-cache block boundary the
+//! input crosses, mid-chunk or in a decode step, the layer records its whole state there (the
+//! memory after that position, the convolution's last `kernel - 1` inputs before it), so a later
+//! prompt that shares the prefix restarts from it instead of from token 0.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
@@ -19,6 +22,7 @@ use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::{KvCache, RecurrentState};
+use crate::model::shape::StateShape;
 use crate::model::weights::Weights;
 
 /// The layer's sizes, from config.json's `linear_*` keys.
@@ -165,6 +169,17 @@ impl GatedDeltaNet {
         })
     }
 
+    /// Elements of the layer's state: the convolution's last `kernel - 1` inputs and the
+    /// f32 memory, `[value_heads, value_dim, key_dim]`.
+    pub fn state_shape(&self) -> StateShape {
+        let spec = &self.spec;
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(spec.conv_kernel - 1) * count(spec.conv_channels()),
+            f32_elements: count(spec.value_heads) * count(spec.value_dim) * count(spec.key_dim),
+        }
+    }
+
     /// An empty cache of this layer's kind.
     pub fn new_cache(&self) -> KvCache {
         KvCache::recurrent()
@@ -287,7 +302,20 @@ impl GatedDeltaNet {
                 Dtype::Float32,
             )?,
         };
-        let (output, state) = delta_rule(&queries, &keys, &values, &decay, &beta, state)?;
+        let boundaries = cache.boundaries_in(positions);
+        let (output, state, at_boundaries) =
+            delta_rule(&queries, &keys, &values, &decay, &beta, state, &boundaries)?;
+        for (&within, delta) in boundaries.iter().zip(at_boundaries) {
+            // `conv_input` starts with the `keep` inputs before this chunk.
+            let conv = conv_input.index((.., within..within + keep)).contiguous()?;
+            cache.record_boundary(
+                within,
+                RecurrentState {
+                    conv: Some(conv),
+                    delta: Some(delta),
+                },
+            );
+        }
         cache.advance_recurrent(
             RecurrentState {
                 conv: Some(next_conv),
@@ -329,7 +357,8 @@ fn normalize_qk(queries: &Array, keys: &Array, key_dim: i32) -> Result<(Array, A
 /// at a time from `state` (`[1, value_heads, value_dim, key_dim]`, float32), as mlx-lm's
 /// `gated_delta_ops`: decay the memory, write each value's error against what the memory
 /// recalls for its key (scaled by `beta`), then read it with the query. Returns the outputs
-/// `[1, positions, value_heads, value_dim]` in the queries' dtype and the final state.
+/// `[1, positions, value_heads, value_dim]` in the queries' dtype, the final state, and the
+/// state after each count of positions in `record` (ascending, in `1..=positions`).
 fn delta_rule(
     queries: &Array,
     keys: &Array,
@@ -337,7 +366,8 @@ fn delta_rule(
     decay: &Array,
     beta: &Array,
     mut state: Array,
-) -> Result<(Array, Array), Exception> {
+    record: &[i32],
+) -> Result<(Array, Array, Vec<Array>), Exception> {
     let repeat = values.dim(2) / keys.dim(2);
     let (queries, keys) = if repeat > 1 {
         (
@@ -348,6 +378,7 @@ fn delta_rule(
         (queries.clone(), keys.clone())
     };
     let mut outputs = Vec::with_capacity(values.dim(1) as usize);
+    let mut recorded = Vec::with_capacity(record.len());
     for position in 0..values.dim(1) {
         let at = |array: &Array| array.index((.., position));
         let (query, key, value) = (at(&queries), at(&keys), at(values));
@@ -361,6 +392,9 @@ fn delta_rule(
         state = ops::add(&decayed, &ops::multiply(&key_row, &delta.expand_dims(-1)?)?)?;
         let read = ops::multiply(&state, &query.expand_dims(-2)?)?.sum_axis(-1, false)?;
         outputs.push(read.as_dtype(queries.dtype())?);
+        if record.contains(&(position + 1)) {
+            recorded.push(state.clone());
+        }
     }
-    Ok((ops::stack(&outputs, 1)?, state))
+    Ok((ops::stack(&outputs, 1)?, state, recorded))
 }

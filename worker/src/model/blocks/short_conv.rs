@@ -1,7 +1,8 @@
 //! LFM2's gated short convolution (mlx-lm's `ShortConv` in `lfm2.py`): `in_proj` gives three
 //! gates `b`, `c` and the input `x`; `b · x` goes through a causal depthwise convolution over the
 //! last `kernel` positions, its output is gated by `c`, then `out_proj`. The only state carried
-//! between inputs is the convolution's last `kernel - 1` inputs ([`RecurrentState::conv`]).
+//! between inputs is the convolution's last `kernel - 1` inputs ([`RecurrentState::conv`]), also
+//! recorded at each block boundary for the prefix cache.
 //!
 //! Each sequence of a packed pass runs through its own convolution state: sequences are packed
 //! without padding, so no position of another sequence ever reaches a state.
@@ -15,6 +16,7 @@ use super::linear::Linear;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::{KvCache, RecurrentState};
+use crate::model::shape::StateShape;
 use crate::model::weights::Weights;
 
 pub struct ShortConv {
@@ -72,6 +74,15 @@ impl ShortConv {
         })
     }
 
+    /// The state a sequence carries: its last `kernel - 1` inputs.
+    pub fn state_shape(&self) -> StateShape {
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(self.kernel - 1) * count(self.hidden),
+            f32_elements: 0,
+        }
+    }
+
     /// An empty cache of this layer's kind.
     pub fn new_cache(&self) -> KvCache {
         KvCache::recurrent()
@@ -122,6 +133,17 @@ impl ShortConv {
             None => zeros_dtype(&[1, keep, self.hidden], input.dtype())?,
         };
         let conv_input = ops::concatenate(&[state, input], 1)?;
+        // At a block boundary the state is the `keep` inputs before it.
+        for within in cache.boundaries_in(positions) {
+            let conv = conv_input.index((.., within..within + keep)).contiguous()?;
+            cache.record_boundary(
+                within,
+                RecurrentState {
+                    conv: Some(conv),
+                    delta: None,
+                },
+            );
+        }
         let next = conv_input
             .index((.., positions..positions + keep))
             .contiguous()?;

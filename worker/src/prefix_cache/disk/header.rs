@@ -4,8 +4,8 @@
 //!
 //! Layout, little-endian: magic `CKVB`, format version (u32), model fingerprint (32), block key
 //! (32), block tokens (u32), dtype tag (u8) and three zero bytes, payload length (u64), payload
-//! sha256 (32), layer count (u32) — [`FIXED_LEN`] bytes — then each cached layer's kv heads, key
-//! dim and value dim (u32 each).
+//! sha256 (32), recurrent layer count (u32), key/value layer count (u32) — [`FIXED_LEN`] bytes —
+//! then each key/value layer's kv heads, key dim and value dim (u32 each).
 
 use sha2::{Digest, Sha256};
 
@@ -16,9 +16,11 @@ pub type Fingerprint = [u8; 32];
 
 pub const MAGIC: [u8; 4] = *b"CKVB";
 /// Bumped whenever the layout or the payload encoding changes; older files are then deleted.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: recurrent layers' boundary snapshots after the keys and values, and each key/value
+/// layer's key and value widths.
+pub const FORMAT_VERSION: u32 = 5;
 /// The header's bytes before its per-layer table.
-pub const FIXED_LEN: usize = 124;
+pub const FIXED_LEN: usize = 128;
 /// Bytes of each layer's entry in the table after the fixed part.
 const LAYER_LEN: usize = 12;
 /// More layers than any model has: a count beyond it is a corrupt header, not a table to read.
@@ -30,7 +32,9 @@ pub struct BlockShape {
     pub block_tokens: u32,
     /// The caller's tag for the element type.
     pub dtype: u8,
-    /// Each cache's keys (and values) per position, in the model's cache order. Layers differ
+    /// Recurrent caches, whose states a block's snapshot holds (in the model's cache order).
+    pub recurrent_layers: u32,
+    /// Each key/value cache's keys (and values) per position, in the model's cache order. Layers differ
     /// (Gemma 4's full-attention layers have wider heads); a layer that reads another's keys and
     /// values holds no cache, so it has no entry.
     pub layers: Vec<LayerShape>,
@@ -113,6 +117,7 @@ impl BlockHeader {
         out.extend_from_slice(&[self.shape.dtype, 0, 0, 0]);
         out.extend_from_slice(&self.payload_len.to_le_bytes());
         out.extend_from_slice(&self.checksum);
+        out.extend_from_slice(&self.shape.recurrent_layers.to_le_bytes());
         out.extend_from_slice(&(self.shape.layers.len() as u32).to_le_bytes());
         for layer in &self.shape.layers {
             out.extend_from_slice(&layer.kv_heads.to_le_bytes());
@@ -162,6 +167,10 @@ impl BlockHeader {
         }
         let payload_len = u64::from_le_bytes(fields.take());
         let checksum = fields.take();
+        let recurrent_layers = u32::from_le_bytes(fields.take());
+        if recurrent_layers > MAX_LAYERS {
+            return Err(HeaderFault::Layers(recurrent_layers));
+        }
         let layers = u32::from_le_bytes(fields.take());
         let layers = (0..layers)
             .map(|_| LayerShape {
@@ -177,6 +186,7 @@ impl BlockHeader {
             shape: BlockShape {
                 block_tokens,
                 dtype,
+                recurrent_layers,
                 layers,
             },
             payload_len,
@@ -206,6 +216,7 @@ mod tests {
         let shape = BlockShape {
             block_tokens: 4,
             dtype: 6,
+            recurrent_layers: 3,
             layers: vec![
                 LayerShape {
                     kv_heads: 3,

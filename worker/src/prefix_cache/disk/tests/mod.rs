@@ -89,6 +89,7 @@ fn shape() -> BlockShape {
     BlockShape {
         block_tokens: 4,
         dtype: 1,
+        recurrent_layers: 0,
         layers: LAYERS.to_vec(),
     }
 }
@@ -220,7 +221,7 @@ fn block_of_another_model_or_shape_is_deleted_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let limit = 1 << 20;
     let tier = open(dir.path(), limit);
-    for n in 1..=3 {
+    for n in 1..=4 {
         save_and_flush(&tier, n);
     }
     drop(tier);
@@ -242,6 +243,29 @@ fn block_of_another_model_or_shape_is_deleted_and_never_served() {
     other_layers.layers[1] = LAYERS[0];
     let other_layers = DiskTier::open(dir.path(), FINGERPRINT, other_layers, limit).unwrap();
     assert_rejected(&other_layers, dir.path(), 3);
+    drop(other_layers);
+
+    // The same key/value layers beside a recurrent one: its snapshots would not fit.
+    let hybrid = BlockShape {
+        recurrent_layers: 1,
+        ..shape()
+    };
+    let hybrid = DiskTier::open(dir.path(), FINGERPRINT, hybrid, limit).unwrap();
+    assert_rejected(&hybrid, dir.path(), 4);
+}
+
+#[test]
+fn a_block_of_an_older_format_version_is_deleted_and_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = open(dir.path(), 1 << 20);
+    save_and_flush(&tier, 1);
+    drop(tier);
+    let path = block_file(dir.path(), 1);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[4..8].copy_from_slice(&(super::FORMAT_VERSION - 1).to_le_bytes());
+    fs::write(&path, bytes).unwrap();
+    let tier = open(dir.path(), 1 << 20);
+    assert_rejected(&tier, dir.path(), 1);
 }
 
 #[test]
