@@ -1,6 +1,7 @@
 """Writes each tiny architecture checkpoint of tests/data/architectures (the f32 variant) as the
 GGUF llama.cpp's converter (convert_hf_to_gguf.py, as vendored by llama-cpp-python 0.3.36) would
-write it, with gguf-py, into OUT/<arch>.gguf; and qwen3_moe again split in three parts
+write it, with gguf-py, into OUT/<arch>.gguf (gpt_oss also from its `mxfp4` variant, the experts
+as ggml's MXFP4 blocks: OUT/gpt_oss_mxfp4.gguf); and qwen3_moe again split in three parts
 (OUT/split/qwen3_moe-0000N-of-00003.gguf, as llama-gguf-split names them).
 
 The converter's per-architecture conventions, reproduced here:
@@ -41,9 +42,9 @@ def read_safetensors(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
+        dtype = {"F32": np.float32, "U32": np.uint32, "U8": np.uint8}[info["dtype"]]
         start, end = info["data_offsets"]
-        tensors[name] = np.frombuffer(data[start:end], dtype=np.float32).reshape(info["shape"]).copy()
+        tensors[name] = np.frombuffer(data[start:end], dtype=dtype).reshape(info["shape"]).copy()
     return tensors
 
 
@@ -68,6 +69,19 @@ def llama_permute(weights, heads, heads_kv):
         weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
         .swapaxes(1, 2)
         .reshape(weights.shape)
+    )
+
+
+def mxfp4_blocks(words, exponents):
+    """MLX's `mxfp4` experts (codes packed low nibble first, eight to a uint32 word; one e8m0
+    exponent per 32) as ggml's MXFP4 blocks: the exponent byte, then 16 bytes whose low nibbles
+    hold values 0..15 and high nibbles 16..31 (what the converter's `repack_mxfp4` makes of
+    openai's `_blocks`). Both index the same e2m1 codes, so this only moves bits."""
+    packed = words.view(np.uint8).reshape(*words.shape[:-1], -1, 16)
+    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], 32)
+    blocks = codes[..., :16] | (codes[..., 16:] << 4)
+    return np.concatenate([exponents[..., None], blocks.astype(np.uint8)], axis=-1).reshape(
+        *words.shape[:-1], -1
     )
 
 
@@ -207,6 +221,14 @@ def write(fixture, arch, out, split_max_tensors=0):
     # (every real Qwen3-MoE) lacks: its MLP takes the names every dense architecture uses.
     dense = gguf.get_tensor_name_map(A.QWEN3, config["num_hidden_layers"])
     for name, data in tensors.items():
+        if name.endswith(".scales"):
+            continue
+        scales = name.removesuffix(".weight") + ".scales"
+        if name.endswith(".weight") and scales in tensors:
+            gguf_name = names.get_name(hf_name(name), try_suffixes=(".weight",))
+            blocks = mxfp4_blocks(data, tensors[scales])
+            writer.add_tensor(gguf_name, blocks, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+            continue
         if name.startswith("rope_factors"):
             gguf_name = name
         else:
@@ -227,6 +249,9 @@ def main():
     for arch in ARCHITECTURES:
         write(data / arch / "f32", arch, out / f"{arch}.gguf")
         print(f"wrote {out / arch}.gguf")
+    # gpt-oss as openai ships it and ggml-org converts it: the experts in MXFP4.
+    write(data / "gpt_oss" / "mxfp4", "gpt_oss", out / "gpt_oss_mxfp4.gguf")
+    print(f"wrote {out}/gpt_oss_mxfp4.gguf")
     split = out / "split"
     split.mkdir(exist_ok=True)
     for old in split.glob("*.gguf"):

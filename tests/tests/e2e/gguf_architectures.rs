@@ -4,7 +4,7 @@
 //! `cargo xtask reference`: llama.cpp's tensor names, stacked experts, Gemma's `1 + w` norms,
 //! granite's permuted q/k, Phi-3's fused projections and longrope factor tensors), must give
 //! mlx-lm's logits within the architectures' tolerance (1e-3) at every prompt position and
-//! decode step, alone and in a batch of four. A model split in three parts by gguf-py
+//! decode step, alone and in a batch of four; gpt-oss also with its experts in MXFP4. A model split in three parts by gguf-py
 //! (`split/qwen3_moe-0000N-of-00003.gguf`) loads as one, to the single file's logits exactly; a
 //! missing part is an error naming it.
 
@@ -18,13 +18,13 @@ fn gguf_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gguf_architectures")
 }
 
-/// Loads `file` and checks it against the f32 checkpoint's mlx-lm reference of `arch`.
-fn check(arch: &str, file: &Path) -> String {
-    let reference = read_reference(&data().join(arch).join("f32"));
+/// Loads `file` and checks it against the mlx-lm reference of `arch`'s `variant`.
+fn check(arch: &str, variant: &str, file: &Path) -> String {
+    let reference = read_reference(&data().join(arch).join(variant));
     let model = GgufModel::load(file)
         .unwrap_or_else(|error| panic!("{arch}: {error}"))
         .model;
-    let name = format!("{arch} (GGUF)");
+    let name = format!("{arch} {variant} (GGUF)");
     let alone = check_alone(&name, &model, &reference);
     let in_batch = check_in_batch(&name, &model, &reference);
     format!("{name}: largest differences alone {alone:.1e}, in a batch {in_batch:.1e}")
@@ -41,9 +41,24 @@ fn each_architecture_from_gguf_matches_mlx_lm() {
         "granite",
     ]
     .iter()
-    .map(|arch| check(arch, &gguf_data().join(format!("{arch}.gguf"))))
+    .map(|arch| check(arch, "f32", &gguf_data().join(format!("{arch}.gguf"))))
     .collect();
     eprintln!("checked against mlx-lm:\n{}", checked.join("\n"));
+}
+
+/// gpt-oss with its experts as ggml's MXFP4 blocks (from the `mxfp4` variant, whose values
+/// gguf-py's dequantization reproduces exactly), read into MLX's `mxfp4` mode without a
+/// dequantization: mlx-lm's logits on that variant within the same 1e-3.
+#[test]
+fn gpt_oss_with_mxfp4_experts_from_gguf_matches_mlx_lm() {
+    let file = gguf_data().join("gpt_oss_mxfp4.gguf");
+    let header = GgufHeader::read(&file).unwrap();
+    assert!(
+        header.quantization_summary().contains("MXFP4"),
+        "{}",
+        header.quantization_summary()
+    );
+    eprintln!("{}", check("gpt_oss", "mxfp4", &file));
 }
 
 fn split_part(number: u32) -> PathBuf {
@@ -66,7 +81,11 @@ fn a_split_gguf_loads_as_one_model_with_the_single_files_logits() {
     assert_eq!(split.file_bytes, part_bytes);
     let loaded = corral_worker::gguf::loaded_bytes(&split);
     assert_eq!(loaded, corral_worker::gguf::loaded_bytes(&single));
-    eprintln!("{}", check("qwen3_moe", &split_part(1)));
+    eprintln!("{}", check("qwen3_moe", "f32", &split_part(1)));
+    let description = corral_worker::describe::describe(&split_part(1));
+    assert_eq!(description.unservable, None);
+    assert_eq!(description.size_bytes, part_bytes);
+    assert_eq!(description.gguf_loaded_bytes, loaded);
 
     let logits = |path: &Path| {
         let model = GgufModel::load(path).unwrap().model;
@@ -99,4 +118,13 @@ fn a_split_gguf_with_a_missing_part_is_an_error_naming_it() {
         .unwrap()
         .to_string();
     assert!(second.contains("give its first part"), "{second}");
+    let description = corral_worker::describe::describe(&first);
+    assert!(
+        description
+            .unservable
+            .as_deref()
+            .is_some_and(|reason| reason.contains("qwen3_moe-00003-of-00003.gguf")),
+        "{:?}",
+        description.unservable
+    );
 }
