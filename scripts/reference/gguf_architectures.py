@@ -20,6 +20,7 @@ the norm), which leaves mlx-lm's attention unchanged for llama.cpp and corral al
 
 The tokenizer is a byte-level one of single-byte tokens and one merge (the fixtures have none); what is under test is the forward pass. Run with the gguf==0.19.0 venv:
     python gguf_architectures.py tests/data/architectures tests/data/gguf_architectures
+(scripts/reference/gguf_architectures.sh makes that venv and runs it).
 """
 
 import json
