@@ -53,11 +53,7 @@ impl GgufFolder {
                 Some((base, _, _)) => base.to_owned(),
                 None => stem,
             };
-            found.models.push(GgufFile {
-                stem,
-                path,
-                broken,
-            });
+            found.models.push(GgufFile { stem, path, broken });
         }
         found
     }

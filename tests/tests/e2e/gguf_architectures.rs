@@ -72,8 +72,11 @@ fn a_split_gguf_loads_as_one_model_with_the_single_files_logits() {
     let single = GgufHeader::read(&gguf_data().join("qwen3_moe.gguf")).unwrap();
     let split = GgufHeader::read(&split_part(1)).unwrap();
     assert_eq!(split.tensors.len(), single.tensors.len());
-    let files: std::collections::BTreeSet<_> =
-        split.tensors.iter().map(|tensor| tensor.file.clone()).collect();
+    let files: std::collections::BTreeSet<_> = split
+        .tensors
+        .iter()
+        .map(|tensor| tensor.file.clone())
+        .collect();
     assert_eq!(files.len(), 3, "tensors from every part");
     let part_bytes: u64 = (1..=3)
         .map(|number| std::fs::metadata(split_part(number)).unwrap().len())

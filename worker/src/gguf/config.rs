@@ -155,7 +155,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             );
             put(
                 "moe_intermediate_size",
-                json!(keys.integer("expert_feed_forward_length").unwrap_or(feed_forward)),
+                json!(
+                    keys.integer("expert_feed_forward_length")
+                        .unwrap_or(feed_forward)
+                ),
             );
             put(
                 "norm_topk_prob",
@@ -180,7 +183,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 "rope_local_base_freq",
                 json!(keys.float("rope.freq_base_swa").unwrap_or(10_000.0)),
             );
-            let scalar = if layers == 62 { hidden / heads } else { head_dim };
+            let scalar = if layers == 62 {
+                hidden / heads
+            } else {
+                head_dim
+            };
             put("query_pre_attn_scalar", json!(scalar));
         }
         "gpt-oss" => {
@@ -225,7 +232,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             );
             put(
                 "moe_intermediate_size",
-                json!(keys.integer("expert_feed_forward_length").unwrap_or(feed_forward)),
+                json!(
+                    keys.integer("expert_feed_forward_length")
+                        .unwrap_or(feed_forward)
+                ),
             );
             if let Some(shared) = keys.integer("expert_shared_count").filter(|&n| n > 0) {
                 put("n_shared_experts", json!(shared));
@@ -250,11 +260,20 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 "topk_group",
                 json!(keys.integer("expert_group_used_count").unwrap_or(1)),
             );
-            put("partial_rotary_factor", json!(rotary_fraction(&keys, head_dim)));
-            put("use_qk_norm", json!(keys.has_tensor("blk.0.attn_q_norm.weight")));
+            put(
+                "partial_rotary_factor",
+                json!(rotary_fraction(&keys, head_dim)),
+            );
+            put(
+                "use_qk_norm",
+                json!(keys.has_tensor("blk.0.attn_q_norm.weight")),
+            );
         }
         "phi3" => {
-            put("partial_rotary_factor", json!(rotary_fraction(&keys, head_dim)));
+            put(
+                "partial_rotary_factor",
+                json!(rotary_fraction(&keys, head_dim)),
+            );
             if let Some(original) = keys.integer("rope.scaling.original_context_length") {
                 put("original_max_position_embeddings", json!(original));
             }
@@ -304,7 +323,11 @@ fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
         ))
     };
     let flags = flags.ok_or_else(unsupported)?;
-    let period = flags.iter().position(|&sliding| !sliding).ok_or_else(unsupported)? + 1;
+    let period = flags
+        .iter()
+        .position(|&sliding| !sliding)
+        .ok_or_else(unsupported)?
+        + 1;
     let periodic = flags
         .iter()
         .enumerate()

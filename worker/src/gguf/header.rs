@@ -229,10 +229,7 @@ impl GgufHeader {
             return Ok(None);
         };
         if tensor.ggml_type != GgmlType::F32 {
-            return Err(self.invalid(format!(
-                "tensor {name} is {}, not F32",
-                tensor.ggml_type
-            )));
+            return Err(self.invalid(format!("tensor {name} is {}, not F32", tensor.ggml_type)));
         }
         let io = |source| GgufError::Io {
             path: tensor.file.to_path_buf(),
