@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
+# tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
 # tests/data/smollm2_reference.json with transformers and llama.cpp, tests/data/gguf_blocks.gguf
 # (every GGUF block type with gguf-py's dequantization of it), and the embedding references
 # (embeddings.sh) with sentence-transformers and transformers (run through `cargo xtask reference`,
@@ -41,6 +42,8 @@ echo "wrote $root/tests/data/reference_logits.json"
 "$venv/bin/python" "$root/scripts/reference/architectures.py" \
   "$root/scripts/reference/architectures.json" "$root/tests/data/architectures"
 echo "wrote $root/tests/data/architectures"
+
+bash "$root/scripts/reference/gguf_architectures.sh"
 
 # A venv of its own: these pins do not mix with mlx-lm's. Rebuilt whenever the pins change.
 smollm2_venv=$work/smollm2-venv

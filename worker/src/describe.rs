@@ -67,6 +67,8 @@ fn describe_gguf(path: &Path) -> ModelDescription {
     };
     match GgufHeader::read(path) {
         Ok(header) => {
+            // Every part of a split model.
+            description.size_bytes = header.file_bytes;
             (description.gguf_sampling, description.warnings) =
                 sampling_defaults::from_gguf(&header);
             description.architecture = header.architecture().map(str::to_owned);

@@ -4,7 +4,8 @@
 //! `org/name:QUANT`, the quantization tag that ends each file name (`…-Q4_K_M.gguf` → `Q4_K_M`,
 //! the scheme llama.cpp's `-hf org/name:Q4_K_M` and Ollama's `hf.co/...:Q4_K_M` use), or
 //! `org/name:<file stem>` when the names do not end in distinct tags. Files of a split GGUF
-//! (`…-00001-of-00003.gguf`) are one model, which the worker cannot load; an `mmproj*.gguf`
+//! (`…-00001-of-00003.gguf`) are one model, listed by its first part, from which the worker reads
+//! the others; an `mmproj*.gguf`
 //! beside the model is a vision projector, so the folder's models are vision models.
 
 use std::collections::BTreeSet;
@@ -19,8 +20,6 @@ pub(super) struct GgufFile {
     pub stem: String,
     /// The file, or the first part of a split model.
     pub path: PathBuf,
-    /// How many files the model is split across (1 for a single file).
-    pub parts: u32,
     /// The link target, when the file is a broken symbolic link.
     pub broken: Option<PathBuf>,
 }
@@ -48,18 +47,13 @@ impl GgufFolder {
                 found.projector = Some(path);
                 continue;
             }
-            let (stem, parts) = match split_part(&stem) {
+            let stem = match split_part(&stem) {
                 // Later parts are covered by the first.
                 Some((_, part, _)) if part != 1 => continue,
-                Some((base, _, parts)) => (base.to_owned(), parts),
-                None => (stem, 1),
+                Some((base, _, _)) => base.to_owned(),
+                None => stem,
             };
-            found.models.push(GgufFile {
-                stem,
-                path,
-                parts,
-                broken,
-            });
+            found.models.push(GgufFile { stem, path, broken });
         }
         found
     }
@@ -82,20 +76,12 @@ impl GgufFolder {
         if let Some(target) = &file.broken {
             return broken_link(id, &file.path, target, source);
         }
-        let problem = if file.parts > 1 {
-            Some(format!(
-                "split across {} files; corral serves single-file GGUFs (join them with \
-                 `llama-gguf-split --merge`)",
-                file.parts
-            ))
-        } else {
-            self.projector.as_ref().map(|projector| {
-                format!(
-                    "a vision model ({} beside it); corral serves text models only",
-                    projector.display()
-                )
-            })
-        };
+        let problem = self.projector.as_ref().map(|projector| {
+            format!(
+                "a vision model ({} beside it); corral serves text models only",
+                projector.display()
+            )
+        });
         match problem {
             Some(problem) => ModelEntry::unservable(id, &file.path, source, problem),
             None => ModelEntry::new(id, &file.path, source),
@@ -183,7 +169,6 @@ mod tests {
         let file = |stem: &str| GgufFile {
             stem: stem.to_owned(),
             path: PathBuf::from(format!("/m/{stem}.gguf")),
-            parts: 1,
             broken: None,
         };
         let folder = GgufFolder {

@@ -33,18 +33,18 @@ struct Variant {
     reference: String,
 }
 
-struct Reference {
-    prompt: Vec<u32>,
+pub(crate) struct Reference {
+    pub(crate) prompt: Vec<u32>,
     decoded: Vec<u32>,
     /// `[prompt + decoded, vocab]`.
     rows: Vec<Vec<f32>>,
 }
 
-fn data() -> PathBuf {
+pub(crate) fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/architectures")
 }
 
-fn read_reference(dir: &Path) -> Reference {
+pub(crate) fn read_reference(dir: &Path) -> Reference {
     let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
     let ids = |name: &str| -> Vec<u32> {
         let array = tensors[name].as_dtype(mlx_rs::Dtype::Int32).unwrap();
@@ -84,7 +84,7 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
 
 /// The prompt in one pass, then the reference's decode tokens one at a time; returns the
 /// largest difference.
-fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
+pub(crate) fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
     let mut worst = 0.0f32;
     let mut cache = model.new_cache();
     let hidden = model.hidden_states(&reference.prompt, &mut cache).unwrap();
@@ -110,7 +110,7 @@ fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
 /// The same decode steps, each in one pass with three other sequences of other prompts (one
 /// prefilling beside the decode rows), so the sequence's logits must not depend on its batch;
 /// returns the largest difference.
-fn check_in_batch(name: &str, model: &Model, reference: &Reference) -> f32 {
+pub(crate) fn check_in_batch(name: &str, model: &Model, reference: &Reference) -> f32 {
     let mut worst = 0.0f32;
     let others: Vec<Vec<u32>> = (1..4u32)
         .map(|shift| {

@@ -14,6 +14,7 @@ mod embeddings;
 mod engine;
 mod families;
 mod gguf_agreement;
+mod gguf_architectures;
 mod lifecycle;
 mod operations;
 mod prefix_cache;

@@ -2,15 +2,73 @@
 //! both formats go through one validation.
 //!
 //! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral, which it
-//! writes as `llama`) so that its interleaved RoPE applies; MLX's `traditional` RoPE is that same
-//! rotation. Qwen2 and Qwen3 keep Hugging Face's layout and rotate halves.
+//! writes as `llama`) and of `granite` (a llama to the converter) so that its interleaved RoPE
+//! applies; MLX's `traditional` RoPE is that same rotation. The other architectures keep Hugging
+//! Face's layout and rotate halves.
+//!
+//! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
+//! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
+//! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
+//! gpt-oss slides every even layer. A layer of Qwen3-MoE without a router is dense.
 
 use serde_json::{Map, Value as Json, json};
 
-use super::header::{GgufError, GgufHeader};
+use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 4] = ["llama", "mistral", "qwen2", "qwen3"];
+pub const ARCHITECTURES: [&str; 10] = [
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt-oss", "glm4moe", "phi3",
+    "granite",
+];
+
+/// The `model_type` the model reads for `general.architecture`.
+fn model_type(arch: &str) -> &str {
+    match arch {
+        "mistral" => "llama",
+        "qwen3moe" => "qwen3_moe",
+        "gemma3" => "gemma3_text",
+        "gpt-oss" => "gpt_oss",
+        "glm4moe" => "glm4_moe",
+        other => other,
+    }
+}
+
+/// The metadata of one architecture, its keys (`{arch}.…`) read by suffix.
+struct Keys<'a> {
+    header: &'a GgufHeader,
+    arch: &'a str,
+}
+
+impl Keys<'_> {
+    fn value(&self, key: &str) -> Option<&Value> {
+        self.header.get(&format!("{}.{key}", self.arch))
+    }
+
+    fn integer(&self, key: &str) -> Option<u64> {
+        self.value(key).and_then(Value::as_u64)
+    }
+
+    fn float(&self, key: &str) -> Option<f64> {
+        self.value(key).and_then(Value::as_f64)
+    }
+
+    fn boolean(&self, key: &str) -> Option<bool> {
+        self.value(key).and_then(Value::as_bool)
+    }
+
+    fn missing(&self, key: &str) -> GgufError {
+        self.header
+            .invalid(format!("no {}.{key} in the metadata", self.arch))
+    }
+
+    fn required(&self, key: &str) -> Result<u64, GgufError> {
+        self.integer(key).ok_or_else(|| self.missing(key))
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        self.header.tensors.iter().any(|tensor| tensor.name == name)
+    }
+}
 
 pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     let arch = header
@@ -22,33 +80,34 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             ARCHITECTURES.join(", ")
         )));
     }
-    let value = |key: &str| header.get(&format!("{arch}.{key}"));
-    let integer = |key: &str| value(key).and_then(|v| v.as_u64());
-    let float = |key: &str| value(key).and_then(|v| v.as_f64());
-    let missing = |key: &str| header.invalid(format!("no {arch}.{key} in the metadata"));
-    let required = |key: &str| integer(key).ok_or_else(|| missing(key));
+    let keys = Keys { header, arch };
     let embedding = header
         .tensors
         .iter()
         .find(|tensor| tensor.name == "token_embd.weight")
         .ok_or_else(|| header.invalid("no token_embd.weight tensor"))?;
-    let has_tensor = |name: &str| header.tensors.iter().any(|tensor| tensor.name == name);
     let mut config = Map::new();
-    let model_type = if arch == "mistral" { "llama" } else { arch };
+    let model_type = model_type(arch);
     config.insert("model_type".into(), json!(model_type));
-    config.insert("hidden_size".into(), json!(required("embedding_length")?));
-    config.insert(
-        "intermediate_size".into(),
-        json!(required("feed_forward_length")?),
-    );
-    config.insert("num_hidden_layers".into(), json!(required("block_count")?));
-    let heads = required("attention.head_count")?;
+    let hidden = keys.required("embedding_length")?;
+    config.insert("hidden_size".into(), json!(hidden));
+    let feed_forward = keys
+        .integer("feed_forward_length")
+        .or_else(|| keys.integer("expert_feed_forward_length"))
+        .ok_or_else(|| keys.missing("feed_forward_length"))?;
+    config.insert("intermediate_size".into(), json!(feed_forward));
+    let layers = keys.required("block_count")?;
+    config.insert("num_hidden_layers".into(), json!(layers));
+    let heads = keys.required("attention.head_count")?;
     config.insert("num_attention_heads".into(), json!(heads));
     config.insert(
         "num_key_value_heads".into(),
-        json!(integer("attention.head_count_kv").unwrap_or(heads)),
+        json!(keys.integer("attention.head_count_kv").unwrap_or(heads)),
     );
-    if let Some(head_dim) = integer("attention.key_length") {
+    let head_dim = keys
+        .integer("attention.key_length")
+        .unwrap_or(hidden / heads.max(1));
+    if keys.integer("attention.key_length").is_some() {
         config.insert("head_dim".into(), json!(head_dim));
     }
     // The table's rows, not the tokenizer's length: converters pad the embedding.
@@ -59,44 +118,273 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     config.insert(
         "rms_norm_eps".into(),
         json!(
-            float("attention.layer_norm_rms_epsilon")
-                .ok_or_else(|| missing("attention.layer_norm_rms_epsilon"))?
+            keys.float("attention.layer_norm_rms_epsilon")
+                .ok_or_else(|| keys.missing("attention.layer_norm_rms_epsilon"))?
         ),
     );
-    if let Some(theta) = float("rope.freq_base") {
+    if let Some(theta) = keys.float("rope.freq_base") {
         config.insert("rope_theta".into(), json!(theta));
     }
-    config.insert("rope_traditional".into(), json!(model_type == "llama"));
-    if let Some(context) = integer("context_length") {
+    config.insert(
+        "rope_traditional".into(),
+        json!(matches!(model_type, "llama" | "granite")),
+    );
+    if let Some(context) = keys.integer("context_length") {
         config.insert("max_position_embeddings".into(), json!(context));
     }
-    let scaling = header
-        .get(&format!("{arch}.rope.scaling.type"))
-        .and_then(|v| v.as_str());
-    match scaling {
-        None | Some("none") => {}
-        Some("linear") => {
-            config.insert(
-                "rope_scaling".into(),
-                json!({
-                    "type": "linear",
-                    "factor": float("rope.scaling.factor").ok_or_else(|| missing("rope.scaling.factor"))?,
-                }),
-            );
-        }
-        Some(other) => {
-            return Err(header.invalid(format!(
-                "rope scaling {other:?} is not served (supported: none, linear)"
-            )));
-        }
+    if let Some(scaling) = rope_scaling(&keys)? {
+        config.insert("rope_scaling".into(), scaling);
     }
     config.insert(
         "tie_word_embeddings".into(),
-        json!(!has_tensor("output.weight")),
+        json!(!keys.has_tensor("output.weight")),
     );
     config.insert(
         "attention_bias".into(),
-        json!(has_tensor("blk.0.attn_q.bias")),
+        json!(keys.has_tensor("blk.0.attn_q.bias")),
     );
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    match arch {
+        "qwen3moe" => {
+            put("num_experts", json!(keys.required("expert_count")?));
+            put(
+                "num_experts_per_tok",
+                json!(keys.required("expert_used_count")?),
+            );
+            put(
+                "moe_intermediate_size",
+                json!(
+                    keys.integer("expert_feed_forward_length")
+                        .unwrap_or(feed_forward)
+                ),
+            );
+            put(
+                "norm_topk_prob",
+                json!(keys.boolean("expert_weights_norm").unwrap_or(true)),
+            );
+            let dense: Vec<u64> = (0..layers)
+                .filter(|layer| !keys.has_tensor(&format!("blk.{layer}.ffn_gate_inp.weight")))
+                .collect();
+            put("mlp_only_layers", json!(dense));
+        }
+        "gemma3" => {
+            put("head_dim", json!(head_dim));
+            let window = keys.integer("attention.sliding_window").unwrap_or(0);
+            put("sliding_window", json!(window));
+            let pattern = if window == 0 {
+                1
+            } else {
+                sliding_pattern(&keys, 6)?
+            };
+            put("sliding_window_pattern", json!(pattern));
+            put(
+                "rope_local_base_freq",
+                json!(keys.float("rope.freq_base_swa").unwrap_or(10_000.0)),
+            );
+            let scalar = if layers == 62 {
+                hidden / heads
+            } else {
+                head_dim
+            };
+            put("query_pre_attn_scalar", json!(scalar));
+        }
+        "gpt-oss" => {
+            put("num_local_experts", json!(keys.required("expert_count")?));
+            put(
+                "num_experts_per_tok",
+                json!(keys.required("expert_used_count")?),
+            );
+            if let Some(inner) = keys.integer("expert_feed_forward_length") {
+                put("intermediate_size", json!(inner));
+            }
+            put(
+                "sliding_window",
+                json!(keys.required("attention.sliding_window")?),
+            );
+            let pattern = sliding_pattern(&keys, 2)?;
+            let kinds: Vec<&str> = (0..layers)
+                .map(|layer| {
+                    if (layer + 1) % pattern == 0 {
+                        "full_attention"
+                    } else {
+                        "sliding_attention"
+                    }
+                })
+                .collect();
+            put("layer_types", json!(kinds));
+        }
+        "glm4moe" => {
+            if let Some(gating) = keys.integer("expert_gating_func")
+                && gating != 2
+            {
+                return Err(header.invalid(format!(
+                    "glm4moe.expert_gating_func {gating}: GLM-4.5 routes by sigmoid (2)"
+                )));
+            }
+            let nextn = keys.integer("nextn_predict_layers").unwrap_or(0);
+            put("num_hidden_layers", json!(layers.saturating_sub(nextn)));
+            put("n_routed_experts", json!(keys.required("expert_count")?));
+            put(
+                "num_experts_per_tok",
+                json!(keys.required("expert_used_count")?),
+            );
+            put(
+                "moe_intermediate_size",
+                json!(
+                    keys.integer("expert_feed_forward_length")
+                        .unwrap_or(feed_forward)
+                ),
+            );
+            if let Some(shared) = keys.integer("expert_shared_count").filter(|&n| n > 0) {
+                put("n_shared_experts", json!(shared));
+            }
+            put(
+                "first_k_dense_replace",
+                json!(keys.integer("leading_dense_block_count").unwrap_or(0)),
+            );
+            put(
+                "routed_scaling_factor",
+                json!(keys.float("expert_weights_scale").unwrap_or(1.0)),
+            );
+            put(
+                "norm_topk_prob",
+                json!(keys.boolean("expert_weights_norm").unwrap_or(true)),
+            );
+            put(
+                "n_group",
+                json!(keys.integer("expert_group_count").unwrap_or(1)),
+            );
+            put(
+                "topk_group",
+                json!(keys.integer("expert_group_used_count").unwrap_or(1)),
+            );
+            put(
+                "partial_rotary_factor",
+                json!(rotary_fraction(&keys, head_dim)),
+            );
+            put(
+                "use_qk_norm",
+                json!(keys.has_tensor("blk.0.attn_q_norm.weight")),
+            );
+        }
+        "phi3" => {
+            put(
+                "partial_rotary_factor",
+                json!(rotary_fraction(&keys, head_dim)),
+            );
+            if let Some(original) = keys.integer("rope.scaling.original_context_length") {
+                put("original_max_position_embeddings", json!(original));
+            }
+        }
+        "granite" => {
+            for (key, name) in [
+                ("attention.scale", "attention_multiplier"),
+                ("embedding_scale", "embedding_multiplier"),
+                ("residual_scale", "residual_multiplier"),
+                ("logit_scale", "logits_scaling"),
+            ] {
+                if let Some(value) = keys.float(key) {
+                    put(name, json!(value));
+                }
+            }
+        }
+        _ => {}
+    }
     Ok(Json::Object(config))
+}
+
+/// `rope.dimension_count` as a fraction of the head (all of it when absent).
+fn rotary_fraction(keys: &Keys, head_dim: u64) -> f64 {
+    keys.integer("rope.dimension_count")
+        .map_or(1.0, |dims| dims as f64 / head_dim.max(1) as f64)
+}
+
+/// Every how many layers one attends globally: `attention.sliding_window_pattern` as a number,
+/// or as llama.cpp's per-layer flags (true for sliding) when they repeat with a period ending in
+/// the one global layer; `default` (llama.cpp's value for the architecture) without it.
+fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
+    let Some(value) = keys.value("attention.sliding_window_pattern") else {
+        return Ok(default);
+    };
+    if let Some(period) = value.as_u64() {
+        return Ok(period.max(1));
+    }
+    let flags: Option<Vec<bool>> = value
+        .as_array()
+        .map(|values| values.iter().map(Value::as_bool).collect())
+        .and_then(|flags| flags);
+    let unsupported = || {
+        keys.header.invalid(format!(
+            "{}.attention.sliding_window_pattern {value:?} is not a repeating period of sliding \
+             layers ending in a global one",
+            keys.arch
+        ))
+    };
+    let flags = flags.ok_or_else(unsupported)?;
+    let period = flags
+        .iter()
+        .position(|&sliding| !sliding)
+        .ok_or_else(unsupported)?
+        + 1;
+    let periodic = flags
+        .iter()
+        .enumerate()
+        .all(|(layer, &sliding)| sliding == ((layer + 1) % period != 0));
+    if periodic {
+        Ok(period as u64)
+    } else {
+        Err(unsupported())
+    }
+}
+
+/// `rope_scaling` from `rope.scaling.*`; Phi-3's longrope factors are tensors
+/// (`rope_factors_long`, `rope_factors_short`), read from the file.
+fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
+    let factor = || {
+        keys.float("rope.scaling.factor")
+            .ok_or_else(|| keys.missing("rope.scaling.factor"))
+    };
+    let kind = keys.value("rope.scaling.type").and_then(Value::as_str);
+    let has_long_factors = keys.has_tensor("rope_factors_long.weight");
+    Ok(match kind {
+        None | Some("none") if !has_long_factors => None,
+        Some("linear") => Some(json!({"type": "linear", "factor": factor()?})),
+        Some("yarn") => {
+            let mut yarn = json!({
+                "type": "yarn",
+                "factor": factor()?,
+                "original_max_position_embeddings": keys
+                    .integer("rope.scaling.original_context_length")
+                    .ok_or_else(|| keys.missing("rope.scaling.original_context_length"))?,
+            });
+            for (key, name) in [
+                ("rope.scaling.yarn_beta_fast", "beta_fast"),
+                ("rope.scaling.yarn_beta_slow", "beta_slow"),
+            ] {
+                if let Some(value) = keys.float(key) {
+                    yarn[name] = json!(value);
+                }
+            }
+            Some(yarn)
+        }
+        None | Some("none" | "longrope") => {
+            let read = |name: &str| {
+                keys.header
+                    .read_f32(name)?
+                    .ok_or_else(|| keys.header.invalid(format!("longrope without {name}")))
+            };
+            Some(json!({
+                "type": "longrope",
+                "long_factor": read("rope_factors_long.weight")?,
+                "short_factor": read("rope_factors_short.weight")?,
+            }))
+        }
+        Some(other) => {
+            return Err(keys.header.invalid(format!(
+                "rope scaling {other:?} is not served (supported: none, linear, yarn, longrope)"
+            )));
+        }
+    })
 }

@@ -10,6 +10,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::ggml_type::GgmlType;
 
@@ -88,7 +89,9 @@ pub struct TensorInfo {
     /// ggml order: `dims[0]` is the contiguous axis, the reverse of MLX's shape.
     pub dims: Vec<u64>,
     pub ggml_type: GgmlType,
-    /// From the start of the file.
+    /// The file that holds the data: the model's own, or one part of a split model.
+    pub file: Arc<Path>,
+    /// From the start of `file`.
     pub start: u64,
     pub bytes: u64,
 }
@@ -100,6 +103,9 @@ impl TensorInfo {
     }
 }
 
+/// One model's header. A split model (llama.cpp's `gguf-split`: `NAME-00001-of-0000N.gguf`, each
+/// part with `split.no` and `split.count`) is read as one: `path` is its first part, which holds
+/// the metadata, `tensors` come from every part, `file_bytes` counts them all.
 pub struct GgufHeader {
     pub path: PathBuf,
     pub metadata: HashMap<String, Value>,
@@ -117,8 +123,57 @@ impl fmt::Debug for GgufHeader {
 }
 
 impl GgufHeader {
-    /// Reads and checks the header of `path`: every tensor's data lies inside the file.
+    /// Reads and checks the header of `path`, and of the other parts when it is the first part
+    /// of a split model: every tensor's data lies inside its file.
     pub fn read(path: &Path) -> Result<Self, GgufError> {
+        let mut header = Self::read_one(path)?;
+        let Some(parts) = header.split_count()? else {
+            return Ok(header);
+        };
+        let number = header.split_number()?;
+        if number != 0 {
+            return Err(header.invalid(format!(
+                "part {} of a model split in {parts}; give its first part",
+                number + 1
+            )));
+        }
+        for number in 1..parts {
+            let part_path = split_part_path(path, number, parts).ok_or_else(|| {
+                header.invalid(format!(
+                    "split in {parts} parts (split.count), but the name does not end in \
+                     -00001-of-{parts:05}.gguf, so the other parts cannot be found"
+                ))
+            })?;
+            if !part_path.exists() {
+                return Err(header.invalid(format!(
+                    "part {} of {parts} is missing: {}",
+                    number + 1,
+                    part_path.display()
+                )));
+            }
+            let part = Self::read_one(&part_path)?;
+            if part.split_number()? != number || part.split_count()? != Some(parts) {
+                return Err(part.invalid(format!(
+                    "expected part {} of {parts} (split.no {number}, split.count {parts})",
+                    number + 1
+                )));
+            }
+            header.tensors.extend(part.tensors);
+            header.file_bytes += part.file_bytes;
+        }
+        if let Some(count) = header.get("split.tensors.count").and_then(Value::as_u64)
+            && count != header.tensors.len() as u64
+        {
+            return Err(header.invalid(format!(
+                "split.tensors.count says {count} tensors, the {parts} parts hold {}",
+                header.tensors.len()
+            )));
+        }
+        Ok(header)
+    }
+
+    /// One file's header, its tensors located in it.
+    fn read_one(path: &Path) -> Result<Self, GgufError> {
         let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
@@ -129,6 +184,7 @@ impl GgufHeader {
             input: BufReader::with_capacity(1 << 20, file),
             position: 0,
             file_bytes,
+            file: Arc::from(path),
         };
         reader
             .header()
@@ -142,6 +198,56 @@ impl GgufHeader {
                 path: path.to_path_buf(),
                 message,
             })
+    }
+
+    /// `split.count` when it says more than one part.
+    fn split_count(&self) -> Result<Option<u64>, GgufError> {
+        match self.get("split.count") {
+            None => Ok(None),
+            Some(value) => match value.as_u64() {
+                Some(0 | 1) => Ok(None),
+                Some(count) if count < 100_000 => Ok(Some(count)),
+                _ => Err(self.invalid(format!("split.count {value:?}"))),
+            },
+        }
+    }
+
+    /// `split.no`, counted from 0.
+    fn split_number(&self) -> Result<u64, GgufError> {
+        match self.get("split.no") {
+            None => Ok(0),
+            Some(value) => value
+                .as_u64()
+                .ok_or_else(|| self.invalid(format!("split.no {value:?}"))),
+        }
+    }
+
+    /// The tensor `name`'s values, for the few small F32 tensors that carry hyperparameters
+    /// (Phi-3's longrope factors).
+    pub fn read_f32(&self, name: &str) -> Result<Option<Vec<f32>>, GgufError> {
+        let Some(tensor) = self.tensors.iter().find(|tensor| tensor.name == name) else {
+            return Ok(None);
+        };
+        if tensor.ggml_type != GgmlType::F32 {
+            return Err(self.invalid(format!("tensor {name} is {}, not F32", tensor.ggml_type)));
+        }
+        let io = |source| GgufError::Io {
+            path: tensor.file.to_path_buf(),
+            source,
+        };
+        let mut bytes = vec![0u8; tensor.bytes as usize];
+        std::os::unix::fs::FileExt::read_exact_at(
+            &File::open(&tensor.file).map_err(io)?,
+            &mut bytes,
+            tensor.start,
+        )
+        .map_err(io)?;
+        Ok(Some(
+            bytes
+                .chunks_exact(4)
+                .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+                .collect(),
+        ))
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -197,10 +303,20 @@ impl GgufHeader {
     }
 }
 
+/// The path of part `number` (from 0) of `parts`, named as the first part `first` is:
+/// `NAME-00001-of-00003.gguf` → `NAME-0000{number + 1}-of-00003.gguf`.
+pub fn split_part_path(first: &Path, number: u64, parts: u64) -> Option<PathBuf> {
+    let name = first.file_name()?.to_str()?;
+    let suffix = format!("-00001-of-{parts:05}.gguf");
+    let stem = name.strip_suffix(&suffix)?;
+    Some(first.with_file_name(format!("{stem}-{:05}-of-{parts:05}.gguf", number + 1)))
+}
+
 struct Reader {
     input: BufReader<File>,
     position: u64,
     file_bytes: u64,
+    file: Arc<Path>,
 }
 
 type Metadata = HashMap<String, Value>;
@@ -296,6 +412,7 @@ impl Reader {
             name,
             dims,
             ggml_type,
+            file: self.file.clone(),
             start,
             bytes,
         })

@@ -202,11 +202,11 @@ fn a_tensor_type_corral_cannot_read_is_refused_by_name() {
 fn an_unknown_architecture_is_refused_naming_the_served_ones() {
     let dir = tempfile::tempdir().unwrap();
     let builder = Builder::default()
-        .text("general.architecture", "gemma3")
+        .text("general.architecture", "mamba")
         .tensor("token_embd.weight", &[64, 96], GgmlType::F32);
     let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
     let error = check(&header).err().unwrap().to_string();
-    assert!(error.contains("gemma3"), "{error}");
+    assert!(error.contains("mamba"), "{error}");
     for arch in ARCHITECTURES {
         assert!(error.contains(arch), "{error}");
     }
@@ -214,17 +214,45 @@ fn an_unknown_architecture_is_refused_naming_the_served_ones() {
 
 #[test]
 fn tensor_names_map_to_the_hugging_face_layout() {
-    assert_eq!(hugging_face_name("token_embd"), "model.embed_tokens");
-    assert_eq!(hugging_face_name("output"), "lm_head");
     assert_eq!(
-        hugging_face_name("blk.11.attn_k_norm"),
+        hugging_face_name("llama", "token_embd"),
+        "model.embed_tokens"
+    );
+    assert_eq!(hugging_face_name("llama", "output"), "lm_head");
+    assert_eq!(
+        hugging_face_name("qwen3", "blk.11.attn_k_norm"),
         "model.layers.11.self_attn.k_norm"
     );
     assert_eq!(
-        hugging_face_name("blk.0.ffn_down"),
+        hugging_face_name("llama", "blk.0.ffn_down"),
         "model.layers.0.mlp.down_proj"
     );
-    assert_eq!(hugging_face_name("rope_freqs"), "rope_freqs");
+    assert_eq!(hugging_face_name("llama", "rope_freqs"), "rope_freqs");
+    // Per architecture: which norm `ffn_norm` is, where the experts and router live.
+    assert_eq!(
+        hugging_face_name("gemma3", "blk.2.ffn_norm"),
+        "model.layers.2.pre_feedforward_layernorm"
+    );
+    assert_eq!(
+        hugging_face_name("glm4moe", "blk.2.post_attention_norm"),
+        "model.layers.2.post_attention_layernorm"
+    );
+    assert_eq!(
+        hugging_face_name("qwen3moe", "blk.1.ffn_gate_exps"),
+        "model.layers.1.mlp.switch_mlp.gate_proj"
+    );
+    assert_eq!(
+        hugging_face_name("gpt-oss", "blk.1.ffn_gate_exps"),
+        "model.layers.1.mlp.experts.gate_proj"
+    );
+    assert_eq!(
+        hugging_face_name("gpt-oss", "blk.1.ffn_gate_inp"),
+        "model.layers.1.mlp.router"
+    );
+    assert_eq!(
+        hugging_face_name("phi3", "blk.0.ffn_up"),
+        "model.layers.0.mlp.gate_up_proj"
+    );
 }
 
 /// A llama-style SentencePiece vocabulary: merges come from the scores, unknown characters fall
@@ -283,4 +311,51 @@ fn a_sentencepiece_tokenizer_is_rebuilt_from_scores() {
     let stops: std::collections::BTreeSet<u32> =
         tokenizer::stop_ids(&header).unwrap().into_iter().collect();
     assert_eq!(stops, [2].into());
+}
+
+/// The pieces `pre` (`tokenizer.ggml.pre`) splits `text` into, byte-level mapped.
+fn pre_tokenized(pre: &str, text: &str) -> Vec<String> {
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+    let token = |value: &str| {
+        let mut out = Vec::new();
+        string(&mut out, value);
+        out
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let builder = Builder::default()
+        .text("tokenizer.ggml.model", "gpt2")
+        .text("tokenizer.ggml.pre", pre)
+        .array(
+            "tokenizer.ggml.tokens",
+            8,
+            &[token("a"), token("b"), token("ab")],
+        )
+        .array("tokenizer.ggml.merges", 8, &[token("a b")]);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let built = tokenizer::build(&header).unwrap();
+    let mut pieces = PreTokenizedString::from(text);
+    built
+        .get_pre_tokenizer()
+        .unwrap()
+        .pre_tokenize(&mut pieces)
+        .unwrap();
+    pieces
+        .get_splits(OffsetReferential::Original, OffsetType::Byte)
+        .into_iter()
+        .map(|(piece, _, _)| piece.to_owned())
+        .collect()
+}
+
+/// gpt-oss's o200k split (capitals then lower case, a contraction kept, numbers by three) and
+/// Granite's (digits alone), as llama.cpp splits them.
+#[test]
+fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
+    assert_eq!(
+        pre_tokenized("gpt-4o", "HelloWorld's 12345 foo"),
+        ["Hello", "World's", "Ġ", "123", "45", "Ġfoo"]
+    );
+    assert_eq!(
+        pre_tokenized("refact", "abc 123"),
+        ["abc", "Ġ", "1", "2", "3"]
+    );
 }

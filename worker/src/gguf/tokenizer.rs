@@ -35,16 +35,22 @@ const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p
 /// Qwen2's: as Llama 3's, but every digit alone.
 const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// o200k's (gpt-oss, GPT-4o), from its tokenizer.json: a word is its capitals then its lower
+/// case (CamelCase splits), with a contraction; numbers of up to three digits.
+const GPT4O_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// The pre-tokenizers served, by `tokenizer.ggml.pre`.
-pub const PRE_TOKENIZERS: [&str; 8] = [
+pub const PRE_TOKENIZERS: [&str; 10] = [
     "default",
     "gpt-2",
     "gpt2",
     "smollm",
+    "refact",
     "llama-bpe",
     "llama3",
     "qwen2",
     "deepseek-r1-qwen",
+    "gpt-4o",
 ];
 
 pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
@@ -137,7 +143,8 @@ fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, G
         "default" | "gpt-2" | "gpt2" => {
             tokenizer.with_pre_tokenizer(Some(gpt2_regex));
         }
-        "smollm" => {
+        // llama.cpp splits Granite 3's (`refact`) as SmolLM's: digits alone, then GPT-2's regex.
+        "smollm" | "refact" => {
             tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
                 Digits::new(true).into(),
                 gpt2_regex.into(),
@@ -152,6 +159,12 @@ fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, G
         "qwen2" | "deepseek-r1-qwen" => {
             tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
                 split(QWEN2_PATTERN)?.into(),
+                bytes_only.into(),
+            ])));
+        }
+        "gpt-4o" => {
+            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
+                split(GPT4O_PATTERN)?.into(),
                 bytes_only.into(),
             ])));
         }

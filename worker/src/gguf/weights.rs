@@ -6,8 +6,10 @@
 //! the load holds at most one tensor's file bytes beside the weights.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use mlx_rs::{Array, Dtype};
 
@@ -20,14 +22,15 @@ const GROUP_SIZE: i32 = 32;
 
 pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, GgufError> {
     header.check_types()?;
-    let io = |source| GgufError::Io {
-        path: header.path.clone(),
-        source,
-    };
-    let file = File::open(&header.path).map_err(io)?;
+    let arch = header.architecture().unwrap_or_default();
+    let mut files: HashMap<&Path, File> = HashMap::new();
     let mut tensors = HashMap::with_capacity(header.tensors.len() * 3);
     let mut quantization = HashMap::new();
     for tensor in &header.tensors {
+        // Phi-3's longrope factors, read into the config (`config.rs`).
+        if tensor.name.starts_with("rope_factors_") {
+            continue;
+        }
         let failed = |message: String| {
             header.invalid(format!(
                 "tensor {} ({}): {message}",
@@ -36,6 +39,14 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
         };
         let mut bytes =
             vec![0u8; usize::try_from(tensor.bytes).map_err(|_| failed("too large".into()))?];
+        let io = |source| GgufError::Io {
+            path: tensor.file.to_path_buf(),
+            source,
+        };
+        let file = match files.entry(&tensor.file) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(File::open(&tensor.file).map_err(io)?),
+        };
         file.read_exact_at(&mut bytes, tensor.start).map_err(io)?;
         let loaded = blocks::load(
             tensor.ggml_type,
@@ -46,7 +57,12 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
         )
         .map_err(failed)?;
         drop(bytes);
-        insert(tensor, loaded, &mut tensors, &mut quantization).map_err(failed)?;
+        insert(arch, tensor, loaded, &mut tensors, &mut quantization).map_err(failed)?;
+    }
+    if arch == "gemma3" {
+        unshift_norms(&mut tensors).map_err(|error| {
+            header.invalid(format!("MLX failed while shifting gemma3's norms: {error}"))
+        })?;
     }
     // Scales converted to f16 are still pending: the model starts from evaluated arrays.
     mlx_rs::transforms::eval(tensors.values()).map_err(|error| {
@@ -58,6 +74,7 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
 /// Files the arrays of one tensor under their Hugging Face names: `{layer}.weight`, and for a
 /// quantized one `{layer}.scales` (and `.biases`) with the layer's quantization.
 fn insert(
+    arch: &str,
     tensor: &TensorInfo,
     loaded: Loaded,
     tensors: &mut HashMap<String, Array>,
@@ -69,10 +86,20 @@ fn insert(
         .map_or((tensor.name.as_str(), None), |(base, suffix)| {
             (base, Some(suffix))
         });
-    let name = |suffix: &str| format!("{}.{suffix}", hugging_face_name(base));
+    let name = |suffix: &str| format!("{}.{suffix}", hugging_face_name(arch, base));
     let (weight, scales, biases, format) = match loaded {
         Loaded::Plain(array) => {
-            let key = suffix.map_or_else(|| tensor.name.clone(), name);
+            let key = match suffix {
+                None => tensor.name.clone(),
+                // Tensors mlx-lm names without a suffix, to which llama.cpp adds one.
+                Some(suffix) => match hugging_face_name(arch, base) {
+                    bare if bare.ends_with(".sinks") => bare,
+                    renamed if renamed.ends_with(".e_score_correction") => {
+                        format!("{renamed}_{suffix}")
+                    }
+                    _ => name(suffix),
+                },
+            };
             tensors.insert(key, array);
             return Ok(());
         }
@@ -93,7 +120,7 @@ fn insert(
         tensors.insert(name("biases"), biases);
     }
     quantization.insert(
-        hugging_face_name(base),
+        hugging_face_name(arch, base),
         Quantization {
             group_size: GROUP_SIZE,
             bits: format.0,
@@ -117,9 +144,21 @@ pub fn scale_dtype() -> Dtype {
     }
 }
 
-/// `blk.3.attn_q` → `model.layers.3.self_attn.q_proj`; names outside the layout stay as they
-/// are (and end up in the model's warning about unused tensors).
-pub fn hugging_face_name(gguf: &str) -> String {
+/// llama.cpp's converter stores Gemma 3's norms as `1 + w` (its `Gemma3RMSNorm` adds the one at
+/// run time); the model's (1+w) norms read `w`, as Hugging Face and mlx-lm store it.
+fn unshift_norms(tensors: &mut HashMap<String, Array>) -> Result<(), mlx_rs::error::Exception> {
+    for (name, array) in tensors.iter_mut() {
+        if name.ends_with("norm.weight") {
+            *array = array.subtract(Array::from_f32(1.0))?;
+        }
+    }
+    Ok(())
+}
+
+/// `blk.3.attn_q` → `model.layers.3.self_attn.q_proj`, with the names of `arch`
+/// (`general.architecture`) where llama.cpp's and mlx-lm's layouts differ per architecture; names
+/// outside the layout stay as they are (and end up in the model's warning about unused tensors).
+pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
     match gguf {
         "token_embd" => return "model.embed_tokens".into(),
         "output_norm" => return "model.norm".into(),
@@ -132,18 +171,39 @@ pub fn hugging_face_name(gguf: &str) -> String {
     else {
         return gguf.to_owned();
     };
+    // gpt-oss's experts and router keep openai's names in mlx-lm; the others' are Qwen's.
+    let (router, experts) = if arch == "gpt-oss" {
+        ("router", "experts")
+    } else {
+        ("gate", "switch_mlp")
+    };
     let renamed = match part {
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
+        "attn_norm" => "input_layernorm".into(),
+        // Gemma 3 has four norms a layer: `ffn_norm` is the one before the feed-forward.
+        "ffn_norm" if arch == "gemma3" => "pre_feedforward_layernorm".into(),
+        "ffn_norm" | "post_attention_norm" => "post_attention_layernorm".into(),
+        "post_ffw_norm" => "post_feedforward_layernorm".into(),
+        "attn_q" => "self_attn.q_proj".into(),
+        "attn_k" => "self_attn.k_proj".into(),
+        "attn_v" => "self_attn.v_proj".into(),
+        "attn_qkv" => "self_attn.qkv_proj".into(),
+        "attn_output" => "self_attn.o_proj".into(),
+        "attn_q_norm" => "self_attn.q_norm".into(),
+        "attn_k_norm" => "self_attn.k_norm".into(),
+        "attn_sinks" => "self_attn.sinks".into(),
+        "ffn_gate" => "mlp.gate_proj".into(),
+        // Phi-3's fused gate and up projection is llama.cpp's `ffn_up` of twice the width.
+        "ffn_up" if arch == "phi3" => "mlp.gate_up_proj".into(),
+        "ffn_up" => "mlp.up_proj".into(),
+        "ffn_down" => "mlp.down_proj".into(),
+        "ffn_gate_inp" => format!("mlp.{router}"),
+        "exp_probs_b" => "mlp.gate.e_score_correction".into(),
+        "ffn_gate_exps" => format!("mlp.{experts}.gate_proj"),
+        "ffn_up_exps" => format!("mlp.{experts}.up_proj"),
+        "ffn_down_exps" => format!("mlp.{experts}.down_proj"),
+        "ffn_gate_shexp" => "mlp.shared_experts.gate_proj".into(),
+        "ffn_up_shexp" => "mlp.shared_experts.up_proj".into(),
+        "ffn_down_shexp" => "mlp.shared_experts.down_proj".into(),
         _ => return gguf.to_owned(),
     };
     format!("model.layers.{layer}.{renamed}")
