@@ -125,7 +125,9 @@ fn built_tool(paths: &Paths) -> Result<PathBuf> {
     let build = work.join("build");
     eprintln!("xtask: building llama.cpp's llama-quantize (minutes)");
     // The CPU only; the quantizer's code compiled the same everywhere: not for this CPU, and
-    // without contracting a * b + c into one rounding.
+    // without contracting a * b + c into one rounding. -O1: quantizing a 135M model takes
+    // seconds at any level, while compiling llama.cpp at -O3 takes most of this step's time.
+    // Shared libraries: llama-cpp-python can run on them (LLAMA_CPP_LIB_PATH).
     run(Command::new("cmake")
         .arg("-S")
         .arg(work.join(SOURCE_DIR))
@@ -133,9 +135,11 @@ fn built_tool(paths: &Paths) -> Result<PathBuf> {
         .arg(&build)
         .args([
             "-DCMAKE_BUILD_TYPE=Release",
+            "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
+            "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
             "-DCMAKE_C_FLAGS=-ffp-contract=off",
             "-DCMAKE_CXX_FLAGS=-ffp-contract=off",
-            "-DBUILD_SHARED_LIBS=OFF",
+            "-DBUILD_SHARED_LIBS=ON",
             "-DGGML_NATIVE=OFF",
             "-DGGML_OPENMP=OFF",
             "-DGGML_METAL=OFF",
