@@ -79,16 +79,29 @@ fn has_size(path: &Path, expected: u64) -> Result<bool> {
 }
 
 /// Quantizes `source` by `recipe` into a scratch file, checks its hash and renames it to `out`.
-fn quantize(paths: &Paths, models: &Path, source: &Path, recipe: &Recipe, out: &Path) -> Result<()> {
+fn quantize(
+    paths: &Paths,
+    models: &Path,
+    source: &Path,
+    recipe: &Recipe,
+    out: &Path,
+) -> Result<()> {
     let tool = built_tool(paths)?;
     let scratch = models.join(format!("{}.partial", recipe.file));
-    eprintln!("xtask: quantizing SmolLM2-135M-Instruct to {} with llama.cpp", recipe.name);
+    eprintln!(
+        "xtask: quantizing SmolLM2-135M-Instruct to {} with llama.cpp",
+        recipe.name
+    );
     let output = Command::new(&tool)
         .arg("--allow-requantize")
         .arg(source)
         .arg(&scratch)
         .arg(recipe.name)
-        .arg(std::thread::available_parallelism().map_or(1, |n| n.get()).to_string())
+        .arg(
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .to_string(),
+        )
         .output()
         .with_context(|| format!("running {}", tool.display()))?;
     if !output.status.success() {

@@ -54,7 +54,10 @@ fn greedy_answers_on_llama_cpp_s_k_quant_files_equal_llama_cpp_s() {
                 "length"
             };
             compared += 1;
-            if text != expected || tokens != expected_tokens || body["choices"][0]["finish_reason"] != finish {
+            if text != expected
+                || tokens != expected_tokens
+                || body["choices"][0]["finish_reason"] != finish
+            {
                 differing.push(format!(
                     "{file}, {}: {text:?} ({tokens} tokens) against llama.cpp's {expected:?} \
                      ({expected_tokens} tokens; its leads {})",

@@ -517,10 +517,9 @@ fn f16_scales_cost_every_exact_type_only_f16_rounding() {
 /// At group 32 they cost 5 bits per value instead of 6 (Q4_K), 6 instead of 7 (Q5_K).
 #[test]
 fn sixteen_bit_k_quant_scales_cost_a_measured_rounding() {
-    for (ggml_type, f16_bound, bf16_bound) in [
-        (GgmlType::Q4_K, 3e-4, 4e-3),
-        (GgmlType::Q5_K, 3e-4, 4e-3),
-    ] {
+    for (ggml_type, f16_bound, bf16_bound) in
+        [(GgmlType::Q4_K, 3e-4, 4e-3), (GgmlType::Q5_K, 3e-4, 4e-3)]
+    {
         let bytes = tensor(ggml_type, 7);
         let expected = reference(ggml_type, &bytes);
         let Loaded::Affine {
@@ -550,7 +549,9 @@ fn sixteen_bit_k_quant_scales_cost_a_measured_rounding() {
                 &ops::dequantize(&weight, &rounded(&scales), &rounded(&biases), 32, bits).unwrap(),
             );
             let error = relative_error(&found, &expected);
-            eprintln!("{ggml_type} with {dtype:?} scales, f32 products: relative error {error:.2e}");
+            eprintln!(
+                "{ggml_type} with {dtype:?} scales, f32 products: relative error {error:.2e}"
+            );
             assert!(error < bound, "{ggml_type} {dtype:?}: {error}");
         }
     }
