@@ -4,6 +4,10 @@
 //! as a user would: the greedy answers equal llama.cpp's on the same files
 //! (`tests/data/smollm2_requantized.json`, written by `cargo xtask reference`).
 
+use std::path::Path;
+use std::process::Command;
+
+use corral_tests::binary;
 use corral_tests::server::{Dirs, Server};
 use serde_json::{Value, json};
 
@@ -24,6 +28,7 @@ fn greedy_answers_on_llama_cpp_s_k_quant_files_equal_llama_cpp_s() {
     let max_tokens = reference["max_tokens"].as_u64().unwrap();
     let mut differing = Vec::new();
     let mut compared = 0;
+    let mut memory = Vec::new();
     for model in reference["models"].as_array().unwrap() {
         let file = model["file"].as_str().unwrap();
         let recipe = file
@@ -31,6 +36,7 @@ fn greedy_answers_on_llama_cpp_s_k_quant_files_equal_llama_cpp_s() {
             .and_then(|rest| rest.strip_suffix(".gguf"))
             .unwrap();
         let (_dirs, server, id) = serve(recipe);
+        let gguf = corral_tests::smollm2_requantized(recipe);
         for answer in model["answers"].as_array().unwrap() {
             let body: Value = server
                 .post(
@@ -65,7 +71,39 @@ fn greedy_answers_on_llama_cpp_s_k_quant_files_equal_llama_cpp_s() {
                 ));
             }
         }
+        memory.push(footprint(&server, &id, &gguf));
+    }
+    for line in &memory {
+        eprintln!("{line}");
     }
     assert!(compared >= 15, "{compared} answers compared");
     assert!(differing.is_empty(), "{}", differing.join("\n"));
+}
+
+/// The supervisor's estimate before the start (the weights as `corral-worker describe` sizes them
+/// for the default `gguf_requantize`, plus 5%) beside the worker's footprint once it has answered.
+fn footprint(server: &Server, id: &str, gguf: &Path) -> String {
+    let output = Command::new(binary("corral-worker"))
+        .arg("describe")
+        .arg(gguf)
+        .output()
+        .unwrap();
+    let description: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let weights = description["gguf_loaded_bytes"]["8bit"].as_u64().unwrap();
+    let estimate = weights * 105 / 100;
+    let footprint = server.worker_row(id)["footprint_bytes"].as_u64().unwrap();
+    let file = std::fs::metadata(gguf).unwrap().len();
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    format!(
+        "{}: file {:.1} MiB, weights loaded {:.1} MiB ({:.2}x the file), estimate {:.1} MiB, \
+         footprint {:.1} MiB ({:.2}x the estimate, {:.2}x the file)",
+        gguf.display(),
+        mib(file),
+        mib(weights),
+        weights as f64 / file as f64,
+        mib(estimate),
+        mib(footprint),
+        footprint as f64 / estimate as f64,
+        footprint as f64 / file as f64,
+    )
 }
