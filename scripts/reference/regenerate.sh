@@ -3,7 +3,8 @@
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
 # tests/data/smollm2_reference.json with transformers and llama.cpp,
 # tests/data/smollm2_requantized.json (llama.cpp's greedy answers on SmolLM2 as Q4_K_M, Q5_K_M and
-# Q6_K), tests/data/gguf_blocks.gguf (every GGUF block type with gguf-py's dequantization of it), and the embedding references
+# Q6_K, files `cargo xtask setup` makes beside the Q4_1 one), tests/data/gguf_blocks.gguf (every
+# GGUF block type with gguf-py's dequantization of it), and the embedding references
 # (embeddings.sh) with sentence-transformers and transformers (run through `cargo xtask reference`,
 # which passes the MLX version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3
 # with pip, network access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust
