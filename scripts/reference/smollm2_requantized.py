@@ -66,7 +66,9 @@ def main():
     out = Path(sys.argv[2])
     models = []
     for path in map(Path, sys.argv[3:]):
-        llm = Llama(model_path=str(path), n_ctx=512, n_threads=2, verbose=False, seed=0)
+        llm = Llama(
+            model_path=str(path), logits_all=True, n_ctx=512, n_threads=2, verbose=False, seed=0
+        )
         answers = [
             {"name": chat["name"], "messages": chat["messages"]}
             | greedy(llm, chat["prompt_token_ids"])

@@ -35,20 +35,20 @@ pub const RECIPES: [Recipe; 3] = [
     Recipe {
         name: "Q4_K_M",
         file: "SmolLM2-135M-Instruct.Q4_K_M.gguf",
-        size: 0,
-        sha256: "",
+        size: 105_454_144,
+        sha256: "dc0f3a02e821146247a0af6895adf9872124f368682cb110cb9ed09ff2a9f9f1",
     },
     Recipe {
         name: "Q5_K_M",
         file: "SmolLM2-135M-Instruct.Q5_K_M.gguf",
-        size: 0,
-        sha256: "",
+        size: 112_103_488,
+        sha256: "8170c7ef444692b3b2fe63459c326def0358807ef9be6e3cb020efb86a71015e",
     },
     Recipe {
         name: "Q6_K",
         file: "SmolLM2-135M-Instruct.Q6_K.gguf",
-        size: 0,
-        sha256: "",
+        size: 138_382_912,
+        sha256: "a969ae2086dd4945a7c61594bf72b2bcc3b7df8571c92aed8f213918673a7f80",
     },
 ];
 
