@@ -64,15 +64,18 @@ eos = llm.token_eos()
 formatter = Jinja2ChatFormatter(template, llm.detokenize([eos]).decode(), llm.detokenize([llm.token_bos()]).decode())
 text = formatter(messages=[{"role": "user", "content": prompt}]).prompt
 ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+# Without logits_all (which would compute the vocabulary projection at every prompt position),
+# llama.cpp keeps the logits of the last position alone, in its context.
+last = lambda: int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))))
 start = time.perf_counter()
 llm.eval(ids)
-token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+token = last()
 prompt_s = time.perf_counter() - start
 out = [token]
 start = time.perf_counter()
 while len(out) < max_tokens and token != eos:
     llm.eval([token])
-    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    token = last()
     out.append(token)
 decode_s = time.perf_counter() - start
 if out[-1] == eos:
