@@ -10,7 +10,8 @@
 //! the two engines may pick differently, and a free-running answer then goes its own way. That
 //! happens at the very first token of the France chat on all three files (llama.cpp's lead: 0.15,
 //! 0.25 and 0.01), as on the Q4_1 file (`smollm2.rs`). The rule is `smollm2.rs`'s: the same greedy
-//! token wherever llama.cpp's lead is above 1.0.
+//! token wherever llama.cpp's lead is above 1.0. Measured: the same token at 286 of 307 steps over
+//! the three files, every other one where llama.cpp led by less than 1.0.
 
 use corral_worker::gguf::GgufModel;
 use serde_json::Value;
