@@ -546,7 +546,7 @@ fn sixteen_bit_k_quant_scales_cost_a_measured_rounding() {
                     .unwrap()
             };
             let found = to_vec(
-                &ops::dequantize(&weight, &rounded(&scales), &rounded(&biases), 32, bits).unwrap(),
+                &ops::dequantize(&weight, rounded(&scales), &rounded(&biases), 32, bits).unwrap(),
             );
             let error = relative_error(&found, &expected);
             eprintln!(
