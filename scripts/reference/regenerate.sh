@@ -2,8 +2,10 @@
 # Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
 # tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
-# tests/data/smollm2_reference.json with transformers and llama.cpp, tests/data/gguf_blocks.gguf
-# (every GGUF block type with gguf-py's dequantization of it), and the embedding references
+# tests/data/smollm2_reference.json with transformers and llama.cpp,
+# tests/data/smollm2_requantized.json (llama.cpp's greedy answers on SmolLM2 as Q4_K_M, Q5_K_M and
+# Q6_K, files `cargo xtask setup` makes beside the Q4_1 one), tests/data/gguf_blocks.gguf (every
+# GGUF block type with gguf-py's dequantization of it), and the embedding references
 # (embeddings.sh) with sentence-transformers and transformers (run through `cargo xtask reference`,
 # which passes the MLX version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3
 # with pip, network access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust
@@ -63,6 +65,17 @@ fi
 "$smollm2_venv/bin/python" "$root/scripts/reference/smollm2_reference.py" \
   "$gguf" "$root/tests/data/smollm2_reference.json"
 echo "wrote $root/tests/data/smollm2_reference.json"
+
+# Same venv: llama.cpp's greedy answers on the K-quant files `cargo xtask setup` quantizes from
+# $gguf with llama.cpp's own quantizer, beside it.
+requantized=()
+for recipe in Q4_K_M Q5_K_M Q6_K; do
+  requantized+=("$(dirname "$gguf")/SmolLM2-135M-Instruct.$recipe.gguf")
+done
+"$smollm2_venv/bin/python" "$root/scripts/reference/smollm2_requantized.py" \
+  "$root/tests/data/smollm2_reference.json" "$root/tests/data/smollm2_requantized.json" \
+  "${requantized[@]}"
+echo "wrote $root/tests/data/smollm2_requantized.json"
 
 # Same venv: it pins gguf-py, whose dequantization is llama.cpp's reference.
 "$smollm2_venv/bin/python" "$root/scripts/reference/gguf_blocks.py" \

@@ -75,6 +75,19 @@ pub fn smollm2_gguf() -> PathBuf {
     path
 }
 
+/// SmolLM2-135M-Instruct as llama.cpp's quantizer writes `recipe` (`Q4_K_M`, `Q5_K_M`, `Q6_K`):
+/// `cargo xtask setup` quantizes the Q4_1 model into the workspace's `build/models/`, each output
+/// pinned by sha256.
+pub fn smollm2_requantized(recipe: &str) -> PathBuf {
+    let path = smollm2_gguf().with_file_name(format!("SmolLM2-135M-Instruct.{recipe}.gguf"));
+    assert!(
+        path.exists(),
+        "{} is missing; run `cargo xtask setup`",
+        path.display()
+    );
+    path
+}
+
 /// sentence-transformers' all-MiniLM-L6-v2 in its sentence-transformers layout (`modules.json`,
 /// `1_Pooling/`, safetensors, WordPiece `tokenizer.json`), the real embedding model the tests run;
 /// `cargo xtask setup` fetches it into the workspace's `build/models/`, pinned by version and

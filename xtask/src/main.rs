@@ -4,7 +4,8 @@
 //! `setup` prepares MLX from the `mlx-cpu` wheel, builds mlx-c and its bindings, and writes a cargo
 //! config that overrides mlx-sys's build script. Every other command runs cargo with that config.
 //! On macOS mlx-sys builds by itself and these commands are plain cargo. On every platform `setup`
-//! also fetches the real models the tests run (`test_models`: SmolLM2, `minilm`: all-MiniLM-L6-v2)
+//! also fetches the real models the tests run (`test_models`: SmolLM2, `requantized_models`: SmolLM2
+//! as llama.cpp's quantizer writes K-quants, `minilm`: all-MiniLM-L6-v2)
 //! and installs the client SDKs the end-to-end tests speak to corral with (`sdk`) and, where npm
 //! exists, the agent CLIs they run against it (`clients`).
 
@@ -13,6 +14,7 @@ mod clients;
 mod minilm;
 mod mlx_c;
 mod paths;
+mod requantized_models;
 mod sdk;
 mod sha256;
 mod system_packages;
@@ -123,7 +125,8 @@ fn setup() -> Result<Option<PathBuf>> {
     } else {
         Some(prepare_mlx(&paths)?)
     };
-    test_models::ensure(&paths)?;
+    let gguf = test_models::ensure(&paths)?;
+    requantized_models::ensure(&paths, &gguf)?;
     minilm::ensure(&paths)?;
     sdk::ensure(&paths)?;
     clients::ensure(&paths)?;
@@ -196,6 +199,7 @@ fn reference() -> Result<ExitCode> {
     let paths = paths::Paths::discover()?;
     let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
     let gguf = test_models::ensure(&paths)?;
+    requantized_models::ensure(&paths, &gguf)?;
     let minilm = minilm::ensure(&paths)?;
     let status = Command::new("bash")
         .arg(paths.root.join("scripts/reference/regenerate.sh"))

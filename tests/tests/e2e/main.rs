@@ -33,5 +33,6 @@ mod serve_workers;
 mod service;
 mod service_logs;
 mod smollm2;
+mod smollm2_requantized;
 mod worker_generate;
 mod worker_serve;

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# corral beside llama.cpp on the same GGUF files, one per tensor type people download: SmolLM2-
+# 135M-Instruct as Q4_0, Q4_1, Q8_0, Q4_K_M, Q5_K_M and Q6_K. For each file: load time, peak
+# resident memory, prompt and decode tokens/s of `corral-worker generate` and of llama.cpp (the
+# llama-cpp-python 0.3.36 of the reference step, in process, so that neither side pays for HTTP),
+# on one prompt (chat template, greedy, the same token budget). Medians over PASSES passes; within
+# a pass the runs are interleaved, so a busy machine slows both sides alike: read the ratios.
+#
+# Usage: scripts/bench_gguf_types.sh
+#   MAX_TOKENS=N     tokens to generate (default 128)
+#   PASSES=N         passes (default 3)
+#
+# The Q4_1, Q4_K_M, Q5_K_M and Q6_K files are the set-up's (`cargo xtask setup`); Q4_0 and Q8_0
+# are made once into build/bench/ by the set-up's llama-quantize from the Q4_1 file (as the others
+# are). llama.cpp runs in build/reference/smollm2-venv (`cargo xtask reference` makes it), with as
+# many threads as there are cores, as corral-worker uses.
+#
+# Figures: load is each program's own (corral-worker's `load:` line; the time of llama.cpp's
+# `Llama()` constructor); peak RSS is /usr/bin/time's maximum resident set size of the whole
+# process; prompt and decode tokens/s are timed by each program around the same work (llama.cpp:
+# one eval of the prompt, then one eval per generated token, N-1 steps for N tokens, as corral's).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+models=$root/build/models
+bench=$root/build/bench
+max_tokens=${MAX_TOKENS:-128}
+passes=${PASSES:-3}
+prompt="Write a short story about a horse that escapes its corral at night and what it finds."
+worker=$root/target/release/corral-worker
+quantize=$root/build/llama-quantize/build/bin/llama-quantize
+python=$root/build/reference/smollm2-venv/bin/python
+source=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+[[ -x /usr/bin/time ]] || { echo "needs GNU time at /usr/bin/time" >&2; exit 1; }
+[[ -x $quantize && -f $source ]] || { echo "run cargo xtask setup first" >&2; exit 1; }
+[[ -x $python ]] || { echo "no $python: run cargo xtask reference first" >&2; exit 1; }
+cargo xtask cargo build --quiet --release -p corral-worker
+
+mkdir -p "$bench"
+files=()
+for type in Q4_0 Q4_1 Q8_0 Q4_K_M Q5_K_M Q6_K; do
+  file=$models/SmolLM2-135M-Instruct.$type.gguf
+  if [[ ! -f $file ]]; then
+    file=$bench/SmolLM2-135M-Instruct.$type.gguf
+    [[ -f $file ]] || "$quantize" --allow-requantize "$source" "$file" "$type" >/dev/null 2>&1
+  fi
+  files+=("$file")
+done
+
+# llama.cpp's side: the chat template from the GGUF (llama-cpp-python's own formatter), then a
+# greedy loop timed as corral-worker times its own.
+llama_cpp='
+import os, sys, time
+import numpy as np
+from llama_cpp import Llama
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+path, prompt, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
+start = time.perf_counter()
+llm = Llama(model_path=path, n_ctx=1024, n_threads=os.cpu_count(), verbose=False, seed=0)
+print(f"load: {time.perf_counter() - start:.3f} s", file=sys.stderr)
+template = llm.metadata["tokenizer.chat_template"]
+eos = llm.token_eos()
+formatter = Jinja2ChatFormatter(template, llm.detokenize([eos]).decode(), llm.detokenize([llm.token_bos()]).decode())
+text = formatter(messages=[{"role": "user", "content": prompt}]).prompt
+ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+# Without logits_all (which would compute the vocabulary projection at every prompt position),
+# llama.cpp keeps the logits of the last position alone, in its context.
+last = lambda: int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))))
+start = time.perf_counter()
+llm.eval(ids)
+token = last()
+prompt_s = time.perf_counter() - start
+out = [token]
+start = time.perf_counter()
+while len(out) < max_tokens and token != eos:
+    llm.eval([token])
+    token = last()
+    out.append(token)
+decode_s = time.perf_counter() - start
+if out[-1] == eos:
+    out.pop()
+print(llm.detokenize(out).decode(errors="replace"))
+print(f"prompt: {len(ids)} tokens, {len(ids) / prompt_s:.1f} tokens/s", file=sys.stderr)
+print(f"decode: {len(out)} tokens, {(len(out) - 1) / decode_s:.2f} tokens/s", file=sys.stderr)
+'
+
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+cat "${files[@]}" >/dev/null
+for ((pass = 0; pass < passes; pass++)); do
+  for file in "${files[@]}"; do
+    type=$(basename "$file" .gguf)
+    type=${type##*.}
+    for program in corral llama.cpp; do
+      run=$runs/$pass.$type.$program
+      echo "pass $((pass + 1))/$passes: $program on $type" >&2
+      if [[ $program == corral ]]; then
+        command=("$worker" generate --model "$file" --chat --prompt "$prompt"
+          --max-tokens "$max_tokens")
+      else
+        command=("$python" -c "$llama_cpp" "$file" "$prompt" "$max_tokens")
+      fi
+      /usr/bin/time -v -o "$run.time" "${command[@]}" >"$run.out" 2>"$run.err" || true
+    done
+  done
+done
+
+python3 - "$runs" "$passes" "$max_tokens" "${files[@]}" <<'PY'
+import os, re, statistics, sys
+from pathlib import Path
+
+runs, passes, max_tokens = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+files = [Path(f) for f in sys.argv[4:]]
+
+def number(pattern, text):
+    found = re.search(pattern, text, re.M)
+    return float(found.group(1)) if found else None
+
+def parse(base):
+    err, time = Path(f"{base}.err").read_text(), Path(f"{base}.time").read_text()
+    if number(r"Exit status: (\d+)", time) != 0:
+        return None
+    return {
+        "load": number(r"^load: ([\d.]+) s", err),
+        "rss": number(r"Maximum resident set size \(kbytes\): (\d+)", time) / 1024,
+        "prompt": number(r"^prompt: \d+ tokens, ([\d.]+) tokens/s", err),
+        "decode": number(r"^decode: \d+ tokens, ([\d.]+) tokens/s", err),
+        "text": Path(f"{base}.out").read_text().strip(),
+    }
+
+def median(runs, key):
+    values = [r[key] for r in runs if r and r[key] is not None]
+    return statistics.median(values) if values else None
+
+print(f"\nSmolLM2-135M-Instruct, {max_tokens} max tokens, medians of {passes} passes; "
+      f"ratio = corral / llama.cpp; same text: whether the two answers were equal in every pass")
+header = ["type", "file MiB", "load s c/l", "peak RSS MiB c/l", "prompt tok/s c/l",
+          "decode tok/s c/l", "decode ratio", "same text"]
+rows = []
+for file in files:
+    type_ = file.stem.split(".")[-1]
+    corral = [parse(runs / f"{p}.{type_}.corral") for p in range(passes)]
+    llama = [parse(runs / f"{p}.{type_}.llama.cpp") for p in range(passes)]
+    def pair(key, form):
+        a, b = median(corral, key), median(llama, key)
+        show = lambda v: "fails" if v is None else form.format(v)
+        return f"{show(a)} / {show(b)}"
+    a, b = median(corral, "decode"), median(llama, "decode")
+    same = all(c and l and c["text"] == l["text"] for c, l in zip(corral, llama))
+    rows.append([type_, f"{os.path.getsize(file) / 2**20:.0f}", pair("load", "{:.2f}"),
+                 pair("rss", "{:.0f}"), pair("prompt", "{:.0f}"), pair("decode", "{:.1f}"),
+                 f"{a / b:.2f}" if a and b else "-", "yes" if same else "no"])
+widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+line = lambda cells: "| " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths)) + " |"
+print(line(header))
+print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+for row in rows:
+    print(line(row))
+PY
