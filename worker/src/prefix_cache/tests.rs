@@ -221,7 +221,10 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
         .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
         .collect();
     assert_eq!(shapes, [(1, 64, 16), (1, 64, 16)]);
-    assert_eq!(header.payload_len, 2 * (64 + 16) * BLOCK_TOKENS as u64 * 4 + 1);
+    assert_eq!(
+        header.payload_len,
+        2 * (64 + 16) * BLOCK_TOKENS as u64 * 4 + 1
+    );
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));
