@@ -31,6 +31,8 @@ pub enum CallSyntax {
     Harmony,
     /// `<|tool_call>call:NAME{key:<|"|>text<|"|>}<tool_call|>`.
     Gemma4,
+    /// LFM2's `<|tool_call_start|>[NAME(key='text')]<|tool_call_end|>`.
+    Pythonic,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
@@ -200,6 +202,27 @@ pub const FAMILIES: &[Family] = &[
         eos: "<|end_of_text|>",
         stop: &["<|end_of_text|>"],
         calls: CallSyntax::Granite,
+        thinks: true,
+        thinking_kwargs: "{}",
+    },
+    Family {
+        arch: "lfm2",
+        template: "lfm2.5.jinja",
+        added: &[
+            ("<|pad|>", true),
+            ("<|startoftext|>", true),
+            ("<|endoftext|>", true),
+            ("<|im_start|>", true),
+            ("<|im_end|>", true),
+            ("<|tool_call_start|>", true),
+            ("<|tool_call_end|>", true),
+            ("<think>", false),
+            ("</think>", false),
+        ],
+        bos: Some("<|startoftext|>"),
+        eos: "<|im_end|>",
+        stop: &["<|im_end|>"],
+        calls: CallSyntax::Pythonic,
         thinks: true,
         thinking_kwargs: "{}",
     },
@@ -454,6 +477,22 @@ impl Family {
                 }
                 items.extend([literal("}"), token("<tool_call|>")]);
                 items.join(" ")
+            }
+            CallSyntax::Pythonic => {
+                let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
+                let arguments: Vec<String> = arguments
+                    .into_iter()
+                    .map(|(key, value)| match value.as_str() {
+                        Some(text) => format!("{key}='{text}'"),
+                        None => format!("{key}={value}"),
+                    })
+                    .collect();
+                format!(
+                    "{} {} {}",
+                    token("<|tool_call_start|>"),
+                    literal(&format!("[{name}({})]", arguments.join(", "))),
+                    token("<|tool_call_end|>")
+                )
             }
             CallSyntax::Harmony => format!(
                 "{} {} {} {} {} {} {}",

@@ -19,6 +19,9 @@
 //!   the vocabulary has them, one `KEY:VALUE` per parameter in schema order (optional ones may
 //!   be left out), calls written one after another. A string VALUE is raw text between `<|"|>`
 //!   quotes (its `minLength`, `maxLength` and string `enum` apply), any other JSON of its schema;
+//! - Pythonic: `<|tool_call_start|>[NAME(KEY=VALUE, ...), ...]<|tool_call_end|>` (LFM2), the
+//!   markers by id where the vocabulary has them, arguments as Gemma4's with a string VALUE a
+//!   single-quoted Python string (without quotes or backslashes inside);
 //! - Harmony: ` to=functions.NAME<|channel|>commentary json<|message|>ARGS`, the header the
 //!   template writes past calls with (the prompt ends with `<|start|>assistant`), its tokens by
 //!   id where the vocabulary has them; one call, which the model's `<|call|>` then ends.
@@ -42,6 +45,9 @@ const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
 const GEMMA4_CALL_OPEN: &str = "<|tool_call>";
 const GEMMA4_CALL_CLOSE: &str = "<tool_call|>";
 const GEMMA4_QUOTE: &str = "<|\"|>";
+/// LFM2's markers around its list of calls.
+const PYTHONIC_CALL_OPEN: &str = "<|tool_call_start|>";
+const PYTHONIC_CALL_CLOSE: &str = "<|tool_call_end|>";
 /// Harmony's header tokens.
 const HARMONY_CHANNEL: &str = "<|channel|>";
 const HARMONY_MESSAGE: &str = "<|message|>";
@@ -124,10 +130,21 @@ pub(super) fn lark(
     tools: &[Tool],
     parallel: bool,
 ) -> Result<String, ConstraintError> {
+    let token = |text: &str| {
+        factory
+            .token_id(text)
+            .map_or_else(|| literal(text), |id| format!("<[{id}]>"))
+    };
     let start = match format {
         ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Glm => repeated("\n", parallel),
         ToolFormat::Llama3Json | ToolFormat::Harmony => "call".to_owned(),
         ToolFormat::Gemma4 => repeated("", parallel),
+        ToolFormat::Pythonic => format!(
+            "{} \"[\" {} \"]\" {}",
+            token(PYTHONIC_CALL_OPEN),
+            repeated(", ", parallel),
+            token(PYTHONIC_CALL_CLOSE)
+        ),
         ToolFormat::Mistral => {
             let id = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
                 ConstraintError::Invalid(format!(
@@ -148,11 +165,6 @@ pub(super) fn lark(
         .map(|index| format!("tool_{index}"))
         .collect();
     let mut lark = format!("start: {start}\ncall: {}\n", calls.join(" | "));
-    let token = |text: &str| {
-        factory
-            .token_id(text)
-            .map_or_else(|| literal(text), |id| format!("<[{id}]>"))
-    };
     for (index, tool) in tools.iter().enumerate() {
         let name = Value::String(tool.name.clone()).to_string();
         let rule = match format {
@@ -178,6 +190,19 @@ pub(super) fn lark(
                     literal(&format!("call:{}{{", tool.name)),
                     literal("}"),
                     token(GEMMA4_CALL_CLOSE),
+                )
+            }
+            ToolFormat::Pythonic => {
+                let syntax = KeywordSyntax {
+                    assign: "=",
+                    separator: ", ",
+                };
+                let arguments =
+                    keyword_arguments(&mut lark, index, tool, &syntax, &mut python_string)?;
+                format!(
+                    "{} {arguments} {}",
+                    literal(&format!("{}(", tool.name)),
+                    literal(")")
                 )
             }
             ToolFormat::Harmony => {
@@ -357,29 +382,57 @@ fn gemma4_arguments(
     tool: &Tool,
     quote: Option<u32>,
 ) -> Result<String, ConstraintError> {
+    let syntax = KeywordSyntax {
+        assign: ":",
+        separator: ",",
+    };
+    keyword_arguments(lark, index, tool, &syntax, &mut |lark, terminal, schema| {
+        gemma4_string(lark, terminal, schema, quote)
+    })
+}
+
+/// How a format writes a call's arguments by name: `KEY{assign}VALUE`, `separator` between.
+struct KeywordSyntax {
+    assign: &'static str,
+    separator: &'static str,
+}
+
+/// The arguments of `tool` by name, in schema order, `separator` between, optional ones left
+/// out or not: a rule per parameter (`tool_N_P`, and for a string one the terminal
+/// `TOOL_N_P` that `string` may write) appended to `lark`, and the expression that writes them.
+/// A string's value is `string`'s; any other's JSON of its schema.
+fn keyword_arguments(
+    lark: &mut String,
+    index: usize,
+    tool: &Tool,
+    syntax: &KeywordSyntax,
+    string: &mut dyn FnMut(&mut String, &str, &Value) -> String,
+) -> Result<String, ConstraintError> {
     let empty = Map::new();
     let (properties, required) = properties(tool, &empty);
     let mut parameters = Vec::new();
     for (position, (key, schema)) in properties.iter().enumerate() {
         let name = format!("tool_{index}_{position}");
         let value = if is_string(schema) {
-            gemma4_string(lark, &name.to_uppercase(), schema, quote)
+            string(lark, &name.to_uppercase(), schema)
         } else {
             let schema = json_schema(tool, &with_definitions(schema, &tool.parameters))?;
             format!("%json {schema}")
         };
-        let _ = writeln!(lark, "{name}: {} {value}", literal(&format!("{key}:")));
+        let assign = literal(&format!("{key}{}", syntax.assign));
+        let _ = writeln!(lark, "{name}: {assign} {value}");
         parameters.push((name, required.contains(&key.as_str())));
     }
-    // After a written parameter, each later one follows a comma, or is left out if optional.
+    // After a written parameter, each later one follows a separator, or is left out if optional.
+    let separator = literal(syntax.separator);
     let after = |from: usize| -> String {
         parameters[from..]
             .iter()
             .map(|(name, required)| {
                 if *required {
-                    format!("\",\" {name}")
+                    format!("{separator} {name}")
                 } else {
-                    format!("(\",\" {name})?")
+                    format!("({separator} {name})?")
                 }
             })
             .collect::<Vec<_>>()
@@ -443,6 +496,29 @@ fn gemma4_string(lark: &mut String, terminal: &str, schema: &Value, quote: Optio
         r"{terminal}: /(?s:.{{{min},{max}}}){quote_regex}/ & ~/(?s:.*{quote_regex}.*{quote_regex})/"
     );
     format!("{open} {terminal}")
+}
+
+/// A string parameter's value as a single-quoted Python string: its enum's values (those a
+/// quote or backslash would break are left out), or text within its length bounds without
+/// quotes, backslashes or line breaks, in the terminal `terminal` appended to `lark`.
+fn python_string(lark: &mut String, terminal: &str, schema: &Value) -> String {
+    let plain = |value: &&str| !value.contains(['\'', '\\', '\n']);
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let values: Vec<String> = values
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(plain)
+            .map(|value| literal(&format!("'{value}'")))
+            .collect();
+        if !values.is_empty() {
+            return format!("({})", values.join(" | "));
+        }
+    }
+    let bound = |key| schema.get(key).and_then(Value::as_u64);
+    let (min, max) = (bound("minLength").unwrap_or(0), bound("maxLength"));
+    let max = max.map_or(String::new(), |max| max.max(min).to_string());
+    let _ = writeln!(lark, r"{terminal}: /'[^'\\\n]{{{min},{max}}}'/");
+    terminal.to_owned()
 }
 
 /// A property's schema standing alone: the root's `$defs` and `definitions` come along, so its

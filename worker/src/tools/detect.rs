@@ -12,7 +12,9 @@ use super::format::ToolFormat;
 use super::markers::{
     ARG_KEY_OPEN, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
 };
-use super::markers::{FUNCTION_OPEN, GEMMA4_CALL_OPEN, PARAMETER_OPEN, PYTHON_TAG, THINK_CLOSE};
+use super::markers::{
+    FUNCTION_OPEN, GEMMA4_CALL_OPEN, PARAMETER_OPEN, PYTHON_TAG, PYTHONIC_CALL_OPEN, THINK_CLOSE,
+};
 
 /// What the worker learns once, at load, about a model's output formats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +58,8 @@ fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
         ToolFormat::Harmony
     } else if template.contains(GEMMA4_CALL_OPEN) {
         ToolFormat::Gemma4
+    } else if template.contains(PYTHONIC_CALL_OPEN) {
+        ToolFormat::Pythonic
     } else if template.contains(ARG_KEY_OPEN) {
         ToolFormat::Glm
     } else if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {

@@ -4,8 +4,8 @@ use super::markers::{
     ARG_KEY_CLOSE, ARG_KEY_OPEN, ARG_VALUE_CLOSE, ARG_VALUE_OPEN, ARGS, CALL_ID, GEMMA4_CALL_CLOSE,
     GEMMA4_CALL_OPEN, GEMMA4_CHANNEL_CLOSE, GEMMA4_CHANNEL_OPEN, GEMMA4_QUOTE, GEMMA4_THOUGHT_OPEN,
     GRANITE_TOOL_CALL, HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_END,
-    HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START, PYTHON_TAG, THINK_CLOSE, THINK_OPEN,
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+    HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START, PYTHON_TAG, PYTHONIC_CALL_CLOSE,
+    PYTHONIC_CALL_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
 };
 
 /// How a model writes tool calls in its output.
@@ -31,6 +31,9 @@ pub enum ToolFormat {
     Harmony,
     /// Gemma 4: `<|tool_call>call:name{key:<|"|>text<|"|>,n:3}<tool_call|>`, one block per call.
     Gemma4,
+    /// LFM2: `<|tool_call_start|>[name(key='text', n=3), ...]<|tool_call_end|>`, Python calls
+    /// with literal arguments.
+    Pythonic,
 }
 
 impl ToolFormat {
@@ -75,6 +78,7 @@ impl ToolFormat {
                 ARG_VALUE_CLOSE,
             ],
             Self::Gemma4 => &[GEMMA4_CALL_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_QUOTE],
+            Self::Pythonic => &[PYTHONIC_CALL_OPEN, PYTHONIC_CALL_CLOSE],
             Self::Harmony => &[
                 HARMONY_START,
                 HARMONY_CHANNEL,

@@ -3,8 +3,11 @@
 //! tokens, numbers and `true`/`false` bare, objects `{key:VALUE,...}` with bare keys and arrays
 //! `[VALUE,...]`. JSON strings and quoted keys are read too, since a model may write them.
 
+use std::ops::{Deref, DerefMut};
+
 use serde_json::{Map, Number, Value};
 
+use super::cursor::Cursor;
 use super::fragment::ToolCall;
 use super::markers::GEMMA4_QUOTE;
 
@@ -19,10 +22,7 @@ pub(super) fn parse_call(body: &str) -> Result<ToolCall, String> {
     if name.is_empty() || name.contains(|c: char| c.is_whitespace() || "<>{}:,".contains(c)) {
         return Err(format!("{name:?} is not a function name"));
     }
-    let mut reader = Reader {
-        text: &rest[open..],
-        at: 0,
-    };
+    let mut reader = Reader(Cursor::new(&rest[open..]));
     let arguments = reader.object()?;
     if !reader.rest().trim().is_empty() {
         return Err(format!("text after the arguments: {:?}", reader.rest()));
@@ -33,43 +33,24 @@ pub(super) fn parse_call(body: &str) -> Result<ToolCall, String> {
     })
 }
 
-struct Reader<'a> {
-    text: &'a str,
-    at: usize,
+/// The cursor, with the notation's values on top.
+struct Reader<'a>(Cursor<'a>);
+
+impl<'a> Deref for Reader<'a> {
+    type Target = Cursor<'a>;
+
+    fn deref(&self) -> &Cursor<'a> {
+        &self.0
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn rest(&self) -> &'a str {
-        &self.text[self.at..]
+impl DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
     }
+}
 
-    fn skip_space(&mut self) {
-        let rest = self.rest();
-        self.at += rest.len() - rest.trim_start().len();
-    }
-
-    /// Consumes `token` (after whitespace) if it is next.
-    fn eat(&mut self, token: &str) -> bool {
-        self.skip_space();
-        if self.rest().starts_with(token) {
-            self.at += token.len();
-            true
-        } else {
-            false
-        }
-    }
-
-    fn expect(&mut self, token: &str, what: &str) -> Result<(), String> {
-        if self.eat(token) {
-            Ok(())
-        } else {
-            Err(format!(
-                "expected {token:?} {what}, found {:?}",
-                preview(self.rest())
-            ))
-        }
-    }
-
+impl Reader<'_> {
     fn object(&mut self) -> Result<Value, String> {
         self.expect("{", "to open an object")?;
         let mut object = Map::new();
@@ -167,12 +148,4 @@ impl<'a> Reader<'a> {
             },
         }
     }
-}
-
-fn preview(text: &str) -> &str {
-    let end = text
-        .char_indices()
-        .nth(20)
-        .map_or(text.len(), |(index, _)| index);
-    &text[..end]
 }

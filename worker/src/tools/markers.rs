@@ -54,6 +54,10 @@ pub const GEMMA4_CHANNEL_CLOSE: &str = "<channel|>";
 /// What opens Gemma 4's thinking: its channel marker and the channel's name.
 pub const GEMMA4_THOUGHT_OPEN: &str = "<|channel>thought";
 
+/// LFM2: a list of Python-style calls, `<|tool_call_start|>[name(key='text', n=3)]<|tool_call_end|>`.
+pub const PYTHONIC_CALL_OPEN: &str = "<|tool_call_start|>";
+pub const PYTHONIC_CALL_CLOSE: &str = "<|tool_call_end|>";
+
 /// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
 /// Markers are ASCII, so the tail starts on a character boundary.
 pub(super) fn held_tail(text: &str, markers: &[&str]) -> usize {

@@ -1,14 +1,15 @@
 //! Model formats for agents' output: which tool-call syntax a model writes and whether it
 //! thinks in `<think>` blocks (`detect`); the streaming parser that splits generated text into
-//! content, reasoning and whole tool calls (`parser`, with `calls`, `xml_call`, `glm_call` and
-//! `gemma4_call` reading the calls and `reasoning` saying where a thinking block starts;
-//! gpt-oss's channels have a parser of their own, `harmony`); and the rewrites of a
+//! content, reasoning and whole tool calls (`parser`, with `calls`, `xml_call`, `glm_call`,
+//! `gemma4_call` and `pythonic_call` reading the calls and `reasoning` saying where a thinking
+//! block starts; gpt-oss's channels have a parser of their own, `harmony`); and the rewrites of a
 //! conversation before rendering: tools taught to a model whose template has none
 //! (`fallback`), tool-call ids in the shape Mistral's templates demand (`call_ids`), tool
 //! results inside the calling turn as Gemma 4's template reads them (`tool_responses`).
 
 mod call_ids;
 mod calls;
+mod cursor;
 mod detect;
 mod fallback;
 mod format;
@@ -18,6 +19,7 @@ mod glm_call;
 mod harmony;
 mod markers;
 mod parser;
+mod pythonic_call;
 mod reasoning;
 mod tool_responses;
 mod xml_call;

@@ -20,9 +20,10 @@ use super::glm_call;
 use super::harmony::HarmonyParser;
 use super::markers::{
     FUNCTION_CLOSE, FUNCTION_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_CALL_OPEN, GRANITE_TOOL_CALL,
-    PYTHON_TAG, RESPONSE_CLOSE, RESPONSE_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
-    held_tail,
+    PYTHON_TAG, PYTHONIC_CALL_CLOSE, PYTHONIC_CALL_OPEN, RESPONSE_CLOSE, RESPONSE_OPEN,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS, held_tail,
 };
+use super::pythonic_call;
 use super::reasoning::ReasoningStart;
 use super::xml_call::{self, ParamTypes};
 
@@ -45,6 +46,8 @@ enum Block {
     Function,
     /// Gemma 4's `<|tool_call>` ... `<tool_call|>`.
     Gemma4,
+    /// LFM2's `<|tool_call_start|>[...]<|tool_call_end|>`, several calls in one block.
+    Pythonic,
 }
 
 impl Block {
@@ -53,6 +56,7 @@ impl Block {
             Self::ToolCall => TOOL_CALL_OPEN,
             Self::Function => FUNCTION_OPEN,
             Self::Gemma4 => GEMMA4_CALL_OPEN,
+            Self::Pythonic => PYTHONIC_CALL_OPEN,
         }
     }
 
@@ -61,6 +65,7 @@ impl Block {
             Self::ToolCall => TOOL_CALL_CLOSE,
             Self::Function => FUNCTION_CLOSE,
             Self::Gemma4 => GEMMA4_CALL_CLOSE,
+            Self::Pythonic => PYTHONIC_CALL_CLOSE,
         }
     }
 }
@@ -345,6 +350,7 @@ impl OutputParser {
             TOOL_CALL_OPEN => Mode::Block(Block::ToolCall),
             FUNCTION_OPEN => Mode::Block(Block::Function),
             GEMMA4_CALL_OPEN => Mode::Block(Block::Gemma4),
+            PYTHONIC_CALL_OPEN => Mode::Block(Block::Pythonic),
             PYTHON_TAG => Mode::Tail(Tail::Llama),
             GRANITE_TOOL_CALL => Mode::Tail(Tail::Granite),
             _ => Mode::Tail(Tail::Mistral),
@@ -377,31 +383,21 @@ impl OutputParser {
     }
 
     /// A block's candidate text, from its opening marker to its closing one (or to the end of
-    /// the output, at finish).
-    fn parse_block(&self, block: Block, candidate: &str) -> Result<ToolCall, String> {
+    /// the output, at finish), as the calls it holds: one, or LFM2's list.
+    fn parse_block(&self, block: Block, candidate: &str) -> Result<Vec<ToolCall>, String> {
+        let one = |call: Result<ToolCall, String>| call.map(|call| vec![call]);
         match block {
             Block::ToolCall => {
-                let body = candidate.strip_prefix(TOOL_CALL_OPEN).unwrap_or(candidate);
-                // At finish the model may have stopped partway through the closing marker.
-                let body = body
-                    .strip_suffix(TOOL_CALL_CLOSE)
-                    .unwrap_or_else(|| &body[..body.len() - held_tail(body, &[TOOL_CALL_CLOSE])]);
-                if self.format == ToolFormat::Glm {
+                let body = block_body(candidate, block);
+                one(if self.format == ToolFormat::Glm {
                     glm_call::parse_call(body, &self.types)
                 } else {
                     calls::parse_block(body, &self.types)
-                }
+                })
             }
-            Block::Function => xml_call::parse_function(candidate, &self.types),
-            Block::Gemma4 => {
-                let body = candidate
-                    .strip_prefix(GEMMA4_CALL_OPEN)
-                    .unwrap_or(candidate);
-                let body = body
-                    .strip_suffix(GEMMA4_CALL_CLOSE)
-                    .unwrap_or_else(|| &body[..body.len() - held_tail(body, &[GEMMA4_CALL_CLOSE])]);
-                gemma4_call::parse_call(body)
-            }
+            Block::Function => one(xml_call::parse_function(candidate, &self.types)),
+            Block::Gemma4 => one(gemma4_call::parse_call(block_body(candidate, block))),
+            Block::Pythonic => pythonic_call::parse_calls(block_body(candidate, block)),
         }
     }
 
@@ -450,19 +446,29 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::Mistral => &[TOOL_CALLS],
         ToolFormat::Granite => &[GRANITE_TOOL_CALL],
         ToolFormat::Gemma4 => &[GEMMA4_CALL_OPEN],
+        ToolFormat::Pythonic => &[PYTHONIC_CALL_OPEN],
     }
 }
 
-/// Emits a parsed call, or the candidate's text with the reason kept; says which.
+/// A block's text between its markers; at finish the model may have stopped partway through
+/// the closing one.
+fn block_body(candidate: &str, block: Block) -> &str {
+    let (open, close) = (block.open(), block.close());
+    let body = candidate.strip_prefix(open).unwrap_or(candidate);
+    body.strip_suffix(close)
+        .unwrap_or_else(|| &body[..body.len() - held_tail(body, &[close])])
+}
+
+/// Emits the parsed calls, or the candidate's text with the reason kept; says which.
 fn accept(
     out: &mut Fragments,
     malformed: &mut Option<String>,
     candidate: &str,
-    parsed: Result<ToolCall, String>,
+    parsed: Result<Vec<ToolCall>, String>,
 ) -> bool {
     match parsed {
-        Ok(call) => {
-            out.call(call);
+        Ok(calls) => {
+            calls.into_iter().for_each(|call| out.call(call));
             true
         }
         Err(why) => {

@@ -433,3 +433,23 @@ fn gemma4_calls_parse_back_into_valid_calls_with_or_without_its_tokens() {
         assert_eq!(called, ["get_weather", "list_files", "now"]);
     }
 }
+
+/// LFM2's list of Python calls (its markers spelled out: the fixture's vocabulary lacks them),
+/// each parsed back into a call valid for its tool.
+#[test]
+fn pythonic_calls_parse_back_into_valid_calls() {
+    let mut called = Vec::new();
+    for seed in 0..SEEDS {
+        let spec = spec(ToolFormat::Pythonic, ToolCallChoice::Required, true);
+        let output = generate(&fixture(), &spec, seed);
+        assert!(
+            output.text.starts_with("<|tool_call_start|>["),
+            "{}",
+            output.text
+        );
+        called.extend(parsed_calls(ToolFormat::Pythonic, &output.text));
+    }
+    called.sort();
+    called.dedup();
+    assert_eq!(called, ["get_weather", "list_files", "now"]);
+}

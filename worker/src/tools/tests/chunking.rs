@@ -41,6 +41,7 @@ const TEXT: &[&str] = &[
     "<|channel",
     "<channel|",
     "<|\"|>",
+    "<|tool_call_",
 ];
 
 const THOUGHTS: &[&str] = &["\n", "hmm", " <", "</thin", "<tool_call>", "é"];
@@ -76,6 +77,11 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
             "<|tool_call>call:f{x:<|\"|>日<|\"|>,n:[1,{y:true}]}<tool_call|>",
             "<|tool_call>call:g{}<tool_call|>",
             "<|tool_call>call:bad{x:<tool_call|>",
+        ],
+        ToolFormat::Pythonic => &[
+            "<|tool_call_start|>[f(x='日', n=[1, {\"y\": true}]), g()]<|tool_call_end|>",
+            "<|tool_call_start|>[g()]<|tool_call_end|>",
+            "<|tool_call_start|>[bad(<|tool_call_end|>",
         ],
         ToolFormat::Harmony => &[
             "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": \"日\"}<|call|>",
@@ -145,6 +151,7 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::Glm,
         ToolFormat::Harmony,
         ToolFormat::Gemma4,
+        ToolFormat::Pythonic,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -187,6 +194,7 @@ fn assert_no_openers(fragments: &[Fragment], output: &str) {
         "<|python_tag|>",
         "<think>",
         "<|tool_call>",
+        "<|tool_call_start|>",
     ];
     for fragment in fragments {
         if let Fragment::Content(text) = fragment {
@@ -251,6 +259,7 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::Glm,
         ToolFormat::Harmony,
         ToolFormat::Gemma4,
+        ToolFormat::Pythonic,
     ];
     let starts = [
         ReasoningStart::Off,

@@ -264,7 +264,9 @@ fn shipped_template(file: &str) -> String {
 
 #[test]
 fn each_familys_shipped_template_is_its_format() {
-    use ToolFormat::{Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Mistral, QwenXml};
+    use ToolFormat::{
+        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Mistral, Pythonic, QwenXml,
+    };
     // (file, format, renders tools, thinks)
     let families = [
         ("qwen2.5.jinja", Hermes, true, false),
@@ -283,6 +285,8 @@ fn each_familys_shipped_template_is_its_format() {
         ("gemma3.jinja", Hermes, false, false),
         // Gemma 4 thinks on its thought channel when `enable_thinking` is on.
         ("gemma4.jinja", Gemma4, true, true),
+        // LFM2 writes a list of Python calls.
+        ("lfm2.5.jinja", Pythonic, true, true),
         // Qwen3.5 and 3.6 write Qwen3-Coder's calls.
         ("qwen3.6.jinja", QwenXml, true, true),
         // Phi-4-mini's takes tools only as a system message's `tools` string.

@@ -7,6 +7,7 @@ mod fallback;
 mod gemma4;
 mod glm;
 mod harmony;
+mod pythonic;
 mod recorded;
 
 use serde_json::Value;
@@ -14,7 +15,7 @@ use serde_json::Value;
 use super::*;
 
 /// The markers that never reach content unless a call was malformed.
-const MARKERS: [&str; 12] = [
+const MARKERS: [&str; 13] = [
     "<tool_call",
     "<think",
     "</think",
@@ -27,6 +28,7 @@ const MARKERS: [&str; 12] = [
     "<|message|>",
     "<|tool_call>",
     "<|channel>",
+    "<|tool_call_start|>",
 ];
 
 fn config(format: ToolFormat, reasoning: ReasoningStart, tools: &[Value]) -> ParserConfig<'_> {
