@@ -69,6 +69,9 @@ def scaled(config, experts=None, top_k=None):
     text["num_key_value_heads"] = 4
     if "head_dim" in text:
         text["head_dim"] = HIDDEN // heads
+    # LFM2 sizes its feed-forward input by `block_dim`, which equals the hidden size.
+    if "block_dim" in text:
+        text["block_dim"] = HIDDEN
     text["vocab_size"] = VOCAB
     if "vocab_size" in config and config is not text:
         config["vocab_size"] = VOCAB
@@ -76,6 +79,7 @@ def scaled(config, experts=None, top_k=None):
         ("intermediate_size", 1024),
         ("intermediate_size_mlp", 1024),
         ("moe_intermediate_size", 256),
+        ("block_ff_dim", 1024),
     ]:
         if key in text:
             text[key] = width
