@@ -139,6 +139,26 @@ fn a_generated_block_the_next_prompt_rerenders_still_reuses_to_the_token() {
     assert!(worst_difference(&warm, &cold) <= TOLERANCE);
 }
 
+/// The first block file the SSD tier wrote under `disk`: each layer's `(kv_heads, key_dim,
+/// value_dim)` from its header, and its payload's length.
+fn first_block_file(disk: &std::path::Path) -> (Vec<(u32, u32, u32)>, u64) {
+    let block = std::fs::read_dir(disk)
+        .unwrap()
+        .flatten()
+        .flat_map(|model_dir| std::fs::read_dir(model_dir.path()).unwrap().flatten())
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
+        .expect("a block file");
+    let header = super::disk::inspect(&block).unwrap();
+    let shapes = header
+        .shape
+        .layers
+        .iter()
+        .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
+        .collect();
+    (shapes, header.payload_len)
+}
+
 #[test]
 fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     let (_dir, loaded) = tiny_gemma4();
@@ -153,23 +173,10 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
         prefix.store_sequence(&first, first.len(), &cache);
         assert!(prefix.flush(std::time::Duration::from_secs(300)));
     }
-    let block = std::fs::read_dir(disk.path())
-        .unwrap()
-        .flatten()
-        .flat_map(|model_dir| std::fs::read_dir(model_dir.path()).unwrap().flatten())
-        .map(|entry| entry.path())
-        .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
-        .expect("a block file");
-    let header = super::disk::inspect(&block).unwrap();
-    let shapes: Vec<(u32, u32, u32)> = header
-        .shape
-        .layers
-        .iter()
-        .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
-        .collect();
+    let (shapes, payload_len) = first_block_file(disk.path());
     assert_eq!(shapes, [(2, 16, 16), (2, 32, 32)]);
     assert_eq!(
-        header.payload_len,
+        payload_len,
         2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4 + 1
     );
 
@@ -206,25 +213,9 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
         assert!(worst <= TOLERANCE, "from RAM: logits differ by {worst}");
         assert!(prefix.flush(std::time::Duration::from_secs(300)));
     }
-    let block = std::fs::read_dir(disk.path())
-        .unwrap()
-        .flatten()
-        .flat_map(|model_dir| std::fs::read_dir(model_dir.path()).unwrap().flatten())
-        .map(|entry| entry.path())
-        .find(|path| path.extension().is_some_and(|ext| ext == "kvb"))
-        .expect("a block file");
-    let header = super::disk::inspect(&block).unwrap();
-    let shapes: Vec<(u32, u32, u32)> = header
-        .shape
-        .layers
-        .iter()
-        .map(|layer| (layer.kv_heads, layer.key_dim, layer.value_dim))
-        .collect();
+    let (shapes, payload_len) = first_block_file(disk.path());
     assert_eq!(shapes, [(1, 64, 16), (1, 64, 16)]);
-    assert_eq!(
-        header.payload_len,
-        2 * (64 + 16) * BLOCK_TOKENS as u64 * 4 + 1
-    );
+    assert_eq!(payload_len, 2 * (64 + 16) * BLOCK_TOKENS as u64 * 4 + 1);
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));

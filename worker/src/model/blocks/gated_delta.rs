@@ -18,6 +18,7 @@ use mlx_rs::ops::{self, zeros_dtype};
 use mlx_rs::{Array, Dtype, fast};
 
 use super::linear::Linear;
+use super::packed::per_sequence;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kernels;
@@ -195,29 +196,15 @@ impl GatedDeltaNet {
         caches: &mut [&mut KvCache],
     ) -> Result<Array, Exception> {
         let projected = self.project(x)?;
-        let mut outputs = Vec::with_capacity(lengths.len());
-        let mut start = 0;
-        for (&length, cache) in lengths.iter().zip(caches.iter_mut()) {
-            let positions = |array: &Array| {
-                if length == x.dim(1) {
-                    array.clone()
-                } else {
-                    array.index((.., start..start + length))
-                }
-            };
+        let output = per_sequence(x.dim(1), lengths, caches, |cut, cache| {
             let sequence = Projected {
-                qkv: positions(&projected.qkv),
-                z: positions(&projected.z),
-                b: positions(&projected.b),
-                a: positions(&projected.a),
+                qkv: cut(&projected.qkv),
+                z: cut(&projected.z),
+                b: cut(&projected.b),
+                a: cut(&projected.a),
             };
-            outputs.push(self.sequence(sequence, cache)?);
-            start += length;
-        }
-        let output = match outputs.as_slice() {
-            [only] => only.clone(),
-            _ => ops::concatenate(&outputs, 1)?,
-        };
+            self.sequence(sequence, cache)
+        })?;
         self.out_proj.forward(&output)
     }
 

@@ -9,6 +9,7 @@ pub mod mlp;
 pub mod moe;
 pub mod multi_linear;
 pub mod norm;
+pub mod packed;
 pub mod per_layer_input;
 pub mod query_scale;
 pub mod rope;

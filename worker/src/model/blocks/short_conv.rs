@@ -13,6 +13,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{self, zeros_dtype};
 
 use super::linear::Linear;
+use super::packed::per_sequence;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::{KvCache, RecurrentState};
@@ -100,21 +101,9 @@ impl ShortConv {
         let parts = self.in_proj.forward(x)?.split_equal(3, -1)?;
         let (b, c, input) = (&parts[0], &parts[1], &parts[2]);
         let gated_input = ops::multiply(b, input)?;
-        let mut outputs = Vec::with_capacity(lengths.len());
-        let mut start = 0;
-        for (&length, cache) in lengths.iter().zip(caches.iter_mut()) {
-            let sequence = if length == x.dim(1) {
-                gated_input.clone()
-            } else {
-                gated_input.index((.., start..start + length))
-            };
-            outputs.push(self.convolve(sequence, cache)?);
-            start += length;
-        }
-        let convolved = match outputs.as_slice() {
-            [only] => only.clone(),
-            _ => ops::concatenate(&outputs, 1)?,
-        };
+        let convolved = per_sequence(x.dim(1), lengths, caches, |cut, cache| {
+            self.convolve(cut(&gated_input), cache)
+        })?;
         self.out_proj.forward(&ops::multiply(c, &convolved)?)
     }
 
