@@ -61,7 +61,10 @@ fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some("test") => {
-            let cargo = Cargo::new()?;
+            let mut cargo = Cargo::new()?;
+            // One build of everything: incremental state would only double `target/` (7 of its
+            // 12 GB measured), and a full disk kills the linker mid-run.
+            cargo.incremental = false;
             cargo.ok(&["fmt", "--all", "--", "--check"])?;
             cargo.ok(&[
                 "clippy",
@@ -145,11 +148,15 @@ fn prepare_mlx(paths: &paths::Paths) -> Result<PathBuf> {
 /// cargo, run with the MLX configuration of this machine (set up once per command).
 struct Cargo {
     config: Option<PathBuf>,
+    incremental: bool,
 }
 
 impl Cargo {
     fn new() -> Result<Self> {
-        Ok(Self { config: setup()? })
+        Ok(Self {
+            config: setup()?,
+            incremental: true,
+        })
     }
 
     fn run(&self, args: &[OsString]) -> Result<ExitCode> {
@@ -172,6 +179,9 @@ impl Cargo {
             command.arg("--config").arg(config);
         }
         command.args(rest);
+        if !self.incremental {
+            command.env("CARGO_INCREMENTAL", "0");
+        }
         command
     }
 
