@@ -232,7 +232,11 @@ fn with_every_boundary_inside_the_prefill_and_none_in_the_decode_the_next_turn_r
     let (_, first_usage) = ask(&server, &first, 1);
     assert_eq!(first_usage["completion_tokens"], 1);
     let (text, usage) = ask(&server, &second, 8);
-    assert_eq!(cached_tokens(&usage), first_usage["prompt_tokens"], "{usage}");
+    assert_eq!(
+        cached_tokens(&usage),
+        first_usage["prompt_tokens"],
+        "{usage}"
+    );
     assert_eq!(text, cold_answer(&dirs, &second, 8));
 }
 
