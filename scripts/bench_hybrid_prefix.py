@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A hybrid model's prefix cache (boundary snapshots of its gated DeltaNet state): TTFT of a long
-conversation's next turn cold, RAM-warm and SSD-warm (after the worker was killed), decode tok/s
+"""A hybrid model's prefix cache (its gated DeltaNet state in tails and boundary snapshots): TTFT
+of a long conversation's next turn cold, RAM-warm and SSD-warm (after the worker was killed), decode tok/s
 at 1 and 8 sequences, and bytes per snapshot. Prints one markdown table; no assertions.
 
 The model is mlx-lm's tiny Qwen3.5 (tests/data/architectures/qwen3_5/f32: 2 DeltaNet and 2

@@ -1,7 +1,8 @@
 //! The prefix cache of a hybrid model (gated DeltaNet and attention layers) end to end: a long
-//! conversation re-sent with one more turn restores the recurrent layers from the boundary
-//! snapshot of the first turn's last whole block and prefills only the new tokens, from RAM and,
-//! after the worker was killed, from SSD, answering as a worker without a cache does.
+//! conversation re-sent with one more turn restores the recurrent layers from the states the
+//! first turn's tail kept at its prompt's end (or, resending the answer as generated, at its own
+//! end) and prefills only the new tokens; after the worker was killed, from the SSD's boundary
+//! snapshot of the first prompt's last whole block; answering as a worker without a cache does.
 //!
 //! The model is mlx-lm's tiny Qwen3.5 (`tests/data/architectures/qwen3_5/f32`) with its
 //! embedding grown to the fixture tokenizer's vocabulary, so the real binaries serve it with a
@@ -187,11 +188,11 @@ fn a_long_hybrid_conversation_resent_with_one_more_turn_prefills_only_the_new_tu
     assert_eq!(cached_tokens(&first_usage), 0);
 
     let (text, usage) = ask(&server, &second, 16);
-    assert_only_new_tokens_prefilled(&first_usage, &usage);
+    assert_eq!(cached_tokens(&usage), first_prompt, "{usage}");
     let stats = prefix_stats(&server);
     assert_eq!(
         stats["hit_blocks"].as_u64().unwrap(),
-        cached_tokens(&usage) / BLOCK_TOKENS,
+        first_prompt / BLOCK_TOKENS,
         "{stats}"
     );
     let cold = cold_answer(&dirs, &second, 16);
@@ -231,6 +232,32 @@ fn with_every_boundary_inside_the_prefill_and_none_in_the_decode_the_next_turn_r
     let (_, first_usage) = ask(&server, &first, 1);
     assert_eq!(first_usage["completion_tokens"], 1);
     let (text, usage) = ask(&server, &second, 8);
-    assert_only_new_tokens_prefilled(&first_usage, &usage);
+    assert_eq!(
+        cached_tokens(&usage),
+        first_usage["prompt_tokens"],
+        "{usage}"
+    );
+    assert_eq!(text, cold_answer(&dirs, &second, 8));
+}
+
+/// The next turn resends the first answer as it was generated: it reuses the first prompt and
+/// every generated token the worker ran (all but the last sampled), from the states the tail
+/// kept at the sequence's end.
+#[test]
+fn a_next_turn_that_resends_the_answer_as_generated_reuses_the_whole_last_turn() {
+    let dirs = hybrid_dirs();
+    let server = cached_server(&dirs);
+    let (first, _) = conversations(2000);
+    let (answer, first_usage) = ask(&server, &first, 12);
+    let second = json!([
+        first[0],
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Now summarise it in one line."},
+    ]);
+    let (text, usage) = ask(&server, &second, 8);
+    let ran = first_usage["prompt_tokens"].as_u64().unwrap()
+        + first_usage["completion_tokens"].as_u64().unwrap()
+        - 1;
+    assert_eq!(cached_tokens(&usage), ran, "{first_usage} then {usage}");
     assert_eq!(text, cold_answer(&dirs, &second, 8));
 }

@@ -81,6 +81,25 @@ pub fn snapshot(cache: &[KvCache], end: i32) -> Result<Option<Vec<RecurrentState
     Ok((!states.is_empty()).then_some(states))
 }
 
+/// Every recurrent layer's state after its last position, evaluated, when that is position `end`;
+/// `None` otherwise (a layer has seen more or fewer).
+pub fn states_at_end(
+    cache: &[KvCache],
+    end: i32,
+) -> Result<Option<Vec<RecurrentState>>, Exception> {
+    let mut states = Vec::new();
+    for layer in cache.iter().filter(|layer| !layer.restores_from_blocks()) {
+        let Some(state) = layer.recurrent_state().filter(|_| layer.offset() == end) else {
+            return Ok(None);
+        };
+        for array in state.slots().into_iter().flatten() {
+            array.eval()?;
+        }
+        states.push(state.clone());
+    }
+    Ok(Some(states))
+}
+
 /// `cold`, a new sequence's empty caches, filled with `parts` in order (each a run of positions,
 /// per key/value layer its keys and values: whole blocks, then maybe a tail), ready to prefill
 /// what follows them. Recurrent layers take `snapshot`, their states at the end of the parts;

@@ -15,7 +15,10 @@
 //! KV blocks alone cannot restore it: such a block can also carry a boundary snapshot, every
 //! recurrent layer's state after the block's last position, recorded by the layer itself as its
 //! input crosses the boundary, in prefill and in decode. A restore then goes to the deepest block
-//! with a snapshot (no tails: a recurrent state exists only at boundaries). Snapshots are much
+//! with a snapshot, or further into a tail: such a model's tail also holds the recurrent states at
+//! its sequence's prompt end (taken as the prefill finishes) and at its own end, so the next turn
+//! restores to the token where it resends the prompt, or the prompt and the answer, and a tail is
+//! cut only at those points. Snapshots are much
 //! larger than a block's keys and values (a Qwen3.6-35B-A3B snapshot is about 63 MB), so only some
 //! are kept: every `snapshot_every`-th boundary, the prompt's last whole block (where the next
 //! turn of the conversation shares it) and the sequence's last one (where the next turn's
@@ -42,7 +45,7 @@ use crate::model::KvCache;
 use blocks::{Block, block_shape, cut, from_payload, join, to_payload};
 use disk::{BlockShape, DiskTier, Fingerprint};
 use ram::RamTier;
-use tail::{Tail, TailStore};
+use tail::{Ends, Tail, TailStore};
 
 /// Whether blocks alone can fill every layer of `cache`: no recurrent layer needs a snapshot.
 fn restorable(cache: &[KvCache]) -> bool {
@@ -59,8 +62,8 @@ pub const DEFAULT_BLOCK_TOKENS: usize = 256;
 /// take about as much as its blocks.
 pub const DEFAULT_SNAPSHOT_EVERY: usize = 8;
 
-/// The tails' own bound, as a fraction of the RAM tier's budget: a tail is under one block, and
-/// one per live conversation is what they are for.
+/// The tails' own bound, as a fraction of the RAM tier's budget: a tail is under one block (and a
+/// recurrent model's up to two states), and one per live conversation is what they are for.
 const TAIL_SHARE_OF_RAM: u64 = 8;
 
 #[derive(Debug, Clone)]
@@ -175,7 +178,8 @@ impl PrefixCache {
     /// of a kept tail after them as the prompt repeats, leaving at least one token to prefill
     /// (its logits start the generation), and how many tokens it holds. Any failure only costs
     /// the reuse: the sequence then starts cold. A model with recurrent layers restores up to the
-    /// deepest cached block that carries a snapshot, without a tail.
+    /// deepest cached block that carries a snapshot, or further to a point of a tail that holds
+    /// the recurrent states there.
     pub fn restore(
         &mut self,
         prompt: &[u32],
@@ -196,33 +200,35 @@ impl PrefixCache {
                 None => break,
             }
         }
-        // A tail starts where its sequence's prompt had its last whole block, so a block that
-        // mixes the last turn's generated tokens with their re-rendering does not match; each
-        // depth of the chain is tried, and the longest reuse wins.
-        let mut best: Option<(usize, Rc<Tail>, usize)> = None;
-        if recurrent {
-            let deepest = found.iter().rposition(|block| block.snapshot.is_some());
-            found.truncate(deepest.map_or(0, |index| index + 1));
-        }
-        for depth in (0..=found.len()).rev().filter(|_| !recurrent) {
-            let parent = depth
+        // Blocks alone restore every layer up to the last found, or for a model with recurrent
+        // layers up to the deepest with a snapshot. A tail starts where its sequence's prompt had
+        // its last whole block, so a block that mixes the last turn's generated tokens with their
+        // re-rendering does not match; each depth of the chain is tried, and the longest reuse
+        // wins (a recurrent model's tail brings its states, so its blocks need none).
+        let blocks_alone = if recurrent {
+            found
+                .iter()
+                .rposition(|block| block.snapshot.is_some())
+                .map_or(0, |index| index + 1)
+        } else {
+            found.len()
+        };
+        let mut depth = blocks_alone;
+        let mut hit_tokens = blocks_alone * self.block_tokens;
+        let mut tail: Option<(Rc<Tail>, usize)> = None;
+        for at in (0..=found.len()).rev() {
+            let parent = at
                 .checked_sub(1)
                 .map_or(self.fingerprint, |index| found[index].key);
-            let start = depth * self.block_tokens;
-            if let Some((tail, reused)) = self.tails.find(&parent, &prompt[start..])
-                && best
-                    .as_ref()
-                    .is_none_or(|(_, _, most)| start + reused > *most)
+            let start = at * self.block_tokens;
+            if let Some((found_tail, reused)) = self.tails.find(&parent, &prompt[start..])
+                && start + reused > hit_tokens
             {
-                best = Some((depth, tail, start + reused));
+                (depth, hit_tokens) = (at, start + reused);
+                tail = Some((found_tail, reused));
             }
         }
-        if let Some((depth, _, _)) = &best {
-            found.truncate(*depth);
-        }
-        let block_hits = found.len() * self.block_tokens;
-        let tail = best.map(|(_, tail, total)| (tail, total - block_hits));
-        let hit_tokens = block_hits + tail.as_ref().map_or(0, |(_, reused)| *reused);
+        found.truncate(depth);
         let counters = &self.counters;
         PrefixCounters::add(&counters.hit_blocks, found.len() as u64);
         PrefixCounters::add(
@@ -234,11 +240,14 @@ impl PrefixCache {
         if hit_tokens == 0 {
             return (empty, 0);
         }
-        let tail_layers = tail.map(|(tail, reused)| tail.first(reused));
+        let tail_layers = tail.as_ref().map(|(tail, reused)| tail.first(*reused));
         let mut parts: Vec<&[(Array, Array)]> =
             found.iter().map(|block| block.layers.as_slice()).collect();
         parts.extend(tail_layers.as_deref());
-        let snapshot = found.last().and_then(|block| block.snapshot.as_deref());
+        let snapshot = match &tail {
+            Some((tail, reused)) => tail.states_at(*reused),
+            None => found.last().and_then(|block| block.snapshot.as_deref()),
+        };
         match join(&parts, snapshot.filter(|_| recurrent), empty) {
             Ok(cache) => (cache, hit_tokens),
             Err(error) => {
@@ -255,7 +264,9 @@ impl PrefixCache {
 
     /// Keeps the whole blocks of the first `prefilled` tokens of `prompt` that `cache` now holds
     /// and the cache does not, with the recurrent layers' snapshots the policy keeps; the
-    /// sequence's cache then lets go of the snapshots up to there.
+    /// sequence's cache then lets go of the snapshots up to there. A model with recurrent layers
+    /// whose prefill this finishes also keeps its tail, with their states at the prompt's end:
+    /// the next turn resends the prompt even where it re-renders the answer differently.
     pub fn store(&mut self, prompt: &[u32], prefilled: usize, cache: &mut [KvCache]) {
         let block = self.block_tokens;
         let last_boundary = (prompt.len() / block * block) as i32;
@@ -264,7 +275,9 @@ impl PrefixCache {
             layer.retain_snapshots(|at| at % every == 0 || at == last_boundary);
         }
         let keys = key::block_keys(&self.fingerprint, &prompt[..prefilled], block);
-        self.keep_blocks(&keys, cache);
+        if self.keep_blocks(&keys, cache) && prefilled == prompt.len() && !restorable(cache) {
+            self.keep_tail(&keys, prompt, prompt, cache);
+        }
         for layer in cache.iter_mut() {
             layer.retain_snapshots(|at| at > prefilled as i32);
         }
@@ -287,11 +300,15 @@ impl PrefixCache {
             return;
         };
         let every = self.every_nth();
-        if positions.iter().any(|at| at % every == 0) {
+        if let Some(&kept) = positions.iter().filter(|&&at| at % every == 0).max() {
             for layer in cache.iter_mut() {
-                layer.retain_snapshots(|at| at % every == 0);
+                layer.retain_snapshots(|at| at % every == 0 || at == latest);
             }
-            let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
+            let keys = key::block_keys(
+                &self.fingerprint,
+                &tokens[..kept as usize],
+                self.block_tokens,
+            );
             self.keep_blocks(&keys, cache);
             self.publish_bytes();
         }
@@ -309,26 +326,54 @@ impl PrefixCache {
     /// holds (its prompt and generated tokens but the last sampled one), of which the first
     /// `prompt` came from the prompt. Their whole blocks go to both tiers; a tail, from the
     /// prompt's last whole block to the end, to RAM: the next turn re-renders the generated
-    /// tokens, maybe differently, so it matches them only after that boundary.
-    /// A recurrent model keeps no tail, only its blocks with the snapshots still recorded.
+    /// tokens, maybe differently, so it matches them only after that boundary. A recurrent
+    /// model's tail holds the states at its end, beside those its prompt's end left.
     pub fn store_sequence(&mut self, tokens: &[u32], prompt: usize, cache: &[KvCache]) {
         let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
-        let prompt_blocks = prompt.min(tokens.len()) / self.block_tokens;
-        let start = prompt_blocks * self.block_tokens;
-        if self.keep_blocks(&keys, cache) && start < tokens.len() && restorable(cache) {
-            let parent = prompt_blocks
-                .checked_sub(1)
-                .map_or(self.fingerprint, |index| keys[index]);
-            match cut(cache, start as i32, tokens.len() as i32) {
-                Ok(layers) => {
-                    let tail = Tail::new(parent, tokens[start..].to_vec(), layers);
-                    let evicted = self.tails.insert(tail);
-                    PrefixCounters::add(&self.counters.ram_evictions, evicted);
-                }
-                Err(error) => tracing::warn!(%error, "prefix cache: cannot keep a tail"),
-            }
+        if self.keep_blocks(&keys, cache) {
+            self.keep_tail(&keys, &tokens[..prompt.min(tokens.len())], tokens, cache);
         }
         self.publish_bytes();
+    }
+
+    /// Keeps in RAM what `cache` holds of `tokens` (all it holds) after `prompt`'s last whole
+    /// block, under the key of the blocks before it (`keys` names at least those); for a model
+    /// with recurrent layers, with their states at the end, the one point where they are known.
+    fn keep_tail(
+        &mut self,
+        keys: &[disk::BlockKey],
+        prompt: &[u32],
+        tokens: &[u32],
+        cache: &[KvCache],
+    ) {
+        let blocks = prompt.len() / self.block_tokens;
+        let start = blocks * self.block_tokens;
+        if start >= tokens.len() {
+            return;
+        }
+        let parent = blocks
+            .checked_sub(1)
+            .map_or(self.fingerprint, |index| keys[index]);
+        let ends = if restorable(cache) {
+            Ends::Anywhere
+        } else {
+            match blocks::states_at_end(cache, tokens.len() as i32) {
+                Ok(Some(states)) => Ends::At(vec![(tokens.len() - start, states.into())]),
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "prefix cache: cannot keep a tail's states");
+                    return;
+                }
+            }
+        };
+        match cut(cache, start as i32, tokens.len() as i32) {
+            Ok(layers) => {
+                let tail = Tail::new(parent, tokens[start..].to_vec(), layers, ends);
+                let evicted = self.tails.insert(tail);
+                PrefixCounters::add(&self.counters.ram_evictions, evicted);
+            }
+            Err(error) => tracing::warn!(%error, "prefix cache: cannot keep a tail"),
+        }
     }
 
     /// Keeps the blocks `keys` name that RAM lacks, cut from `cache` in order, each with the
@@ -365,16 +410,17 @@ impl PrefixCache {
                 }
             };
             let block = Rc::new(Block::new(key, layers, snapshot));
-            if let Some(disk) = &self.disk {
-                if block.snapshot.is_some() {
-                    // The file may hold the block without it.
-                    disk.forget(&[key]);
-                }
-                if !disk.contains(&key) {
-                    match to_payload(&block.layers, block.snapshot.as_deref(), self.dtype) {
-                        Ok(payload) => disk.save(key, Arc::new(payload)),
-                        Err(error) => tracing::warn!(%error, "prefix cache: cannot save a block"),
-                    }
+            // With a snapshot, the file (or the write under way) may hold the block without it.
+            let upgrade = block.snapshot.is_some();
+            if let Some(disk) = self
+                .disk
+                .as_ref()
+                .filter(|disk| upgrade || !disk.contains(&key))
+            {
+                match to_payload(&block.layers, block.snapshot.as_deref(), self.dtype) {
+                    Ok(payload) if upgrade => disk.replace(key, Arc::new(payload)),
+                    Ok(payload) => disk.save(key, Arc::new(payload)),
+                    Err(error) => tracing::warn!(%error, "prefix cache: cannot save a block"),
                 }
             }
             if held.is_some() {

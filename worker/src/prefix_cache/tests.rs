@@ -277,8 +277,8 @@ fn a_recurrent_model_restores_from_the_deepest_boundary_snapshot_in_ram_and_on_s
     let model = &loaded.model;
     let disk = tempfile::tempdir().unwrap();
     // 14 prompt tokens in chunks of 3 (boundaries 4, 8 and 12 fall inside chunks), then 6
-    // generated: boundary 16 falls in the decode. Kept: 12 (the prompt's last whole block) and
-    // 16 (every fourth boundary); 4 and 8 are not.
+    // generated: boundaries 16 and 20 fall in the decode. Kept: 12 (the prompt's last whole
+    // block), 16 (every fourth boundary) and 20 (the sequence's last); 4 and 8 are not.
     let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
     let generated = [7, 11, 13, 17, 19, 23];
     let continued: Vec<u32> = prompt
@@ -294,7 +294,7 @@ fn a_recurrent_model_restores_from_the_deepest_boundary_snapshot_in_ram_and_on_s
     {
         let mut prefix = with_disk(&loaded, Some(disk.path()));
         run_sequence(&mut prefix, model, &prompt, 3, &generated);
-        assert_restores_like_cold(&mut prefix, model, &continued, 16);
+        assert_restores_like_cold(&mut prefix, model, &continued, 20);
         assert_restores_like_cold(&mut prefix, model, &diverging, 12);
         // Blocks 4 and 8 are cached but carry no snapshot: nothing to restore from.
         assert_restores_like_cold(&mut prefix, model, &early, 0);
@@ -302,7 +302,7 @@ fn a_recurrent_model_restores_from_the_deepest_boundary_snapshot_in_ram_and_on_s
     }
     // A new worker: RAM is empty, the blocks and their snapshots come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));
-    assert_restores_like_cold(&mut prefix, model, &continued, 16);
+    assert_restores_like_cold(&mut prefix, model, &continued, 20);
     assert_restores_like_cold(&mut prefix, model, &diverging, 12);
     assert_eq!(prefix.counters.snapshot().load_errors, 0);
 }
@@ -322,6 +322,64 @@ fn a_snapshot_recorded_later_is_added_to_a_block_kept_without_one() {
 }
 
 #[test]
+fn a_recurrent_model_resumes_a_conversation_to_the_token_from_its_tails_states() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let mut prefix = ram_only(&loaded);
+    // 14 prompt tokens and 5 generated: the blocks end at 16, the tail from 12 holds the states
+    // at the prompt's end (14) and at the sequence's (19).
+    let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    let generated = [7, 11, 13, 17, 19];
+    run_sequence(&mut prefix, model, &prompt, 5, &generated);
+    let answered: Vec<u32> = prompt.iter().chain(&generated).copied().collect();
+    let with = |history: &[u32]| -> Vec<u32> { history.iter().copied().chain([90, 91]).collect() };
+    // The answer resent as generated: everything the sequence computed.
+    assert_restores_like_cold(&mut prefix, model, &with(&answered), 19);
+    // The answer re-rendered differently: the prompt, to its last token.
+    let mut rerendered = answered.clone();
+    rerendered[15] = 77;
+    assert_restores_like_cold(&mut prefix, model, &with(&rerendered), 14);
+    // The prompt resent as a prefix, short of its end: the last boundary snapshot.
+    assert_restores_like_cold(&mut prefix, model, &with(&prompt[..13]), 12);
+    // The turn after, continuing the second: its own tail, beside the first's.
+    let second = with(&rerendered);
+    run_sequence(&mut prefix, model, &second, 5, &[5, 6]);
+    let third: Vec<u32> = second.iter().copied().chain([5, 6, 40]).collect();
+    assert_restores_like_cold(&mut prefix, model, &third, 23);
+    assert_restores_like_cold(&mut prefix, model, &with(&answered), 19);
+}
+
+#[test]
+fn a_snapshot_added_while_the_writer_holds_its_block_reaches_the_ssd() {
+    let (_dir, loaded) = tiny_qwen3_5();
+    let model = &loaded.model;
+    let disk = tempfile::tempdir().unwrap();
+    let long: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
+    let short = &long[..6];
+    let continued: Vec<u32> = long.iter().copied().chain([90, 91]).collect();
+    {
+        let mut prefix = with_disk(&loaded, Some(disk.path()));
+        fn tier(prefix: &PrefixCache) -> &super::DiskTier {
+            prefix.disk.as_ref().unwrap()
+        }
+        tier(&prefix).hold_writer();
+        run_sequence(&mut prefix, model, &long, 5, &[]);
+        // The writer holds the first block, kept without a snapshot, between its temp file and
+        // its rename, when the shorter prompt records one at its end.
+        let first = super::key::block_keys(&prefix.fingerprint, &long[..4], BLOCK_TOKENS)[0];
+        assert_eq!(tier(&prefix).wait_parked(), first);
+        run_sequence(&mut prefix, model, short, 5, &[]);
+        tier(&prefix).release_writer();
+        assert!(prefix.flush(std::time::Duration::from_secs(300)));
+    }
+    // A new worker: the first block comes from the SSD with its snapshot, and the chain after it
+    // is whole.
+    let mut prefix = with_disk(&loaded, Some(disk.path()));
+    assert_restores_like_cold(&mut prefix, model, short, 4);
+    assert_restores_like_cold(&mut prefix, model, &continued, 12);
+}
+
+#[test]
 fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
     let (_dir, loaded) = tiny_qwen3_5();
     let model = &loaded.model;
@@ -329,8 +387,9 @@ fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
     let prompt: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
     run_sequence(&mut prefix, model, &prompt, 5, &[]);
     let continued: Vec<u32> = prompt.iter().copied().chain([90, 91]).collect();
+    // Restored to the prompt's end, off a block boundary, from the tail's states.
     let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
-    assert_eq!(cached, 12);
+    assert_eq!(cached, 14);
     // Another sequence in the same pass, recording its own boundary (4) mid-pass.
     let other: Vec<u32> = (0..7).map(|index| 100 - index * 3).collect();
     let mut other_cache = model.new_cache();

@@ -200,6 +200,44 @@ impl DiskTier {
         shared.wake_writer();
     }
 
+    /// Queues `payload` to take the place of what the tier holds or is writing for `key` (a block
+    /// kept again with a recurrent snapshot it lacked). A queued save of it gets the new payload;
+    /// otherwise the new one waits for a slot as [`DiskTier::save`] does, and only once it has
+    /// one is the old file deleted or the old write cancelled: a dropped replacement leaves the
+    /// old block, which still serves its keys and values.
+    pub fn replace(&self, key: BlockKey, payload: Arc<Vec<u8>>) {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        if let Some(job) = state.queue.iter_mut().find(|job| job.key == key) {
+            job.payload = payload;
+            return;
+        }
+        let now = Instant::now();
+        if !state.pause.admits(now) {
+            shared.count_drop();
+            return;
+        }
+        let deadline = now + shared.options.save_wait;
+        while state.queue.len() >= shared.options.queue_capacity {
+            let now = Instant::now();
+            if now >= deadline {
+                shared.count_drop();
+                return;
+            }
+            state = shared.wait_for_progress(state, deadline - now);
+        }
+        shared.remove_block(&mut state, &key);
+        if state.queued_or_writing.contains(&key) {
+            // The writer holds the old payload; the new one is queued behind it.
+            state.cancelled.insert(key);
+        }
+        state.enqueue(key, payload);
+        counters::add(&shared.counters.saves_enqueued, 1);
+        shared.publish(&state);
+        drop(state);
+        shared.wake_writer();
+    }
+
     /// Deletes these blocks. A save of one that is still queued is taken off the queue; one
     /// the writer holds is cancelled, and the writer deletes its temp file instead of renaming
     /// it (it checks under the same lock), so no file reappears afterwards.

@@ -140,7 +140,10 @@ fn failed(shared: &Shared, state: &mut State, path: &Path, error: &io::Error) {
 
 fn finish(shared: &Shared, mut state: MutexGuard<'_, State>, job: &Job, outcome: Outcome) {
     state.writing = None;
-    state.queued_or_writing.remove(&job.key);
+    // A replacement of the same key may be queued behind this write.
+    if !state.queue.iter().any(|queued| queued.key == job.key) {
+        state.queued_or_writing.remove(&job.key);
+    }
     state.cancelled.remove(&job.key);
     match outcome {
         Outcome::Persisted => counters::add(&shared.counters.saves_persisted, 1),

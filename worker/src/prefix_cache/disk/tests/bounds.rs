@@ -157,3 +157,34 @@ fn eviction_removes_the_least_recently_used_block() {
     assert!(!tier.contains(&key(1)));
     assert!(!block_file(dir.path(), 1).exists());
 }
+
+#[test]
+fn a_replacement_takes_the_place_of_a_block_being_written_queued_or_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = open(dir.path(), 1 << 20);
+    tier.hold_writer();
+    tier.save(key(1), payload(1));
+    assert_eq!(tier.wait_parked(), key(1));
+    // Being written: the old write is cancelled and the new payload queued behind it.
+    tier.replace(key(1), payload(11));
+    tier.save(key(2), payload(2));
+    // Queued: the job takes the new payload.
+    tier.replace(key(2), payload(12));
+    tier.release_writer();
+    assert!(tier.flush(SETTLE));
+    // On disk: the file is rewritten.
+    save_and_flush(&tier, 3);
+    tier.replace(key(3), payload(13));
+    assert!(tier.flush(SETTLE));
+    drop(tier);
+
+    let tier = open(dir.path(), 1 << 20);
+    for n in 1..=3 {
+        assert_eq!(
+            tier.load(&key(n)).as_deref(),
+            Some(payload(10 + n).as_slice()),
+            "block {n}"
+        );
+    }
+    assert_eq!(dir_files(dir.path()).len(), 3, "no temp file left");
+}

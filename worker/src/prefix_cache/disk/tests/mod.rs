@@ -44,17 +44,17 @@ pub(super) fn injected_failure(shared: &Shared) -> io::Result<()> {
 }
 
 impl DiskTier {
-    fn hold_writer(&self) {
+    pub(in crate::prefix_cache) fn hold_writer(&self) {
         self.shared.lock().gate.closed = true;
     }
 
-    fn release_writer(&self) {
+    pub(in crate::prefix_cache) fn release_writer(&self) {
         self.shared.lock().gate.closed = false;
         self.shared.wake_writer();
     }
 
     /// The key the held writer has written to a temp file and not yet renamed.
-    fn wait_parked(&self) -> BlockKey {
+    pub(in crate::prefix_cache) fn wait_parked(&self) -> BlockKey {
         let deadline = Instant::now() + SETTLE;
         let mut state = self.shared.lock();
         loop {
