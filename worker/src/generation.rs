@@ -16,7 +16,10 @@ use crate::prefill_guard::PrefillTooLarge;
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
-use crate::tools::{ToolFormat, gemma4_tool_responses, mistral_call_ids, rewrite_messages};
+use crate::tools::{
+    ToolFormat, deepseek_thinking, gemma4_tool_responses, kimi_call_ids, mistral_call_ids,
+    rewrite_messages,
+};
 
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -320,8 +323,14 @@ fn render(
             rewritten = gemma4_tool_responses(messages);
             &rewritten[..]
         }
+        ToolFormat::Kimi => {
+            rewritten = kimi_call_ids(messages);
+            &rewritten[..]
+        }
         _ => messages,
     };
+    let deepseek_kwargs = deepseek_thinking(loaded.formats.tool_format, template_kwargs);
+    let template_kwargs = deepseek_kwargs.as_ref().or(template_kwargs);
     let render_as_given = |messages: &[serde_json::Value]| {
         if taught {
             template.render_with(
