@@ -11,6 +11,7 @@ mod call_ids;
 mod calls;
 mod cursor;
 mod deepseek_call;
+mod deepseek_tools;
 mod detect;
 mod fallback;
 mod format;
@@ -27,6 +28,7 @@ mod tool_responses;
 mod xml_call;
 
 pub use call_ids::{kimi_call_ids, mistral_call_ids};
+pub use deepseek_tools::deepseek_messages;
 pub use detect::ModelFormats;
 pub use fallback::rewrite_messages;
 pub use format::ToolFormat;
