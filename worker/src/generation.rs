@@ -17,8 +17,8 @@ use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
 use crate::tools::{
-    ToolFormat, deepseek_messages, deepseek_thinking, gemma4_tool_responses, kimi_call_ids, mistral_call_ids,
-    rewrite_messages,
+    ToolFormat, deepseek_messages, deepseek_thinking, gemma4_tool_responses, kimi_call_ids,
+    mistral_call_ids, rewrite_messages,
 };
 
 #[derive(Debug, Clone)]

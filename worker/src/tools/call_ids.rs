@@ -117,9 +117,7 @@ mod tests {
 
     #[test]
     fn kimi_ids_count_the_conversations_calls_and_results_follow_them() {
-        let call = |id: &str, name: &str| {
-            json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}})
-        };
+        let call = |id: &str, name: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}});
         let messages = [
             json!({"role": "assistant", "tool_calls": [call("call_a", "f"), call("call_b", "g")]}),
             json!({"role": "tool", "tool_call_id": "call_b", "content": "2"}),
@@ -140,7 +138,12 @@ mod tests {
             .collect();
         assert_eq!(
             results,
-            ["functions.g:1", "functions.f:0", "functions.f:2", "elsewhere"]
+            [
+                "functions.g:1",
+                "functions.f:0",
+                "functions.f:2",
+                "elsewhere"
+            ]
         );
     }
 }

@@ -64,9 +64,13 @@ fn description(tools: &[Value], format: ToolFormat) -> String {
         );
     }
     let call = if format == ToolFormat::DeepSeekV3 {
-        format!("{DEEPSEEK_CALL_BEGIN}function{DEEPSEEK_SEP}tool_call_name\n```json\ntool_call_arguments\n```{DEEPSEEK_CALL_END}")
+        format!(
+            "{DEEPSEEK_CALL_BEGIN}function{DEEPSEEK_SEP}tool_call_name\n```json\ntool_call_arguments\n```{DEEPSEEK_CALL_END}"
+        )
     } else {
-        format!("{DEEPSEEK_CALL_BEGIN}tool_call_name{DEEPSEEK_SEP}tool_call_arguments{DEEPSEEK_CALL_END}")
+        format!(
+            "{DEEPSEEK_CALL_BEGIN}tool_call_name{DEEPSEEK_SEP}tool_call_arguments{DEEPSEEK_CALL_END}"
+        )
     };
     text += &format!(
         "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n\

@@ -130,8 +130,10 @@ fn thinking_follows_the_switch_the_template_reads() {
 
 #[test]
 fn tools_are_described_in_deepseeks_words_and_arguments_are_text() {
-    let tools = [json!({"type": "function", "function": {"name": "get_weather",
-        "description": "Current weather", "parameters": {"type": "object"}}})];
+    let tools = [
+        json!({"type": "function", "function": {"name": "get_weather",
+        "description": "Current weather", "parameters": {"type": "object"}}}),
+    ];
     let messages = [
         json!({"role": "system", "content": "Be brief."}),
         json!({"role": "user", "content": "Weather?"}),
@@ -152,5 +154,8 @@ fn tools_are_described_in_deepseeks_words_and_arguments_are_text() {
     let fenced = deepseek_messages(&messages, &tools, DeepSeekV3, true);
     let description = fenced[1]["content"].as_str().unwrap();
     assert!(description.contains(&v3_call("tool_call_name", "tool_call_arguments")));
-    assert_eq!(deepseek_messages(&messages, &tools, DeepSeekV31, false).len(), 3);
+    assert_eq!(
+        deepseek_messages(&messages, &tools, DeepSeekV31, false).len(),
+        3
+    );
 }

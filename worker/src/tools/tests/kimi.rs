@@ -60,7 +60,10 @@ fn a_section_that_is_not_calls_stays_text() {
     for output in [
         format!("{SECTION_BEGIN}{SECTION_END}"),
         format!("{SECTION_BEGIN}{CALL_BEGIN}functions.now:0{{}}{CALL_END}{SECTION_END}"),
-        format!("{SECTION_BEGIN}{}{SECTION_END}", kimi_call("functions.now:0", "[1]")),
+        format!(
+            "{SECTION_BEGIN}{}{SECTION_END}",
+            kimi_call("functions.now:0", "[1]")
+        ),
         format!("{SECTION_BEGIN}{}{SECTION_END}", kimi_call(":0", "{}")),
         format!("{SECTION_BEGIN}text{SECTION_END}"),
     ] {
