@@ -1,11 +1,13 @@
 //! Model formats for agents' output: which tool-call syntax a model writes and whether it
 //! thinks in `<think>` blocks (`detect`); the streaming parser that splits generated text into
 //! content, reasoning and whole tool calls (`parser`, with `calls`, `xml_call`, `glm_call`,
-//! `gemma4_call`, `pythonic_call`, `deepseek_call` and `kimi_call` reading the calls and `reasoning` saying where a thinking
-//! block starts; gpt-oss's channels have a parser of their own, `harmony`); and the rewrites of a
-//! conversation before rendering: tools taught to a model whose template has none
-//! (`fallback`), tool-call ids in the shape Mistral's and Kimi's templates demand (`call_ids`), tool
-//! results inside the calling turn as Gemma 4's template reads them (`tool_responses`).
+//! `gemma4_call`, `pythonic_call`, `deepseek_call` and `kimi_call` reading the calls and
+//! `reasoning` saying where a thinking block starts; gpt-oss's channels have a parser of their
+//! own, `harmony`); and the rewrites of a conversation before rendering: tools taught to a model
+//! whose template has none (`fallback`), tool-call ids in the shape Mistral's and Kimi's
+//! templates demand (`call_ids`), tool results inside the calling turn as Gemma 4's template
+//! reads them (`tool_responses`), DeepSeek's tools described in its own words
+//! (`deepseek_tools`).
 
 mod call_ids;
 mod calls;
