@@ -288,17 +288,29 @@ impl OutputParser {
     }
 
     /// Reasoning streams as it comes, less a tail that may be the start of `</think>` (or the
-    /// family's closing marker).
+    /// family's closing marker). Kimi K2 may end its thinking by opening its calls without
+    /// `</think>`: the section then ends the reasoning and is read as calls.
     fn thinking(&mut self, out: &mut Fragments) -> bool {
         let close = self.thinking.1;
+        let section = if self.format == ToolFormat::Kimi && self.parse_tools {
+            KIMI_SECTION_BEGIN
+        } else {
+            close
+        };
         let pending = self.pending();
-        if let Some(at) = pending.find(close) {
+        let ends = [close, section].map(|end| pending.find(end).map(|at| (at, end)));
+        if let Some((at, end)) = ends.into_iter().flatten().min() {
             out.reasoning(&pending[..at]);
-            self.start += at + close.len();
-            self.set_mode(Mode::SkipSpace(Next::ContentStart));
+            if end == close {
+                self.start += at + close.len();
+                self.set_mode(Mode::SkipSpace(Next::ContentStart));
+            } else {
+                self.start += at;
+                self.set_mode(Mode::Text);
+            }
             return true;
         }
-        let release = pending.len() - held_tail(pending, &[close]);
+        let release = pending.len() - held_tail(pending, &[close, section]);
         out.reasoning(&pending[..release]);
         self.start += release;
         false

@@ -105,3 +105,29 @@ fn both_k2_templates_are_kimi_with_their_markers_kept() {
     );
     assert_eq!(thinking.tool_format, Kimi);
 }
+
+/// Kimi K2-Thinking may open its calls without closing its thinking: the section ends it.
+#[test]
+fn a_call_section_ends_the_thinking_it_opens_in() {
+    let output = format!(
+        "<think>Weather first.{SECTION_BEGIN}{}{SECTION_END}",
+        kimi_call("functions.get_weather:0", r#"{"city": "Paris"}"#)
+    );
+    assert_eq!(
+        parse_clean(config(Kimi, Maybe, &[]), &output),
+        [
+            reasoning("Weather first."),
+            call("get_weather", r#"{"city":"Paris"}"#)
+        ]
+    );
+    let without_tools = ParserConfig {
+        parse_tools: false,
+        ..config(Kimi, Maybe, &[])
+    };
+    let (fragments, _) = parse(without_tools, &output);
+    assert_eq!(
+        fragments,
+        [reasoning(&output["<think>".len()..])],
+        "without tools the section is thinking"
+    );
+}
