@@ -33,6 +33,12 @@ pub enum CallSyntax {
     Gemma4,
     /// LFM2's `<|tool_call_start|>[NAME(key='text')]<|tool_call_end|>`.
     Pythonic,
+    /// DeepSeek V3.1's `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+    /// <｜tool▁call▁end｜><｜tool▁calls▁end｜>`.
+    DeepSeek,
+    /// Kimi K2's `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+    /// <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>`.
+    Kimi,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
@@ -93,6 +99,32 @@ const MISTRAL: &[(&str, bool)] = &[
 
 /// Every family corral serves today, by architecture.
 pub const FAMILIES: &[Family] = &[
+    Family {
+        arch: "deepseek_v3",
+        template: "deepseek-v3.1.jinja",
+        // DeepSeek V3.1's tokenizer marks only the sentence tokens special.
+        added: &[
+            ("<｜begin▁of▁sentence｜>", true),
+            ("<｜end▁of▁sentence｜>", true),
+            ("<｜User｜>", false),
+            ("<｜Assistant｜>", false),
+            ("<think>", false),
+            ("</think>", false),
+            ("<｜tool▁calls▁begin｜>", false),
+            ("<｜tool▁calls▁end｜>", false),
+            ("<｜tool▁call▁begin｜>", false),
+            ("<｜tool▁call▁end｜>", false),
+            ("<｜tool▁sep｜>", false),
+            ("<｜tool▁output▁begin｜>", false),
+            ("<｜tool▁output▁end｜>", false),
+        ],
+        bos: Some("<｜begin▁of▁sentence｜>"),
+        eos: "<｜end▁of▁sentence｜>",
+        stop: &["<｜end▁of▁sentence｜>"],
+        calls: CallSyntax::DeepSeek,
+        thinks: true,
+        thinking_kwargs: r#"{"thinking": true}"#,
+    },
     Family {
         arch: "gemma3_text",
         template: "gemma3.jinja",
@@ -203,6 +235,30 @@ pub const FAMILIES: &[Family] = &[
         stop: &["<|end_of_text|>"],
         calls: CallSyntax::Granite,
         thinks: true,
+        thinking_kwargs: "{}",
+    },
+    Family {
+        arch: "kimi_k2",
+        template: "kimi-k2.jinja",
+        added: &[
+            ("[BOS]", true),
+            ("[EOS]", true),
+            ("<|im_end|>", true),
+            ("<|im_user|>", true),
+            ("<|im_assistant|>", true),
+            ("<|im_system|>", true),
+            ("<|im_middle|>", true),
+            ("<|tool_calls_section_begin|>", true),
+            ("<|tool_calls_section_end|>", true),
+            ("<|tool_call_begin|>", true),
+            ("<|tool_call_argument_begin|>", true),
+            ("<|tool_call_end|>", true),
+        ],
+        bos: Some("[BOS]"),
+        eos: "[EOS]",
+        stop: &["<|im_end|>", "[EOS]"],
+        calls: CallSyntax::Kimi,
+        thinks: false,
         thinking_kwargs: "{}",
     },
     Family {
@@ -494,6 +550,26 @@ impl Family {
                     token("<|tool_call_end|>")
                 )
             }
+            CallSyntax::DeepSeek => format!(
+                "{} {} {} {} {} {} {}",
+                token("<｜tool▁calls▁begin｜>"),
+                token("<｜tool▁call▁begin｜>"),
+                literal(name),
+                token("<｜tool▁sep｜>"),
+                literal(arguments),
+                token("<｜tool▁call▁end｜>"),
+                token("<｜tool▁calls▁end｜>"),
+            ),
+            CallSyntax::Kimi => format!(
+                "{} {} {} {} {} {} {}",
+                token("<|tool_calls_section_begin|>"),
+                token("<|tool_call_begin|>"),
+                literal(&format!("functions.{name}:0")),
+                token("<|tool_call_argument_begin|>"),
+                literal(arguments),
+                token("<|tool_call_end|>"),
+                token("<|tool_calls_section_end|>"),
+            ),
             CallSyntax::Harmony => format!(
                 "{} {} {} {} {} {} {}",
                 token("<|channel|>"),
@@ -518,6 +594,7 @@ impl Family {
             CallSyntax::Gemma4 => "<|channel>thought\nhmm\n<channel|>fine",
             // Its template opens the thinking block itself.
             CallSyntax::QwenXml => "hmm\n</think>\n\nfine",
+            CallSyntax::DeepSeek => "hmm\n</think>fine",
             CallSyntax::Harmony => {
                 "<|channel|>analysis<|message|>hmm\n<|end|><|start|>assistant<|channel|>final<|message|>fine"
             }

@@ -16,7 +16,10 @@ use crate::prefill_guard::PrefillTooLarge;
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
-use crate::tools::{ToolFormat, gemma4_tool_responses, mistral_call_ids, rewrite_messages};
+use crate::tools::{
+    ToolFormat, deepseek_messages, deepseek_thinking, gemma4_tool_responses, kimi_call_ids,
+    mistral_call_ids, rewrite_messages,
+};
 
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -308,10 +311,15 @@ fn render(
         message.get("role").and_then(|role| role.as_str()) == Some("tool")
             || message.get("tool_calls").is_some()
     };
-    let taught =
-        !loaded.formats.native_tools && (!tools.is_empty() || messages.iter().any(mentions_tools));
+    let format = loaded.formats.tool_format;
+    // DeepSeek's templates write its calls and results but not the tools, which are described
+    // in its own words (`deepseek_messages`).
+    let deepseek = matches!(format, ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3);
+    let taught = !loaded.formats.native_tools
+        && !deepseek
+        && (!tools.is_empty() || messages.iter().any(mentions_tools));
     let rewritten;
-    let messages = match loaded.formats.tool_format {
+    let messages = match format {
         ToolFormat::Mistral => {
             rewritten = mistral_call_ids(messages);
             &rewritten[..]
@@ -320,8 +328,19 @@ fn render(
             rewritten = gemma4_tool_responses(messages);
             &rewritten[..]
         }
+        ToolFormat::Kimi => {
+            rewritten = kimi_call_ids(messages);
+            &rewritten[..]
+        }
+        ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => {
+            let describe = !loaded.formats.native_tools;
+            rewritten = deepseek_messages(messages, tools, format, describe);
+            &rewritten[..]
+        }
         _ => messages,
     };
+    let deepseek_kwargs = deepseek_thinking(format, template_kwargs);
+    let template_kwargs = deepseek_kwargs.as_ref().or(template_kwargs);
     let render_as_given = |messages: &[serde_json::Value]| {
         if taught {
             template.render_with(

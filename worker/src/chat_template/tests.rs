@@ -646,3 +646,56 @@ fn gemma4_renders_its_calls_and_their_results_in_one_model_turn_like_transformer
         "<|turn>system\nYou are terse.<|tool>declaration:get_weather{description:<|\"|>Get the weather <now><|\"|>,parameters:{properties:{city:{type:<|\"|>STRING<|\"|>}},required:[<|\"|>city<|\"|>],type:<|\"|>OBJECT<|\"|>}}<tool|><turn|>\n<|turn>user\nWeather in Paris?<turn|>\n<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|><|tool_response>response:get_weather{temp:21}<tool_response|><|channel>thought\n<channel|>"
     );
 }
+
+/// DeepSeek V3.1's template writes the calls and results but no tools: corral's description
+/// (`tools::deepseek_messages`) joins the system prompt, and the arguments go in as JSON text,
+/// which the template joins to its markers.
+#[test]
+fn deepseek_renders_its_described_tools_calls_and_results() {
+    use crate::tools::{ToolFormat, deepseek_messages};
+    let tools = weather_tool().as_array().unwrap().clone();
+    let conversation = deepseek_messages(
+        &conversation_with_a_call(),
+        &tools,
+        ToolFormat::DeepSeekV31,
+        true,
+    );
+    let got = shipped("deepseek-v3.1.jinja")
+        .render(&conversation, None, true)
+        .unwrap();
+    assert!(
+        got.starts_with("You are terse.\n\n## Tools\nYou have access to the following tools:\n\n### get_weather\nDescription: Get the weather <now>\n"),
+        "{got}"
+    );
+    assert!(
+        got.ends_with("<｜User｜>Weather in Paris?<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\":\"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁output▁begin｜>{\"temp\": 21}<｜tool▁output▁end｜>"),
+        "{got}"
+    );
+}
+
+/// Kimi K2-Thinking's template writes each call's id and the same id before its result: the
+/// ids Kimi was trained on (`tools::kimi_call_ids`). The first K2 template writes neither, and
+/// takes a call whose content is null.
+#[test]
+fn kimi_renders_its_own_call_ids_before_calls_and_results() {
+    let conversation = crate::tools::kimi_call_ids(&conversation_with_a_call());
+    let got = shipped("kimi-k2-thinking.jinja")
+        .render(&conversation, Some(&weather_tool()), true)
+        .unwrap();
+    assert!(
+        got.contains("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"),
+        "{got}"
+    );
+    assert!(
+        got.ends_with("<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n{\"temp\": 21}<|im_end|><|im_assistant|>assistant<|im_middle|>"),
+        "{got}"
+    );
+    let mut with_null = conversation_with_a_call();
+    with_null[2] = weather_call();
+    let first = shipped("kimi-k2.jinja").render(
+        &crate::tools::kimi_call_ids(&with_null),
+        Some(&weather_tool()),
+        true,
+    );
+    assert!(first.is_ok(), "{first:?}");
+}

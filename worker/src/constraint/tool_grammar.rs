@@ -26,6 +26,15 @@
 //!   template writes past calls with (the prompt ends with `<|start|>assistant`), its tokens by
 //!   id where the vocabulary has them; one call, which the model's `<|call|>` then ends.
 //!
+//! - DeepSeekV31: `<｜tool▁calls▁begin｜>`, then per call `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS
+//!   <｜tool▁call▁end｜>`, then `<｜tool▁calls▁end｜>`, the markers by id where the vocabulary has
+//!   them; DeepSeekV3 the same with each call `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n
+//!   ```json\nARGS\n```<｜tool▁call▁end｜>`;
+//! - Kimi: `<|tool_calls_section_begin|>`, then per call `<|tool_call_begin|>functions.NAME:INDEX
+//!   <|tool_call_argument_begin|>ARGS<|tool_call_end|>`, then `<|tool_calls_section_end|>`, the
+//!   markers by id where the vocabulary has them and INDEX the model's own count of the
+//!   conversation's calls (up to three digits).
+//!
 //! ARGS is JSON of the tool's `parameters` (`{"type": "object"}` when absent), written as
 //! `json_options.rs` describes.
 
@@ -48,6 +57,18 @@ const GEMMA4_QUOTE: &str = "<|\"|>";
 /// LFM2's markers around its list of calls.
 const PYTHONIC_CALL_OPEN: &str = "<|tool_call_start|>";
 const PYTHONIC_CALL_CLOSE: &str = "<|tool_call_end|>";
+/// DeepSeek's call markers.
+const DEEPSEEK_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
+const DEEPSEEK_CALLS_END: &str = "<｜tool▁calls▁end｜>";
+const DEEPSEEK_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+const DEEPSEEK_CALL_END: &str = "<｜tool▁call▁end｜>";
+const DEEPSEEK_SEP: &str = "<｜tool▁sep｜>";
+/// Kimi K2's call markers.
+const KIMI_SECTION_BEGIN: &str = "<|tool_calls_section_begin|>";
+const KIMI_SECTION_END: &str = "<|tool_calls_section_end|>";
+const KIMI_CALL_BEGIN: &str = "<|tool_call_begin|>";
+const KIMI_ARGUMENT_BEGIN: &str = "<|tool_call_argument_begin|>";
+const KIMI_CALL_END: &str = "<|tool_call_end|>";
 /// Harmony's header tokens.
 const HARMONY_CHANNEL: &str = "<|channel|>";
 const HARMONY_MESSAGE: &str = "<|message|>";
@@ -145,6 +166,18 @@ pub(super) fn lark(
             repeated(", ", parallel),
             token(PYTHONIC_CALL_CLOSE)
         ),
+        ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => format!(
+            "{} {} {}",
+            token(DEEPSEEK_CALLS_BEGIN),
+            repeated("", parallel),
+            token(DEEPSEEK_CALLS_END)
+        ),
+        ToolFormat::Kimi => format!(
+            "{} {} {}",
+            token(KIMI_SECTION_BEGIN),
+            repeated("", parallel),
+            token(KIMI_SECTION_END)
+        ),
         ToolFormat::Mistral => {
             let id = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
                 ConstraintError::Invalid(format!(
@@ -165,6 +198,9 @@ pub(super) fn lark(
         .map(|index| format!("tool_{index}"))
         .collect();
     let mut lark = format!("start: {start}\ncall: {}\n", calls.join(" | "));
+    if format == ToolFormat::Kimi {
+        lark.push_str("CALL_INDEX: /[0-9]{1,3}/\n");
+    }
     for (index, tool) in tools.iter().enumerate() {
         let name = Value::String(tool.name.clone()).to_string();
         let rule = match format {
@@ -205,6 +241,32 @@ pub(super) fn lark(
                     literal(")")
                 )
             }
+            ToolFormat::DeepSeekV31 => format!(
+                "{} {} {} %json {} {}",
+                token(DEEPSEEK_CALL_BEGIN),
+                literal(&tool.name),
+                token(DEEPSEEK_SEP),
+                json_schema(tool, &tool.parameters)?,
+                token(DEEPSEEK_CALL_END),
+            ),
+            ToolFormat::DeepSeekV3 => format!(
+                "{} {} {} {} %json {} {} {}",
+                token(DEEPSEEK_CALL_BEGIN),
+                literal("function"),
+                token(DEEPSEEK_SEP),
+                literal(&format!("{}\n```json\n", tool.name)),
+                json_schema(tool, &tool.parameters)?,
+                literal("\n```"),
+                token(DEEPSEEK_CALL_END),
+            ),
+            ToolFormat::Kimi => format!(
+                "{} {} CALL_INDEX {} %json {} {}",
+                token(KIMI_CALL_BEGIN),
+                literal(&format!("functions.{}:", tool.name)),
+                token(KIMI_ARGUMENT_BEGIN),
+                json_schema(tool, &tool.parameters)?,
+                token(KIMI_CALL_END),
+            ),
             ToolFormat::Harmony => {
                 let schema = json_schema(tool, &tool.parameters)?;
                 format!(

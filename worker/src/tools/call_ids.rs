@@ -3,6 +3,12 @@
 //! clients send back whatever ids they were given (`call_...` from corral, others from elsewhere).
 //! So before rendering, each id is replaced by nine characters derived from it: the same id
 //! always maps to the same nine, so a call and its result still match.
+//!
+//! Kimi K2 was trained on ids of its own, `functions.NAME:INDEX` with the index counting the
+//! conversation's calls, which its template writes both after each call and before each result
+//! (`## Return of ID`); the conversation's ids are rewritten into that shape the same way.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -43,6 +49,41 @@ fn mistral_id(id: &str) -> String {
         .collect()
 }
 
+/// `messages` with every assistant call's `id` as Kimi K2 writes it, `functions.NAME:INDEX` for
+/// the conversation's INDEXth call, and every tool result's `tool_call_id` as its call's.
+pub fn kimi_call_ids(messages: &[Value]) -> Vec<Value> {
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    let mut index = 0;
+    messages
+        .iter()
+        .map(|message| {
+            let mut message = message.clone();
+            if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+                for call in calls {
+                    let name = call
+                        .pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown");
+                    let kimi = format!("functions.{name}:{index}");
+                    index += 1;
+                    if let Some(Value::String(id)) = call.get_mut("id") {
+                        renamed.insert(id.clone(), kimi.clone());
+                    }
+                    if let Value::Object(call) = call {
+                        call.insert("id".to_owned(), Value::String(kimi));
+                    }
+                }
+            }
+            if let Some(Value::String(id)) = message.get_mut("tool_call_id")
+                && let Some(kimi) = renamed.get(id.as_str())
+            {
+                *id = kimi.clone();
+            }
+            message
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -72,5 +113,37 @@ mod tests {
         assert_eq!(rewritten[0]["tool_calls"][1]["id"], "abcDEF123");
         assert_eq!(rewritten[2]["tool_call_id"], "abcDEF123");
         assert_eq!(rewritten[3], messages[3], "content is never touched");
+    }
+
+    #[test]
+    fn kimi_ids_count_the_conversations_calls_and_results_follow_them() {
+        let call = |id: &str, name: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}});
+        let messages = [
+            json!({"role": "assistant", "tool_calls": [call("call_a", "f"), call("call_b", "g")]}),
+            json!({"role": "tool", "tool_call_id": "call_b", "content": "2"}),
+            json!({"role": "tool", "tool_call_id": "call_a", "content": "1"}),
+            json!({"role": "assistant", "tool_calls": [call("call_c", "f")]}),
+            json!({"role": "tool", "tool_call_id": "call_c", "content": "3"}),
+            json!({"role": "tool", "tool_call_id": "elsewhere", "content": "4"}),
+        ];
+        let rewritten = kimi_call_ids(&messages);
+        let ids: Vec<&Value> = [(0, 0), (0, 1), (3, 0)]
+            .iter()
+            .map(|&(message, call)| &rewritten[message]["tool_calls"][call]["id"])
+            .collect();
+        assert_eq!(ids, ["functions.f:0", "functions.g:1", "functions.f:2"]);
+        let results: Vec<&Value> = [1, 2, 4, 5]
+            .iter()
+            .map(|&message| &rewritten[message]["tool_call_id"])
+            .collect();
+        assert_eq!(
+            results,
+            [
+                "functions.g:1",
+                "functions.f:0",
+                "functions.f:2",
+                "elsewhere"
+            ]
+        );
     }
 }

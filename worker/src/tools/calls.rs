@@ -7,7 +7,9 @@
 use serde_json::Value;
 
 use super::fragment::ToolCall;
-use super::markers::{ARGS, CALL_ID, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, TOOL_CALLS};
+use super::markers::{
+    ARGS, CALL_ID, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, TOOL_CALLS, held_tail,
+};
 use super::xml_call::{self, ParamTypes};
 
 /// The body of a `<tool_call>` block: Hermes JSON, or Qwen3-Coder's `<function=...>` (models
@@ -166,4 +168,48 @@ fn json_prefix(text: &str) -> Result<(Value, &str), String> {
         Some(Err(error)) => Err(format!("invalid JSON: {error}")),
         None => Err("no JSON where a call should be".into()),
     }
+}
+
+/// The calls of a section (DeepSeek's, Kimi's) whose body is calls between `begin` and `end`
+/// markers, whitespace between them; `parse` reads each call's text. The last call may be left
+/// unclosed, as a model that stops right after its arguments leaves it.
+pub(super) fn section_calls(
+    body: &str,
+    (begin, end): (&str, &str),
+    parse: fn(&str) -> Result<ToolCall, String>,
+) -> Result<Vec<ToolCall>, String> {
+    let mut calls = Vec::new();
+    let mut rest = body.trim_start();
+    while !rest.is_empty() {
+        let after = rest
+            .strip_prefix(begin)
+            .ok_or("text outside the section's calls")?;
+        let (call, after) = after
+            .split_once(end)
+            .unwrap_or_else(|| (&after[..after.len() - held_tail(after, &[end])], ""));
+        calls.push(parse(call)?);
+        rest = after.trim_start();
+    }
+    if calls.is_empty() {
+        return Err("a section of calls without a call".into());
+    }
+    Ok(calls)
+}
+
+/// A call's arguments written as a JSON object and nothing else, in compact form.
+pub(super) fn arguments_text(text: &str) -> Result<String, String> {
+    let (value, rest) = json_prefix(text)?;
+    if !rest.trim().is_empty() {
+        return Err("text after the call's arguments".into());
+    }
+    arguments(Some(value))
+}
+
+/// A function name as a model writes it between markers: one word of its own, no markup.
+pub(super) fn function_name(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || "<>{}".contains(c)) {
+        return Err(format!("{name:?} is not a function name"));
+    }
+    Ok(name.to_owned())
 }

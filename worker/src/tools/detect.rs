@@ -12,6 +12,7 @@ use super::format::ToolFormat;
 use super::markers::{
     ARG_KEY_OPEN, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
 };
+use super::markers::{DEEPSEEK_CALLS_BEGIN, KIMI_SECTION_BEGIN};
 use super::markers::{
     FUNCTION_OPEN, GEMMA4_CALL_OPEN, PARAMETER_OPEN, PYTHON_TAG, PYTHONIC_CALL_OPEN, THINK_CLOSE,
 };
@@ -54,7 +55,9 @@ impl ModelFormats {
 /// also write `<tool_call>`, and Hermes-style Llama fine-tunes keep Llama's `<|python_tag|>`
 /// token.
 fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
-    if template.contains(HARMONY_CHANNEL) {
+    if let Some(format) = deepseek_or_kimi(template, in_vocab) {
+        format
+    } else if template.contains(HARMONY_CHANNEL) {
         ToolFormat::Harmony
     } else if template.contains(GEMMA4_CALL_OPEN) {
         ToolFormat::Gemma4
@@ -74,6 +77,22 @@ fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
         ToolFormat::Llama3Json
     } else {
         ToolFormat::Hermes
+    }
+}
+
+/// DeepSeek's calls, V3's fenced JSON told apart by its fence; Kimi K2's, by the section marker
+/// in the template or, for the first K2 template (which writes no past calls), the vocabulary.
+fn deepseek_or_kimi(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> Option<ToolFormat> {
+    if template.contains(DEEPSEEK_CALLS_BEGIN) {
+        Some(if template.contains("```json") {
+            ToolFormat::DeepSeekV3
+        } else {
+            ToolFormat::DeepSeekV31
+        })
+    } else if template.contains(KIMI_SECTION_BEGIN) || in_vocab(KIMI_SECTION_BEGIN) {
+        Some(ToolFormat::Kimi)
+    } else {
+        None
     }
 }
 

@@ -7,6 +7,10 @@ use super::markers::{
     HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START, PYTHON_TAG, PYTHONIC_CALL_CLOSE,
     PYTHONIC_CALL_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
 };
+use super::markers::{
+    DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALLS_END, DEEPSEEK_SEP,
+    KIMI_ARGUMENT_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION_BEGIN, KIMI_SECTION_END,
+};
 
 /// How a model writes tool calls in its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +38,17 @@ pub enum ToolFormat {
     /// LFM2: `<|tool_call_start|>[name(key='text', n=3), ...]<|tool_call_end|>`, Python calls
     /// with literal arguments.
     Pythonic,
+    /// DeepSeek V3.1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}
+    /// <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`. V3's notation is read too.
+    DeepSeekV31,
+    /// DeepSeek V3 and R1: as V3.1, each call `<｜tool▁call▁begin｜>function<｜tool▁sep｜>name
+    /// \n```json\n{...}\n```<｜tool▁call▁end｜>`. V3.1's notation is read too.
+    DeepSeekV3,
+    /// Kimi K2: `<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0
+    /// <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>`, the
+    /// call's id (`functions.name:INDEX`, the index counting the conversation's calls) the one
+    /// its template writes back with the result.
+    Kimi,
 }
 
 impl ToolFormat {
@@ -79,6 +94,20 @@ impl ToolFormat {
             ],
             Self::Gemma4 => &[GEMMA4_CALL_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_QUOTE],
             Self::Pythonic => &[PYTHONIC_CALL_OPEN, PYTHONIC_CALL_CLOSE],
+            Self::DeepSeekV31 | Self::DeepSeekV3 => &[
+                DEEPSEEK_CALLS_BEGIN,
+                DEEPSEEK_CALLS_END,
+                DEEPSEEK_CALL_BEGIN,
+                DEEPSEEK_CALL_END,
+                DEEPSEEK_SEP,
+            ],
+            Self::Kimi => &[
+                KIMI_SECTION_BEGIN,
+                KIMI_SECTION_END,
+                KIMI_CALL_BEGIN,
+                KIMI_ARGUMENT_BEGIN,
+                KIMI_CALL_END,
+            ],
             Self::Harmony => &[
                 HARMONY_START,
                 HARMONY_CHANNEL,

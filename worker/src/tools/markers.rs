@@ -58,14 +58,33 @@ pub const GEMMA4_THOUGHT_OPEN: &str = "<|channel>thought";
 pub const PYTHONIC_CALL_OPEN: &str = "<|tool_call_start|>";
 pub const PYTHONIC_CALL_CLOSE: &str = "<|tool_call_end|>";
 
+/// DeepSeek V3: a section of calls, each `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+/// <｜tool▁call▁end｜>` (V3.1), or `function<｜tool▁sep｜>NAME` then the arguments in a
+/// fenced JSON block (V3, R1). Their bars and spaces are the full-width `｜` and `▁`.
+pub const DEEPSEEK_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
+pub const DEEPSEEK_CALLS_END: &str = "<｜tool▁calls▁end｜>";
+pub const DEEPSEEK_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+pub const DEEPSEEK_CALL_END: &str = "<｜tool▁call▁end｜>";
+pub const DEEPSEEK_SEP: &str = "<｜tool▁sep｜>";
+
+/// Kimi K2: a section of calls, each `<|tool_call_begin|>functions.NAME:INDEX
+/// <|tool_call_argument_begin|>{...}<|tool_call_end|>`.
+pub const KIMI_SECTION_BEGIN: &str = "<|tool_calls_section_begin|>";
+pub const KIMI_SECTION_END: &str = "<|tool_calls_section_end|>";
+pub const KIMI_CALL_BEGIN: &str = "<|tool_call_begin|>";
+pub const KIMI_ARGUMENT_BEGIN: &str = "<|tool_call_argument_begin|>";
+pub const KIMI_CALL_END: &str = "<|tool_call_end|>";
+
 /// The length of the longest tail of `text` that is a proper prefix of one of `markers`.
-/// Markers are ASCII, so the tail starts on a character boundary.
+/// Only prefixes that end on one of the marker's character boundaries count (DeepSeek's are not
+/// ASCII), so the tail starts on a character boundary of `text`.
 pub(super) fn held_tail(text: &str, markers: &[&str]) -> usize {
     markers
         .iter()
         .filter_map(|marker| {
             (1..marker.len())
                 .rev()
+                .filter(|&len| marker.is_char_boundary(len))
                 .find(|&len| text.ends_with(&marker[..len]))
         })
         .max()

@@ -13,11 +13,16 @@
 use serde_json::Value;
 
 use super::calls;
+use super::deepseek_call;
 use super::format::ToolFormat;
 use super::fragment::{Fragment, Fragments, ToolCall};
 use super::gemma4_call;
 use super::glm_call;
 use super::harmony::HarmonyParser;
+use super::kimi_call;
+use super::markers::{
+    DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALLS_END, KIMI_SECTION_BEGIN, KIMI_SECTION_END,
+};
 use super::markers::{
     FUNCTION_CLOSE, FUNCTION_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_CALL_OPEN, GRANITE_TOOL_CALL,
     PYTHON_TAG, PYTHONIC_CALL_CLOSE, PYTHONIC_CALL_OPEN, RESPONSE_CLOSE, RESPONSE_OPEN,
@@ -48,6 +53,10 @@ enum Block {
     Gemma4,
     /// LFM2's `<|tool_call_start|>[...]<|tool_call_end|>`, several calls in one block.
     Pythonic,
+    /// DeepSeek's `<｜tool▁calls▁begin｜>` ... `<｜tool▁calls▁end｜>`, several calls.
+    DeepSeek,
+    /// Kimi K2's `<|tool_calls_section_begin|>` ... `<|tool_calls_section_end|>`, several calls.
+    Kimi,
 }
 
 impl Block {
@@ -57,6 +66,8 @@ impl Block {
             Self::Function => FUNCTION_OPEN,
             Self::Gemma4 => GEMMA4_CALL_OPEN,
             Self::Pythonic => PYTHONIC_CALL_OPEN,
+            Self::DeepSeek => DEEPSEEK_CALLS_BEGIN,
+            Self::Kimi => KIMI_SECTION_BEGIN,
         }
     }
 
@@ -66,6 +77,8 @@ impl Block {
             Self::Function => FUNCTION_CLOSE,
             Self::Gemma4 => GEMMA4_CALL_CLOSE,
             Self::Pythonic => PYTHONIC_CALL_CLOSE,
+            Self::DeepSeek => DEEPSEEK_CALLS_END,
+            Self::Kimi => KIMI_SECTION_END,
         }
     }
 }
@@ -275,17 +288,29 @@ impl OutputParser {
     }
 
     /// Reasoning streams as it comes, less a tail that may be the start of `</think>` (or the
-    /// family's closing marker).
+    /// family's closing marker). Kimi K2 may end its thinking by opening its calls without
+    /// `</think>`: the section then ends the reasoning and is read as calls.
     fn thinking(&mut self, out: &mut Fragments) -> bool {
         let close = self.thinking.1;
+        let section = if self.format == ToolFormat::Kimi && self.parse_tools {
+            KIMI_SECTION_BEGIN
+        } else {
+            close
+        };
         let pending = self.pending();
-        if let Some(at) = pending.find(close) {
+        let ends = [close, section].map(|end| pending.find(end).map(|at| (at, end)));
+        if let Some((at, end)) = ends.into_iter().flatten().min() {
             out.reasoning(&pending[..at]);
-            self.start += at + close.len();
-            self.set_mode(Mode::SkipSpace(Next::ContentStart));
+            if end == close {
+                self.start += at + close.len();
+                self.set_mode(Mode::SkipSpace(Next::ContentStart));
+            } else {
+                self.start += at;
+                self.set_mode(Mode::Text);
+            }
             return true;
         }
-        let release = pending.len() - held_tail(pending, &[close]);
+        let release = pending.len() - held_tail(pending, &[close, section]);
         out.reasoning(&pending[..release]);
         self.start += release;
         false
@@ -351,6 +376,8 @@ impl OutputParser {
             FUNCTION_OPEN => Mode::Block(Block::Function),
             GEMMA4_CALL_OPEN => Mode::Block(Block::Gemma4),
             PYTHONIC_CALL_OPEN => Mode::Block(Block::Pythonic),
+            DEEPSEEK_CALLS_BEGIN => Mode::Block(Block::DeepSeek),
+            KIMI_SECTION_BEGIN => Mode::Block(Block::Kimi),
             PYTHON_TAG => Mode::Tail(Tail::Llama),
             GRANITE_TOOL_CALL => Mode::Tail(Tail::Granite),
             _ => Mode::Tail(Tail::Mistral),
@@ -398,6 +425,8 @@ impl OutputParser {
             Block::Function => one(xml_call::parse_function(candidate, &self.types)),
             Block::Gemma4 => one(gemma4_call::parse_call(block_body(candidate, block))),
             Block::Pythonic => pythonic_call::parse_calls(block_body(candidate, block)),
+            Block::DeepSeek => deepseek_call::parse_calls(block_body(candidate, block)),
+            Block::Kimi => kimi_call::parse_calls(block_body(candidate, block)),
         }
     }
 
@@ -447,6 +476,8 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::Granite => &[GRANITE_TOOL_CALL],
         ToolFormat::Gemma4 => &[GEMMA4_CALL_OPEN],
         ToolFormat::Pythonic => &[PYTHONIC_CALL_OPEN],
+        ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => &[DEEPSEEK_CALLS_BEGIN],
+        ToolFormat::Kimi => &[KIMI_SECTION_BEGIN],
     }
 }
 

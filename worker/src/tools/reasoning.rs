@@ -1,4 +1,9 @@
-//! Where a reasoning model's output starts: before, inside, or with no thinking block.
+//! Where a reasoning model's output starts: before, inside, or with no thinking block; and the
+//! template variable that switches DeepSeek's thinking.
+
+use serde_json::{Map, Value};
+
+use super::format::ToolFormat;
 
 /// Where the output starts with respect to a thinking block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,4 +30,25 @@ pub fn prompt_opens_reasoning(rendered_prompt: &str, markers: (&str, &str)) -> R
     } else {
         ReasoningStart::Maybe
     }
+}
+
+/// The template variables with DeepSeek V3.1's thinking switch set: its template reads
+/// `thinking`, where corral's switch (`reasoning_effort`, Anthropic's `thinking`) and Qwen3's
+/// templates use `enable_thinking`. `None` when nothing changes: another family, no
+/// `enable_thinking`, or a `thinking` the client set itself.
+pub fn deepseek_thinking(
+    format: ToolFormat,
+    kwargs: Option<&Map<String, Value>>,
+) -> Option<Map<String, Value>> {
+    if !matches!(format, ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3) {
+        return None;
+    }
+    let kwargs = kwargs?;
+    let enabled = kwargs.get("enable_thinking")?;
+    if kwargs.contains_key("thinking") {
+        return None;
+    }
+    let mut kwargs = kwargs.clone();
+    kwargs.insert("thinking".to_owned(), enabled.clone());
+    Some(kwargs)
 }

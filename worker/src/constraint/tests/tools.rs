@@ -453,3 +453,90 @@ fn pythonic_calls_parse_back_into_valid_calls() {
     called.dedup();
     assert_eq!(called, ["get_weather", "list_files", "now"]);
 }
+
+/// The fixture with `markers` added as special tokens, as DeepSeek's and Kimi's vocabularies
+/// have their call markers, and the markers' ids.
+fn with_special_tokens(markers: &[&str]) -> (Model, Vec<u32>) {
+    let (tokenizer, _) = fixture_tokenizer();
+    let mut tokenizer = tokenizer.clone();
+    let added: Vec<AddedToken> = markers
+        .iter()
+        .map(|&marker| AddedToken::from(marker, true))
+        .collect();
+    tokenizer.add_special_tokens(&added);
+    let ids = markers
+        .iter()
+        .map(|&marker| tokenizer.token_to_id(marker).unwrap())
+        .collect();
+    let n_vocab = tokenizer.get_vocab_size(true);
+    let eos = [tokenizer.token_to_id("<|im_end|>").unwrap()].into();
+    (Model::new(tokenizer, n_vocab, eos), ids)
+}
+
+/// Calls forced in `format` under every seed, with `markers` as special tokens and spelled out:
+/// each output starts with the section's marker (by id where it is a token) and parses back
+/// into calls valid for their tools, every tool called by some seed. Returns the outputs.
+fn sectioned_calls(format: ToolFormat, markers: &[&str]) -> Vec<String> {
+    let (with_tokens, ids) = with_special_tokens(markers);
+    let mut outputs = Vec::new();
+    for (model, open) in [(fixture(), None), (with_tokens, Some(ids[0]))] {
+        let mut called = Vec::new();
+        for seed in 0..SEEDS {
+            let output = generate(&model, &spec(format, ToolCallChoice::Required, true), seed);
+            assert!(output.text.starts_with(markers[0]), "{}", output.text);
+            if let Some(open) = open {
+                assert_eq!(output.tokens[0], open, "{:?}", output.tokens);
+            }
+            called.extend(parsed_calls(format, &output.text));
+            outputs.push(output.text);
+        }
+        called.sort();
+        called.dedup();
+        assert_eq!(called, ["get_weather", "list_files", "now"], "{format:?}");
+    }
+    outputs
+}
+
+#[test]
+fn deepseek_calls_parse_back_into_valid_calls_in_either_notation() {
+    let markers = [
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁calls▁end｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁sep｜>",
+    ];
+    for output in sectioned_calls(ToolFormat::DeepSeekV31, &markers) {
+        let first = output.strip_prefix(markers[0]).unwrap();
+        let first = first.strip_prefix(markers[2]).unwrap();
+        let (name, arguments) = first.split_once(markers[4]).unwrap();
+        assert!(parameters(name).is_object() && arguments.starts_with('{'));
+    }
+    for output in sectioned_calls(ToolFormat::DeepSeekV3, &markers) {
+        let fenced = format!("{}{}function{}", markers[0], markers[2], markers[4]);
+        assert!(output.starts_with(&fenced), "{output}");
+        assert!(output.contains("\n```json\n{"), "{output}");
+    }
+}
+
+#[test]
+fn kimi_calls_parse_back_into_valid_calls_named_by_their_ids() {
+    let markers = [
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+    ];
+    for output in sectioned_calls(ToolFormat::Kimi, &markers) {
+        let first = output.strip_prefix(markers[0]).unwrap();
+        let first = first.strip_prefix(markers[2]).unwrap();
+        let (id, _) = first.split_once(markers[3]).unwrap();
+        let (name, index) = id
+            .strip_prefix("functions.")
+            .and_then(|id| id.split_once(':'))
+            .unwrap_or_else(|| panic!("{id}"));
+        assert!(parameters(name).is_object());
+        assert!(index.bytes().all(|b| b.is_ascii_digit()) && !index.is_empty());
+    }
+}

@@ -42,6 +42,9 @@ const TEXT: &[&str] = &[
     "<channel|",
     "<|\"|>",
     "<|tool_call_",
+    "<｜tool▁calls",
+    "<｜",
+    "<|tool_calls_section",
 ];
 
 const THOUGHTS: &[&str] = &["\n", "hmm", " <", "</thin", "<tool_call>", "é"];
@@ -88,6 +91,16 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
             "<|start|>assistant<|channel|>analysis<|message|>hm <|end|>",
             "<|start|>assistant to=functions.g<|channel|>commentary json<|message|>{bad<|call|>",
             "<|start|>assistant<|channel|>final<|message|>ok<|return|>",
+        ],
+        ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => &[
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"x\": \"日\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>bad{<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        ],
+        ToolFormat::Kimi => &[
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"x\": \"日\"}<|tool_call_end|><|tool_calls_section_end|>",
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.g:1<|tool_call_argument_begin|>{}<|tool_call_end|> <|tool_call_begin|>h<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+            "<|tool_calls_section_begin|><|tool_call_begin|>bad<|tool_calls_section_end|>",
         ],
     }
 }
@@ -152,6 +165,9 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::Harmony,
         ToolFormat::Gemma4,
         ToolFormat::Pythonic,
+        ToolFormat::DeepSeekV31,
+        ToolFormat::DeepSeekV3,
+        ToolFormat::Kimi,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -195,6 +211,8 @@ fn assert_no_openers(fragments: &[Fragment], output: &str) {
         "<think>",
         "<|tool_call>",
         "<|tool_call_start|>",
+        "<｜tool▁calls▁begin｜>",
+        "<|tool_calls_section_begin|>",
     ];
     for fragment in fragments {
         if let Fragment::Content(text) = fragment {
@@ -248,6 +266,15 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         "<|message|>",
         "<|end|>",
         "<|call|>",
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+        "<|tool_calls_section_begin|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_calls_section_end|>",
     ];
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let formats = [
@@ -260,6 +287,9 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::Harmony,
         ToolFormat::Gemma4,
         ToolFormat::Pythonic,
+        ToolFormat::DeepSeekV31,
+        ToolFormat::DeepSeekV3,
+        ToolFormat::Kimi,
     ];
     let starts = [
         ReasoningStart::Off,

@@ -9,7 +9,7 @@ use tokenizers::{AddedToken, Tokenizer};
 use super::*;
 
 /// A word-level vocabulary with `added` tokens, each `(content, special)`.
-fn tokenizer(added: &[(&str, bool)]) -> Tokenizer {
+pub(super) fn tokenizer(added: &[(&str, bool)]) -> Tokenizer {
     let vocab: HashMap<String, u32> = [("<unk>".to_string(), 0), ("hello".to_string(), 1)].into();
     let model = WordLevel::builder()
         .vocab(vocab.into_iter().collect())
@@ -28,7 +28,7 @@ fn tokenizer(added: &[(&str, bool)]) -> Tokenizer {
     tokenizer
 }
 
-fn id(tokenizer: &Tokenizer, token: &str) -> u32 {
+pub(super) fn id(tokenizer: &Tokenizer, token: &str) -> u32 {
     tokenizer.token_to_id(token).expect("in the vocabulary")
 }
 
@@ -255,7 +255,7 @@ fn tools_counts_only_as_a_variable_in_a_tag() {
 
 /// The chat templates the families' real models ship, as the end-to-end tests serve them
 /// (`tests/data/chat_templates/`, whose README names each one's source).
-fn shipped_template(file: &str) -> String {
+pub(super) fn shipped_template(file: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/data/chat_templates")
         .join(file);

@@ -2,11 +2,13 @@
 //! the parser on recorded outputs under every chunking, the fallback rewrite.
 
 mod chunking;
+mod deepseek;
 mod detect;
 mod fallback;
 mod gemma4;
 mod glm;
 mod harmony;
+mod kimi;
 mod pythonic;
 mod recorded;
 
@@ -15,7 +17,7 @@ use serde_json::Value;
 use super::*;
 
 /// The markers that never reach content unless a call was malformed.
-const MARKERS: [&str; 13] = [
+const MARKERS: [&str; 15] = [
     "<tool_call",
     "<think",
     "</think",
@@ -29,6 +31,8 @@ const MARKERS: [&str; 13] = [
     "<|tool_call>",
     "<|channel>",
     "<|tool_call_start|>",
+    "<｜tool▁calls▁begin｜>",
+    "<|tool_calls_section_begin|>",
 ];
 
 fn config(format: ToolFormat, reasoning: ReasoningStart, tools: &[Value]) -> ParserConfig<'_> {
