@@ -18,11 +18,11 @@
 //! with a snapshot, or further into a tail: such a model's tail also holds the recurrent states at
 //! its sequence's prompt end (taken as the prefill finishes) and at its own end, so the next turn
 //! restores to the token where it resends the prompt, or the prompt and the answer, and a tail is
-//! cut only at those points. Snapshots are much
-//! larger than a block's keys and values (a Qwen3.6-35B-A3B snapshot is about 63 MB), so only some
-//! are kept: every `snapshot_every`-th boundary, the prompt's last whole block (where the next
-//! turn of the conversation shares it) and the sequence's last one (where the next turn's
-//! re-rendered history ends); they count in the RAM tier's budget like the blocks.
+//! cut only at those points. Snapshots are much larger than a block's keys and values (a
+//! Qwen3.6-35B-A3B snapshot is about 63 MB), so only some are kept: every `snapshot_every`-th
+//! boundary, the prompt's last whole block (where the next turn of the conversation shares it)
+//! and the sequence's last one (where the next turn's re-rendered history ends); they count in
+//! the RAM tier's budget like the blocks.
 
 pub mod blocks;
 pub mod disk;
