@@ -312,7 +312,7 @@ fn render(
         !loaded.formats.native_tools && (!tools.is_empty() || messages.iter().any(mentions_tools));
     let rewritten;
     let messages = match loaded.formats.tool_format {
-        ToolFormat::Mistral => {
+        ToolFormat::Mistral | ToolFormat::MistralArgs => {
             rewritten = mistral_call_ids(messages);
             &rewritten[..]
         }

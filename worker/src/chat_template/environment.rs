@@ -84,3 +84,57 @@ pub fn generation_blocks_as_plain(source: &str) -> Cow<'_, str> {
     out.push_str(rest);
     Cow::Owned(out)
 }
+
+/// `source` with each backslash-newline inside a tag's string literal removed: Jinja2 reads a
+/// string literal with Python's escapes, where that pair continues the line (Mistral Small
+/// 3.1's template breaks its system prompts so), and minijinja would keep both characters.
+pub fn string_line_continuations_joined(source: &str) -> Cow<'_, str> {
+    if !source.contains("\\\n") {
+        return Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len());
+    let mut chars = source.chars().peekable();
+    // The character before the closing `}` of the tag the scan is in (`}` or `%`), and the
+    // quote of the string literal it is in.
+    let mut tag_close: Option<char> = None;
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (tag_close, quote) {
+            (None, _) => {
+                out.push(c);
+                if let ('{', Some(&next @ ('{' | '%'))) = (c, chars.peek()) {
+                    out.push(next);
+                    chars.next();
+                    tag_close = Some(if next == '{' { '}' } else { '%' });
+                }
+            }
+            (Some(close), None) => {
+                out.push(c);
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                } else if c == close && chars.peek() == Some(&'}') {
+                    out.push('}');
+                    chars.next();
+                    tag_close = None;
+                }
+            }
+            (Some(_), Some(open)) => match (c, chars.peek()) {
+                ('\\', Some('\n')) => {
+                    chars.next();
+                }
+                ('\\', Some(&escaped)) => {
+                    out.push(c);
+                    out.push(escaped);
+                    chars.next();
+                }
+                _ => {
+                    out.push(c);
+                    if c == open {
+                        quote = None;
+                    }
+                }
+            },
+        }
+    }
+    Cow::Owned(out)
+}
