@@ -686,8 +686,12 @@ fn mistral_small_renders_its_system_prompt_tools_and_calls_like_transformers() {
 /// tags it is text.
 #[test]
 fn a_backslash_newline_in_a_string_literal_continues_the_line() {
-    let got = template("a\\\nb{{ 'c\\\nd\\'e' }}{% set f = \"g\\\nh\" %}{{ f }}", None, None)
-        .render(&[], None, false)
-        .unwrap();
+    let got = template(
+        "a\\\nb{{ 'c\\\nd\\'e' }}{% set f = \"g\\\nh\" %}{{ f }}",
+        None,
+        None,
+    )
+    .render(&[], None, false)
+    .unwrap();
     assert_eq!(got, "a\\\nbcd'egh");
 }

@@ -224,10 +224,13 @@ pub(super) fn lark(
                 } else {
                     '"'
                 };
-                let arguments =
-                    keyword_arguments(&mut lark, index, tool, &syntax, &mut |lark, terminal, schema| {
-                        python_string(lark, terminal, schema, quote)
-                    })?;
+                let arguments = keyword_arguments(
+                    &mut lark,
+                    index,
+                    tool,
+                    &syntax,
+                    &mut |lark, terminal, schema| python_string(lark, terminal, schema, quote),
+                )?;
                 format!(
                     "{} {arguments} {}",
                     literal(&format!("{}(", tool.name)),
@@ -546,7 +549,10 @@ fn python_string(lark: &mut String, terminal: &str, schema: &Value, quote: char)
     let bound = |key| schema.get(key).and_then(Value::as_u64);
     let (min, max) = (bound("minLength").unwrap_or(0), bound("maxLength"));
     let max = max.map_or(String::new(), |max| max.max(min).to_string());
-    let _ = writeln!(lark, r"{terminal}: /{quote}[^{quote}\\\n]{{{min},{max}}}{quote}/");
+    let _ = writeln!(
+        lark,
+        r"{terminal}: /{quote}[^{quote}\\\n]{{{min},{max}}}{quote}/"
+    );
     terminal.to_owned()
 }
 

@@ -17,7 +17,10 @@ use super::markers::{PYTHON_END, PYTHON_START};
 pub(super) fn parse_llama4(answer: &str) -> Result<Vec<ToolCall>, String> {
     let text = answer.trim();
     let text = match text.strip_prefix(PYTHON_START) {
-        Some(wrapped) => wrapped.trim_end().strip_suffix(PYTHON_END).unwrap_or(wrapped),
+        Some(wrapped) => wrapped
+            .trim_end()
+            .strip_suffix(PYTHON_END)
+            .unwrap_or(wrapped),
         None => text,
     };
     parse_calls(text.trim_start())

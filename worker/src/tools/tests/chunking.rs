@@ -113,7 +113,10 @@ fn random_output(rng: &mut Rng, format: ToolFormat, reasoning: ReasoningStart) -
     }
     let at_end = matches!(
         format,
-        ToolFormat::Llama3Json | ToolFormat::Mistral | ToolFormat::MistralArgs | ToolFormat::Granite
+        ToolFormat::Llama3Json
+            | ToolFormat::Mistral
+            | ToolFormat::MistralArgs
+            | ToolFormat::Granite
     );
     let at_start = format == ToolFormat::Llama4Pythonic;
     if at_start && rng.below(2) == 0 {
