@@ -3,7 +3,8 @@
 //! Templates are written against Jinja2 as transformers configures it: `trim_blocks` and
 //! `lstrip_blocks` on, trailing newline dropped, the loop-controls extension, Python string and
 //! dict methods (`.strip()`, `.items()`, ...), three helpers of its own: `raise_exception`,
-//! `strftime_now` and a `tojson` that is Python's `json.dumps`, and its `{% generation %}` block.
+//! `strftime_now` and a `tojson` that is Python's `json.dumps`, its `{% generation %}` block, and
+//! Python's line continuation (backslash-newline) inside string literals.
 //! Matching those is what makes the prompt byte-identical to the one the model was trained on.
 
 use std::borrow::Cow;
