@@ -39,6 +39,8 @@ pub enum CallSyntax {
     /// Kimi K2's `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
     /// <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>`.
     Kimi,
+    /// Llama 4's bare `[NAME(key="text")]`, the whole answer.
+    Llama4,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
@@ -302,9 +304,55 @@ pub const FAMILIES: &[Family] = &[
         thinking_kwargs: "{}",
     },
     Family {
+        arch: "llama4",
+        template: "llama4.jinja",
+        added: &[
+            ("<|begin_of_text|>", true),
+            ("<|end_of_text|>", true),
+            ("<|header_start|>", true),
+            ("<|header_end|>", true),
+            ("<|eom|>", true),
+            ("<|eot|>", true),
+            ("<|python_start|>", true),
+            ("<|python_end|>", true),
+            ("<|image|>", true),
+        ],
+        bos: Some("<|begin_of_text|>"),
+        eos: "<|eot|>",
+        stop: &["<|end_of_text|>", "<|eom|>", "<|eot|>"],
+        calls: CallSyntax::Llama4,
+        thinks: false,
+        thinking_kwargs: "{}",
+    },
+    Family {
         arch: "mistral",
         template: "mistral-nemo.jinja",
         added: MISTRAL,
+        bos: Some("<s>"),
+        eos: "</s>",
+        stop: &["</s>"],
+        calls: CallSyntax::Mistral,
+        thinks: false,
+        thinking_kwargs: "{}",
+    },
+    Family {
+        arch: "mistral3",
+        template: "mistral-small-3.1.jinja",
+        added: &[
+            ("<unk>", true),
+            ("<s>", true),
+            ("</s>", true),
+            ("[INST]", true),
+            ("[/INST]", true),
+            ("[AVAILABLE_TOOLS]", true),
+            ("[/AVAILABLE_TOOLS]", true),
+            ("[TOOL_RESULTS]", true),
+            ("[/TOOL_RESULTS]", true),
+            ("[TOOL_CALLS]", true),
+            ("[IMG]", true),
+            ("[SYSTEM_PROMPT]", true),
+            ("[/SYSTEM_PROMPT]", true),
+        ],
         bos: Some("<s>"),
         eos: "</s>",
         stop: &["</s>"],
@@ -570,6 +618,14 @@ impl Family {
                 token("<|tool_call_end|>"),
                 token("<|tool_calls_section_end|>"),
             ),
+            CallSyntax::Llama4 => {
+                let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
+                let arguments: Vec<String> = arguments
+                    .into_iter()
+                    .map(|(key, value)| format!("{key}={value}"))
+                    .collect();
+                literal(&format!("[{name}({})]", arguments.join(", ")))
+            }
             CallSyntax::Harmony => format!(
                 "{} {} {} {} {} {} {}",
                 token("<|channel|>"),

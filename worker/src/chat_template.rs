@@ -7,7 +7,9 @@
 //! configured like transformers' (see `environment.rs`), with the variables transformers passes:
 //! `messages`, `tools` (none when absent), `add_generation_prompt`, `bos_token`, `eos_token`;
 //! and the tools once more as `xml_tools`, bare functions, which is where SmolLM3's template
-//! reads them (its model card calls `apply_chat_template(messages, xml_tools=tools)`).
+//! reads them (its model card calls `apply_chat_template(messages, xml_tools=tools)`), and as
+//! `custom_tools`, from which alone Llama 4's pythonic template writes its tool list (Llama 3's
+//! templates read it as `tools` too).
 
 mod environment;
 mod pyjson;
@@ -22,7 +24,10 @@ use minijinja::{Environment, Value, context};
 use crate::model_json::{
     ChatTemplateField, JsonFileError, SpecialToken, TokenizerConfig, read_optional,
 };
-use environment::{RaisedByTemplate, generation_blocks_as_plain, hugging_face_environment};
+use environment::{
+    RaisedByTemplate, generation_blocks_as_plain, hugging_face_environment,
+    string_line_continuations_joined,
+};
 
 const JINJA_FILE: &str = "chat_template.jinja";
 /// The template's name inside the environment, which minijinja's messages cite with a line
@@ -121,7 +126,7 @@ impl ChatTemplate {
         let mut env = hugging_face_environment();
         env.add_template_owned(
             TEMPLATE_NAME,
-            generation_blocks_as_plain(&source).into_owned(),
+            string_line_continuations_joined(&generation_blocks_as_plain(&source)).into_owned(),
         )
         .map_err(|source| ChatTemplateError::Parse {
             path: path.clone(),
@@ -213,6 +218,7 @@ impl ChatTemplate {
             messages => Value::from_serialize(messages),
             tools => tools.map(Value::from_serialize),
             xml_tools => tools.map_or(Value::UNDEFINED, bare_functions),
+            custom_tools => tools.map_or(Value::UNDEFINED, Value::from_serialize),
             add_generation_prompt,
             bos_token => token(&self.bos_token),
             eos_token => token(&self.eos_token),

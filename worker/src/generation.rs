@@ -320,7 +320,7 @@ fn render(
         && (!tools.is_empty() || messages.iter().any(mentions_tools));
     let rewritten;
     let messages = match format {
-        ToolFormat::Mistral => {
+        ToolFormat::Mistral | ToolFormat::MistralArgs => {
             rewritten = mistral_call_ids(messages);
             &rewritten[..]
         }

@@ -3,7 +3,8 @@
 //! Templates are written against Jinja2 as transformers configures it: `trim_blocks` and
 //! `lstrip_blocks` on, trailing newline dropped, the loop-controls extension, Python string and
 //! dict methods (`.strip()`, `.items()`, ...), three helpers of its own: `raise_exception`,
-//! `strftime_now` and a `tojson` that is Python's `json.dumps`, and its `{% generation %}` block.
+//! `strftime_now` and a `tojson` that is Python's `json.dumps`, its `{% generation %}` block, and
+//! Python's line continuation (backslash-newline) inside string literals.
 //! Matching those is what makes the prompt byte-identical to the one the model was trained on.
 
 use std::borrow::Cow;
@@ -82,5 +83,59 @@ pub fn generation_blocks_as_plain(source: &str) -> Cow<'_, str> {
         rest = &tag[close + 2..];
     }
     out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// `source` with each backslash-newline inside a tag's string literal removed: Jinja2 reads a
+/// string literal with Python's escapes, where that pair continues the line (Mistral Small
+/// 3.1's template breaks its system prompts so), and minijinja would keep both characters.
+pub fn string_line_continuations_joined(source: &str) -> Cow<'_, str> {
+    if !source.contains("\\\n") {
+        return Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len());
+    let mut chars = source.chars().peekable();
+    // The character before the closing `}` of the tag the scan is in (`}` or `%`), and the
+    // quote of the string literal it is in.
+    let mut tag_close: Option<char> = None;
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (tag_close, quote) {
+            (None, _) => {
+                out.push(c);
+                if let ('{', Some(&next @ ('{' | '%'))) = (c, chars.peek()) {
+                    out.push(next);
+                    chars.next();
+                    tag_close = Some(if next == '{' { '}' } else { '%' });
+                }
+            }
+            (Some(close), None) => {
+                out.push(c);
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                } else if c == close && chars.peek() == Some(&'}') {
+                    out.push('}');
+                    chars.next();
+                    tag_close = None;
+                }
+            }
+            (Some(_), Some(open)) => match (c, chars.peek()) {
+                ('\\', Some('\n')) => {
+                    chars.next();
+                }
+                ('\\', Some(&escaped)) => {
+                    out.push(c);
+                    out.push(escaped);
+                    chars.next();
+                }
+                _ => {
+                    out.push(c);
+                    if c == open {
+                        quote = None;
+                    }
+                }
+            },
+        }
+    }
     Cow::Owned(out)
 }

@@ -699,3 +699,52 @@ fn kimi_renders_its_own_call_ids_before_calls_and_results() {
     );
     assert!(first.is_ok(), "{first:?}");
 }
+
+/// Llama 4's pythonic template writes its tool list only from `custom_tools`, which corral
+/// passes beside `tools` (as transformers does when a caller passes both), and past calls as
+/// Python calls. Rendered by transformers with `custom_tools=tools`.
+#[test]
+fn llama4_renders_its_tool_list_and_python_calls_like_transformers() {
+    let got = shipped("llama4.jinja")
+        .render(&conversation_with_a_call(), Some(&weather_tool()), true)
+        .unwrap();
+    assert_eq!(
+        got,
+        "<|header_start|>system<|header_end|>\n\nYou are terse.\nHere is a list of functions in JSON format that you can invoke. Use exact format: [func_name1(param1=value1, param2=value2), func_name2(...)]\n[\n    {\n        \"type\": \"function\",\n        \"function\": {\n            \"name\": \"get_weather\",\n            \"description\": \"Get the weather <now>\",\n            \"parameters\": {\n                \"type\": \"object\",\n                \"properties\": {\n                    \"city\": {\n                        \"type\": \"string\"\n                    }\n                },\n                \"required\": [\n                    \"city\"\n                ]\n            }\n        }\n    }\n]\n<|eot|><|header_start|>user<|header_end|>\n\nWeather in Paris?<|eot|><|header_start|>assistant<|header_end|>\n\n[get_weather(city=\"Paris\")]<|eot|><|header_start|>ipython<|header_end|>\n\n\"{\\\"temp\\\": 21}\"<|eot|><|header_start|>assistant<|header_end|>\n\n"
+    );
+}
+
+/// Mistral Small 3.1's system prompt, tools before the last user turn and past calls with
+/// their ids, rendered by transformers.
+#[test]
+fn mistral_small_renders_its_system_prompt_tools_and_calls_like_transformers() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/chat_templates/mistral-small-3.1.jinja");
+    let source = std::fs::read_to_string(&path).unwrap();
+    let template =
+        ChatTemplate::new(source, path, Some("<s>".into()), Some("</s>".into())).unwrap();
+    let mut conversation = conversation_with_a_call();
+    conversation[2]["tool_calls"][0]["id"] = json!("abcDEF123");
+    conversation[3]["tool_call_id"] = json!("abcDEF123");
+    let got = template
+        .render(&conversation, Some(&weather_tool()), true)
+        .unwrap();
+    assert_eq!(
+        got,
+        "<s>[SYSTEM_PROMPT]You are a helpful assistant that can call tools. If you call one or more tools, format them in a single JSON array or objects, where each object is a tool call, not as separate objects outside of an array or multiple arrays. Use the format [{\"name\": tool call name, \"arguments\": tool call arguments}, additional tool calls] if you call more than one tool. If you call tools, do not attempt to interpret them or otherwise provide a response until you receive a tool call result that you can interpret for the user.You are terse.[/SYSTEM_PROMPT][AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the weather <now>\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]Weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS] {\"content\": {\"temp\": 21}, \"call_id\": \"abcDEF123\"}[/TOOL_RESULTS]"
+    );
+}
+
+/// A backslash-newline continues a string literal's line, as in Jinja2; in the text outside
+/// tags it is text.
+#[test]
+fn a_backslash_newline_in_a_string_literal_continues_the_line() {
+    let got = template(
+        "a\\\nb{{ 'c\\\nd\\'e' }}{% set f = \"g\\\nh\" %}{{ f }}",
+        None,
+        None,
+    )
+    .render(&[], None, false)
+    .unwrap();
+    assert_eq!(got, "a\\\nbcd'egh");
+}

@@ -6,6 +6,8 @@
 //! - Llama3Json: `{"name": "NAME", "parameters": ARGS}`, one call;
 //! - Mistral: the `[TOOL_CALLS]` token (by id), then `[CALL, CALL]` with each call
 //!   `{"name": "NAME", "arguments": ARGS}`;
+//! - MistralArgs: per call the `[TOOL_CALLS]` token (by id), `NAME`, `[ARGS]` (by id where the
+//!   vocabulary has it), ARGS; calls written one after another;
 //! - Granite: `<|tool_call|>` (the token by id where the vocabulary has it, as Granite's does),
 //!   then the same list as Mistral's;
 //! - QwenXml: `<tool_call>\n<function=NAME>\n`, one `<parameter=KEY>\nVALUE\n</parameter>\n` per
@@ -22,6 +24,8 @@
 //! - Pythonic: `<|tool_call_start|>[NAME(KEY=VALUE, ...), ...]<|tool_call_end|>` (LFM2), the
 //!   markers by id where the vocabulary has them, arguments as Gemma4's with a string VALUE a
 //!   single-quoted Python string (without quotes or backslashes inside);
+//! - Llama4Pythonic: `[NAME(KEY=VALUE, ...), ...]`, the whole answer, bare, as Pythonic's but
+//!   with a string VALUE double-quoted, as its template writes past calls;
 //! - Harmony: ` to=functions.NAME<|channel|>commentary json<|message|>ARGS`, the header the
 //!   template writes past calls with (the prompt ends with `<|start|>assistant`), its tokens by
 //!   id where the vocabulary has them; one call, which the model's `<|call|>` then ends.
@@ -48,6 +52,8 @@ use crate::tools::ToolFormat;
 
 /// The token Mistral's models open their tool calls with.
 const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
+/// What Mistral's newer notation puts between a call's name and its arguments.
+const MISTRAL_ARGS: &str = "[ARGS]";
 /// What Granite's models open their list of calls with.
 const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
 /// Gemma 4's call markers and string quote.
@@ -159,7 +165,7 @@ pub(super) fn lark(
     let start = match format {
         ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Glm => repeated("\n", parallel),
         ToolFormat::Llama3Json | ToolFormat::Harmony => "call".to_owned(),
-        ToolFormat::Gemma4 => repeated("", parallel),
+        ToolFormat::Gemma4 | ToolFormat::MistralArgs => repeated("", parallel),
         ToolFormat::Pythonic => format!(
             "{} \"[\" {} \"]\" {}",
             token(PYTHONIC_CALL_OPEN),
@@ -178,6 +184,7 @@ pub(super) fn lark(
             repeated("", parallel),
             token(KIMI_SECTION_END)
         ),
+        ToolFormat::Llama4Pythonic => format!("\"[\" {} \"]\"", repeated(", ", parallel)),
         ToolFormat::Mistral => {
             let id = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
                 ConstraintError::Invalid(format!(
@@ -215,6 +222,20 @@ pub(super) fn lark(
             ToolFormat::Mistral | ToolFormat::Granite => {
                 json_call(&format!("{{\"name\": {name}, \"arguments\": "), tool, "}")?
             }
+            ToolFormat::MistralArgs => {
+                let opener = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
+                    ConstraintError::Invalid(format!(
+                        "the Mistral tool-call format needs the {MISTRAL_TOOL_CALLS} token, \
+                         which this model's vocabulary lacks"
+                    ))
+                })?;
+                let schema = json_schema(tool, &tool.parameters)?;
+                format!(
+                    "<[{opener}]> {} {} %json {schema}",
+                    literal(&tool.name),
+                    token(MISTRAL_ARGS)
+                )
+            }
             ToolFormat::QwenXml => xml_call(&mut lark, index, tool, &QWEN_XML)?,
             ToolFormat::Glm => xml_call(&mut lark, index, tool, &GLM_XML)?,
             ToolFormat::Gemma4 => {
@@ -228,13 +249,24 @@ pub(super) fn lark(
                     token(GEMMA4_CALL_CLOSE),
                 )
             }
-            ToolFormat::Pythonic => {
+            ToolFormat::Pythonic | ToolFormat::Llama4Pythonic => {
                 let syntax = KeywordSyntax {
                     assign: "=",
                     separator: ", ",
                 };
-                let arguments =
-                    keyword_arguments(&mut lark, index, tool, &syntax, &mut python_string)?;
+                // Each writes strings as its template writes past calls' arguments.
+                let quote = if format == ToolFormat::Pythonic {
+                    '\''
+                } else {
+                    '"'
+                };
+                let arguments = keyword_arguments(
+                    &mut lark,
+                    index,
+                    tool,
+                    &syntax,
+                    &mut |lark, terminal, schema| python_string(lark, terminal, schema, quote),
+                )?;
                 format!(
                     "{} {arguments} {}",
                     literal(&format!("{}(", tool.name)),
@@ -560,17 +592,17 @@ fn gemma4_string(lark: &mut String, terminal: &str, schema: &Value, quote: Optio
     format!("{open} {terminal}")
 }
 
-/// A string parameter's value as a single-quoted Python string: its enum's values (those a
+/// A string parameter's value as a Python string in `quote`s: its enum's values (those a
 /// quote or backslash would break are left out), or text within its length bounds without
 /// quotes, backslashes or line breaks, in the terminal `terminal` appended to `lark`.
-fn python_string(lark: &mut String, terminal: &str, schema: &Value) -> String {
-    let plain = |value: &&str| !value.contains(['\'', '\\', '\n']);
+fn python_string(lark: &mut String, terminal: &str, schema: &Value, quote: char) -> String {
+    let plain = |value: &&str| !value.contains([quote, '\\', '\n']);
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
         let values: Vec<String> = values
             .iter()
             .filter_map(Value::as_str)
             .filter(plain)
-            .map(|value| literal(&format!("'{value}'")))
+            .map(|value| literal(&format!("{quote}{value}{quote}")))
             .collect();
         if !values.is_empty() {
             return format!("({})", values.join(" | "));
@@ -579,7 +611,10 @@ fn python_string(lark: &mut String, terminal: &str, schema: &Value) -> String {
     let bound = |key| schema.get(key).and_then(Value::as_u64);
     let (min, max) = (bound("minLength").unwrap_or(0), bound("maxLength"));
     let max = max.map_or(String::new(), |max| max.max(min).to_string());
-    let _ = writeln!(lark, r"{terminal}: /'[^'\\\n]{{{min},{max}}}'/");
+    let _ = writeln!(
+        lark,
+        r"{terminal}: /{quote}[^{quote}\\\n]{{{min},{max}}}{quote}/"
+    );
     terminal.to_owned()
 }
 

@@ -10,11 +10,12 @@ use tokenizers::Tokenizer;
 
 use super::format::ToolFormat;
 use super::markers::{
-    ARG_KEY_OPEN, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
+    ARG_KEY_OPEN, ARGS, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
 };
 use super::markers::{DEEPSEEK_CALLS_BEGIN, KIMI_SECTION_BEGIN};
 use super::markers::{
-    FUNCTION_OPEN, GEMMA4_CALL_OPEN, PARAMETER_OPEN, PYTHON_TAG, PYTHONIC_CALL_OPEN, THINK_CLOSE,
+    FUNCTION_OPEN, GEMMA4_CALL_OPEN, HEADER_START, PARAMETER_OPEN, PYTHON_TAG, PYTHONIC_CALL_OPEN,
+    THINK_CLOSE,
 };
 
 /// What the worker learns once, at load, about a model's output formats.
@@ -63,6 +64,8 @@ fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
         ToolFormat::Gemma4
     } else if template.contains(PYTHONIC_CALL_OPEN) {
         ToolFormat::Pythonic
+    } else if template.contains(HEADER_START) && !template.contains(LLAMA_JSON_KEY) {
+        ToolFormat::Llama4Pythonic
     } else if template.contains(ARG_KEY_OPEN) {
         ToolFormat::Glm
     } else if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {
@@ -71,6 +74,8 @@ fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
         ToolFormat::Granite
     } else if template.contains(TOOL_CALL_OPEN) {
         ToolFormat::Hermes
+    } else if template.contains(TOOL_CALLS) && template.contains(ARGS) {
+        ToolFormat::MistralArgs
     } else if template.contains(TOOL_CALLS) || in_vocab(TOOL_CALLS) {
         ToolFormat::Mistral
     } else if template.contains(PYTHON_TAG) || in_vocab(PYTHON_TAG) || llama3_tools(template) {
@@ -95,11 +100,14 @@ fn deepseek_or_kimi(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> Option<T
         None
     }
 }
+/// What Llama's JSON calls name their arguments; a Llama 4 template that asks for it (as
+/// transformers' first one did) wants Llama 3's calls, and one that does not, Python calls.
+const LLAMA_JSON_KEY: &str = "\"parameters\"";
 
 /// Llama 3.2's template has no `<|python_tag|>` but asks for `"parameters"` in an `ipython`
 /// conversation ended by `<|eot_id|>`.
 fn llama3_tools(template: &str) -> bool {
-    template.contains("\"parameters\"")
+    template.contains(LLAMA_JSON_KEY)
         && (template.contains("<|eot_id|>") || template.contains("ipython"))
 }
 

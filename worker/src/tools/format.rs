@@ -4,8 +4,9 @@ use super::markers::{
     ARG_KEY_CLOSE, ARG_KEY_OPEN, ARG_VALUE_CLOSE, ARG_VALUE_OPEN, ARGS, CALL_ID, GEMMA4_CALL_CLOSE,
     GEMMA4_CALL_OPEN, GEMMA4_CHANNEL_CLOSE, GEMMA4_CHANNEL_OPEN, GEMMA4_QUOTE, GEMMA4_THOUGHT_OPEN,
     GRANITE_TOOL_CALL, HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_END,
-    HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START, PYTHON_TAG, PYTHONIC_CALL_CLOSE,
-    PYTHONIC_CALL_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS,
+    HARMONY_MESSAGE, HARMONY_RETURN, HARMONY_START, PYTHON_END, PYTHON_START, PYTHON_TAG,
+    PYTHONIC_CALL_CLOSE, PYTHONIC_CALL_OPEN, THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN, TOOL_CALLS,
 };
 use super::markers::{
     DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALLS_END, DEEPSEEK_SEP,
@@ -25,6 +26,10 @@ pub enum ToolFormat {
     /// Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, or the newer
     /// `[TOOL_CALLS]name[ARGS]{...}` per call.
     Mistral,
+    /// Mistral's newer notation where the template writes it (Mistral Small 3.2, Magistral,
+    /// Devstral, Ministral 3): `[TOOL_CALLS]name[ARGS]{...}` per call. Read as `Mistral`;
+    /// forced calls are written in it.
+    MistralArgs,
     /// Granite 3: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`.
     Granite,
     /// GLM-4.5: `<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>`.
@@ -49,6 +54,9 @@ pub enum ToolFormat {
     /// call's id (`functions.name:INDEX`, the index counting the conversation's calls) the one
     /// its template writes back with the result.
     Kimi,
+    /// Llama 4: the whole answer a Python list of calls, `[name(key="text", n=3), ...]`, bare
+    /// or between `<|python_start|>` and `<|python_end|>`.
+    Llama4Pythonic,
 }
 
 impl ToolFormat {
@@ -82,7 +90,7 @@ impl ToolFormat {
         match self {
             Self::Hermes | Self::QwenXml => &[TOOL_CALL_OPEN, TOOL_CALL_CLOSE],
             Self::Llama3Json => &[PYTHON_TAG],
-            Self::Mistral => &[TOOL_CALLS, ARGS, CALL_ID],
+            Self::Mistral | Self::MistralArgs => &[TOOL_CALLS, ARGS, CALL_ID],
             Self::Granite => &[GRANITE_TOOL_CALL],
             Self::Glm => &[
                 TOOL_CALL_OPEN,
@@ -108,6 +116,7 @@ impl ToolFormat {
                 KIMI_ARGUMENT_BEGIN,
                 KIMI_CALL_END,
             ],
+            Self::Llama4Pythonic => &[PYTHON_START, PYTHON_END],
             Self::Harmony => &[
                 HARMONY_START,
                 HARMONY_CHANNEL,

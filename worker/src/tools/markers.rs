@@ -17,6 +17,12 @@ pub const PARAMETER_CLOSE: &str = "</parameter>";
 /// Llama 3.1+: the token before a call in the `ipython` environment.
 pub const PYTHON_TAG: &str = "<|python_tag|>";
 
+/// Llama 4: its turn header (which tells its templates from Llama 3's), and the tokens it may
+/// wrap its list of Python calls in.
+pub const HEADER_START: &str = "<|header_start|>";
+pub const PYTHON_START: &str = "<|python_start|>";
+pub const PYTHON_END: &str = "<|python_end|>";
+
 /// Granite 3: the token before a JSON list of calls.
 pub const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
 /// Granite 3.3, thinking: its answer after `</think>` is wrapped in these.

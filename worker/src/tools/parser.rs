@@ -25,8 +25,8 @@ use super::markers::{
 };
 use super::markers::{
     FUNCTION_CLOSE, FUNCTION_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_CALL_OPEN, GRANITE_TOOL_CALL,
-    PYTHON_TAG, PYTHONIC_CALL_CLOSE, PYTHONIC_CALL_OPEN, RESPONSE_CLOSE, RESPONSE_OPEN,
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS, held_tail,
+    PYTHON_START, PYTHON_TAG, PYTHONIC_CALL_CLOSE, PYTHONIC_CALL_OPEN, RESPONSE_CLOSE,
+    RESPONSE_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALLS, held_tail,
 };
 use super::pythonic_call;
 use super::reasoning::ReasoningStart;
@@ -87,6 +87,8 @@ impl Block {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tail {
     Llama,
+    /// Llama 4's list of Python calls, bare or between `<|python_start|>` and `<|python_end|>`.
+    Llama4,
     Mistral,
     Granite,
 }
@@ -98,7 +100,8 @@ enum Mode {
     Thinking,
     /// Whitespace is dropped, then the parser goes on in `Next`.
     SkipSpace(Next),
-    /// Start of the answer: Llama's bare `{` call is only recognized here.
+    /// Start of the answer: Llama's bare `{` call and Llama 4's bare `[` list of calls are
+    /// only recognized here.
     ContentStart,
     Text,
     Block(Block),
@@ -316,7 +319,8 @@ impl OutputParser {
         false
     }
 
-    /// Llama writes a call as the whole answer, a bare object or one after `<|python_tag|>`.
+    /// Llama writes a call as the whole answer, a bare object or one after `<|python_tag|>`;
+    /// Llama 4 a bare list of calls or one after `<|python_start|>`.
     /// Granite 3.3 wraps the answer that follows its thinking in `<response>`.
     fn content_start(&mut self) -> bool {
         if self.format == ToolFormat::Granite && !self.in_response {
@@ -328,14 +332,19 @@ impl OutputParser {
                 return false;
             }
         }
-        if self.parse_tools && self.format == ToolFormat::Llama3Json {
+        let bare_call = match self.format {
+            ToolFormat::Llama3Json => Some(('{', PYTHON_TAG, Tail::Llama)),
+            ToolFormat::Llama4Pythonic => Some(('[', PYTHON_START, Tail::Llama4)),
+            _ => None,
+        };
+        if let Some((open, marker, tail)) = bare_call.filter(|_| self.parse_tools) {
             let space = self.leading_space();
             let text = &self.pending()[space..];
-            if text.starts_with('{') || text.starts_with(PYTHON_TAG) {
-                self.set_mode(Mode::Tail(Tail::Llama));
+            if text.starts_with(open) || text.starts_with(marker) {
+                self.set_mode(Mode::Tail(tail));
                 return true;
             }
-            if text.is_empty() || PYTHON_TAG.starts_with(text) {
+            if text.is_empty() || marker.starts_with(text) {
                 return false;
             }
         }
@@ -432,13 +441,14 @@ impl OutputParser {
 
     fn decide_tail(&mut self, out: &mut Fragments, tail: Tail, text: &str) {
         match tail {
-            Tail::Llama => match calls::parse_llama(text) {
-                Ok(calls) => calls.into_iter().for_each(|call| out.call(call)),
-                Err(why) => {
-                    out.content(text);
-                    self.malformed = Some(why);
-                }
-            },
+            Tail::Llama | Tail::Llama4 => {
+                let parsed = if tail == Tail::Llama {
+                    calls::parse_llama(text)
+                } else {
+                    pythonic_call::parse_llama4(text)
+                };
+                accept(out, &mut self.malformed, text, parsed);
+            }
             Tail::Mistral | Tail::Granite => {
                 let (calls, rejected) = if tail == Tail::Mistral {
                     calls::parse_mistral(text)
@@ -472,12 +482,14 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::Harmony => &[],
         ToolFormat::QwenXml => &[TOOL_CALL_OPEN, FUNCTION_OPEN],
         ToolFormat::Llama3Json => &[PYTHON_TAG],
-        ToolFormat::Mistral => &[TOOL_CALLS],
+        ToolFormat::Mistral | ToolFormat::MistralArgs => &[TOOL_CALLS],
         ToolFormat::Granite => &[GRANITE_TOOL_CALL],
         ToolFormat::Gemma4 => &[GEMMA4_CALL_OPEN],
         ToolFormat::Pythonic => &[PYTHONIC_CALL_OPEN],
         ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => &[DEEPSEEK_CALLS_BEGIN],
         ToolFormat::Kimi => &[KIMI_SECTION_BEGIN],
+        // Llama 4's calls are the whole answer, read from its start.
+        ToolFormat::Llama4Pythonic => &[],
     }
 }
 

@@ -1,5 +1,6 @@
 //! LFM2's calls: `<|tool_call_start|>[name(key='text', n=3, flags=["a"]), other()]<|tool_call_end|>`,
-//! a Python list of calls with keyword arguments, each a Python literal as its template writes
+//! and Llama 4's, the same list as a whole answer (bare, or between `<|python_start|>` and
+//! `<|python_end|>`): a Python list of calls with keyword arguments, each a Python literal as its template writes
 //! them: strings quoted `'` or `"` with backslash escapes, numbers, `True`/`False`/`None`, lists
 //! and dicts (which its template writes as JSON, so `true`/`false`/`null` are read too).
 
@@ -9,6 +10,21 @@ use serde_json::{Map, Number, Value};
 
 use super::cursor::Cursor;
 use super::fragment::ToolCall;
+use super::markers::{PYTHON_END, PYTHON_START};
+
+/// Llama 4's answer that opens with a call: its list, bare or wrapped in `<|python_start|>`
+/// and `<|python_end|>`, and nothing else.
+pub(super) fn parse_llama4(answer: &str) -> Result<Vec<ToolCall>, String> {
+    let text = answer.trim();
+    let text = match text.strip_prefix(PYTHON_START) {
+        Some(wrapped) => wrapped
+            .trim_end()
+            .strip_suffix(PYTHON_END)
+            .unwrap_or(wrapped),
+        None => text,
+    };
+    parse_calls(text.trim_start())
+}
 
 /// The body of a block, between the markers: the list of calls.
 pub(super) fn parse_calls(body: &str) -> Result<Vec<ToolCall>, String> {

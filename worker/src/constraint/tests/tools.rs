@@ -540,3 +540,39 @@ fn kimi_calls_parse_back_into_valid_calls_named_by_their_ids() {
         assert!(index.bytes().all(|b| b.is_ascii_digit()) && !index.is_empty());
     }
 }
+
+/// Llama 4's bare list of Python calls, the whole answer, each parsed back into a call valid
+/// for its tool.
+#[test]
+fn llama4_pythonic_calls_parse_back_into_valid_calls() {
+    let mut called = Vec::new();
+    for seed in 0..SEEDS {
+        let spec = spec(ToolFormat::Llama4Pythonic, ToolCallChoice::Required, true);
+        let output = generate(&fixture(), &spec, seed);
+        assert!(output.text.starts_with('['), "{}", output.text);
+        called.extend(parsed_calls(ToolFormat::Llama4Pythonic, &output.text));
+    }
+    called.sort();
+    called.dedup();
+    assert_eq!(called, ["get_weather", "list_files", "now"]);
+}
+
+/// Mistral's newer notation, each call after its own `[TOOL_CALLS]` token (`[ARGS]` spelled
+/// out: the vocabulary lacks it), each parsed back into a call valid for its tool.
+#[test]
+fn mistral_args_calls_are_named_then_their_arguments() {
+    let model = sentencepiece();
+    let marker = model.id("[TOOL_CALLS]");
+    let mut called = Vec::new();
+    for seed in 0..SEEDS {
+        let spec = spec(ToolFormat::MistralArgs, ToolCallChoice::Required, true);
+        let output = generate(&model, &spec, seed);
+        assert_eq!(output.tokens[0], marker);
+        let text = model.tokenizer.decode(&output.tokens, false).unwrap();
+        assert!(text.contains("[ARGS]{"), "{text}");
+        called.extend(parsed_calls(ToolFormat::MistralArgs, &text));
+    }
+    called.sort();
+    called.dedup();
+    assert_eq!(called, ["get_weather", "list_files", "now"]);
+}

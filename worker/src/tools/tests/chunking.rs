@@ -63,7 +63,7 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
         ],
         // Llama, Mistral and Granite calls run to the end of the output: one, last.
         ToolFormat::Llama3Json => &["<|python_tag|>{\"name\": \"f\", \"parameters\": {}}"],
-        ToolFormat::Mistral => &[
+        ToolFormat::Mistral | ToolFormat::MistralArgs => &[
             "[TOOL_CALLS]f[ARGS]{\"x\": [1]}",
             "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]",
         ],
@@ -85,6 +85,12 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
             "<|tool_call_start|>[f(x='日', n=[1, {\"y\": true}]), g()]<|tool_call_end|>",
             "<|tool_call_start|>[g()]<|tool_call_end|>",
             "<|tool_call_start|>[bad(<|tool_call_end|>",
+        ],
+        // Llama 4's calls are the whole answer: one list, first.
+        ToolFormat::Llama4Pythonic => &[
+            "[f(x=\"日\", n=[1, {\"y\": true}]), g()]",
+            "<|python_start|>[g()]<|python_end|>",
+            "[bad(",
         ],
         ToolFormat::Harmony => &[
             "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": \"日\"}<|call|>",
@@ -120,10 +126,17 @@ fn random_output(rng: &mut Rng, format: ToolFormat, reasoning: ReasoningStart) -
     }
     let at_end = matches!(
         format,
-        ToolFormat::Llama3Json | ToolFormat::Mistral | ToolFormat::Granite
+        ToolFormat::Llama3Json
+            | ToolFormat::Mistral
+            | ToolFormat::MistralArgs
+            | ToolFormat::Granite
     );
+    let at_start = format == ToolFormat::Llama4Pythonic;
+    if at_start && rng.below(2) == 0 {
+        output.push_str(rng.pick(calls(format)));
+    }
     for _ in 0..rng.below(6) {
-        if !at_end && rng.below(3) == 0 {
+        if !at_end && !at_start && rng.below(3) == 0 {
             output.push_str(rng.pick(calls(format)));
         } else {
             output.push_str(rng.pick(TEXT));
@@ -168,6 +181,8 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::DeepSeekV31,
         ToolFormat::DeepSeekV3,
         ToolFormat::Kimi,
+        ToolFormat::Llama4Pythonic,
+        ToolFormat::MistralArgs,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -290,6 +305,8 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::DeepSeekV31,
         ToolFormat::DeepSeekV3,
         ToolFormat::Kimi,
+        ToolFormat::Llama4Pythonic,
+        ToolFormat::MistralArgs,
     ];
     let starts = [
         ReasoningStart::Off,

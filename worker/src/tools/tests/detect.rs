@@ -265,14 +265,18 @@ pub(super) fn shipped_template(file: &str) -> String {
 #[test]
 fn each_familys_shipped_template_is_its_format() {
     use ToolFormat::{
-        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Mistral, Pythonic, QwenXml,
+        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Llama4Pythonic, Mistral, Pythonic,
+        QwenXml,
     };
     // (file, format, renders tools, thinks)
     let families = [
         ("qwen2.5.jinja", Hermes, true, false),
         ("qwen3.jinja", Hermes, true, true),
         ("llama3.1.jinja", Llama3Json, true, false),
+        // Llama 4 asks for a list of Python calls.
+        ("llama4.jinja", Llama4Pythonic, true, false),
         ("mistral-nemo.jinja", Mistral, true, false),
+        ("mistral-small-3.1.jinja", Mistral, true, false),
         ("mixtral-8x22b.jinja", Mistral, true, false),
         // Granite 3.3 thinks in `<think>` when its `thinking` switch is on.
         ("granite3.3.jinja", Granite, true, true),
@@ -300,6 +304,37 @@ fn each_familys_shipped_template_is_its_format() {
             "{file}"
         );
     }
+}
+
+#[test]
+fn llama4_keeps_its_python_tokens() {
+    let vocab = tokenizer(&[
+        ("<|python_start|>", true),
+        ("<|python_end|>", true),
+        ("<|eot|>", true),
+    ]);
+    let formats = ModelFormats::detect(Some(&shipped_template("llama4.jinja")), &vocab);
+    assert_eq!(
+        formats.kept_tokens,
+        [id(&vocab, "<|python_start|>"), id(&vocab, "<|python_end|>")]
+    );
+}
+
+/// transformers' first Llama 4 template asked for Llama 3's JSON calls, in the same turns.
+#[test]
+fn a_llama4_template_asking_for_json_is_llama3s_format() {
+    let template = r#"{{- '<|header_start|>ipython<|header_end|>\n\n' }}{{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}{%- for t in tools %}{%- endfor %}"#;
+    let formats = ModelFormats::detect(Some(template), &tokenizer(&[]));
+    assert_eq!(formats.tool_format, ToolFormat::Llama3Json);
+}
+
+/// Mistral Small 3.2's, Magistral's, Devstral's and Ministral 3's templates write past calls as
+/// `[TOOL_CALLS]name[ARGS]{...}`, the notation forced calls then take.
+#[test]
+fn a_mistral_template_writing_args_is_the_named_notation() {
+    let template = "{%- for tool in message['tool_calls'] %}{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}{%- endfor %}{{- '[AVAILABLE_TOOLS]' + (tools| tojson) }}";
+    let formats = ModelFormats::detect(Some(template), &tokenizer(&[]));
+    assert_eq!(formats.tool_format, ToolFormat::MistralArgs);
 }
 
 #[test]
