@@ -21,7 +21,8 @@ pub const KV_RESERVE_TOKENS: u64 = 4096;
 pub struct ModelEstimate {
     /// The sum of the `*.safetensors` files' sizes (a GGUF's loaded size, when described).
     pub weight_bytes: u64,
-    /// Keys and values for `KV_RESERVE_TOKENS` tokens across all layers.
+    /// Keys and values for `KV_RESERVE_TOKENS` tokens across the attention layers, plus one
+    /// sequence's state in the recurrent ones.
     pub kv_reserve_bytes: u64,
 }
 
@@ -52,6 +53,56 @@ struct AttentionConfig {
     /// transformers 5 writes `dtype`, earlier versions `torch_dtype`.
     dtype: Option<String>,
     torch_dtype: Option<String>,
+    #[serde(flatten)]
+    recurrent: RecurrentConfig,
+}
+
+/// The fields of a hybrid model's `config.json` that say which layers are recurrent and how
+/// large their state is: Qwen3-Next's and Qwen3.5's gated DeltaNet (every
+/// `full_attention_interval`-th layer attends), LFM2's short convolutions (`layer_types`).
+#[derive(Debug, Default, Deserialize)]
+struct RecurrentConfig {
+    layer_types: Option<Vec<String>>,
+    full_attention_interval: Option<u64>,
+    linear_num_key_heads: Option<u64>,
+    linear_num_value_heads: Option<u64>,
+    linear_key_head_dim: Option<u64>,
+    linear_value_head_dim: Option<u64>,
+    linear_conv_kernel_dim: Option<u64>,
+    #[serde(rename = "conv_L_cache")]
+    conv_l_cache: Option<u64>,
+}
+
+impl RecurrentConfig {
+    /// How many of `layers` keep a recurrent state rather than keys and values.
+    fn recurrent_layers(&self, layers: u64) -> u64 {
+        if let Some(types) = &self.layer_types {
+            let recurrent = types
+                .iter()
+                .filter(|kind| matches!(kind.as_str(), "linear_attention" | "conv"))
+                .count();
+            return u64::try_from(recurrent).unwrap_or(u64::MAX);
+        }
+        match (self.full_attention_interval, self.linear_num_value_heads) {
+            (Some(interval), Some(_)) if interval > 0 => layers - layers / interval,
+            _ => 0,
+        }
+    }
+
+    /// One recurrent layer's state for one sequence: the convolution's last inputs in the
+    /// activation dtype and, for gated DeltaNet, its f32 memory of a key by value matrix per
+    /// value head. Constant in the sequence's length.
+    fn state_bytes(&self, hidden: u64, element_bytes: u64) -> u64 {
+        if let Some(value_heads) = self.linear_num_value_heads {
+            let key_dim = self.linear_key_head_dim.unwrap_or(128);
+            let value_dim = self.linear_value_head_dim.unwrap_or(128);
+            let keys = self.linear_num_key_heads.unwrap_or(value_heads) * key_dim;
+            let channels = 2 * keys + value_heads * value_dim;
+            let conv = self.linear_conv_kernel_dim.unwrap_or(4).saturating_sub(1) * channels;
+            return conv * element_bytes + value_heads * key_dim * value_dim * 4;
+        }
+        self.conv_l_cache.unwrap_or(3).saturating_sub(1) * hidden * element_bytes
+    }
 }
 
 /// `config.json`'s attention shape: a multimodal wrapper's (gemma3, mistral3, llama4) is under
@@ -141,14 +192,20 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
         Some("float32") => 4,
         _ => 2,
     };
-    Ok([
-        config.num_hidden_layers,
-        per_position,
-        element_bytes,
-        KV_RESERVE_TOKENS,
-    ]
-    .into_iter()
-    .fold(1u64, u64::saturating_mul))
+    let recurrent = config
+        .recurrent
+        .recurrent_layers(config.num_hidden_layers)
+        .min(config.num_hidden_layers);
+    let attention = config.num_hidden_layers - recurrent;
+    let states = recurrent.saturating_mul(
+        config
+            .recurrent
+            .state_bytes(config.hidden_size.unwrap_or(0), element_bytes),
+    );
+    Ok([attention, per_position, element_bytes, KV_RESERVE_TOKENS]
+        .into_iter()
+        .fold(1u64, u64::saturating_mul)
+        .saturating_add(states))
 }
 
 #[cfg(test)]

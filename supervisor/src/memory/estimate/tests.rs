@@ -78,6 +78,42 @@ fn latent_attention_reserves_its_latent_and_rotary_key_not_full_heads() {
     );
 }
 
+/// Qwen3.6-35B-A3B's shape: 30 of its 40 layers are gated DeltaNet, whose state does not grow
+/// with the sequence; only the other 10 reserve keys and values.
+#[test]
+fn gated_deltanet_layers_reserve_their_state_not_keys_and_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"{"text_config": {"num_hidden_layers": 40, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "hidden_size": 2048,
+        "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4},
+        "torch_dtype": "bfloat16"}"#;
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    fs::write(dir.path().join("a.safetensors"), [0u8; 10]).unwrap();
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    let state = 3 * 8192 * 2 + 32 * 128 * 128 * 4;
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        10 * 2 * 256 * 2 * 2 * KV_RESERVE_TOKENS + 30 * state
+    );
+}
+
+/// LFM2 names its layers: a `conv` layer keeps its last `conv_L_cache - 1` inputs.
+#[test]
+fn short_convolution_layers_reserve_their_last_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"{"num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "hidden_size": 64, "conv_L_cache": 3,
+        "layer_types": ["conv", "full_attention", "conv"], "torch_dtype": "float32"}"#;
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    fs::write(dir.path().join("a.safetensors"), [0u8; 10]).unwrap();
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    assert_eq!(
+        estimate.kv_reserve_bytes,
+        2 * 16 * 2 * 4 * KV_RESERVE_TOKENS + 2 * (2 * 64 * 4)
+    );
+}
+
 #[test]
 fn a_gguf_file_is_estimated_from_its_size() {
     let dir = tempfile::tempdir().unwrap();
