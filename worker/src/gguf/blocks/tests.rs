@@ -453,27 +453,113 @@ fn requantization_errors_are_measured_and_the_default_stays_below_one_percent() 
         };
         assert_eq!(plain.dtype(), Dtype::Float16);
         row += &format!(" f16 {:.2e}", relative_error(&to_vec(&plain), &expected));
+        let stored = scale_dtype(ggml_type, Dtype::Float32, false);
+        assert_eq!(stored, Dtype::Float16);
         let Loaded::Affine {
             weight,
             scales,
             biases,
             bits,
-        } = load(
-            ggml_type,
-            &SHAPE,
-            &bytes,
-            Requantize::default(),
-            Dtype::Float32,
-        )
-        .unwrap()
+        } = load(ggml_type, &SHAPE, &bytes, Requantize::default(), stored).unwrap()
         else {
             panic!("{ggml_type} default is affine");
         };
-        let found = to_vec(&ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap());
-        let error = relative_error(&found, &expected);
+        assert_eq!(scales.dtype(), Dtype::Float16);
+        let found =
+            ops::dequantize(&weight, &widened(&scales), &widened(&biases), 32, bits).unwrap();
+        let error = relative_error(&to_vec(&found), &expected);
+        row += &format!(" 8-bit with f16 scales {error:.2e}");
         eprintln!("{row}");
         assert!(error < 0.01, "{ggml_type}: {error}");
     }
+}
+
+fn widened(array: &Array) -> Array {
+    array.as_dtype(Dtype::Float32).unwrap()
+}
+
+/// On the CPU (f32 products) the legacy types store their scales and biases in f16 and stay
+/// llama.cpp's values bit for bit: `quantized_matmul` widens them to the input's f32, and gives
+/// the same bits as with f32 arrays. The K-quants and the embedding keep the compute type.
+#[test]
+fn legacy_types_keep_exact_values_with_f16_scales_in_f32_products() {
+    use crate::model::QuantMode;
+    use crate::model::quantized_ops::{Format, matmul_transposed};
+    let x = Array::from_slice(
+        &(0..3 * SHAPE[1])
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+            .collect::<Vec<f32>>(),
+        &[3, SHAPE[1]],
+    );
+    for ggml_type in EXACT {
+        let dtype = scale_dtype(ggml_type, Dtype::Float32, false);
+        assert_eq!(scale_dtype(ggml_type, Dtype::Float32, true), Dtype::Float32);
+        if matches!(ggml_type, GgmlType::Q4_K | GgmlType::Q5_K) {
+            assert_eq!(dtype, Dtype::Float32, "{ggml_type}");
+            continue;
+        }
+        assert_eq!(dtype, Dtype::Float16, "{ggml_type}");
+        let bytes = tensor(ggml_type, 13);
+        let Loaded::Affine {
+            weight,
+            scales,
+            biases,
+            bits,
+        } = load(ggml_type, &SHAPE, &bytes, Requantize::default(), dtype).unwrap()
+        else {
+            panic!("{ggml_type} is not affine");
+        };
+        assert_eq!(scales.dtype(), Dtype::Float16, "{ggml_type}");
+        let (scales32, biases32) = (widened(&scales), widened(&biases));
+        let found = ops::dequantize(&weight, &scales32, &biases32, 32, bits).unwrap();
+        assert_bits_equal(
+            ggml_type,
+            "f16 scales",
+            &to_vec(&found),
+            &reference(ggml_type, &bytes),
+        );
+        let format = Format {
+            mode: QuantMode::Affine,
+            group_size: 32,
+            bits,
+        };
+        let half = matmul_transposed(&x, &weight, &scales, Some(&biases), format).unwrap();
+        let full = matmul_transposed(&x, &weight, &scales32, Some(&biases32), format).unwrap();
+        assert_eq!(half.dtype(), Dtype::Float32, "{ggml_type}");
+        assert_bits_equal(ggml_type, "product", &to_vec(&half), &to_vec(&full));
+    }
+}
+
+/// A Q8_0 scale of 1024 makes a bias of -128 * 1024, past f16's largest value: that tensor
+/// keeps f32 scales and its exact values.
+#[test]
+fn a_legacy_tensor_whose_bias_would_overflow_f16_keeps_f32_scales() {
+    let mut bytes = tensor(GgmlType::Q8_0, 17);
+    bytes[..2].copy_from_slice(&f16::from_f32(1024.0).to_le_bytes());
+    let Loaded::Affine {
+        weight,
+        scales,
+        biases,
+        bits,
+    } = load(
+        GgmlType::Q8_0,
+        &SHAPE,
+        &bytes,
+        Requantize::default(),
+        Dtype::Float16,
+    )
+    .unwrap()
+    else {
+        panic!("Q8_0 is not affine");
+    };
+    assert_eq!(scales.dtype(), Dtype::Float32);
+    let found = ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap();
+    assert_bits_equal(
+        GgmlType::Q8_0,
+        "f32 fallback",
+        &to_vec(&found),
+        &reference(GgmlType::Q8_0, &bytes),
+    );
 }
 
 /// What f16 scales and biases (Metal's default) cost the exact types. MLX then computes in f16,
@@ -640,14 +726,9 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
             &dequantize(ggml_type, &bytes).unwrap(),
             &expected,
         );
-        let loaded = load(
-            ggml_type,
-            &shape,
-            &bytes,
-            Requantize::default(),
-            Dtype::Float32,
-        )
-        .unwrap();
+        // As the CPU loads it: f16 scales for the legacy and requantized types.
+        let stored = scale_dtype(ggml_type, Dtype::Float32, false);
+        let loaded = load(ggml_type, &shape, &bytes, Requantize::default(), stored).unwrap();
         match (route(ggml_type).unwrap(), loaded) {
             (
                 Route::Exact { .. },
@@ -658,7 +739,9 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
                     bits,
                 },
             ) => {
-                let found = ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap();
+                let found =
+                    ops::dequantize(&weight, &widened(&scales), &widened(&biases), 32, bits)
+                        .unwrap();
                 assert_bits_equal(ggml_type, "MLX", &to_vec(&found), &expected);
             }
             (
@@ -670,7 +753,9 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
                     bits,
                 },
             ) => {
-                let found = ops::dequantize(&weight, &scales, &biases, 32, bits).unwrap();
+                let found =
+                    ops::dequantize(&weight, &widened(&scales), &widened(&biases), 32, bits)
+                        .unwrap();
                 let error = relative_error(&to_vec(&found), &expected);
                 assert!(error < 0.01, "{ggml_type}: {error}");
             }
