@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What GGUF files take in memory under `corral serve`: for each file, its size, its weights once
 # loaded (`corral-worker describe`, the default `gguf_requantize`), admission's estimate before the
-# start (`/admin/workers`' `estimate_bytes`) and the worker's footprint after one short chat
-# (`footprint_bytes`), with the ratios the memory estimate is held to.
+# start (`/admin/workers`' `estimate_bytes`) and the worker's footprint (`footprint_bytes`) once
+# loaded and after one short chat, with the ratios the memory estimate is held to.
 #
 # Usage: scripts/gguf_memory.sh [FILE.gguf ...]
 #   Without files: the set-up's SmolLM2-135M-Instruct Q4_K_M, Q5_K_M and Q6_K, and a larger
@@ -62,11 +62,21 @@ for row in json.load(sys.stdin)["data"]:
         print(row["estimate_bytes"] or 0, row["footprint_bytes"] or 0)' "$1"
 }
 
-echo "| file | file MiB | weights MiB | weights/file | estimate MiB | footprint MiB | footprint/estimate | footprint/file |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| file | file MiB | weights MiB | weights/file | estimate MiB | footprint loaded MiB | after a chat MiB | after a chat/estimate | after a chat/file |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for file in "${files[@]}"; do
   id=$(basename "$file" .gguf)
   read -r estimate _ < <(row "$id")
+  curl -s -X POST "localhost:$port/v1/models/$id/load" >/dev/null
+  loaded=0
+  for _ in $(seq 120); do
+    read -r _ loaded < <(row "$id")
+    [[ $(curl -s "localhost:$port/admin/workers" | python3 -c '
+import json, sys
+print([r["state"] for r in json.load(sys.stdin)["data"] if r["model"] == sys.argv[1]][0])' "$id") == ready ]] && break
+    sleep 1
+  done
+  read -r _ loaded < <(row "$id")
   curl -s "localhost:$port/v1/chat/completions" -H 'content-type: application/json' \
     -d "{\"model\":\"$id\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],\"max_tokens\":8}" >/dev/null
   read -r _ footprint < <(row "$id")
@@ -75,10 +85,10 @@ for file in "${files[@]}"; do
   size=$(stat -L -c %s "$file")
   python3 -c '
 import sys
-name, size, weights, estimate, footprint = sys.argv[1], *map(int, sys.argv[2:])
+name, size, weights, estimate, loaded, footprint = sys.argv[1], *map(int, sys.argv[2:])
 mib = lambda b: f"{b / 2**20:.1f}"
 print(f"| {name} | {mib(size)} | {mib(weights)} | {weights / size:.3f} | {mib(estimate)} | "
-      f"{mib(footprint)} | {footprint / estimate:.3f} | {footprint / size:.3f} |")' \
-    "$id" "$size" "$weights" "$estimate" "$footprint"
+      f"{mib(loaded)} | {mib(footprint)} | {footprint / estimate:.3f} | {footprint / size:.3f} |")' \
+    "$id" "$size" "$weights" "$estimate" "$loaded" "$footprint"
   curl -s -X POST "localhost:$port/v1/models/$id/unload" >/dev/null
 done

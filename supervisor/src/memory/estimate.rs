@@ -17,10 +17,11 @@ use serde::Deserialize;
 pub const KV_RESERVE_TOKENS: u64 = 4096;
 
 /// What a worker process holds besides its weights: its code and libraries (MLX, BLAS), the
-/// tokenizer, MLX's buffers, thread stacks. Measured on Linux as a SmolLM2-135M worker's
-/// footprint minus its weights: 39 MiB once loaded, 52 MiB after a first chat (its KV cache's
-/// first steps), alike for Q4_1, Q4_K_M, Q5_K_M and Q6_K files; the 5% on the weights covers
-/// the rest at that size and more above it.
+/// tokenizer, MLX's buffers, thread stacks, and after a first request its KV cache's first steps.
+/// Measured on Linux as the footprint minus the weights (`scripts/gguf_memory.sh`): SmolLM2-135M
+/// (Q4_K_M, Q5_K_M, Q6_K; a 49152-token vocabulary) 39 MiB once loaded and 58 MiB after one chat;
+/// a random-weight 197M llama (Q4_K_M, 4096 tokens) 23 and 49 MiB. With the 5% on the weights,
+/// 40 MiB puts every one of them within 8% of its footprint after a chat.
 pub const PROCESS_BASE_BYTES: u64 = 40 << 20;
 
 /// A model's expected memory, in bytes.
