@@ -91,7 +91,7 @@ pub fn scale_dtype(ggml_type: GgmlType, compute: Dtype, embedding: bool) -> Dtyp
 }
 
 /// Reads a tensor of `shape` (MLX order) and type `ggml_type` from its `bytes`. Affine scales
-/// and biases come out in `scale_dtype`, or f32 where an exact type's would not fit f16.
+/// and biases come out in `scale_dtype`, or f32 where a legacy type's would not fit f16.
 pub fn load(
     ggml_type: GgmlType,
     shape: &[i32],
@@ -128,7 +128,8 @@ pub fn load(
         )),
         Route::Exact { bits } => {
             let groups = exact_groups(ggml_type, bits, bytes, values);
-            let scale_dtype = if scale_dtype == Dtype::Float16 && !groups.fit_f16() {
+            let legacy = legacy::bits(ggml_type).is_some();
+            let scale_dtype = if scale_dtype == Dtype::Float16 && legacy && !groups.fit_f16() {
                 Dtype::Float32
             } else {
                 scale_dtype
