@@ -45,9 +45,12 @@ mlx_4bit=$bench/SmolLM2-135M-Instruct-mlx-4bit
 
 [[ -x /usr/bin/time ]] || { echo "needs GNU time at /usr/bin/time" >&2; exit 1; }
 [[ -x $quantize && -f $source ]] || { echo "run cargo xtask setup first" >&2; exit 1; }
-for needed in "$python" "$mlx_python"; do
-  [[ -x $needed ]] || { echo "no $needed: run WITH_LLAMACPP=1 bash ../shared/peers/setup.sh" >&2; exit 1; }
-done
+[[ -x $mlx_python ]] || { echo "no $mlx_python: run bash ../shared/peers/setup.sh" >&2; exit 1; }
+llama=llama.cpp
+if ! "$python" -c "import llama_cpp" 2>/dev/null; then
+  echo "no llama-cpp-python in $python (WITH_LLAMACPP=1 bash ../shared/peers/setup.sh): corral alone" >&2
+  llama=""
+fi
 if [[ $profile == release ]]; then
   cargo xtask cargo build --quiet --release -p corral-worker
 else
@@ -114,7 +117,7 @@ for ((pass = 0; pass < passes; pass++)); do
   for file in "${files[@]}" "$mlx_4bit"; do
     type=$(basename "$file" .gguf)
     type=${type##*.}
-    programs=(corral llama.cpp)
+    programs=(corral $llama)
     [[ -d $file ]] && { type=MLX-4bit; programs=(corral); }
     for program in "${programs[@]}"; do
       run=$runs/$pass.$type.$program

@@ -469,7 +469,7 @@ fn requantization_errors_are_measured_and_the_default_stays_below_one_percent() 
         };
         assert_eq!(scales.dtype(), Dtype::Float16);
         let found =
-            ops::dequantize(&weight, &widened(&scales), &widened(&biases), 32, bits).unwrap();
+            ops::dequantize(&weight, widened(&scales), &widened(&biases), 32, bits).unwrap();
         let error = relative_error(&to_vec(&found), &expected);
         row += &format!(" 8-bit with f16 scales {error:.2e}");
         eprintln!("{row}");
@@ -742,9 +742,8 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
                     bits,
                 },
             ) => {
-                let found =
-                    ops::dequantize(&weight, &widened(&scales), &widened(&biases), 32, bits)
-                        .unwrap();
+                let found = ops::dequantize(&weight, widened(&scales), &widened(&biases), 32, bits)
+                    .unwrap();
                 assert_bits_equal(ggml_type, "MLX", &to_vec(&found), &expected);
             }
             (
@@ -756,9 +755,8 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
                     bits,
                 },
             ) => {
-                let found =
-                    ops::dequantize(&weight, &widened(&scales), &widened(&biases), 32, bits)
-                        .unwrap();
+                let found = ops::dequantize(&weight, widened(&scales), &widened(&biases), 32, bits)
+                    .unwrap();
                 let error = relative_error(&to_vec(&found), &expected);
                 assert!(error < 0.01, "{ggml_type}: {error}");
             }
