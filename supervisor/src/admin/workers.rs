@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::Admin;
 use crate::memory::process_footprint;
-use crate::pool::{EntrySnapshot, Phase};
+use crate::pool::{EntrySnapshot, Phase, Processes};
 
 #[derive(Debug, Serialize)]
 pub struct WorkerList {
@@ -39,6 +39,9 @@ pub struct WorkerRow {
     pub idle_secs: Option<f64>,
     /// The process footprint now (RSS on Linux, `phys_footprint` on macOS).
     pub footprint_bytes: Option<u64>,
+    /// What admission counts for the model before its worker starts; `None` when its files
+    /// cannot be read.
+    pub estimate_bytes: Option<u64>,
     /// How the model's previous worker ended, or why its last start failed.
     pub last_exit: Option<String>,
     /// The worker's own counters; absent unless it is ready and answered in time.
@@ -60,13 +63,14 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
             },
             None => (None, None),
         };
+        let estimate = Some(admin.pool.processes().estimate(&entry.id)).filter(|&bytes| bytes > 0);
         data.push(row(
             &entry.id,
             entry.kind(),
             snapshot,
             now,
-            stats,
-            stats_error,
+            (stats, stats_error),
+            estimate,
         ));
     }
     Json(WorkerList {
@@ -80,8 +84,8 @@ fn row(
     kind: ModelKind,
     snapshot: Option<&EntrySnapshot>,
     now: Instant,
-    stats: Option<WorkerStats>,
-    stats_error: Option<String>,
+    (stats, stats_error): (Option<WorkerStats>, Option<String>),
+    estimate_bytes: Option<u64>,
 ) -> WorkerRow {
     let phase = snapshot.map_or(Phase::NotRunning, |snapshot| snapshot.phase);
     let stop_reason = match phase {
@@ -110,6 +114,7 @@ fn row(
             .and_then(|snapshot| snapshot.last_used)
             .map(seconds_since),
         footprint_bytes: pid.and_then(|pid| process_footprint(pid).ok()),
+        estimate_bytes,
         last_exit: snapshot
             .and_then(|snapshot| snapshot.last_exit.as_ref())
             .map(ToString::to_string),

@@ -96,3 +96,52 @@ fn greedy_tokens_on_llama_cpp_s_k_quant_files_agree_with_llama_cpp_s_wherever_it
     eprintln!("the same greedy token as llama.cpp at {same} of {steps} steps");
     assert!(steps >= 100, "{steps} steps compared");
 }
+
+/// The three files served by `corral serve`: before each worker starts, admission's estimate
+/// (`estimate_bytes`: the weights as `corral-worker describe` sizes them, plus 5%, plus the
+/// process base) is within 10% of the worker's footprint once it has answered a chat; and the
+/// Q4_K_M file's weights take at most 1.3 times the file once loaded.
+#[test]
+fn served_k_quant_files_footprints_are_within_ten_percent_of_their_estimates() {
+    use corral_tests::server::{Dirs, Server, chat};
+    let dirs = Dirs::generated([]);
+    let recipes = ["Q4_K_M", "Q5_K_M", "Q6_K"];
+    for recipe in recipes {
+        let gguf = corral_tests::smollm2_requantized(recipe);
+        std::os::unix::fs::symlink(&gguf, dirs.models.path().join(gguf.file_name().unwrap()))
+            .unwrap();
+    }
+    let server = Server::start(&dirs);
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    for recipe in recipes {
+        let gguf = corral_tests::smollm2_requantized(recipe);
+        let id = format!("SmolLM2-135M-Instruct.{recipe}");
+        let estimate = server.worker_row(&id)["estimate_bytes"].as_u64().unwrap();
+        let response = server.post("/v1/chat/completions", &chat(&id, 8, false));
+        assert_eq!(response.status(), 200, "{id}");
+        let footprint = server.worker_row(&id)["footprint_bytes"].as_u64().unwrap();
+        let output = std::process::Command::new(corral_tests::binary("corral-worker"))
+            .arg("describe")
+            .arg(&gguf)
+            .output()
+            .unwrap();
+        let description: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let weights = description["gguf_loaded_bytes"]["8bit"].as_u64().unwrap();
+        let file = std::fs::metadata(&gguf).unwrap().len();
+        let ratio = footprint as f64 / estimate as f64;
+        eprintln!(
+            "{recipe}: file {:.1} MiB, weights loaded {:.1} MiB ({:.3}x the file), estimate \
+             {:.1} MiB, footprint {:.1} MiB ({ratio:.3}x the estimate, {:.3}x the file)",
+            mib(file),
+            mib(weights),
+            weights as f64 / file as f64,
+            mib(estimate),
+            mib(footprint),
+            footprint as f64 / file as f64,
+        );
+        assert!((0.9..=1.1).contains(&ratio), "{recipe}: {ratio}");
+        if recipe == "Q4_K_M" {
+            assert!(weights as f64 <= 1.3 * file as f64, "{weights} for {file}");
+        }
+    }
+}

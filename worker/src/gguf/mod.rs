@@ -85,11 +85,6 @@ impl GgufModel {
 
 /// Bytes the weights of `header` take once loaded, for each [`Requantize`] choice by name.
 pub fn loaded_bytes(header: &GgufHeader) -> BTreeMap<String, u64> {
-    let scale_bytes = if weights::scale_dtype() == mlx_rs::Dtype::Float16 {
-        2
-    } else {
-        4
-    };
     Requantize::ALL
         .iter()
         .map(|&requantize| {
@@ -98,6 +93,10 @@ pub fn loaded_bytes(header: &GgufHeader) -> BTreeMap<String, u64> {
                 .iter()
                 .filter_map(|tensor| {
                     let values = tensor.dims.iter().product();
+                    let scale_bytes = match weights::tensor_scale_dtype(tensor) {
+                        mlx_rs::Dtype::Float32 => 4,
+                        _ => 2,
+                    };
                     blocks::loaded_bytes(tensor.ggml_type, values, requantize, scale_bytes)
                 })
                 .sum();

@@ -53,7 +53,7 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
             &tensor.shape(),
             &bytes,
             requantize,
-            scale_dtype(),
+            tensor_scale_dtype(tensor),
         )
         .map_err(failed)?;
         drop(bytes);
@@ -130,7 +130,7 @@ fn insert(
     Ok(())
 }
 
-/// The scales' type sets the type the whole forward pass computes in (dequantized rows and
+/// The embedding's scales set the type the whole forward pass computes in (dequantized rows and
 /// matmul outputs take it). MLX's CPU backend has BLAS only for f32, and llama.cpp computes in
 /// f32 too: there every exact type's values are llama.cpp's bit for bit (the K-quants' `d * sc`
 /// products need 17 bits, which f16 does not have). On Metal, f16 halves the bandwidth, as MLX's
@@ -142,6 +142,15 @@ pub fn scale_dtype() -> Dtype {
     } else {
         Dtype::Float32
     }
+}
+
+/// The type `tensor`'s affine scales are stored in ([`blocks::scale_dtype`]).
+pub fn tensor_scale_dtype(tensor: &TensorInfo) -> Dtype {
+    blocks::scale_dtype(
+        tensor.ggml_type,
+        scale_dtype(),
+        tensor.name == "token_embd.weight",
+    )
 }
 
 /// llama.cpp's converter stores Gemma 3's norms as `1 + w` (its `Gemma3RMSNorm` adds the one at

@@ -115,7 +115,7 @@ fn short_convolution_layers_reserve_their_last_inputs() {
 }
 
 #[test]
-fn a_gguf_file_is_estimated_from_its_size() {
+fn a_gguf_file_is_estimated_from_its_size_and_the_process_base() {
     let dir = tempfile::tempdir().unwrap();
     // An Ollama blob: a GGUF without the extension.
     let blob = dir.path().join("sha256-0123");
@@ -123,18 +123,21 @@ fn a_gguf_file_is_estimated_from_its_size() {
     let estimate = estimate_model_bytes(&blob).unwrap();
     assert_eq!(estimate.weight_bytes, 4096);
     assert_eq!(estimate.kv_reserve_bytes, 0);
+    assert_eq!(estimate.base_bytes, PROCESS_BASE_BYTES);
 }
 
 #[test]
-fn total_adds_five_percent_to_the_weights() {
+fn total_adds_five_percent_to_the_weights_then_the_reserve_and_the_base() {
     let estimate = ModelEstimate {
         weight_bytes: 1_000_000_007,
         kv_reserve_bytes: 3,
+        base_bytes: 5,
     };
-    assert_eq!(estimate.total(), 1_000_000_007 * 105 / 100 + 3);
+    assert_eq!(estimate.total(), 1_000_000_007 * 105 / 100 + 3 + 5);
     let huge = ModelEstimate {
         weight_bytes: u64::MAX,
         kv_reserve_bytes: 1,
+        base_bytes: 1,
     };
     assert_eq!(huge.total(), u64::MAX);
 }

@@ -32,6 +32,14 @@ impl Groups {
         self.biases.push(bias);
     }
 
+    /// Whether every scale and bias is an f16 value, kept exactly by an f16 array.
+    pub fn fit_f16(&self) -> bool {
+        self.scales
+            .iter()
+            .chain(&self.biases)
+            .all(|&value| half::f16::from_f32(value).to_f32() == value)
+    }
+
     /// The integers as MLX's packed `uint32` words.
     pub fn packed(&self) -> Vec<u32> {
         let bits = self.bits as usize;

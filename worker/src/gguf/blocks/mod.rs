@@ -3,7 +3,7 @@
 //! - floats (`F32`, `F16`, `BF16`) as they are;
 //! - the types whose groups of 32 are MLX affine groups (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
 //!   `Q4_K`, `Q5_K`) repacked exactly: MLX's dequantized values equal llama.cpp's bit for bit
-//!   (with f32 scales; see `weights.rs` for the f16 ones on Metal);
+//!   (the K-quants with f32 scales; see [`scale_dtype`] and `weights.rs` for f16 on Metal);
 //! - `MXFP4` onto MLX's `mxfp4` mode, exactly;
 //! - the rest llama.cpp's recipes write (`Q2_K`, `Q3_K`, `Q6_K`: scales per 16 values; `IQ4_NL`,
 //!   `IQ4_XS`: a non-uniform table) dequantized as llama.cpp does and requantized, as
@@ -68,8 +68,30 @@ pub fn route(ggml_type: GgmlType) -> Option<Route> {
     })
 }
 
+/// The type a tensor's affine scales and biases are stored in, given `compute`, the type the
+/// forward pass runs in (`weights::scale_dtype`). `quantized_matmul` widens 16-bit scales to the
+/// input's type, so a projection's output is the same either way and only the stored bytes
+/// differ: at group 32, f32 scales and biases are 2 bits a value, f16 ones 1.
+/// - The legacy types' scale and bias (`d`, `-8d`, `-16d`, `-128d`, `m`) are f16 values times a
+///   power of two: f16 holds them exactly (a tensor where one would overflow keeps f32, in
+///   [`load`]).
+/// - The K-quants' `d * sc` and `dmin * m` need up to 17 significant bits: they keep `compute`.
+/// - Requantized tensors are not exact anyway: f16 adds a rounding a tenth of the 8-bit
+///   requantization's own (measured in `blocks/tests.rs`).
+/// - The token embedding keeps `compute`: its lookup dequantizes rows in the scales' type, and
+///   the model takes its type from the embedding.
+pub fn scale_dtype(ggml_type: GgmlType, compute: Dtype, embedding: bool) -> Dtype {
+    match route(ggml_type) {
+        _ if embedding => compute,
+        Some(Route::Exact { .. }) if matches!(ggml_type, GgmlType::Q4_K | GgmlType::Q5_K) => {
+            compute
+        }
+        _ => Dtype::Float16,
+    }
+}
+
 /// Reads a tensor of `shape` (MLX order) and type `ggml_type` from its `bytes`. Affine scales
-/// and biases come out in `scale_dtype`.
+/// and biases come out in `scale_dtype`, or f32 where a legacy type's would not fit f16.
 pub fn load(
     ggml_type: GgmlType,
     shape: &[i32],
@@ -106,6 +128,12 @@ pub fn load(
         )),
         Route::Exact { bits } => {
             let groups = exact_groups(ggml_type, bits, bytes, values);
+            let legacy = legacy::bits(ggml_type).is_some();
+            let scale_dtype = if scale_dtype == Dtype::Float16 && legacy && !groups.fit_f16() {
+                Dtype::Float32
+            } else {
+                scale_dtype
+            };
             let words = groups.packed();
             let per_row = columns as usize * bits as usize / 32;
             let scale_shape = grouped(columns as usize / groups::GROUP);
