@@ -36,7 +36,7 @@ pub use header::{
 };
 
 use index::Index;
-use state::Shared;
+use state::{Shared, State};
 
 /// The tier's bounds; the defaults suit a worker, tests shrink them.
 #[derive(Debug, Clone)]
@@ -173,31 +173,15 @@ impl DiskTier {
     pub fn save(&self, key: BlockKey, payload: Arc<Vec<u8>>) {
         let shared = &self.shared;
         let mut state = shared.lock();
-        let now = Instant::now();
         if state.index.touch(&key).is_some() || state.queued_or_writing.contains(&key) {
             return;
         }
-        if !state.pause.admits(now) {
-            shared.count_drop();
+        let present =
+            |state: &State| state.index.contains(&key) || state.queued_or_writing.contains(&key);
+        let Some(state) = shared.queue_slot(state, present) else {
             return;
-        }
-        let deadline = now + shared.options.save_wait;
-        while state.queue.len() >= shared.options.queue_capacity {
-            let now = Instant::now();
-            if now >= deadline {
-                shared.count_drop();
-                return;
-            }
-            state = shared.wait_for_progress(state, deadline - now);
-            if state.index.contains(&key) || state.queued_or_writing.contains(&key) {
-                return;
-            }
-        }
-        state.enqueue(key, payload);
-        counters::add(&shared.counters.saves_enqueued, 1);
-        shared.publish(&state);
-        drop(state);
-        shared.wake_writer();
+        };
+        shared.enqueue(state, key, payload);
     }
 
     /// Queues `payload` to take the place of what the tier holds or is writing for `key` (a block
@@ -212,30 +196,15 @@ impl DiskTier {
             job.payload = payload;
             return;
         }
-        let now = Instant::now();
-        if !state.pause.admits(now) {
-            shared.count_drop();
+        let Some(mut state) = shared.queue_slot(state, |_| false) else {
             return;
-        }
-        let deadline = now + shared.options.save_wait;
-        while state.queue.len() >= shared.options.queue_capacity {
-            let now = Instant::now();
-            if now >= deadline {
-                shared.count_drop();
-                return;
-            }
-            state = shared.wait_for_progress(state, deadline - now);
-        }
+        };
         shared.remove_block(&mut state, &key);
         if state.queued_or_writing.contains(&key) {
             // The writer holds the old payload; the new one is queued behind it.
             state.cancelled.insert(key);
         }
-        state.enqueue(key, payload);
-        counters::add(&shared.counters.saves_enqueued, 1);
-        shared.publish(&state);
-        drop(state);
-        shared.wake_writer();
+        shared.enqueue(state, key, payload);
     }
 
     /// Deletes these blocks. A save of one that is still queued is taken off the queue; one

@@ -7,7 +7,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::DiskOptions;
 use super::counters::{self, DiskCounters};
@@ -113,6 +113,43 @@ impl Shared {
             .wait_timeout(guard, timeout)
             .unwrap_or_else(PoisonError::into_inner);
         guard
+    }
+
+    /// Waits at most `save_wait` for a free queue slot and returns the lock holding one; `None`
+    /// (the block dropped, counted) while the disk is full or past the wait, and `None`
+    /// uncounted once `done` says another save made this one needless.
+    pub fn queue_slot<'a>(
+        &self,
+        mut state: MutexGuard<'a, State>,
+        done: impl Fn(&State) -> bool,
+    ) -> Option<MutexGuard<'a, State>> {
+        let now = Instant::now();
+        if !state.pause.admits(now) {
+            self.count_drop();
+            return None;
+        }
+        let deadline = now + self.options.save_wait;
+        while state.queue.len() >= self.options.queue_capacity {
+            let now = Instant::now();
+            if now >= deadline {
+                self.count_drop();
+                return None;
+            }
+            state = self.wait_for_progress(state, deadline - now);
+            if done(&state) {
+                return None;
+            }
+        }
+        Some(state)
+    }
+
+    /// Queues `payload` under `key` in a slot [`Shared::queue_slot`] found, and wakes the writer.
+    pub fn enqueue(&self, mut state: MutexGuard<'_, State>, key: BlockKey, payload: Arc<Vec<u8>>) {
+        state.enqueue(key, payload);
+        counters::add(&self.counters.saves_enqueued, 1);
+        self.publish(&state);
+        drop(state);
+        self.wake_writer();
     }
 
     pub fn wake_writer(&self) {
