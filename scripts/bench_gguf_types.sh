@@ -133,7 +133,7 @@ for ((pass = 0; pass < passes; pass++)); do
   done
 done
 
-python3 - "$runs" "$passes" "$max_tokens" "${files[@]}" "$mlx_4bit" <<'PY'
+LLAMA_RAN=$llama python3 - "$runs" "$passes" "$max_tokens" "${files[@]}" "$mlx_4bit" <<'PY'
 import os, re, statistics, sys
 from pathlib import Path
 
@@ -175,13 +175,14 @@ for file in files:
     type_ = "MLX-4bit" if file.is_dir() else file.stem.split(".")[-1]
     corral = [parse(runs / f"{p}.{type_}.corral") for p in range(passes)]
     llama = [parse(runs / f"{p}.{type_}.llama.cpp") for p in range(passes)]
+    # llama.cpp runs GGUF files only, and only where llama-cpp-python was found.
+    compared = not file.is_dir() and os.environ.get("LLAMA_RAN") == "llama.cpp"
     def pair(key, form):
         a, b = median(corral, key), median(llama, key)
-        none = "-" if file.is_dir() else "fails"
-        show = lambda v: none if v is None else form.format(v)
-        return f"{show(a)} / {show(b)}"
+        show = lambda v, none: none if v is None else form.format(v)
+        return f"{show(a, 'fails')} / {show(b, 'fails' if compared else '-')}"
     a, b = median(corral, "decode"), median(llama, "decode")
-    same = "-" if file.is_dir() else (
+    same = "-" if not compared else (
         "yes" if all(c and l and c["text"] == l["text"] for c, l in zip(corral, llama)) else "no")
     rows.append([type_, f"{size(file) / 2**20:.0f}", pair("load", "{:.2f}"),
                  pair("rss", "{:.0f}"), pair("prompt", "{:.0f}"), pair("decode", "{:.1f}"),
