@@ -56,6 +56,18 @@ impl Keys<'_> {
         self.value(key).and_then(Value::as_bool)
     }
 
+    /// The number of experts, under the name `count_name` the architecture's config gives it,
+    /// and how many each token uses.
+    fn experts(&self, count_name: &'static str) -> Result<[(&'static str, Json); 2], GgufError> {
+        Ok([
+            (count_name, json!(self.required("expert_count")?)),
+            (
+                "num_experts_per_tok",
+                json!(self.required("expert_used_count")?),
+            ),
+        ])
+    }
+
     fn missing(&self, key: &str) -> GgufError {
         self.header
             .invalid(format!("no {}.{key} in the metadata", self.arch))
@@ -148,11 +160,9 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     };
     match arch {
         "qwen3moe" => {
-            put("num_experts", json!(keys.required("expert_count")?));
-            put(
-                "num_experts_per_tok",
-                json!(keys.required("expert_used_count")?),
-            );
+            for (key, value) in keys.experts("num_experts")? {
+                put(key, value);
+            }
             put(
                 "moe_intermediate_size",
                 json!(
@@ -191,11 +201,9 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             put("query_pre_attn_scalar", json!(scalar));
         }
         "gpt-oss" => {
-            put("num_local_experts", json!(keys.required("expert_count")?));
-            put(
-                "num_experts_per_tok",
-                json!(keys.required("expert_used_count")?),
-            );
+            for (key, value) in keys.experts("num_local_experts")? {
+                put(key, value);
+            }
             if let Some(inner) = keys.integer("expert_feed_forward_length") {
                 put("intermediate_size", json!(inner));
             }
@@ -225,11 +233,9 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
             let nextn = keys.integer("nextn_predict_layers").unwrap_or(0);
             put("num_hidden_layers", json!(layers.saturating_sub(nextn)));
-            put("n_routed_experts", json!(keys.required("expert_count")?));
-            put(
-                "num_experts_per_tok",
-                json!(keys.required("expert_used_count")?),
-            );
+            for (key, value) in keys.experts("n_routed_experts")? {
+                put(key, value);
+            }
             put(
                 "moe_intermediate_size",
                 json!(
