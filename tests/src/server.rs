@@ -232,6 +232,30 @@ impl Server {
             .expect("request sent")
     }
 
+    /// A chat completion's answer and usage; while the model answers 503 (its worker in the
+    /// crash backoff after a test killed it), asked again, up to `PATIENCE`.
+    pub fn chat_past_backoff(&self, request: &Value) -> (String, Value) {
+        let deadline = Instant::now() + PATIENCE;
+        let response = loop {
+            let response = self.post("/v1/chat/completions", request);
+            if response.status() != 503 || Instant::now() > deadline {
+                break response;
+            }
+            thread::sleep(Duration::from_millis(200));
+        };
+        let body: Value = response.json().unwrap();
+        let text = body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{body}"))
+            .to_owned();
+        (text, body["usage"].clone())
+    }
+
+    /// The first worker's prefix-cache counters.
+    pub fn prefix_cache_stats(&self) -> Value {
+        self.get_json("/admin/workers")["data"][0]["stats"]["prefix_cache"].clone()
+    }
+
     pub fn worker_pids(&self) -> Vec<u32> {
         children_of(self.child.id())
     }

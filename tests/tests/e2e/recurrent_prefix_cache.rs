@@ -10,12 +10,10 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::thread;
-use std::time::{Duration, Instant};
 
 use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use corral_tests::server::{Dirs, Server, alive};
-use corral_tests::{PATIENCE, wait_until};
+use corral_tests::wait_until;
 use mlx_rs::Array;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -111,24 +109,11 @@ fn conversations(tokens: usize) -> (Value, Value) {
 fn ask(server: &Server, messages: &Value, max_tokens: u32) -> (String, Value) {
     let request =
         json!({"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0});
-    let deadline = Instant::now() + PATIENCE;
-    let response = loop {
-        let response = server.post("/v1/chat/completions", &request);
-        if response.status() != 503 || Instant::now() > deadline {
-            break response;
-        }
-        thread::sleep(Duration::from_millis(200));
-    };
-    let body: Value = response.json().unwrap();
-    let text = body["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
-    (text, body["usage"].clone())
+    server.chat_past_backoff(&request)
 }
 
 fn prefix_stats(server: &Server) -> Value {
-    server.get_json("/admin/workers")["data"][0]["stats"]["prefix_cache"].clone()
+    server.prefix_cache_stats()
 }
 
 fn cached_tokens(usage: &Value) -> u64 {
