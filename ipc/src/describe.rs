@@ -30,9 +30,10 @@ pub struct ModelDescription {
     /// shared experts and `top_k` of the routed experts; `None` for a dense model.
     #[serde(default)]
     pub active_parameters: Option<u64>,
-    /// Bytes a GGUF's weights take once loaded, for each `gguf_requantize` choice (`8bit`,
-    /// `6bit`, `f16`): K-quant scales are widened and some types requantized, so it is not the
-    /// file's size. Empty for a directory (loaded as stored) and an unservable GGUF.
+    /// Bytes a GGUF's weights take once loaded, for each combination of the `gguf_requantize`
+    /// and `gguf_exact_k_quants` settings, under [`gguf_loaded_key`]: some types are requantized
+    /// and scales are stored per group of 32, so it is not the file's size. Empty for a
+    /// directory (loaded as stored) and an unservable GGUF.
     #[serde(default)]
     pub gguf_loaded_bytes: BTreeMap<String, u64>,
     /// Why the worker cannot serve this model; `None` when it can.
@@ -50,6 +51,16 @@ pub struct ModelDescription {
     /// each naming its file, for the supervisor to log.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// The key of [`ModelDescription::gguf_loaded_bytes`] for a model loaded with `gguf_requantize`
+/// (`8bit`, `6bit`, `f16`) and, or not, `gguf_exact_k_quants`: `8bit`, `8bit+exact`.
+pub fn gguf_loaded_key(requantize: &str, exact_k_quants: bool) -> String {
+    if exact_k_quants {
+        format!("{requantize}+exact")
+    } else {
+        requantize.to_owned()
+    }
 }
 
 /// The requests a model answers.

@@ -210,6 +210,10 @@ pub struct ModelSettings {
     /// What a GGUF's tensors of the types MLX cannot hold as they are (Q2_K, Q3_K, Q6_K, IQ4_NL,
     /// IQ4_XS) become; `None`: the worker's default (8-bit).
     pub gguf_requantize: Option<GgufRequantize>,
+    /// Keep a GGUF's Q4_K and Q5_K values exact (llama.cpp's bit for bit on the CPU) at 6 bits a
+    /// value for Q4_K instead of 5, rather than rounding their scales to f16.
+    #[serde(default)]
+    pub gguf_exact_k_quants: bool,
 }
 
 /// The worker's `--gguf-requantize` values.
@@ -269,6 +273,13 @@ impl Config {
             .get(model)
             .and_then(|settings| settings.gguf_requantize)
             .unwrap_or(GgufRequantize::Bits8)
+    }
+
+    /// Whether `model`'s GGUF keeps its K-quants exact.
+    pub fn gguf_exact_k_quants(&self, model: &str) -> bool {
+        self.models
+            .get(model)
+            .is_some_and(|settings| settings.gguf_exact_k_quants)
     }
 
     /// How many sequences `model`'s worker decodes together; `None`: the worker's default.

@@ -93,8 +93,11 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let gguf_loaded_bytes: GgufLoadedBytes = Arc::new(move |id| {
         let registry = loaded_registry.current();
         let description = registry.get(id)?.description.as_ref()?;
-        let choice = requantize.gguf_requantize(id).name();
-        description.gguf_loaded_bytes.get(choice).copied()
+        let key = corral_ipc::describe::gguf_loaded_key(
+            requantize.gguf_requantize(id).name(),
+            requantize.gguf_exact_k_quants(id),
+        );
+        description.gguf_loaded_bytes.get(&key).copied()
     });
     let processes = WorkerProcesses::new(
         spawner,
@@ -241,6 +244,9 @@ fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
         .and_then(|settings| settings.gguf_requantize)
     {
         args.extend(["--gguf-requantize".into(), requantize.name().into()]);
+    }
+    if config.gguf_exact_k_quants(model) {
+        args.push("--gguf-exact-k-quants".into());
     }
     args
 }
@@ -417,7 +423,15 @@ mod tests {
                 ..ModelSettings::default()
             },
         );
+        config.models.insert(
+            "exact".to_owned(),
+            ModelSettings {
+                gguf_exact_k_quants: true,
+                ..ModelSettings::default()
+            },
+        );
         assert_eq!(model_args(&config, "q6"), ["--gguf-requantize", "6bit"]);
+        assert_eq!(model_args(&config, "exact"), ["--gguf-exact-k-quants"]);
         assert!(model_args(&config, "other").is_empty());
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::batch::{BatchLimits, DEFAULT_MAX_SEQUENCES, DEFAULT_PREFILL_CHUNK};
 use crate::engine::EngineOptions;
-use crate::gguf::Requantize;
+use crate::gguf::{self, Requantize};
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// What a GGUF's Q2_K, Q3_K, Q6_K, IQ4_NL and IQ4_XS tensors become: 8bit, 6bit or f16.
     #[arg(long, value_name = "FORMAT", default_value = "8bit", value_parser = parse_requantize)]
     pub gguf_requantize: Requantize,
+    /// Keep a GGUF's Q4_K and Q5_K values exact (scales in the compute type, 6 bits a value for
+    /// Q4_K instead of 5) rather than rounding their scales to f16.
+    #[arg(long)]
+    pub gguf_exact_k_quants: bool,
 }
 
 fn parse_requantize(name: &str) -> Result<Requantize, String> {
@@ -104,7 +108,10 @@ impl ServeArgs {
                 disk_bytes: self.prefix_cache_disk,
                 snapshot_every: self.prefix_snapshot_every,
             }),
-            gguf_requantize: self.gguf_requantize,
+            gguf: gguf::Choices {
+                requantize: self.gguf_requantize,
+                exact_k_quants: self.gguf_exact_k_quants,
+            },
         }
     }
 }

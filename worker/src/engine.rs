@@ -14,7 +14,7 @@ use corral_ipc::PrefixCacheStats;
 
 use crate::batch::{Batch, BatchLimits, Job};
 use crate::generation::{Event, GenerateError, GenerateRequest};
-use crate::gguf::Requantize;
+use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
 use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
 
@@ -28,8 +28,8 @@ pub struct EngineOptions {
     pub memory_limit: Option<u64>,
     pub batch: BatchLimits,
     pub prefix_cache: Option<PrefixCacheOptions>,
-    /// What a GGUF's types MLX cannot hold as they are become.
-    pub gguf_requantize: Requantize,
+    /// How a GGUF's quantized tensors are loaded.
+    pub gguf: gguf::Choices,
 }
 
 /// What the engine tells about a loaded model.
@@ -165,7 +165,7 @@ impl Engine {
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
-                let loaded = match LoadedModel::load_with(&model_dir, options.gguf_requantize) {
+                let loaded = match LoadedModel::load_with(&model_dir, options.gguf) {
                     Ok(loaded) => loaded,
                     Err(error) => {
                         let _ = loaded_tx.send(Err(error));

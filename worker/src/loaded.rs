@@ -11,7 +11,7 @@ use tokenizers::Tokenizer;
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
 use crate::constraint::{ConstraintError, ConstraintFactory};
-use crate::gguf::{self, GgufLoadError, GgufModel, Requantize};
+use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
 use crate::stop_tokens::eos_token_ids;
@@ -51,14 +51,14 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Loads a Hugging Face / MLX directory or a single GGUF file.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
-        Self::load_with(path, Requantize::default())
+        Self::load_with(path, gguf::Choices::default())
     }
 
-    /// As [`Self::load`], a GGUF's requantized types as `requantize` says.
-    pub fn load_with(path: &Path, requantize: Requantize) -> Result<Self, LoadError> {
+    /// As [`Self::load`], a GGUF's quantized tensors as `gguf_choices` says.
+    pub fn load_with(path: &Path, gguf_choices: gguf::Choices) -> Result<Self, LoadError> {
         let started = Instant::now();
         if gguf::is_gguf(path) {
-            let loaded = GgufModel::load_requantized(path, requantize)?;
+            let loaded = GgufModel::load_with(path, gguf_choices)?;
             let formats = detect_formats(loaded.chat_template.as_ref(), &loaded.tokenizer);
             return Ok(Self {
                 dir: path.to_path_buf(),

@@ -257,6 +257,10 @@ fn a_models_gguf_requantize_is_read_and_an_unknown_value_refused() {
         config.models["q6k"].gguf_requantize,
         Some(GgufRequantize::Bits6)
     );
+    assert!(!config.gguf_exact_k_quants("q6k"));
+    std::fs::write(&file, "[models.q4km]\ngguf_exact_k_quants = true\n").unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert!(config.gguf_exact_k_quants("q4km"));
     std::fs::write(&file, "[models.q6k]\ngguf_requantize = \"3bit\"\n").unwrap();
     let error = format!(
         "{:#}",

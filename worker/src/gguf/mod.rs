@@ -16,7 +16,7 @@ use std::path::Path;
 
 use tokenizers::Tokenizer;
 
-pub use blocks::Requantize;
+pub use blocks::{Choices, Requantize};
 pub use config::ARCHITECTURES;
 pub use header::{GgufError, GgufHeader, Value};
 
@@ -51,12 +51,12 @@ pub fn is_gguf(path: &Path) -> bool {
 }
 
 impl GgufModel {
-    /// Loads `path`, requantizing the types MLX cannot hold as [`Requantize::default`] says.
+    /// Loads `path` with the default [`Choices`].
     pub fn load(path: &Path) -> Result<Self, GgufLoadError> {
-        Self::load_requantized(path, Requantize::default())
+        Self::load_with(path, Choices::default())
     }
 
-    pub fn load_requantized(path: &Path, requantize: Requantize) -> Result<Self, GgufLoadError> {
+    pub fn load_with(path: &Path, choices: Choices) -> Result<Self, GgufLoadError> {
         let header = GgufHeader::read(path)?;
         let (config, tokenizer) = check(&header)?;
         let chat_template = match header.string("tokenizer.chat_template") {
@@ -72,7 +72,7 @@ impl GgufModel {
             None => None,
         };
         let eos_token_ids = tokenizer::stop_ids(&header)?.into_iter().collect();
-        let weights = weights::load(&header, requantize)?;
+        let weights = weights::load(&header, choices)?;
         let model = Model::from_weights(config, weights, path)?;
         Ok(Self {
             model,
@@ -83,24 +83,24 @@ impl GgufModel {
     }
 }
 
-/// Bytes the weights of `header` take once loaded, for each [`Requantize`] choice by name.
+/// Bytes the weights of `header` take once loaded, for each combination of [`Choices`] by its
+/// key.
 pub fn loaded_bytes(header: &GgufHeader) -> BTreeMap<String, u64> {
-    Requantize::ALL
-        .iter()
-        .map(|&requantize| {
+    Choices::all()
+        .map(|choices| {
             let bytes = header
                 .tensors
                 .iter()
                 .filter_map(|tensor| {
                     let values = tensor.dims.iter().product();
-                    let scale_bytes = match weights::tensor_scale_dtype(tensor) {
+                    let scale_bytes = match weights::tensor_scale_dtype(tensor, choices) {
                         mlx_rs::Dtype::Float32 => 4,
                         _ => 2,
                     };
-                    blocks::loaded_bytes(tensor.ggml_type, values, requantize, scale_bytes)
+                    blocks::loaded_bytes(tensor.ggml_type, values, choices.requantize, scale_bytes)
                 })
                 .sum();
-            (requantize.to_string(), bytes)
+            (choices.key(), bytes)
         })
         .collect()
 }

@@ -359,3 +359,47 @@ fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
         ["abc", "Ġ", "1", "2", "3"]
     );
 }
+
+/// llama.cpp's Q4_K_M recipe on a Llama-3-shaped model (eight layers of hidden size 512, the
+/// feed-forward and the embeddings' share of the weights in Llama 3 8B's proportions): Q4_K everywhere but the output and,
+/// in the layers `use_more_bits` picks, `attn_v` and `ffn_down`, which are Q6_K. Loaded with the
+/// default choices (f16 K-quant scales, Q6_K requantized to 8 bits), its weights stay within 1.3
+/// times the file; exact K-quants (f32 scales) take more than 1.3 times.
+#[test]
+fn a_q4_k_m_model_loads_within_1_3_times_its_file_unless_its_k_quants_stay_exact() {
+    let (hidden, ffn, vocab, layers) = (512, 1792, 4096, 8);
+    let more_bits =
+        |layer: u64| layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+    let mut builder = Builder::default()
+        .text("general.architecture", "llama")
+        .tensor("token_embd.weight", &[hidden, vocab], GgmlType::Q4_K)
+        .tensor("output.weight", &[hidden, vocab], GgmlType::Q6_K)
+        .tensor("output_norm.weight", &[hidden], GgmlType::F32);
+    for layer in 0..layers {
+        let v_and_down = if more_bits(layer) {
+            GgmlType::Q6_K
+        } else {
+            GgmlType::Q4_K
+        };
+        let name = |tensor: &str| format!("blk.{layer}.{tensor}.weight");
+        builder = builder
+            .tensor(&name("attn_q"), &[hidden, hidden], GgmlType::Q4_K)
+            .tensor(&name("attn_k"), &[hidden, hidden / 4], GgmlType::Q4_K)
+            .tensor(&name("attn_v"), &[hidden, hidden / 4], v_and_down)
+            .tensor(&name("attn_output"), &[hidden, hidden], GgmlType::Q4_K)
+            .tensor(&name("ffn_gate"), &[hidden, ffn], GgmlType::Q4_K)
+            .tensor(&name("ffn_up"), &[hidden, ffn], GgmlType::Q4_K)
+            .tensor(&name("ffn_down"), &[ffn, hidden], v_and_down)
+            .tensor(&name("attn_norm"), &[hidden], GgmlType::F32)
+            .tensor(&name("ffn_norm"), &[hidden], GgmlType::F32);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let file = builder.data_bytes as f64;
+    let loaded = super::loaded_bytes(&header);
+    let rounded = loaded["8bit"] as f64 / file;
+    let exact = loaded["8bit+exact"] as f64 / file;
+    eprintln!("Q4_K_M loaded: {rounded:.3}x the file, {exact:.3}x with exact K-quants");
+    assert!(rounded < 1.3, "{rounded}");
+    assert!(exact > 1.3, "{exact}");
+}

@@ -13,14 +13,14 @@ use std::path::Path;
 
 use mlx_rs::{Array, Dtype};
 
-use super::blocks::{self, Loaded, Requantize};
+use super::blocks::{self, Choices, Loaded};
 use super::header::{GgufError, GgufHeader, TensorInfo};
 use crate::model::{QuantMode, Quantization, Weights};
 
 /// MLX's group size for every GGUF block type it keeps quantized.
 const GROUP_SIZE: i32 = 32;
 
-pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, GgufError> {
+pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError> {
     header.check_types()?;
     let arch = header.architecture().unwrap_or_default();
     let mut files: HashMap<&Path, File> = HashMap::new();
@@ -52,8 +52,8 @@ pub fn load(header: &GgufHeader, requantize: Requantize) -> Result<Weights, Gguf
             tensor.ggml_type,
             &tensor.shape(),
             &bytes,
-            requantize,
-            tensor_scale_dtype(tensor),
+            choices.requantize,
+            tensor_scale_dtype(tensor, choices),
         )
         .map_err(failed)?;
         drop(bytes);
@@ -132,8 +132,8 @@ fn insert(
 
 /// The embedding's scales set the type the whole forward pass computes in (dequantized rows and
 /// matmul outputs take it). MLX's CPU backend has BLAS only for f32, and llama.cpp computes in
-/// f32 too: there every exact type's values are llama.cpp's bit for bit (the K-quants' `d * sc`
-/// products need 17 bits, which f16 does not have). On Metal, f16 halves the bandwidth, as MLX's
+/// f32 too: there every legacy type's values are llama.cpp's bit for bit, and the K-quants' too
+/// with `exact_k_quants` (their `d * sc` products need 17 bits, which f16 does not have). On Metal, f16 halves the bandwidth, as MLX's
 /// own GGUF loader had it: values then come out rounded to f16, a relative error of 3e-4 to 5e-4
 /// for every type alike (measured in `blocks/tests.rs`).
 pub fn scale_dtype() -> Dtype {
@@ -145,11 +145,12 @@ pub fn scale_dtype() -> Dtype {
 }
 
 /// The type `tensor`'s affine scales are stored in ([`blocks::scale_dtype`]).
-pub fn tensor_scale_dtype(tensor: &TensorInfo) -> Dtype {
+pub fn tensor_scale_dtype(tensor: &TensorInfo, choices: Choices) -> Dtype {
     blocks::scale_dtype(
         tensor.ggml_type,
         scale_dtype(),
         tensor.name == "token_embd.weight",
+        choices.exact_k_quants,
     )
 }
 

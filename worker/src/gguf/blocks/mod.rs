@@ -2,8 +2,9 @@
 //! float16 behind the user's back:
 //! - floats (`F32`, `F16`, `BF16`) as they are;
 //! - the types whose groups of 32 are MLX affine groups (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
-//!   `Q4_K`, `Q5_K`) repacked exactly: MLX's dequantized values equal llama.cpp's bit for bit
-//!   (the K-quants with f32 scales; see [`scale_dtype`] and `weights.rs` for f16 on Metal);
+//!   `Q4_K`, `Q5_K`) repacked: the legacy types exactly (MLX's dequantized values equal
+//!   llama.cpp's bit for bit); the K-quants with their scales rounded to f16 unless
+//!   [`Choices::exact_k_quants`] asks for exact (see [`scale_dtype`]);
 //! - `MXFP4` onto MLX's `mxfp4` mode, exactly;
 //! - the rest llama.cpp's recipes write (`Q2_K`, `Q3_K`, `Q6_K`: scales per 16 values; `IQ4_NL`,
 //!   `IQ4_XS`: a non-uniform table) dequantized as llama.cpp does and requantized, as
@@ -25,6 +26,33 @@ use mlx_rs::{Array, Dtype};
 use super::ggml_type::GgmlType;
 use groups::Groups;
 pub use requantize::Requantize;
+
+/// How a GGUF's quantized tensors reach MLX: `[models.ID] gguf_requantize` and
+/// `gguf_exact_k_quants` in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Choices {
+    pub requantize: Requantize,
+    /// Q4_K and Q5_K with their scales in the compute type, so their values are llama.cpp's bit
+    /// for bit on the CPU, at 6 bits a value (Q4_K) instead of 5.
+    pub exact_k_quants: bool,
+}
+
+impl Choices {
+    /// Every combination, as `corral-worker describe` sizes them.
+    pub fn all() -> impl Iterator<Item = Self> {
+        Requantize::ALL.into_iter().flat_map(|requantize| {
+            [false, true].map(|exact_k_quants| Self {
+                requantize,
+                exact_k_quants,
+            })
+        })
+    }
+
+    /// The key of this combination in a description's `gguf_loaded_bytes`.
+    pub fn key(self) -> String {
+        corral_ipc::describe::gguf_loaded_key(&self.requantize.to_string(), self.exact_k_quants)
+    }
+}
 
 /// One tensor as MLX holds it.
 pub enum Loaded {
@@ -70,23 +98,32 @@ pub fn route(ggml_type: GgmlType) -> Option<Route> {
 
 /// The type a tensor's affine scales and biases are stored in, given `compute`, the type the
 /// forward pass runs in (`weights::scale_dtype`). `quantized_matmul` widens 16-bit scales to the
-/// input's type, so a projection's output is the same either way and only the stored bytes
-/// differ: at group 32, f32 scales and biases are 2 bits a value, f16 ones 1.
+/// input's type, so where f16 holds a scale exactly a projection's output is the same either way
+/// and only the stored bytes differ: at group 32, f32 scales and biases are 2 bits a value, f16
+/// ones 1.
 /// - The legacy types' scale and bias (`d`, `-8d`, `-16d`, `-128d`, `m`) are f16 values times a
 ///   power of two: f16 holds them exactly (a tensor where one would overflow keeps f32, in
 ///   [`load`]).
-/// - The K-quants' `d * sc` and `dmin * m` need up to 17 significant bits: they keep `compute`.
+/// - The K-quants' `d * sc` and `dmin * m` need up to 17 significant bits. f16 rounds them by
+///   1.7e-4 (Q4_K) and 2.1e-4 (Q5_K) relative, under a hundredth of what 4-bit quantization
+///   itself moves a weight; f32 would make a Q4_K_M model 1.34 times its file instead of 1.17
+///   (measured in `blocks/tests.rs` and by `scripts/gguf_memory.sh`). So they take f16, and
+///   `compute` when `exact_k_quants` asks for llama.cpp's values bit for bit.
 /// - Requantized tensors are not exact anyway: f16 adds a rounding a tenth of the 8-bit
 ///   requantization's own (measured in `blocks/tests.rs`).
 /// - The token embedding keeps `compute`: its lookup dequantizes rows in the scales' type, and
 ///   the model takes its type from the embedding.
-pub fn scale_dtype(ggml_type: GgmlType, compute: Dtype, embedding: bool) -> Dtype {
-    match route(ggml_type) {
-        _ if embedding => compute,
-        Some(Route::Exact { .. }) if matches!(ggml_type, GgmlType::Q4_K | GgmlType::Q5_K) => {
-            compute
-        }
-        _ => Dtype::Float16,
+pub fn scale_dtype(
+    ggml_type: GgmlType,
+    compute: Dtype,
+    embedding: bool,
+    exact_k_quants: bool,
+) -> Dtype {
+    let k_quant = matches!(ggml_type, GgmlType::Q4_K | GgmlType::Q5_K);
+    if embedding || (k_quant && exact_k_quants) {
+        compute
+    } else {
+        Dtype::Float16
     }
 }
 

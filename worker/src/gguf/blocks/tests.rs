@@ -456,7 +456,7 @@ fn requantization_errors_are_measured_and_the_default_stays_below_one_percent() 
         };
         assert_eq!(plain.dtype(), Dtype::Float16);
         row += &format!(" f16 {:.2e}", relative_error(&to_vec(&plain), &expected));
-        let stored = scale_dtype(ggml_type, Dtype::Float32, false);
+        let stored = scale_dtype(ggml_type, Dtype::Float32, false, false);
         assert_eq!(stored, Dtype::Float16);
         let Loaded::Affine {
             weight,
@@ -483,7 +483,8 @@ fn widened(array: &Array) -> Array {
 
 /// On the CPU (f32 products) the legacy types store their scales and biases in f16 and stay
 /// llama.cpp's values bit for bit: `quantized_matmul` widens them to the input's f32, and gives
-/// the same bits as with f32 arrays. The K-quants and the embedding keep the compute type.
+/// the same bits as with f32 arrays. The embedding keeps the compute type, and so do the
+/// K-quants when they are asked to stay exact; by default theirs are f16 too.
 #[test]
 fn legacy_types_keep_exact_values_with_f16_scales_in_f32_products() {
     use crate::model::QuantMode;
@@ -495,13 +496,18 @@ fn legacy_types_keep_exact_values_with_f16_scales_in_f32_products() {
         &[3, SHAPE[1]],
     );
     for ggml_type in EXACT {
-        let dtype = scale_dtype(ggml_type, Dtype::Float32, false);
-        assert_eq!(scale_dtype(ggml_type, Dtype::Float32, true), Dtype::Float32);
+        let dtype = scale_dtype(ggml_type, Dtype::Float32, false, false);
+        assert_eq!(dtype, Dtype::Float16, "{ggml_type}");
+        assert_eq!(
+            scale_dtype(ggml_type, Dtype::Float32, true, false),
+            Dtype::Float32
+        );
+        let exact = scale_dtype(ggml_type, Dtype::Float32, false, true);
         if matches!(ggml_type, GgmlType::Q4_K | GgmlType::Q5_K) {
-            assert_eq!(dtype, Dtype::Float32, "{ggml_type}");
+            assert_eq!(exact, Dtype::Float32, "{ggml_type}");
             continue;
         }
-        assert_eq!(dtype, Dtype::Float16, "{ggml_type}");
+        assert_eq!(exact, Dtype::Float16, "{ggml_type}");
         let bytes = tensor(ggml_type, 13);
         let Loaded::Affine {
             weight,
@@ -729,8 +735,9 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
             &dequantize(ggml_type, &bytes).unwrap(),
             &expected,
         );
-        // As the CPU loads it: f16 scales for the legacy and requantized types.
-        let stored = scale_dtype(ggml_type, Dtype::Float32, false);
+        // As the CPU loads it asked for exact K-quants: f16 scales for the legacy and
+        // requantized types, f32 for the K-quants.
+        let stored = scale_dtype(ggml_type, Dtype::Float32, false, true);
         let loaded = load(ggml_type, &shape, &bytes, Requantize::default(), stored).unwrap();
         match (route(ggml_type).unwrap(), loaded) {
             (
@@ -745,6 +752,21 @@ fn every_type_agrees_with_llama_cpp_python_dequantization() {
                 let found = ops::dequantize(&weight, widened(&scales), &widened(&biases), 32, bits)
                     .unwrap();
                 assert_bits_equal(ggml_type, "MLX", &to_vec(&found), &expected);
+                // By default the K-quants' scales are rounded to f16, at the measured cost.
+                let rounded = scale_dtype(ggml_type, Dtype::Float32, false, false);
+                let Loaded::Affine {
+                    weight,
+                    scales,
+                    biases,
+                    bits,
+                } = load(ggml_type, &shape, &bytes, Requantize::default(), rounded).unwrap()
+                else {
+                    panic!("{ggml_type} is not affine");
+                };
+                let found = ops::dequantize(&weight, widened(&scales), &widened(&biases), 32, bits)
+                    .unwrap();
+                let error = relative_error(&to_vec(&found), &expected);
+                assert!(error < 3e-4, "{ggml_type} with f16 scales: {error}");
             }
             (
                 Route::Requantized,
