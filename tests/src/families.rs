@@ -41,13 +41,18 @@ pub enum CallSyntax {
     Kimi,
     /// Llama 4's bare `[NAME(key="text")]`, the whole answer.
     Llama4,
+    /// Phi-4-mini's `functools[{"name": ..., "arguments": ...}]`.
+    Phi4Mini,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
 /// models write.
 pub struct Family {
-    /// The architecture's directory under `tests/data/architectures/`; also the model's id.
+    /// The architecture's directory under `tests/data/architectures/`.
     pub arch: &'static str,
+    /// The model's id: the architecture's, or the family's name where it is not the only one
+    /// on its architecture.
+    pub model: &'static str,
     /// Its real models' template, a file of `tests/data/chat_templates/`.
     pub template: &'static str,
     /// The tokens after the characters, in id order: text and whether it is special.
@@ -103,6 +108,7 @@ const MISTRAL: &[(&str, bool)] = &[
 pub const FAMILIES: &[Family] = &[
     Family {
         arch: "deepseek_v3",
+        model: "deepseek_v3",
         template: "deepseek-v3.1.jinja",
         // DeepSeek V3.1's tokenizer marks only the sentence tokens special.
         added: &[
@@ -129,6 +135,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "gemma3_text",
+        model: "gemma3_text",
         template: "gemma3.jinja",
         added: &[
             ("<pad>", true),
@@ -147,6 +154,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "gemma4_text",
+        model: "gemma4_text",
         template: "gemma4.jinja",
         added: &[
             ("<pad>", true),
@@ -175,6 +183,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "glm4_moe",
+        model: "glm4_moe",
         template: "glm4.6.jinja",
         added: &[
             ("<|endoftext|>", true),
@@ -204,6 +213,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "gpt_oss",
+        model: "gpt_oss",
         template: "gpt-oss.jinja",
         added: &[
             ("<|startoftext|>", true),
@@ -225,6 +235,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "granite",
+        model: "granite",
         template: "granite3.3.jinja",
         added: &[
             ("<|end_of_text|>", true),
@@ -241,6 +252,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "kimi_k2",
+        model: "kimi_k2",
         template: "kimi-k2.jinja",
         added: &[
             ("[BOS]", true),
@@ -265,6 +277,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "lfm2",
+        model: "lfm2",
         template: "lfm2.5.jinja",
         added: &[
             ("<|pad|>", true),
@@ -286,6 +299,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "llama",
+        model: "llama",
         template: "llama3.1.jinja",
         added: &[
             ("<|begin_of_text|>", true),
@@ -305,6 +319,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "llama4",
+        model: "llama4",
         template: "llama4.jinja",
         added: &[
             ("<|begin_of_text|>", true),
@@ -326,6 +341,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "mistral",
+        model: "mistral",
         template: "mistral-nemo.jinja",
         added: MISTRAL,
         bos: Some("<s>"),
@@ -337,6 +353,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "mistral3",
+        model: "mistral3",
         template: "mistral-small-3.1.jinja",
         added: &[
             ("<unk>", true),
@@ -362,6 +379,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "mixtral",
+        model: "mixtral",
         template: "mixtral-8x22b.jinja",
         added: MISTRAL,
         bos: Some("<s>"),
@@ -373,6 +391,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "phi3",
+        model: "phi4_mini",
         template: "phi4-mini.jinja",
         added: &[
             ("<|endoftext|>", true),
@@ -389,13 +408,15 @@ pub const FAMILIES: &[Family] = &[
         bos: Some("<|endoftext|>"),
         eos: "<|endoftext|>",
         stop: &["<|endoftext|>", "<|end|>"],
-        // Its template renders no `tools`: corral teaches it Hermes calls.
-        calls: CallSyntax::Hermes,
+        // Its template takes the tools as the system message's `tools` string, which corral
+        // fills; the model writes `functools[...]`.
+        calls: CallSyntax::Phi4Mini,
         thinks: false,
         thinking_kwargs: "{}",
     },
     Family {
         arch: "qwen2",
+        model: "qwen2",
         template: "qwen2.5.jinja",
         added: CHATML,
         bos: None,
@@ -407,6 +428,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen3",
+        model: "qwen3",
         template: "qwen3.jinja",
         added: QWEN3,
         bos: None,
@@ -418,6 +440,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen3_moe",
+        model: "qwen3_moe",
         template: "qwen3.jinja",
         added: QWEN3,
         bos: None,
@@ -429,6 +452,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen3_5_moe",
+        model: "qwen3_5_moe",
         template: "qwen3.6.jinja",
         added: QWEN3,
         bos: None,
@@ -440,6 +464,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "smollm3",
+        model: "smollm3",
         template: "smollm3.jinja",
         added: &[
             ("<|begin_of_text|>", true),
@@ -543,6 +568,7 @@ impl Family {
                 token("<|tool_call|>"),
                 literal(&format!("[{}]", call("arguments")))
             ),
+            CallSyntax::Phi4Mini => literal(&format!("functools[{}]", call("arguments"))),
             CallSyntax::QwenXml => {
                 let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
                 // Its template opens the thinking block, which the model closes first.
@@ -690,7 +716,7 @@ impl Family {
     /// The id of one of the family's added tokens.
     fn id(&self, token: &str) -> u32 {
         let index = self.added.iter().position(|&(text, _)| text == token);
-        let index = index.unwrap_or_else(|| panic!("{} has no {token}", self.arch));
+        let index = index.unwrap_or_else(|| panic!("{} has no {token}", self.model));
         (characters().count() + index) as u32
     }
 
@@ -701,7 +727,7 @@ impl Family {
             .map(|(byte, id)| (byte_level(byte).to_string(), json!(id)))
             .collect();
         let first_added = vocab.len();
-        assert!(first_added + self.added.len() <= VOCAB, "{}", self.arch);
+        assert!(first_added + self.added.len() <= VOCAB, "{}", self.model);
         let added: Vec<Value> = self
             .added
             .iter()

@@ -18,7 +18,7 @@ use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
 use crate::tools::{
     ToolFormat, deepseek_messages, deepseek_thinking, gemma4_tool_responses, kimi_call_ids,
-    mistral_call_ids, rewrite_messages,
+    mistral_call_ids, phi4_messages, rewrite_messages,
 };
 
 #[derive(Debug, Clone)]
@@ -315,12 +315,15 @@ fn render(
     // DeepSeek's templates write its calls and results but not the tools, which are described
     // in its own words (`deepseek_messages`).
     let deepseek = matches!(format, ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3);
+    // Phi-4-mini's released template takes the tools in its system message (`phi4_messages`).
+    let phi4 = format == ToolFormat::Phi4Mini && !loaded.formats.native_tools;
     let taught = !loaded.formats.native_tools
         && !deepseek
+        && !phi4
         && (!tools.is_empty() || messages.iter().any(mentions_tools));
     let rewritten;
     let messages = match format {
-        ToolFormat::Mistral | ToolFormat::MistralArgs => {
+        ToolFormat::Mistral | ToolFormat::MistralArgs | ToolFormat::MistralThink => {
             rewritten = mistral_call_ids(messages);
             &rewritten[..]
         }
@@ -335,6 +338,10 @@ fn render(
         ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => {
             let describe = !loaded.formats.native_tools;
             rewritten = deepseek_messages(messages, tools, format, describe);
+            &rewritten[..]
+        }
+        ToolFormat::Phi4Mini if phi4 => {
+            rewritten = phi4_messages(messages, tools);
             &rewritten[..]
         }
         _ => messages,

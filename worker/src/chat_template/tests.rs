@@ -748,3 +748,19 @@ fn a_backslash_newline_in_a_string_literal_continues_the_line() {
     .unwrap();
     assert_eq!(got, "a\\\nbcd'egh");
 }
+
+/// Phi-4-mini's released template writes the functions from the system message's `tools`
+/// string (`tools::phi4_messages` puts them there, as `json.dumps` writes them), a past call as
+/// the model's `functools[` text, and a result as a `<|tool|>` turn.
+#[test]
+fn phi4_mini_renders_its_system_tools_string_and_calls_as_text() {
+    let tools = weather_tool().as_array().unwrap().clone();
+    let conversation = crate::tools::phi4_messages(&conversation_with_a_call(), &tools);
+    let got = shipped("phi4-mini.jinja")
+        .render(&conversation, Some(&weather_tool()), true)
+        .unwrap();
+    assert_eq!(
+        got,
+        r#"<|system|>You are terse.<|tool|>[{"name": "get_weather", "description": "Get the weather <now>", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]<|/tool|><|end|><|user|>Weather in Paris?<|end|><|assistant|>functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|end|><|tool|>{"temp": 21}<|end|><|assistant|>"#
+    );
+}

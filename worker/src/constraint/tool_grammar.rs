@@ -6,8 +6,9 @@
 //! - Llama3Json: `{"name": "NAME", "parameters": ARGS}`, one call;
 //! - Mistral: the `[TOOL_CALLS]` token (by id), then `[CALL, CALL]` with each call
 //!   `{"name": "NAME", "arguments": ARGS}`;
-//! - MistralArgs: per call the `[TOOL_CALLS]` token (by id), `NAME`, `[ARGS]` (by id where the
-//!   vocabulary has it), ARGS; calls written one after another;
+//! - MistralArgs and MistralThink: per call the `[TOOL_CALLS]` token (by id), `NAME`, `[ARGS]`
+//!   (by id where the vocabulary has it), ARGS; calls written one after another;
+//! - Phi4Mini: `functools[CALL, CALL]`, each call as Mistral's, in text;
 //! - Granite: `<|tool_call|>` (the token by id where the vocabulary has it, as Granite's does),
 //!   then the same list as Mistral's;
 //! - QwenXml: `<tool_call>\n<function=NAME>\n`, one `<parameter=KEY>\nVALUE\n</parameter>\n` per
@@ -54,6 +55,8 @@ use crate::tools::ToolFormat;
 const MISTRAL_TOOL_CALLS: &str = "[TOOL_CALLS]";
 /// What Mistral's newer notation puts between a call's name and its arguments.
 const MISTRAL_ARGS: &str = "[ARGS]";
+/// What Phi-4-mini writes before its list of calls, the list's `[` included.
+const FUNCTOOLS: &str = "functools[";
 /// What Granite's models open their list of calls with.
 const GRANITE_TOOL_CALL: &str = "<|tool_call|>";
 /// Gemma 4's call markers and string quote.
@@ -165,7 +168,12 @@ pub(super) fn lark(
     let start = match format {
         ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Glm => repeated("\n", parallel),
         ToolFormat::Llama3Json | ToolFormat::Harmony => "call".to_owned(),
-        ToolFormat::Gemma4 | ToolFormat::MistralArgs => repeated("", parallel),
+        ToolFormat::Gemma4 | ToolFormat::MistralArgs | ToolFormat::MistralThink => {
+            repeated("", parallel)
+        }
+        ToolFormat::Phi4Mini => {
+            format!("{} {} \"]\"", literal(FUNCTOOLS), repeated(", ", parallel))
+        }
         ToolFormat::Pythonic => format!(
             "{} \"[\" {} \"]\" {}",
             token(PYTHONIC_CALL_OPEN),
@@ -219,10 +227,10 @@ pub(super) fn lark(
             ToolFormat::Llama3Json => {
                 json_call(&format!("{{\"name\": {name}, \"parameters\": "), tool, "}")?
             }
-            ToolFormat::Mistral | ToolFormat::Granite => {
+            ToolFormat::Mistral | ToolFormat::Granite | ToolFormat::Phi4Mini => {
                 json_call(&format!("{{\"name\": {name}, \"arguments\": "), tool, "}")?
             }
-            ToolFormat::MistralArgs => {
+            ToolFormat::MistralArgs | ToolFormat::MistralThink => {
                 let opener = factory.token_id(MISTRAL_TOOL_CALLS).ok_or_else(|| {
                     ConstraintError::Invalid(format!(
                         "the Mistral tool-call format needs the {MISTRAL_TOOL_CALLS} token, \

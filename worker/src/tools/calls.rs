@@ -1,6 +1,6 @@
 //! Turning a finished candidate's text into tool calls, for the JSON-based formats: Hermes
 //! blocks (whose body may also be Qwen3-Coder's XML), Llama's bare objects, Mistral's
-//! `[TOOL_CALLS]` sections and Granite's `<|tool_call|>` lists. Every function either returns
+//! `[TOOL_CALLS]` sections, Granite's `<|tool_call|>` lists and Phi-4-mini's `functools[` lists. Every function either returns
 //! whole valid calls or says why not; model output is untrusted, so nothing here panics or
 //! half-accepts a call.
 
@@ -10,6 +10,7 @@ use super::fragment::ToolCall;
 use super::markers::{
     ARGS, CALL_ID, FUNCTION_OPEN, GRANITE_TOOL_CALL, PYTHON_TAG, TOOL_CALLS, held_tail,
 };
+use super::markers::{FUNCTOOLS, PHI_TOOL_CALL_CLOSE};
 use super::xml_call::{self, ParamTypes};
 
 /// The body of a `<tool_call>` block: Hermes JSON, or Qwen3-Coder's `<function=...>` (models
@@ -61,6 +62,30 @@ pub(super) fn parse_granite(text: &str) -> (Vec<ToolCall>, Option<(usize, String
     parse_sections(text, |section| {
         let body = section.strip_prefix(GRANITE_TOOL_CALL).unwrap_or(section);
         json_section(body.trim_start())
+    })
+}
+
+/// Phi-4-mini's output from its first call to the end: `functools[...]` lists, and calls (one,
+/// or a list) between `<|tool_call|>` and `<|/tool_call|>`, whose closing token may be cut
+/// short where the output ends; returned as `parse_mistral` returns them.
+pub(super) fn parse_phi4(text: &str) -> (Vec<ToolCall>, Option<(usize, String)>) {
+    parse_sections(text, |section| {
+        if section.starts_with(FUNCTOOLS) {
+            // The list's `[` is the marker's last character.
+            let list = &section[FUNCTOOLS.len() - 1..];
+            return json_section(list);
+        }
+        let body = section
+            .strip_prefix(GRANITE_TOOL_CALL)
+            .ok_or("text after the calls")?;
+        let (calls, after) = json_section(body.trim_start())?;
+        let after = after.trim_start();
+        let after = match after.strip_prefix(PHI_TOOL_CALL_CLOSE) {
+            Some(rest) => rest,
+            None if PHI_TOOL_CALL_CLOSE.starts_with(after) => "",
+            None => after,
+        };
+        Ok((calls, after))
     })
 }
 

@@ -12,7 +12,9 @@ use super::format::ToolFormat;
 use super::markers::{
     ARG_KEY_OPEN, ARGS, GRANITE_TOOL_CALL, HARMONY_CHANNEL, TOOL_CALL_OPEN, TOOL_CALLS,
 };
-use super::markers::{DEEPSEEK_CALLS_BEGIN, KIMI_SECTION_BEGIN};
+use super::markers::{
+    DEEPSEEK_CALLS_BEGIN, KIMI_SECTION_BEGIN, MISTRAL_THINK_OPEN, PHI_TOOLS_CLOSE,
+};
 use super::markers::{
     FUNCTION_OPEN, GEMMA4_CALL_OPEN, HEADER_START, PARAMETER_OPEN, PYTHON_TAG, PYTHONIC_CALL_OPEN,
     THINK_CLOSE,
@@ -53,8 +55,9 @@ impl ModelFormats {
 }
 
 /// The first rule that matches, most specific first: Qwen3-Coder's and GLM-4.5's templates
-/// also write `<tool_call>`, and Hermes-style Llama fine-tunes keep Llama's `<|python_tag|>`
-/// token.
+/// also write `<tool_call>`, Hermes-style Llama fine-tunes keep Llama's `<|python_tag|>`
+/// token, and llama.cpp's rewrite of Phi-4-mini's template writes Granite's `<|tool_call|>`
+/// beside the `<|/tool|>` that ends Phi's tool list.
 fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
     if let Some(format) = deepseek_or_kimi(template, in_vocab) {
         format
@@ -66,6 +69,8 @@ fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
         ToolFormat::Pythonic
     } else if template.contains(HEADER_START) && !template.contains(LLAMA_JSON_KEY) {
         ToolFormat::Llama4Pythonic
+    } else if template.contains(PHI_TOOLS_CLOSE) {
+        ToolFormat::Phi4Mini
     } else if template.contains(ARG_KEY_OPEN) {
         ToolFormat::Glm
     } else if template.contains(FUNCTION_OPEN) && template.contains(PARAMETER_OPEN) {
@@ -74,6 +79,8 @@ fn tool_format(template: &str, in_vocab: &dyn Fn(&str) -> bool) -> ToolFormat {
         ToolFormat::Granite
     } else if template.contains(TOOL_CALL_OPEN) {
         ToolFormat::Hermes
+    } else if template.contains(TOOL_CALLS) && template.contains(MISTRAL_THINK_OPEN) {
+        ToolFormat::MistralThink
     } else if template.contains(TOOL_CALLS) && template.contains(ARGS) {
         ToolFormat::MistralArgs
     } else if template.contains(TOOL_CALLS) || in_vocab(TOOL_CALLS) {

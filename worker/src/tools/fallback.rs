@@ -76,7 +76,7 @@ fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
 }
 
-fn text_of(content: Option<&Value>) -> String {
+pub(super) fn text_of(content: Option<&Value>) -> String {
     match content {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(text)) => text.clone(),
@@ -103,14 +103,7 @@ fn assistant_text(message: &Value) -> Value {
     for call in calls.into_iter().flatten() {
         let function = call.get("function").unwrap_or(call);
         let name = function.get("name").cloned().unwrap_or(Value::Null);
-        let arguments = match function.get("arguments") {
-            // OpenAI sends arguments as a JSON string; the model should see the object.
-            Some(Value::String(encoded)) => {
-                serde_json::from_str(encoded).unwrap_or_else(|_| Value::String(encoded.clone()))
-            }
-            Some(value) => value.clone(),
-            None => Value::Object(Map::new()),
-        };
+        let arguments = call_arguments(function);
         if !text.is_empty() {
             text.push('\n');
         }
@@ -124,6 +117,18 @@ fn assistant_text(message: &Value) -> Value {
     object.remove("tool_calls");
     object.insert("content".into(), text.into());
     Value::Object(object)
+}
+
+/// A past call's arguments as the model should see them: OpenAI sends them as a JSON string,
+/// which is decoded to its object.
+pub(super) fn call_arguments(function: &Value) -> Value {
+    match function.get("arguments") {
+        Some(Value::String(encoded)) => {
+            serde_json::from_str(encoded).unwrap_or_else(|_| Value::String(encoded.clone()))
+        }
+        Some(value) => value.clone(),
+        None => Value::Object(Map::new()),
+    }
 }
 
 /// Appends the tool descriptions to the first system message, or adds one in front.
@@ -155,7 +160,7 @@ fn describe_tools(messages: &mut Vec<Value>, tools: &[Value]) {
 
 /// JSON as Python's `json.dumps` writes it (`{"a": 1, "b": [1, 2]}`), which is what the
 /// templates' `tojson` put in front of models in training.
-fn python_json(value: &Value) -> String {
+pub(super) fn python_json(value: &Value) -> String {
     let mut bytes = Vec::new();
     let mut serializer = Serializer::with_formatter(&mut bytes, PythonSeparators);
     // Writing a `Value` to memory cannot fail, and serde_json writes UTF-8.

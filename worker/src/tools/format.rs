@@ -12,6 +12,7 @@ use super::markers::{
     DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALLS_END, DEEPSEEK_SEP,
     KIMI_ARGUMENT_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION_BEGIN, KIMI_SECTION_END,
 };
+use super::markers::{MISTRAL_THINK_CLOSE, MISTRAL_THINK_OPEN, PHI_TOOL_CALL_CLOSE};
 
 /// How a model writes tool calls in its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,9 @@ pub enum ToolFormat {
     /// Devstral, Ministral 3): `[TOOL_CALLS]name[ARGS]{...}` per call. Read as `Mistral`;
     /// forced calls are written in it.
     MistralArgs,
+    /// Magistral and Ministral 3 Reasoning: `MistralArgs`' calls, and thinking in a
+    /// `[THINK]...[/THINK]` block (two control tokens) where `<think>` would be.
+    MistralThink,
     /// Granite 3: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`.
     Granite,
     /// GLM-4.5: `<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>`.
@@ -57,6 +61,14 @@ pub enum ToolFormat {
     /// Llama 4: the whole answer a Python list of calls, `[name(key="text", n=3), ...]`, bare
     /// or between `<|python_start|>` and `<|python_end|>`.
     Llama4Pythonic,
+    /// Phi-4-mini: `functools[{"name": ..., "arguments": {...}}, ...]`, running to the end of
+    /// the output; also read: a call (or a list) between `<|tool_call|>` and `<|/tool_call|>`.
+    /// Its released template lists the tools but writes no calls, so the notation is what the
+    /// model learned: vLLM's and SGLang's parsers for it read `functools[`, and its raw answers
+    /// reported from other runtimes are `functools[...]`. `<|tool_call|>` is what a prompt or a
+    /// grammar asks for elsewhere (llama.cpp's rewrite of its template, the ONNX cookbook's
+    /// grammar), so it is read, and forced calls are written in `functools[`.
+    Phi4Mini,
 }
 
 impl ToolFormat {
@@ -67,11 +79,12 @@ impl ToolFormat {
         !matches!(self, Self::Llama3Json | Self::Harmony)
     }
 
-    /// The texts that open and close this family's thinking: `<think>` blocks, or Gemma 4's
-    /// thought channel.
+    /// The texts that open and close this family's thinking: `<think>` blocks, Gemma 4's
+    /// thought channel, or Magistral's `[THINK]` block.
     pub fn thinking_markers(self) -> (&'static str, &'static str) {
         match self {
             Self::Gemma4 => (GEMMA4_THOUGHT_OPEN, GEMMA4_CHANNEL_CLOSE),
+            Self::MistralThink => (MISTRAL_THINK_OPEN, MISTRAL_THINK_CLOSE),
             _ => (THINK_OPEN, THINK_CLOSE),
         }
     }
@@ -80,6 +93,7 @@ impl ToolFormat {
     pub(super) fn thinking_tokens(self) -> &'static [&'static str] {
         match self {
             Self::Gemma4 => &[GEMMA4_CHANNEL_OPEN, GEMMA4_CHANNEL_CLOSE],
+            Self::MistralThink => &[MISTRAL_THINK_OPEN, MISTRAL_THINK_CLOSE],
             _ => &[THINK_OPEN, THINK_CLOSE],
         }
     }
@@ -90,8 +104,9 @@ impl ToolFormat {
         match self {
             Self::Hermes | Self::QwenXml => &[TOOL_CALL_OPEN, TOOL_CALL_CLOSE],
             Self::Llama3Json => &[PYTHON_TAG],
-            Self::Mistral | Self::MistralArgs => &[TOOL_CALLS, ARGS, CALL_ID],
+            Self::Mistral | Self::MistralArgs | Self::MistralThink => &[TOOL_CALLS, ARGS, CALL_ID],
             Self::Granite => &[GRANITE_TOOL_CALL],
+            Self::Phi4Mini => &[GRANITE_TOOL_CALL, PHI_TOOL_CALL_CLOSE],
             Self::Glm => &[
                 TOOL_CALL_OPEN,
                 TOOL_CALL_CLOSE,

@@ -34,6 +34,18 @@ pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
 pub const ARGS: &str = "[ARGS]";
 pub const CALL_ID: &str = "[CALL_ID]";
 
+/// Magistral's and Ministral 3 Reasoning's thinking block, two control tokens.
+pub const MISTRAL_THINK_OPEN: &str = "[THINK]";
+pub const MISTRAL_THINK_CLOSE: &str = "[/THINK]";
+
+/// Phi-4-mini: its template lists the tools between `<|tool|>` and `<|/tool|>` in the system
+/// turn; the model writes its calls as `functools[{"name": ..., "arguments": {...}}, ...]`, or
+/// as a JSON call between its `<|tool_call|>` and `<|/tool_call|>` tokens (the first is
+/// `GRANITE_TOOL_CALL`'s text).
+pub const PHI_TOOLS_CLOSE: &str = "<|/tool|>";
+pub const FUNCTOOLS: &str = "functools[";
+pub const PHI_TOOL_CALL_CLOSE: &str = "<|/tool_call|>";
+
 /// GLM-4.5's call arguments: `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>`, inside a
 /// `<tool_call>NAME` block.
 pub const ARG_KEY_OPEN: &str = "<arg_key>";

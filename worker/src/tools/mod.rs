@@ -7,7 +7,8 @@
 //! whose template has none (`fallback`), tool-call ids in the shape Mistral's and Kimi's
 //! templates demand (`call_ids`), tool results inside the calling turn as Gemma 4's template
 //! reads them (`tool_responses`), DeepSeek's tools described in its own words
-//! (`deepseek_tools`).
+//! (`deepseek_tools`), Phi-4-mini's tools in its system message's `tools` string and its past
+//! calls as its `functools[` text (`phi4_tools`).
 
 mod call_ids;
 mod calls;
@@ -24,6 +25,7 @@ mod harmony;
 mod kimi_call;
 mod markers;
 mod parser;
+mod phi4_tools;
 mod pythonic_call;
 mod reasoning;
 mod tool_responses;
@@ -36,6 +38,7 @@ pub use fallback::rewrite_messages;
 pub use format::ToolFormat;
 pub use fragment::{Fragment, ToolCall};
 pub use parser::{OutputParser, ParserConfig};
+pub use phi4_tools::phi4_messages;
 pub use reasoning::{ReasoningStart, deepseek_thinking, prompt_opens_reasoning};
 pub use tool_responses::gemma4_tool_responses;
 

@@ -21,7 +21,7 @@ use super::glm_call;
 use super::harmony::HarmonyParser;
 use super::kimi_call;
 use super::markers::{
-    DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALLS_END, KIMI_SECTION_BEGIN, KIMI_SECTION_END,
+    DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALLS_END, FUNCTOOLS, KIMI_SECTION_BEGIN, KIMI_SECTION_END,
 };
 use super::markers::{
     FUNCTION_CLOSE, FUNCTION_OPEN, GEMMA4_CALL_CLOSE, GEMMA4_CALL_OPEN, GRANITE_TOOL_CALL,
@@ -91,6 +91,8 @@ enum Tail {
     Llama4,
     Mistral,
     Granite,
+    /// Phi-4-mini's `functools[...]` lists and `<|tool_call|>` blocks.
+    Phi4,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,6 +390,8 @@ impl OutputParser {
             DEEPSEEK_CALLS_BEGIN => Mode::Block(Block::DeepSeek),
             KIMI_SECTION_BEGIN => Mode::Block(Block::Kimi),
             PYTHON_TAG => Mode::Tail(Tail::Llama),
+            FUNCTOOLS => Mode::Tail(Tail::Phi4),
+            GRANITE_TOOL_CALL if self.format == ToolFormat::Phi4Mini => Mode::Tail(Tail::Phi4),
             GRANITE_TOOL_CALL => Mode::Tail(Tail::Granite),
             _ => Mode::Tail(Tail::Mistral),
         });
@@ -449,11 +453,11 @@ impl OutputParser {
                 };
                 accept(out, &mut self.malformed, text, parsed);
             }
-            Tail::Mistral | Tail::Granite => {
-                let (calls, rejected) = if tail == Tail::Mistral {
-                    calls::parse_mistral(text)
-                } else {
-                    calls::parse_granite(text)
+            Tail::Mistral | Tail::Granite | Tail::Phi4 => {
+                let (calls, rejected) = match tail {
+                    Tail::Mistral => calls::parse_mistral(text),
+                    Tail::Granite => calls::parse_granite(text),
+                    _ => calls::parse_phi4(text),
                 };
                 calls.into_iter().for_each(|call| out.call(call));
                 if let Some((offset, why)) = rejected {
@@ -482,8 +486,9 @@ fn openers(format: ToolFormat) -> &'static [&'static str] {
         ToolFormat::Harmony => &[],
         ToolFormat::QwenXml => &[TOOL_CALL_OPEN, FUNCTION_OPEN],
         ToolFormat::Llama3Json => &[PYTHON_TAG],
-        ToolFormat::Mistral | ToolFormat::MistralArgs => &[TOOL_CALLS],
+        ToolFormat::Mistral | ToolFormat::MistralArgs | ToolFormat::MistralThink => &[TOOL_CALLS],
         ToolFormat::Granite => &[GRANITE_TOOL_CALL],
+        ToolFormat::Phi4Mini => &[FUNCTOOLS, GRANITE_TOOL_CALL],
         ToolFormat::Gemma4 => &[GEMMA4_CALL_OPEN],
         ToolFormat::Pythonic => &[PYTHONIC_CALL_OPEN],
         ToolFormat::DeepSeekV31 | ToolFormat::DeepSeekV3 => &[DEEPSEEK_CALLS_BEGIN],

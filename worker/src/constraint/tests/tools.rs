@@ -576,3 +576,22 @@ fn mistral_args_calls_are_named_then_their_arguments() {
     called.dedup();
     assert_eq!(called, ["get_weather", "list_files", "now"]);
 }
+
+/// Phi-4-mini's calls, one `functools[` list of them spelled out in text, each parsed back
+/// into a call valid for its tool.
+#[test]
+fn phi4_mini_calls_are_a_functools_list() {
+    let model = sentencepiece();
+    let mut called = Vec::new();
+    for seed in 0..SEEDS {
+        let spec = spec(ToolFormat::Phi4Mini, ToolCallChoice::Required, true);
+        let output = generate(&model, &spec, seed);
+        let text = model.tokenizer.decode(&output.tokens, false).unwrap();
+        assert!(text.starts_with("functools[{\"name\": "), "{text}");
+        assert!(text.ends_with("}]"), "{text}");
+        called.extend(parsed_calls(ToolFormat::Phi4Mini, &text));
+    }
+    called.sort();
+    called.dedup();
+    assert_eq!(called, ["get_weather", "list_files", "now"]);
+}

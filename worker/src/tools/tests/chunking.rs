@@ -45,6 +45,9 @@ const TEXT: &[&str] = &[
     "<｜tool▁calls",
     "<｜",
     "<|tool_calls_section",
+    "functools",
+    "[THINK",
+    "[/TH",
 ];
 
 const THOUGHTS: &[&str] = &["\n", "hmm", " <", "</thin", "<tool_call>", "é"];
@@ -63,13 +66,18 @@ fn calls(format: ToolFormat) -> &'static [&'static str] {
         ],
         // Llama, Mistral and Granite calls run to the end of the output: one, last.
         ToolFormat::Llama3Json => &["<|python_tag|>{\"name\": \"f\", \"parameters\": {}}"],
-        ToolFormat::Mistral | ToolFormat::MistralArgs => &[
+        ToolFormat::Mistral | ToolFormat::MistralArgs | ToolFormat::MistralThink => &[
             "[TOOL_CALLS]f[ARGS]{\"x\": [1]}",
             "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]",
         ],
         ToolFormat::Granite => &[
             "<|tool_call|>[{\"name\": \"f\", \"arguments\": {\"x\": \"日\"}}]",
             "<|tool_call|>[{\"name\": \"bad\"",
+        ],
+        ToolFormat::Phi4Mini => &[
+            "functools[{\"name\": \"f\", \"arguments\": {\"x\": \"日\"}}, {\"name\": \"g\"}]",
+            "<|tool_call|>{\"name\": \"g\", \"arguments\": {}}<|/tool_call|>",
+            "functools[{\"name\": \"bad\"",
         ],
         ToolFormat::Glm => &[
             "<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>日</arg_value>\n</tool_call>",
@@ -129,7 +137,9 @@ fn random_output(rng: &mut Rng, format: ToolFormat, reasoning: ReasoningStart) -
         ToolFormat::Llama3Json
             | ToolFormat::Mistral
             | ToolFormat::MistralArgs
+            | ToolFormat::MistralThink
             | ToolFormat::Granite
+            | ToolFormat::Phi4Mini
     );
     let at_start = format == ToolFormat::Llama4Pythonic;
     if at_start && rng.below(2) == 0 {
@@ -183,6 +193,8 @@ fn random_chunkings_give_the_fragments_of_one_push() {
         ToolFormat::Kimi,
         ToolFormat::Llama4Pythonic,
         ToolFormat::MistralArgs,
+        ToolFormat::MistralThink,
+        ToolFormat::Phi4Mini,
     ];
     let starts = [
         ReasoningStart::Off,
@@ -290,6 +302,10 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         "<|tool_call_begin|>",
         "<|tool_call_argument_begin|>",
         "<|tool_calls_section_end|>",
+        "functools[",
+        "<|/tool_call|>",
+        "[THINK]",
+        "[/THINK]",
     ];
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let formats = [
@@ -307,6 +323,8 @@ fn marker_soup_never_panics_and_keeps_every_byte() {
         ToolFormat::Kimi,
         ToolFormat::Llama4Pythonic,
         ToolFormat::MistralArgs,
+        ToolFormat::MistralThink,
+        ToolFormat::Phi4Mini,
     ];
     let starts = [
         ReasoningStart::Off,

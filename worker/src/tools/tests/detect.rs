@@ -265,8 +265,8 @@ pub(super) fn shipped_template(file: &str) -> String {
 #[test]
 fn each_familys_shipped_template_is_its_format() {
     use ToolFormat::{
-        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Llama4Pythonic, Mistral, Pythonic,
-        QwenXml,
+        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Llama4Pythonic, Mistral, Phi4Mini,
+        Pythonic, QwenXml,
     };
     // (file, format, renders tools, thinks)
     let families = [
@@ -293,8 +293,9 @@ fn each_familys_shipped_template_is_its_format() {
         ("lfm2.5.jinja", Pythonic, true, true),
         // Qwen3.5 and 3.6 write Qwen3-Coder's calls.
         ("qwen3.6.jinja", QwenXml, true, true),
-        // Phi-4-mini's takes tools only as a system message's `tools` string.
-        ("phi4-mini.jinja", Hermes, false, false),
+        // Phi-4-mini's takes tools only as a system message's `tools` string, which corral
+        // fills (`phi4_messages`).
+        ("phi4-mini.jinja", Phi4Mini, false, false),
     ];
     for (file, format, native_tools, reasoning) in families {
         let formats = ModelFormats::detect(Some(&shipped_template(file)), &tokenizer(&[]));

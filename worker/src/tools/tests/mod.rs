@@ -9,6 +9,8 @@ mod gemma4;
 mod glm;
 mod harmony;
 mod kimi;
+mod mistral_think;
+mod phi4;
 mod pythonic;
 mod recorded;
 
@@ -17,7 +19,7 @@ use serde_json::Value;
 use super::*;
 
 /// The markers that never reach content unless a call was malformed.
-const MARKERS: [&str; 15] = [
+const MARKERS: [&str; 18] = [
     "<tool_call",
     "<think",
     "</think",
@@ -33,6 +35,9 @@ const MARKERS: [&str; 15] = [
     "<|tool_call_start|>",
     "<｜tool▁calls▁begin｜>",
     "<|tool_calls_section_begin|>",
+    "functools[",
+    "[THINK]",
+    "[/THINK]",
 ];
 
 fn config(format: ToolFormat, reasoning: ReasoningStart, tools: &[Value]) -> ParserConfig<'_> {
