@@ -48,11 +48,8 @@ pub enum CallSyntax {
 /// One family: which checkpoint, which template, which special tokens, and what its real
 /// models write.
 pub struct Family {
-    /// The architecture's directory under `tests/data/architectures/`.
+    /// The architecture's directory under `tests/data/architectures/`; also the model's id.
     pub arch: &'static str,
-    /// The model's id: the architecture's, or the family's name where it is not the only one
-    /// on its architecture.
-    pub model: &'static str,
     /// Its real models' template, a file of `tests/data/chat_templates/`.
     pub template: &'static str,
     /// The tokens after the characters, in id order: text and whether it is special.
@@ -108,7 +105,6 @@ const MISTRAL: &[(&str, bool)] = &[
 pub const FAMILIES: &[Family] = &[
     Family {
         arch: "deepseek_v3",
-        model: "deepseek_v3",
         template: "deepseek-v3.1.jinja",
         // DeepSeek V3.1's tokenizer marks only the sentence tokens special.
         added: &[
@@ -135,7 +131,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "gemma3_text",
-        model: "gemma3_text",
         template: "gemma3.jinja",
         added: &[
             ("<pad>", true),
@@ -154,7 +149,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "gemma4_text",
-        model: "gemma4_text",
         template: "gemma4.jinja",
         added: &[
             ("<pad>", true),
@@ -183,7 +177,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "glm4_moe",
-        model: "glm4_moe",
         template: "glm4.6.jinja",
         added: &[
             ("<|endoftext|>", true),
@@ -213,7 +206,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "gpt_oss",
-        model: "gpt_oss",
         template: "gpt-oss.jinja",
         added: &[
             ("<|startoftext|>", true),
@@ -235,7 +227,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "granite",
-        model: "granite",
         template: "granite3.3.jinja",
         added: &[
             ("<|end_of_text|>", true),
@@ -252,7 +243,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "kimi_k2",
-        model: "kimi_k2",
         template: "kimi-k2.jinja",
         added: &[
             ("[BOS]", true),
@@ -277,7 +267,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "lfm2",
-        model: "lfm2",
         template: "lfm2.5.jinja",
         added: &[
             ("<|pad|>", true),
@@ -299,7 +288,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "llama",
-        model: "llama",
         template: "llama3.1.jinja",
         added: &[
             ("<|begin_of_text|>", true),
@@ -319,7 +307,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "llama4",
-        model: "llama4",
         template: "llama4.jinja",
         added: &[
             ("<|begin_of_text|>", true),
@@ -341,7 +328,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "mistral",
-        model: "mistral",
         template: "mistral-nemo.jinja",
         added: MISTRAL,
         bos: Some("<s>"),
@@ -353,7 +339,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "mistral3",
-        model: "mistral3",
         template: "mistral-small-3.1.jinja",
         added: &[
             ("<unk>", true),
@@ -379,7 +364,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "mixtral",
-        model: "mixtral",
         template: "mixtral-8x22b.jinja",
         added: MISTRAL,
         bos: Some("<s>"),
@@ -391,7 +375,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "phi3",
-        model: "phi4_mini",
         template: "phi4-mini.jinja",
         added: &[
             ("<|endoftext|>", true),
@@ -416,7 +399,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen2",
-        model: "qwen2",
         template: "qwen2.5.jinja",
         added: CHATML,
         bos: None,
@@ -428,7 +410,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen3",
-        model: "qwen3",
         template: "qwen3.jinja",
         added: QWEN3,
         bos: None,
@@ -440,7 +421,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen3_moe",
-        model: "qwen3_moe",
         template: "qwen3.jinja",
         added: QWEN3,
         bos: None,
@@ -452,7 +432,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "qwen3_5_moe",
-        model: "qwen3_5_moe",
         template: "qwen3.6.jinja",
         added: QWEN3,
         bos: None,
@@ -464,7 +443,6 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "smollm3",
-        model: "smollm3",
         template: "smollm3.jinja",
         added: &[
             ("<|begin_of_text|>", true),
@@ -716,7 +694,7 @@ impl Family {
     /// The id of one of the family's added tokens.
     fn id(&self, token: &str) -> u32 {
         let index = self.added.iter().position(|&(text, _)| text == token);
-        let index = index.unwrap_or_else(|| panic!("{} has no {token}", self.model));
+        let index = index.unwrap_or_else(|| panic!("{} has no {token}", self.arch));
         (characters().count() + index) as u32
     }
 
@@ -727,7 +705,7 @@ impl Family {
             .map(|(byte, id)| (byte_level(byte).to_string(), json!(id)))
             .collect();
         let first_added = vocab.len();
-        assert!(first_added + self.added.len() <= VOCAB, "{}", self.model);
+        assert!(first_added + self.added.len() <= VOCAB, "{}", self.arch);
         let added: Vec<Value> = self
             .added
             .iter()

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 fn every_family_chats_calls_tools_streams_and_has_its_formats_read_off_its_template() {
     let dirs = Dirs::generated([]);
     for family in FAMILIES {
-        family.write_model(&dirs.models.path().join(family.model));
+        family.write_model(&dirs.models.path().join(family.arch));
     }
     let server = Server::start(&dirs);
     let arguments = r#"{"city": "Paris", "unit": "celsius"}"#;
@@ -24,7 +24,7 @@ fn every_family_chats_calls_tools_streams_and_has_its_formats_read_off_its_templ
         .iter()
         .map(|family| {
             json!({
-                "model": family.model,
+                "model": family.arch,
                 "call_grammar": family.call_grammar("get_weather", arguments),
                 "thinks": family.thinks,
                 "thinking_output": family.thinking_output(),
@@ -41,7 +41,7 @@ fn every_family_chats_calls_tools_streams_and_has_its_formats_read_off_its_templ
     let report: Value =
         serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("the script printed {stdout}"));
     for family in FAMILIES {
-        eprintln!("{}: {}", family.model, report[family.model]);
+        eprintln!("{}: {}", family.arch, report[family.arch]);
     }
     let untested: Vec<&&str> = SUPPORTED_ARCHITECTURES
         .iter()
