@@ -359,3 +359,71 @@ fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
         ["abc", "Ġ", "1", "2", "3"]
     );
 }
+
+/// Each served `tokenizer.ggml.pre` encodes tricky texts (contractions, digit runs, CamelCase,
+/// newlines, unicode, runs of spaces, control tokens) to llama.cpp's own ids
+/// (`tests/data/gguf_pre_tokenizers.json`, scripts/reference/gguf_pre_tokenizers.py), on a
+/// small vocabulary whose whole words no merge reaches tell the `ignore_merges` ones apart.
+#[test]
+fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf_pre_tokenizers.json");
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let texts =
+        |key: &str| -> Vec<String> { serde_json::from_value(reference[key].clone()).unwrap() };
+    let (tokens, merges, texts) = (texts("tokens"), texts("merges"), texts("texts"));
+    let ids: std::collections::BTreeMap<String, Vec<Vec<u32>>> =
+        serde_json::from_value(reference["ids"].clone()).unwrap();
+    // `gpt2` is corral's own spelling of `gpt-2`, which llama.cpp refuses.
+    let served: Vec<&str> = tokenizer::pre_tokenizer_names()
+        .filter(|name| *name != "gpt2")
+        .collect();
+    assert_eq!(
+        ids.keys()
+            .map(String::as_str)
+            .collect::<std::collections::BTreeSet<_>>(),
+        served.iter().copied().collect(),
+        "the reference covers every pre-tokenizer served"
+    );
+    let encoded = |values: &[String]| -> Vec<Vec<u8>> {
+        values
+            .iter()
+            .map(|value| {
+                let mut out = Vec::new();
+                string(&mut out, value);
+                out
+            })
+            .collect()
+    };
+    let control = tokens.len() - 1;
+    let types: Vec<Vec<u8>> = (0..tokens.len())
+        .map(|id| {
+            (if id == control { 3i32 } else { 1 })
+                .to_le_bytes()
+                .to_vec()
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut differences = Vec::new();
+    for (pre, expected) in &ids {
+        let builder = Builder::default()
+            .text("tokenizer.ggml.model", "gpt2")
+            .text("tokenizer.ggml.pre", pre)
+            .array("tokenizer.ggml.tokens", 8, &encoded(&tokens))
+            .array("tokenizer.ggml.merges", 8, &encoded(&merges))
+            .array("tokenizer.ggml.token_type", 5, &types)
+            .uint("tokenizer.ggml.eos_token_id", control as u32);
+        let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+        let built = tokenizer::build(&header).unwrap();
+        for (text, expected) in texts.iter().zip(expected) {
+            let found = built.encode(text.as_str(), true).unwrap();
+            if found.get_ids() != expected.as_slice() {
+                differences.push(format!(
+                    "{pre} {text:?}:\n  corral    {:?}\n  llama.cpp {expected:?}",
+                    found.get_ids()
+                ));
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
