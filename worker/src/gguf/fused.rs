@@ -19,7 +19,7 @@ pub fn parts(
     arch: &str,
     tensor: &TensorInfo,
 ) -> Result<Option<Vec<(String, u64)>>, String> {
-    let Some((base, suffix)) = tensor.name.rsplit_once('.') else {
+    let Some((base, suffix @ ("weight" | "bias"))) = tensor.name.rsplit_once('.') else {
         return Ok(None);
     };
     let Some((layer, part)) = base

@@ -427,3 +427,64 @@ fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
+
+/// A fused `attn_qkv` splits by the attention's head counts and lengths (weight and bias alike,
+/// Phi-3's kept whole), `ffn_gate_up_exps` in halves, and rows that are not the parts' sum are
+/// an error naming them.
+#[test]
+fn fused_projections_split_by_the_attentions_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = llama()
+        .uint("llama.attention.head_count_kv", 2)
+        .tensor("blk.0.attn_qkv.weight", &[64, 128], GgmlType::Q8_0)
+        .tensor("blk.0.attn_qkv.bias", &[128], GgmlType::F32)
+        .tensor(
+            "blk.0.ffn_gate_up_exps.weight",
+            &[64, 256, 4],
+            GgmlType::Q4_1,
+        )
+        .tensor("blk.1.attn_qkv.weight", &[64, 100], GgmlType::F32);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let parts = |name: &str, arch: &str| {
+        let tensor = header.tensors.iter().find(|t| t.name == name).unwrap();
+        super::fused::parts(&header, arch, tensor)
+    };
+    let owned = |parts: &[(&str, u64)]| -> Option<Vec<(String, u64)>> {
+        Some(
+            parts
+                .iter()
+                .map(|(name, rows)| (name.to_string(), *rows))
+                .collect(),
+        )
+    };
+    assert_eq!(
+        parts("blk.0.attn_qkv.weight", "llama").unwrap(),
+        owned(&[
+            ("blk.0.attn_q.weight", 64),
+            ("blk.0.attn_k.weight", 32),
+            ("blk.0.attn_v.weight", 32)
+        ])
+    );
+    assert_eq!(
+        parts("blk.0.attn_qkv.bias", "llama").unwrap(),
+        owned(&[
+            ("blk.0.attn_q.bias", 64),
+            ("blk.0.attn_k.bias", 32),
+            ("blk.0.attn_v.bias", 32)
+        ])
+    );
+    assert_eq!(parts("blk.0.attn_qkv.weight", "phi3").unwrap(), None);
+    assert_eq!(
+        parts("blk.0.ffn_gate_up_exps.weight", "qwen3moe").unwrap(),
+        owned(&[
+            ("blk.0.ffn_gate_exps.weight", 128),
+            ("blk.0.ffn_up_exps.weight", 128)
+        ])
+    );
+    assert_eq!(parts("blk.0.attn_q.weight", "llama").unwrap(), None);
+    let error = parts("blk.1.attn_qkv.weight", "llama").unwrap_err();
+    assert!(
+        error.contains("100 rows") && error.contains("64 + 32 + 32"),
+        "{error}"
+    );
+}
