@@ -1,7 +1,9 @@
 """Records llama.cpp's token ids for tricky strings under each `tokenizer.ggml.pre` corral serves:
 for each one, a vocab-only GGUF of one small byte-level BPE vocabulary (the 256 byte tokens, a few
 merges, a few whole words no merge reaches, which only llama.cpp's `ignore_merges` pre-tokenizers
-find, and one control token) is tokenized by llama.cpp (llama-cpp-python, `special=True`, no bos).
+find, and one control token, also the bos) is tokenized by llama.cpp (llama-cpp-python,
+`special=True`, with the special tokens the pre-tokenizer adds: the file does not say whether to
+add bos, so llama.cpp adds it for the pre-tokenizers that default to it).
 The JSON holds the vocabulary and merges too, so the Rust test rebuilds the same GGUF without
 Python. Run with a venv holding gguf==0.19.0 and llama-cpp-python==0.3.36:
     python gguf_pre_tokenizers.py tests/data/gguf_pre_tokenizers.json PRE...
@@ -75,8 +77,8 @@ def write(path, pre, tokens):
     types = [gguf.TokenType.NORMAL] * (len(tokens) - 1) + [gguf.TokenType.CONTROL]
     writer.add_token_types(types)
     writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(len(tokens) - 1)
     writer.add_eos_token_id(len(tokens) - 1)
-    writer.add_add_bos_token(False)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -92,12 +94,13 @@ def main():
             path = Path(scratch) / f"{pre}.gguf"
             write(path, pre, tokens)
             llama = Llama(model_path=str(path), vocab_only=True, verbose=False)
-            ids[pre] = [llama.tokenize(text.encode(), add_bos=False, special=True) for text in TEXTS]
+            ids[pre] = [llama.tokenize(text.encode(), add_bos=True, special=True) for text in TEXTS]
             del llama
     reference = {
         "about": "scripts/reference/gguf_pre_tokenizers.py: llama.cpp's (llama-cpp-python 0.3.36) "
         "token ids for `texts` under each tokenizer.ggml.pre, on the vocabulary `tokens` "
-        "(the last one a control token, the eos) with `merges`",
+        "(the last one a control token, the bos and eos) with `merges`, bos added where llama.cpp "
+        "adds it when the file does not say",
         "tokens": tokens,
         "merges": MERGES,
         "texts": TEXTS,

@@ -363,7 +363,8 @@ fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
 /// Each served `tokenizer.ggml.pre` encodes tricky texts (contractions, digit runs, CamelCase,
 /// newlines, unicode, runs of spaces, control tokens) to llama.cpp's own ids
 /// (`tests/data/gguf_pre_tokenizers.json`, scripts/reference/gguf_pre_tokenizers.py), on a
-/// small vocabulary whose whole words no merge reaches tell the `ignore_merges` ones apart.
+/// small vocabulary whose whole words no merge reaches tell the `ignore_merges` ones apart; bos
+/// first where llama.cpp adds it to a file that does not say (llama3, tekken).
 #[test]
 fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf_pre_tokenizers.json");
@@ -412,6 +413,7 @@ fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
             .array("tokenizer.ggml.tokens", 8, &encoded(&tokens))
             .array("tokenizer.ggml.merges", 8, &encoded(&merges))
             .array("tokenizer.ggml.token_type", 5, &types)
+            .uint("tokenizer.ggml.bos_token_id", control as u32)
             .uint("tokenizer.ggml.eos_token_id", control as u32);
         let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
         let built = tokenizer::build(&header).unwrap();

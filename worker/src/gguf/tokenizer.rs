@@ -53,56 +53,73 @@ struct PreTokenizer {
     /// A piece that is a token whole is that token, before any merge (llama.cpp's
     /// `ignore_merges`): it differs from merging where the merges do not reach a token.
     ignore_merges: bool,
+    /// Whether bos is added when the file does not say (`tokenizer.ggml.add_bos_token`).
+    add_bos: bool,
 }
 
 /// The pre-tokenizers served: llama.cpp's mapping of names to splits (llama-vocab.cpp), with the
 /// tokenizer.json regexes its own engine rewrites.
-const PRE_TOKENIZERS: [PreTokenizer; 9] = [
+const PRE_TOKENIZERS: [PreTokenizer; 10] = [
     PreTokenizer {
         names: &["default"],
         splits: &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
         ignore_merges: false,
+        add_bos: false,
     },
     PreTokenizer {
         names: &["gpt-2", "gpt2"],
         splits: &[GPT2],
         ignore_merges: false,
+        add_bos: false,
     },
     // Granite 3 (`refact`) splits as SmolLM: digits alone, then GPT-2's regex.
     PreTokenizer {
         names: &["smollm", "refact"],
         splits: &[r"\p{N}", GPT2],
         ignore_merges: false,
+        add_bos: false,
     },
     PreTokenizer {
-        names: &["llama-bpe", "llama3", "glm4", "glm5"],
+        names: &["llama-bpe", "llama3"],
         splits: &[LLAMA3],
         ignore_merges: true,
+        add_bos: true,
+    },
+    PreTokenizer {
+        names: &["glm4", "glm5"],
+        splits: &[LLAMA3],
+        ignore_merges: true,
+        add_bos: false,
     },
     PreTokenizer {
         names: &["dbrx", "smaug-bpe", "chatglm-bpe"],
         splits: &[LLAMA3],
         ignore_merges: false,
+        add_bos: false,
     },
     PreTokenizer {
         names: &["qwen2", "deepseek-r1-qwen"],
         splits: &[QWEN2],
         ignore_merges: false,
+        add_bos: false,
     },
     PreTokenizer {
         names: &["qwen35"],
         splits: &[QWEN35],
         ignore_merges: false,
+        add_bos: false,
     },
     PreTokenizer {
         names: &["gpt-4o", "llama4"],
         splits: &[GPT4O],
         ignore_merges: false,
+        add_bos: false,
     },
     PreTokenizer {
         names: &["tekken"],
         splits: &[TEKKEN],
         ignore_merges: true,
+        add_bos: true,
     },
 ];
 
@@ -117,9 +134,10 @@ pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
     let tokens = strings(header, "tokenizer.ggml.tokens")?
         .ok_or_else(|| header.invalid("no tokenizer.ggml.tokens"))?;
     let kind = header.string("tokenizer.ggml.model").unwrap_or("gpt2");
-    let mut tokenizer = match kind {
+    // SentencePiece adds bos unless the file says not to; byte-level BPE as its pre-tokenizer.
+    let (mut tokenizer, add_bos) = match kind {
         "gpt2" => byte_level_bpe(header, &tokens)?,
-        "llama" => sentencepiece_bpe(header, &tokens)?,
+        "llama" => (sentencepiece_bpe(header, &tokens)?, true),
         other => {
             return Err(header.invalid(format!(
                 "tokenizer.ggml.model {other:?} is not served (supported: gpt2, llama)"
@@ -139,7 +157,7 @@ pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
     let add_bos = header
         .get("tokenizer.ggml.add_bos_token")
         .and_then(Value::as_bool)
-        .unwrap_or(kind == "llama");
+        .unwrap_or(add_bos);
     let bos = special_id(header, "bos")?;
     if let (true, Some(bos)) = (add_bos, bos) {
         let text = tokens.get(bos as usize).ok_or_else(|| {
@@ -170,7 +188,8 @@ pub fn special_id(header: &GgufHeader, name: &str) -> Result<Option<u32>, GgufEr
     }
 }
 
-fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {
+/// The tokenizer, and whether its pre-tokenizer adds bos when the file does not say.
+fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<(Tokenizer, bool), GgufError> {
     let merges: Merges = strings(header, "tokenizer.ggml.merges")?
         .ok_or_else(|| header.invalid("a gpt2 tokenizer without tokenizer.ggml.merges"))?
         .iter()
@@ -218,7 +237,7 @@ fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, G
     tokenizer
         .with_post_processor(Some(bytes_only))
         .with_decoder(Some(bytes_only));
-    Ok(tokenizer)
+    Ok((tokenizer, pre.add_bos))
 }
 
 fn sentencepiece_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {
