@@ -6,7 +6,7 @@ find, and one control token, also the bos) is tokenized by llama.cpp (llama-cpp-
 add bos, so llama.cpp adds it for the pre-tokenizers that default to it).
 The JSON holds the vocabulary and merges too, so the Rust test rebuilds the same GGUF without
 Python. Run with a venv holding gguf==0.19.0 and llama-cpp-python==0.3.36:
-    python gguf_pre_tokenizers.py tests/data/gguf_pre_tokenizers.json PRE...
+    python gguf_pre_tokenizers.py tests/data/gguf_pre_tokenizers.json
 """
 
 import json
@@ -26,6 +26,21 @@ MERGES = [
 # merges (llama3, glm4, tekken), and spells them in pieces elsewhere.
 WHOLE = ["ĠWorld", "Tokens", "Ġcan't"]
 CONTROL = "<|endoftext|>"
+# Every name worker/src/gguf/tokenizer.rs serves but `gpt2`, corral's spelling of `gpt-2`, which
+# llama.cpp refuses (the Rust test checks this list covers the rest).
+PRES = [
+    "default",
+    "gpt-2", "phi-2", "olmo", "mpt", "jais", "exaone4", "trillion", "granite-docling",
+    "smollm", "refact", "starcoder", "command-r", "codeshell", "exaone", "minerva-7b", "mellum2",
+    "llama-bpe", "llama3", "llama-v3", "pixtral", "falcon3", "falcon-h1", "lfm2",
+    "glm4", "glm5",
+    "dbrx", "smaug-bpe", "chatglm-bpe",
+    "qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "kormo", "f2llmv2", "grok-2", "hunyuan",
+    "solar-open",
+    "qwen35",
+    "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2",
+    "tekken",
+]
 
 TEXTS = [
     "Hello world, it's the 2024 World! I'VE DON'T can't we'd they'll I'm",
@@ -86,11 +101,11 @@ def write(path, pre, tokens):
 
 
 def main():
-    out, pres = Path(sys.argv[1]), sys.argv[2:]
+    out = Path(sys.argv[1])
     tokens = vocabulary()
     ids = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for pre in pres:
+        for pre in PRES:
             path = Path(scratch) / f"{pre}.gguf"
             write(path, pre, tokens)
             llama = Llama(model_path=str(path), vocab_only=True, verbose=False)
