@@ -99,9 +99,10 @@ fn qkv_rows(header: &GgufHeader, arch: &str, layer: &str) -> Result<Vec<u64>, St
 /// `loaded` cut into `sizes` rows: a weight's arrays along their rows (MLX's second to last
 /// axis), a bias along its last.
 pub fn split(loaded: Loaded, sizes: &[u64], bias: bool) -> Result<Vec<Loaded>, String> {
+    // Where each part but the first starts.
     let mut bounds = Vec::with_capacity(sizes.len());
     let mut end = 0;
-    for size in &sizes[..sizes.len() - 1] {
+    for size in sizes.iter().take(sizes.len().saturating_sub(1)) {
         end += size;
         bounds.push(i32::try_from(end).map_err(|_| format!("{end} rows"))?);
     }
