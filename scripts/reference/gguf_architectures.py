@@ -202,7 +202,28 @@ ARCHITECTURES = {
 }
 
 
-def write(fixture, arch, out, split_max_tensors=0):
+def fuse_projections(out, layers):
+    """What convert_hf_to_gguf.py's --fuse-qkv and --fuse-gate-up-exps write: q, k and v (weights
+    and biases) as one `attn_qkv`, their rows one after another; each layer's expert gate and up
+    weights as one `ffn_gate_up_exps`, gate rows first (expert biases stay apart, as there)."""
+    fused = {}
+    for bid in range(layers):
+        for parts, name, suffixes in (
+            (("attn_q", "attn_k", "attn_v"), "attn_qkv", ("weight", "bias")),
+            (("ffn_gate_exps", "ffn_up_exps"), "ffn_gate_up_exps", ("weight",)),
+        ):
+            for suffix in suffixes:
+                keys = [f"blk.{bid}.{part}.{suffix}" for part in parts]
+                if not all(key in out for key in keys):
+                    continue
+                pieces = [out.pop(key) for key in keys]
+                raw_dtype = pieces[0][1]
+                axis = 0 if suffix == "bias" else pieces[0][0].ndim - 2
+                fused[f"blk.{bid}.{name}.{suffix}"] = (np.concatenate([p[0] for p in pieces], axis=axis), raw_dtype)
+    out.update(fused)
+
+
+def write(fixture, arch, out, split_max_tensors=0, fuse=False, quantize=None):
     config = json.loads((fixture / "config.json").read_text())
     tensors = read_safetensors(fixture / "model.safetensors")
     gguf_arch, metadata = ARCHITECTURES[arch]
@@ -221,14 +242,15 @@ def write(fixture, arch, out, split_max_tensors=0):
     # The qwen3_moe fixture's layer 0 is dense (`mlp_only_layers`), which llama.cpp's qwen3moe
     # (every real Qwen3-MoE) lacks: its MLP takes the names every dense architecture uses.
     dense = gguf.get_tensor_name_map(A.QWEN3, config["num_hidden_layers"])
+    # GGUF name -> (data, raw ggml type or None for float).
+    out = {}
     for name, data in tensors.items():
         if name.endswith(".scales"):
             continue
         scales = name.removesuffix(".weight") + ".scales"
         if name.endswith(".weight") and scales in tensors:
             gguf_name = names.get_name(hf_name(name), try_suffixes=(".weight",))
-            blocks = mxfp4_blocks(data, tensors[scales])
-            writer.add_tensor(gguf_name, blocks, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+            out[gguf_name] = (mxfp4_blocks(data, tensors[scales]), gguf.GGMLQuantizationType.MXFP4)
             continue
         if name.startswith("rope_factors"):
             gguf_name = name
@@ -237,7 +259,16 @@ def write(fixture, arch, out, split_max_tensors=0):
             if gguf_name is None and arch == "qwen3_moe":
                 gguf_name = dense.get_name(name, try_suffixes=(".weight",))
         assert gguf_name is not None, (arch, name)
-        writer.add_tensor(gguf_name, data)
+        out[gguf_name] = (data, None)
+    if fuse:
+        fuse_projections(out, config["num_hidden_layers"])
+    for gguf_name, (data, raw_dtype) in out.items():
+        if raw_dtype is None and quantize:
+            raw_dtype = next((qtype for part, qtype in quantize.items() if f".{part}." in gguf_name
+                              and gguf_name.endswith(".weight")), None)
+            if raw_dtype is not None:
+                data = gguf.quants.quantize(data, raw_dtype)
+        writer.add_tensor(gguf_name, data, raw_dtype=raw_dtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -260,6 +291,19 @@ def main():
     # 26 tensors in three parts of at most 10.
     write(data / "qwen3_moe" / "f32", "qwen3_moe", split / "qwen3_moe.gguf", split_max_tensors=10)
     print(f"wrote {split}")
+    # The converter's fused projections, beside the same model unfused: qwen3_moe with its q, k, v
+    # in Q4_1 and its expert gate and up in Q8_0, and gpt-oss with MXFP4 experts and q, k, v
+    # biases (its unfused twin is gpt_oss_mxfp4.gguf).
+    fused = out / "fused"
+    fused.mkdir(exist_ok=True)
+    Q = gguf.GGMLQuantizationType
+    quantize = {"attn_q": Q.Q4_1, "attn_k": Q.Q4_1, "attn_v": Q.Q4_1, "attn_qkv": Q.Q4_1,
+                "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.Q8_0, "ffn_gate_up_exps": Q.Q8_0}
+    qwen3_moe_f32 = data / "qwen3_moe" / "f32"
+    write(qwen3_moe_f32, "qwen3_moe", fused / "qwen3_moe_quantized.gguf", quantize=quantize)
+    write(qwen3_moe_f32, "qwen3_moe", fused / "qwen3_moe_quantized_fused.gguf", fuse=True, quantize=quantize)
+    write(data / "gpt_oss" / "mxfp4", "gpt_oss", fused / "gpt_oss_mxfp4_fused.gguf", fuse=True)
+    print(f"wrote {fused}")
 
 
 if __name__ == "__main__":

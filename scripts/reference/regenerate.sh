@@ -4,7 +4,8 @@
 # tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
 # tests/data/smollm2_reference.json with transformers and llama.cpp,
 # tests/data/smollm2_requantized.json (llama.cpp's greedy answers on SmolLM2 as Q4_K_M, Q5_K_M and
-# Q6_K, files `cargo xtask setup` makes beside the Q4_1 one), tests/data/gguf_blocks.gguf (every
+# Q6_K, files `cargo xtask setup` makes beside the Q4_1 one), tests/data/gguf_pre_tokenizers.json
+# (llama.cpp's token ids under each GGUF pre-tokenizer), tests/data/gguf_blocks.gguf (every
 # GGUF block type with gguf-py's dequantization of it), and the embedding references
 # (embeddings.sh) with sentence-transformers and transformers (run through `cargo xtask reference`,
 # which passes the MLX version, the SmolLM2 GGUF and the all-MiniLM-L6-v2 directory). Needs Python 3
@@ -76,6 +77,11 @@ done
   "$root/tests/data/smollm2_reference.json" "$root/tests/data/smollm2_requantized.json" \
   "${requantized[@]}"
 echo "wrote $root/tests/data/smollm2_requantized.json"
+
+# Same venv: llama.cpp's ids under each pre-tokenizer corral serves.
+"$smollm2_venv/bin/python" "$root/scripts/reference/gguf_pre_tokenizers.py" \
+  "$root/tests/data/gguf_pre_tokenizers.json"
+echo "wrote $root/tests/data/gguf_pre_tokenizers.json"
 
 # Same venv: it pins gguf-py, whose dequantization is llama.cpp's reference.
 "$smollm2_venv/bin/python" "$root/scripts/reference/gguf_blocks.py" \

@@ -6,7 +6,9 @@
 //! mlx-lm's logits within the architectures' tolerance (1e-3) at every prompt position and
 //! decode step, alone and in a batch of four; gpt-oss also with its experts in MXFP4. A model split in three parts by gguf-py
 //! (`split/qwen3_moe-0000N-of-00003.gguf`) loads as one, to the single file's logits exactly; a
-//! missing part is an error naming it.
+//! missing part is an error naming it. The projections llama.cpp's converter fuses on request
+//! (`attn_qkv`, `ffn_gate_up_exps`; `fused/`) load to the unfused file's logits exactly, quantized
+//! (Q4_1, Q8_0, MXFP4) or not.
 
 use std::path::{Path, PathBuf};
 
@@ -90,16 +92,69 @@ fn a_split_gguf_loads_as_one_model_with_the_single_files_logits() {
     assert_eq!(description.size_bytes, part_bytes);
     assert_eq!(description.gguf_loaded_bytes, loaded);
 
-    let logits = |path: &Path| {
-        let model = GgufModel::load(path).unwrap().model;
-        let tokens = read_reference(&data().join("qwen3_moe/f32")).prompt;
-        let mut cache = model.new_cache();
-        let hidden = model.hidden_states(&tokens, &mut cache).unwrap();
-        crate::reference_logits::host_rows(&model.logits(&hidden).unwrap())
-    };
     assert_eq!(
-        logits(&split_part(1)),
-        logits(&gguf_data().join("qwen3_moe.gguf"))
+        prompt_logits(&split_part(1), "qwen3_moe"),
+        prompt_logits(&gguf_data().join("qwen3_moe.gguf"), "qwen3_moe")
+    );
+}
+
+/// The logits of `arch`'s reference prompt, as `path` loads.
+fn prompt_logits(path: &Path, arch: &str) -> Vec<Vec<f32>> {
+    let model = GgufModel::load(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .model;
+    let tokens = read_reference(&data().join(arch).join("f32")).prompt;
+    let mut cache = model.new_cache();
+    let hidden = model.hidden_states(&tokens, &mut cache).unwrap();
+    crate::reference_logits::host_rows(&model.logits(&hidden).unwrap())
+}
+
+/// `attn_qkv` (weights and biases) and `ffn_gate_up_exps`, as convert_hf_to_gguf.py's
+/// `--fuse-qkv` and `--fuse-gate-up-exps` write them, split at load along the rows of their
+/// blocks: qwen3_moe with q, k, v in Q4_1 and expert gate and up in Q8_0, gpt-oss with MXFP4
+/// experts and q, k, v biases, each to the logits of the same file unfused, exactly.
+#[test]
+fn fused_projections_load_to_the_unfused_files_logits() {
+    let fused = gguf_data().join("fused");
+    let names = |path: &Path| -> Vec<String> {
+        let header = GgufHeader::read(path).unwrap();
+        header
+            .tensors
+            .iter()
+            .map(|tensor| tensor.name.clone())
+            .collect()
+    };
+    for (arch, unfused, file) in [
+        (
+            "qwen3_moe",
+            fused.join("qwen3_moe_quantized.gguf"),
+            fused.join("qwen3_moe_quantized_fused.gguf"),
+        ),
+        (
+            "gpt_oss",
+            gguf_data().join("gpt_oss_mxfp4.gguf"),
+            fused.join("gpt_oss_mxfp4_fused.gguf"),
+        ),
+    ] {
+        let tensors = names(&file);
+        for name in ["blk.1.attn_qkv.weight", "blk.1.ffn_gate_up_exps.weight"] {
+            assert!(
+                tensors.iter().any(|tensor| tensor == name),
+                "{arch}: {name}"
+            );
+        }
+        assert!(!tensors.iter().any(|tensor| tensor.contains("attn_q.")));
+        assert_eq!(
+            prompt_logits(&file, arch),
+            prompt_logits(&unfused, arch),
+            "{arch}"
+        );
+    }
+    let header = GgufHeader::read(&fused.join("qwen3_moe_quantized_fused.gguf")).unwrap();
+    let summary = header.quantization_summary();
+    assert!(
+        summary.contains("Q4_1") && summary.contains("Q8_0"),
+        "{summary}"
     );
 }
 

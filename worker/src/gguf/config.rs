@@ -153,7 +153,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     );
     config.insert(
         "attention_bias".into(),
-        json!(keys.has_tensor("blk.0.attn_q.bias")),
+        json!(keys.has_tensor("blk.0.attn_q.bias") || keys.has_tensor("blk.0.attn_qkv.bias")),
     );
     let mut put = |key: &str, value: Json| {
         config.insert(key.into(), value);

@@ -4,6 +4,7 @@
 
 mod blocks;
 mod config;
+mod fused;
 mod ggml_type;
 mod header;
 mod tokenizer;

@@ -361,10 +361,10 @@ fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
 }
 
 /// llama.cpp's Q4_K_M recipe on a Llama-3-shaped model (eight layers of hidden size 512, the
-/// feed-forward and the embeddings' share of the weights in Llama 3 8B's proportions): Q4_K everywhere but the output and,
-/// in the layers `use_more_bits` picks, `attn_v` and `ffn_down`, which are Q6_K. Loaded with the
-/// default choices (f16 K-quant scales, Q6_K requantized to 8 bits), its weights stay within 1.3
-/// times the file; exact K-quants (f32 scales) take more than 1.3 times.
+/// feed-forward and the embeddings' share of the weights in Llama 3 8B's proportions): Q4_K
+/// everywhere but the output and, in the layers `use_more_bits` picks, `attn_v` and `ffn_down`,
+/// which are Q6_K. Loaded with the default choices (f16 K-quant scales, Q6_K requantized to 8
+/// bits), its weights stay within 1.3 times the file; exact K-quants (f32 scales) take more.
 #[test]
 fn a_q4_k_m_model_loads_within_1_3_times_its_file_unless_its_k_quants_stay_exact() {
     let (hidden, ffn, vocab, layers) = (512, 1792, 4096, 8);
@@ -402,4 +402,135 @@ fn a_q4_k_m_model_loads_within_1_3_times_its_file_unless_its_k_quants_stay_exact
     eprintln!("Q4_K_M loaded: {rounded:.3}x the file, {exact:.3}x with exact K-quants");
     assert!(rounded < 1.3, "{rounded}");
     assert!(exact > 1.3, "{exact}");
+}
+
+/// Each served `tokenizer.ggml.pre` encodes tricky texts (contractions, digit runs, CamelCase,
+/// newlines, unicode, runs of spaces, control tokens) to llama.cpp's own ids
+/// (`tests/data/gguf_pre_tokenizers.json`, scripts/reference/gguf_pre_tokenizers.py), on a
+/// small vocabulary whose whole words no merge reaches tell the `ignore_merges` ones apart; bos
+/// first where llama.cpp adds it to a file that does not say (llama3, tekken).
+#[test]
+fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf_pre_tokenizers.json");
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let texts =
+        |key: &str| -> Vec<String> { serde_json::from_value(reference[key].clone()).unwrap() };
+    let (tokens, merges, texts) = (texts("tokens"), texts("merges"), texts("texts"));
+    let ids: std::collections::BTreeMap<String, Vec<Vec<u32>>> =
+        serde_json::from_value(reference["ids"].clone()).unwrap();
+    // `gpt2` is corral's own spelling of `gpt-2`, which llama.cpp refuses.
+    let served: Vec<&str> = tokenizer::pre_tokenizer_names()
+        .filter(|name| *name != "gpt2")
+        .collect();
+    assert_eq!(
+        ids.keys()
+            .map(String::as_str)
+            .collect::<std::collections::BTreeSet<_>>(),
+        served.iter().copied().collect(),
+        "the reference covers every pre-tokenizer served"
+    );
+    let encoded = |values: &[String]| -> Vec<Vec<u8>> {
+        values
+            .iter()
+            .map(|value| {
+                let mut out = Vec::new();
+                string(&mut out, value);
+                out
+            })
+            .collect()
+    };
+    let control = tokens.len() - 1;
+    let types: Vec<Vec<u8>> = (0..tokens.len())
+        .map(|id| {
+            (if id == control { 3i32 } else { 1 })
+                .to_le_bytes()
+                .to_vec()
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut differences = Vec::new();
+    for (pre, expected) in &ids {
+        let builder = Builder::default()
+            .text("tokenizer.ggml.model", "gpt2")
+            .text("tokenizer.ggml.pre", pre)
+            .array("tokenizer.ggml.tokens", 8, &encoded(&tokens))
+            .array("tokenizer.ggml.merges", 8, &encoded(&merges))
+            .array("tokenizer.ggml.token_type", 5, &types)
+            .uint("tokenizer.ggml.bos_token_id", control as u32)
+            .uint("tokenizer.ggml.eos_token_id", control as u32);
+        let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+        let built = tokenizer::build(&header).unwrap();
+        for (text, expected) in texts.iter().zip(expected) {
+            let found = built.encode(text.as_str(), true).unwrap();
+            if found.get_ids() != expected.as_slice() {
+                differences.push(format!(
+                    "{pre} {text:?}:\n  corral    {:?}\n  llama.cpp {expected:?}",
+                    found.get_ids()
+                ));
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// A fused `attn_qkv` splits by the attention's head counts and lengths (weight and bias alike,
+/// Phi-3's kept whole), `ffn_gate_up_exps` in halves, and rows that are not the parts' sum are
+/// an error naming them.
+#[test]
+fn fused_projections_split_by_the_attentions_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = llama()
+        .uint("llama.attention.head_count_kv", 2)
+        .tensor("blk.0.attn_qkv.weight", &[64, 128], GgmlType::Q8_0)
+        .tensor("blk.0.attn_qkv.bias", &[128], GgmlType::F32)
+        .tensor(
+            "blk.0.ffn_gate_up_exps.weight",
+            &[64, 256, 4],
+            GgmlType::Q4_1,
+        )
+        .tensor("blk.1.attn_qkv.weight", &[64, 100], GgmlType::F32);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let parts = |name: &str, arch: &str| {
+        let tensor = header.tensors.iter().find(|t| t.name == name).unwrap();
+        super::fused::parts(&header, arch, tensor)
+    };
+    let owned = |parts: &[(&str, u64)]| -> Option<Vec<(String, u64)>> {
+        Some(
+            parts
+                .iter()
+                .map(|(name, rows)| (name.to_string(), *rows))
+                .collect(),
+        )
+    };
+    assert_eq!(
+        parts("blk.0.attn_qkv.weight", "llama").unwrap(),
+        owned(&[
+            ("blk.0.attn_q.weight", 64),
+            ("blk.0.attn_k.weight", 32),
+            ("blk.0.attn_v.weight", 32)
+        ])
+    );
+    assert_eq!(
+        parts("blk.0.attn_qkv.bias", "llama").unwrap(),
+        owned(&[
+            ("blk.0.attn_q.bias", 64),
+            ("blk.0.attn_k.bias", 32),
+            ("blk.0.attn_v.bias", 32)
+        ])
+    );
+    assert_eq!(parts("blk.0.attn_qkv.weight", "phi3").unwrap(), None);
+    assert_eq!(
+        parts("blk.0.ffn_gate_up_exps.weight", "qwen3moe").unwrap(),
+        owned(&[
+            ("blk.0.ffn_gate_exps.weight", 128),
+            ("blk.0.ffn_up_exps.weight", 128)
+        ])
+    );
+    assert_eq!(parts("blk.0.attn_q.weight", "llama").unwrap(), None);
+    let error = parts("blk.1.attn_qkv.weight", "llama").unwrap_err();
+    assert!(
+        error.contains("100 rows") && error.contains("64 + 32 + 32"),
+        "{error}"
+    );
 }

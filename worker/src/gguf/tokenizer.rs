@@ -17,7 +17,6 @@ use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{BPE, Merges, Vocab};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
-use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
@@ -29,37 +28,153 @@ use super::header::{GgufError, GgufHeader, Value};
 const TYPE_CONTROL: i64 = 3;
 const TYPE_USER_DEFINED: i64 = 4;
 
+/// GPT-2's split: contractions, letters, numbers and other runs, each with one leading space.
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 /// Llama 3's split: contractions, letters with one leading non-letter, numbers of up to three
 /// digits, punctuation runs, newlines, spaces.
-const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's: as Llama 3's, but every digit alone.
-const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen3.5's: as Qwen2's, with combining marks kept in words.
+const QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// o200k's (gpt-oss, GPT-4o, Llama 4), from its tokenizer.json: a word is its capitals then its
+/// lower case (CamelCase splits), with a contraction; numbers of up to three digits.
+const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Mistral's tekken, from its tokenizer.json: o200k's words without contractions, every digit
+/// alone.
+const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// o200k's (gpt-oss, GPT-4o), from its tokenizer.json: a word is its capitals then its lower
-/// case (CamelCase splits), with a contraction; numbers of up to three digits.
-const GPT4O_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// How llama.cpp splits text for one family of `tokenizer.ggml.pre` names.
+struct PreTokenizer {
+    names: &'static [&'static str],
+    /// Applied in turn, as llama.cpp's `regex_exprs`: each splits every piece the previous left,
+    /// keeping what it matched and what lay between as pieces.
+    splits: &'static [&'static str],
+    /// A piece that is a token whole is that token, before any merge (llama.cpp's
+    /// `ignore_merges`): it differs from merging where the merges do not reach a token.
+    ignore_merges: bool,
+    /// Whether bos is added when the file does not say (`tokenizer.ggml.add_bos_token`).
+    add_bos: bool,
+}
 
-/// The pre-tokenizers served, by `tokenizer.ggml.pre`.
-pub const PRE_TOKENIZERS: [&str; 10] = [
-    "default",
-    "gpt-2",
-    "gpt2",
-    "smollm",
-    "refact",
-    "llama-bpe",
-    "llama3",
-    "qwen2",
-    "deepseek-r1-qwen",
-    "gpt-4o",
+/// The pre-tokenizers served: llama.cpp's mapping of names to splits (llama-vocab.cpp), with the
+/// tokenizer.json regexes its own engine rewrites.
+const PRE_TOKENIZERS: [PreTokenizer; 10] = [
+    PreTokenizer {
+        names: &["default"],
+        splits: &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &[
+            "gpt-2",
+            "gpt2",
+            "phi-2",
+            "olmo",
+            "mpt",
+            "jais",
+            "exaone4",
+            "trillion",
+            "granite-docling",
+        ],
+        splits: &[GPT2],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    // Granite 3 (`refact`) splits as SmolLM: digits alone, then GPT-2's regex.
+    PreTokenizer {
+        names: &[
+            "smollm",
+            "refact",
+            "starcoder",
+            "command-r",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
+            "mellum2",
+        ],
+        splits: &[r"\p{N}", GPT2],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &[
+            "llama-bpe",
+            "llama3",
+            "llama-v3",
+            "pixtral",
+            "falcon3",
+            "falcon-h1",
+            "lfm2",
+        ],
+        splits: &[LLAMA3],
+        ignore_merges: true,
+        add_bos: true,
+    },
+    PreTokenizer {
+        names: &["glm4", "glm5"],
+        splits: &[LLAMA3],
+        ignore_merges: true,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["dbrx", "smaug-bpe", "chatglm-bpe"],
+        splits: &[LLAMA3],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &[
+            "qwen2",
+            "deepseek-r1-qwen",
+            "stablelm2",
+            "megrez",
+            "kormo",
+            "f2llmv2",
+            "grok-2",
+            "hunyuan",
+            "solar-open",
+        ],
+        splits: &[QWEN2],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["qwen35"],
+        splits: &[QWEN35],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"],
+        splits: &[GPT4O],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["tekken"],
+        splits: &[TEKKEN],
+        ignore_merges: true,
+        add_bos: true,
+    },
 ];
+
+/// Every `tokenizer.ggml.pre` name served.
+pub fn pre_tokenizer_names() -> impl Iterator<Item = &'static str> {
+    PRE_TOKENIZERS
+        .iter()
+        .flat_map(|pre| pre.names.iter().copied())
+}
 
 pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
     let tokens = strings(header, "tokenizer.ggml.tokens")?
         .ok_or_else(|| header.invalid("no tokenizer.ggml.tokens"))?;
     let kind = header.string("tokenizer.ggml.model").unwrap_or("gpt2");
-    let mut tokenizer = match kind {
+    // SentencePiece adds bos unless the file says not to; byte-level BPE as its pre-tokenizer.
+    let (mut tokenizer, add_bos) = match kind {
         "gpt2" => byte_level_bpe(header, &tokens)?,
-        "llama" => sentencepiece_bpe(header, &tokens)?,
+        "llama" => (sentencepiece_bpe(header, &tokens)?, true),
         other => {
             return Err(header.invalid(format!(
                 "tokenizer.ggml.model {other:?} is not served (supported: gpt2, llama)"
@@ -79,7 +194,7 @@ pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
     let add_bos = header
         .get("tokenizer.ggml.add_bos_token")
         .and_then(Value::as_bool)
-        .unwrap_or(kind == "llama");
+        .unwrap_or(add_bos);
     let bos = special_id(header, "bos")?;
     if let (true, Some(bos)) = (add_bos, bos) {
         let text = tokens.get(bos as usize).ok_or_else(|| {
@@ -110,7 +225,8 @@ pub fn special_id(header: &GgufHeader, name: &str) -> Result<Option<u32>, GgufEr
     }
 }
 
-fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {
+/// The tokenizer, and whether its pre-tokenizer adds bos when the file does not say.
+fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<(Tokenizer, bool), GgufError> {
     let merges: Merges = strings(header, "tokenizer.ggml.merges")?
         .ok_or_else(|| header.invalid("a gpt2 tokenizer without tokenizer.ggml.merges"))?
         .iter()
@@ -122,63 +238,43 @@ fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, G
                 .ok_or_else(|| header.invalid(format!("merge {merge:?} is not two tokens")))
         })
         .collect::<Result<_, _>>()?;
+    let name = header.string("tokenizer.ggml.pre").unwrap_or("default");
+    let pre = PRE_TOKENIZERS
+        .iter()
+        .find(|pre| pre.names.contains(&name))
+        .ok_or_else(|| {
+            header.invalid(format!(
+                "pre-tokenizer {name:?} (tokenizer.ggml.pre) is not served (supported: {})",
+                pre_tokenizer_names().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
     let model = BPE::builder()
         .vocab_and_merges(vocabulary(tokens), merges)
+        .ignore_merges(pre.ignore_merges)
         .build()
         .map_err(|error| header.invalid(format!("building the BPE tokenizer: {error}")))?;
     let mut tokenizer = Tokenizer::new(model);
-    let pre = header.string("tokenizer.ggml.pre").unwrap_or("default");
-    let split = |pattern: &str| {
-        Split::new(
-            SplitPattern::Regex(pattern.to_owned()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|error| header.invalid(format!("pre-tokenizer {pre}: {error}")))
-    };
-    // The GPT-2 regex is ByteLevel's own; the others split first and map bytes after.
-    let gpt2_regex = ByteLevel::new(false, true, true);
+    let mut steps = pre
+        .splits
+        .iter()
+        .map(|pattern| {
+            Split::new(
+                SplitPattern::Regex((*pattern).to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map(Into::into)
+            .map_err(|error| header.invalid(format!("pre-tokenizer {name}: {error}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Bytes are mapped to GPT-2's characters after the split, as llama.cpp does.
     let bytes_only = ByteLevel::new(false, true, false);
-    match pre {
-        "default" | "gpt-2" | "gpt2" => {
-            tokenizer.with_pre_tokenizer(Some(gpt2_regex));
-        }
-        // llama.cpp splits Granite 3's (`refact`) as SmolLM's: digits alone, then GPT-2's regex.
-        "smollm" | "refact" => {
-            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
-                Digits::new(true).into(),
-                gpt2_regex.into(),
-            ])));
-        }
-        "llama-bpe" | "llama3" => {
-            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
-                split(LLAMA3_PATTERN)?.into(),
-                bytes_only.into(),
-            ])));
-        }
-        "qwen2" | "deepseek-r1-qwen" => {
-            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
-                split(QWEN2_PATTERN)?.into(),
-                bytes_only.into(),
-            ])));
-        }
-        "gpt-4o" => {
-            tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
-                split(GPT4O_PATTERN)?.into(),
-                bytes_only.into(),
-            ])));
-        }
-        other => {
-            return Err(header.invalid(format!(
-                "pre-tokenizer {other:?} (tokenizer.ggml.pre) is not served (supported: {})",
-                PRE_TOKENIZERS.join(", ")
-            )));
-        }
-    }
+    steps.push(bytes_only.into());
+    tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(steps)));
     tokenizer
         .with_post_processor(Some(bytes_only))
         .with_decoder(Some(bytes_only));
-    Ok(tokenizer)
+    Ok((tokenizer, pre.add_bos))
 }
 
 fn sentencepiece_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {

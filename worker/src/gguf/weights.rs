@@ -14,6 +14,7 @@ use std::path::Path;
 use mlx_rs::{Array, Dtype};
 
 use super::blocks::{self, Choices, Loaded};
+use super::fused;
 use super::header::{GgufError, GgufHeader, TensorInfo};
 use crate::model::{QuantMode, Quantization, Weights};
 
@@ -57,7 +58,18 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
         )
         .map_err(failed)?;
         drop(bytes);
-        insert(arch, tensor, loaded, &mut tensors, &mut quantization).map_err(failed)?;
+        match fused::parts(header, arch, tensor).map_err(failed)? {
+            None => insert(arch, &tensor.name, loaded, &mut tensors, &mut quantization),
+            Some(parts) => {
+                let sizes: Vec<u64> = parts.iter().map(|(_, rows)| *rows).collect();
+                let pieces =
+                    fused::split(loaded, &sizes, tensor.name.ends_with(".bias")).map_err(failed)?;
+                parts.iter().zip(pieces).try_for_each(|((name, _), piece)| {
+                    insert(arch, name, piece, &mut tensors, &mut quantization)
+                })
+            }
+        }
+        .map_err(failed)?;
     }
     if arch == "gemma3" {
         unshift_norms(&mut tensors).map_err(|error| {
@@ -71,26 +83,24 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
     Ok(Weights::from_loaded(tensors, &header.path, quantization))
 }
 
-/// Files the arrays of one tensor under their Hugging Face names: `{layer}.weight`, and for a
-/// quantized one `{layer}.scales` (and `.biases`) with the layer's quantization.
+/// Files the arrays of the tensor `gguf` (its GGUF name) under their Hugging Face names:
+/// `{layer}.weight`, and for a quantized one `{layer}.scales` (and `.biases`) with the layer's
+/// quantization.
 fn insert(
     arch: &str,
-    tensor: &TensorInfo,
+    gguf: &str,
     loaded: Loaded,
     tensors: &mut HashMap<String, Array>,
     quantization: &mut HashMap<String, Quantization>,
 ) -> Result<(), String> {
-    let (base, suffix) = tensor
-        .name
+    let (base, suffix) = gguf
         .rsplit_once('.')
-        .map_or((tensor.name.as_str(), None), |(base, suffix)| {
-            (base, Some(suffix))
-        });
+        .map_or((gguf, None), |(base, suffix)| (base, Some(suffix)));
     let name = |suffix: &str| format!("{}.{suffix}", hugging_face_name(arch, base));
     let (weight, scales, biases, format) = match loaded {
         Loaded::Plain(array) => {
             let key = match suffix {
-                None => tensor.name.clone(),
+                None => gguf.to_owned(),
                 // Tensors mlx-lm names without a suffix, to which llama.cpp adds one.
                 Some(suffix) => match hugging_face_name(arch, base) {
                     bare if bare.ends_with(".sinks") => bare,
