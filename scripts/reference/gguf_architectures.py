@@ -9,7 +9,13 @@ The converter's per-architecture conventions, reproduced here:
   stacked (`blk.N.ffn_gate_exps`), routers as `ffn_gate_inp`, shared experts as `_shexp`,
   GLM's `e_score_correction_bias` as `exp_probs_b.bias`, gpt-oss's `sinks` as `attn_sinks.weight`,
   Phi-3's fused `gate_up_proj` as `ffn_up` and `qkv_proj` as `attn_qkv`;
-- granite (a LlamaModel) has its q and k rows permuted for llama.cpp's interleaved RoPE;
+- granite and mixtral (LlamaModels; Mixtral is written as `llama` with `expert_count`, its experts
+  `w1`/`w3`/`w2` stacked as `ffn_gate_exps`/`ffn_up_exps`/`ffn_down_exps`) have their q and k rows
+  permuted for llama.cpp's interleaved RoPE;
+- gemma4 (Gemma4Model) writes its sliding layers as per-layer flags, its per-layer MLP widths, the
+  full layers' head size as `key_length` and the sliding layers' as `key_length_swa`, its norms
+  as they are (plain, unlike gemma3's), `layer_scalar` as `layer_output_scale.weight`, and the
+  full layers' proportional rotation as the `rope_freqs` tensor (1e30 for unrotated pairs);
 - gemma3 stores every `*norm.weight` as `1 + w` (Gemma3RMSNorm's offset);
 - Phi-3's longrope factors as the tensors `rope_factors_long`/`rope_factors_short`.
 
@@ -178,12 +184,21 @@ def phi3(writer, config, tensors):
     tensors["rope_factors_short.weight"] = np.array(scaling["short_factor"], dtype=np.float32)
 
 
-def granite(writer, config, tensors):
+def mixtral(writer, config, tensors):
+    """Mixtral, which the converter writes as `llama` (LlamaModel): q and k permuted, each layer's
+    experts stacked, `expert_count` and `expert_used_count` beside llama's keys."""
     common(writer, config)
-    writer.add_attention_scale(config["attention_multiplier"])
-    writer.add_embedding_scale(config["embedding_multiplier"])
-    writer.add_residual_scale(config["residual_multiplier"])
-    writer.add_logit_scale(config["logits_scaling"])
+    writer.add_rope_dimension_count(config["hidden_size"] // config["num_attention_heads"])
+    writer.add_expert_count(config["num_local_experts"])
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+    permute_qk(config, tensors)
+    for name in list(tensors):
+        for ours, theirs in (("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")):
+            if name.endswith(f"switch_mlp.{ours}.weight"):
+                tensors[name.replace(f"switch_mlp.{ours}", f"experts.{theirs}")] = tensors.pop(name)
+
+
+def permute_qk(config, tensors):
     heads, heads_kv = config["num_attention_heads"], config["num_key_value_heads"]
     for name in list(tensors):
         if name.endswith("q_proj.weight"):
@@ -192,8 +207,60 @@ def granite(writer, config, tensors):
             tensors[name] = llama_permute(tensors[name], heads, heads_kv)
 
 
+def granite(writer, config, tensors):
+    common(writer, config)
+    writer.add_attention_scale(config["attention_multiplier"])
+    writer.add_embedding_scale(config["embedding_multiplier"])
+    writer.add_residual_scale(config["residual_multiplier"])
+    writer.add_logit_scale(config["logits_scaling"])
+    permute_qk(config, tensors)
+
+
+def gemma4_text(writer, config, tensors):
+    """Gemma4Model's metadata: per-layer head sizes and rope bases (`_swa` for the sliding layers),
+    the sliding layers as per-layer flags, per-layer MLP widths (doubled in the KV-shared layers),
+    and the full layers' proportional rotation as `rope_freqs` (1e30 for the dimensions it leaves
+    unrotated). Gemma 4's norms are plain: stored as they are."""
+    layers = config["num_hidden_layers"]
+    writer.add_block_count(layers)
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    shared = config["num_kv_shared_layers"]
+    writer.add_shared_kv_layers(shared)
+    writer.add_embedding_length_per_layer_input(config.get("hidden_size_per_layer_input") or 0)
+    writer.add_sliding_window_pattern([kind == "sliding_attention" for kind in config["layer_types"]])
+    writer.add_sliding_window(config["sliding_window"])
+    full, swa = config["global_head_dim"], config["head_dim"]
+    writer.add_key_length(full)
+    writer.add_value_length(full)
+    writer.add_key_length_swa(swa)
+    writer.add_value_length_swa(swa)
+    n_ff = config["intermediate_size"]
+    if config.get("use_double_wide_mlp"):
+        writer.add_feed_forward_length([n_ff if layer < layers - shared else 2 * n_ff for layer in range(layers)])
+    else:
+        writer.add_feed_forward_length(n_ff)
+    rope = config["rope_parameters"]
+    writer.add_rope_freq_base(rope["full_attention"]["rope_theta"])
+    writer.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+    writer.add_rope_dimension_count(full)
+    writer.add_rope_dimension_count_swa(int(swa * rope["sliding_attention"].get("partial_rotary_factor", 1.0)))
+    writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    rotated = int(full * rope["full_attention"]["partial_rotary_factor"] / 2)
+    tensors["rope_freqs.weight"] = np.array([1.0] * rotated + [1e30] * (full // 2 - rotated), dtype=np.float32)
+    for name in list(tensors):
+        if name.endswith("layer_scalar"):
+            tensors[name + ".weight"] = tensors.pop(name)
+
+
 ARCHITECTURES = {
     "qwen3_moe": (A.QWEN3MOE, qwen3_moe),
+    "gemma4_text": (A.GEMMA4, gemma4_text),
+    "mixtral": (A.LLAMA, mixtral),
     "gemma3_text": (A.GEMMA3, gemma3_text),
     "gpt_oss": (A.GPT_OSS, gpt_oss),
     "glm4_moe": (A.GLM4_MOE, glm4_moe),
@@ -252,7 +319,7 @@ def write(fixture, arch, out, split_max_tensors=0, fuse=False, quantize=None):
             gguf_name = names.get_name(hf_name(name), try_suffixes=(".weight",))
             out[gguf_name] = (mxfp4_blocks(data, tensors[scales]), gguf.GGMLQuantizationType.MXFP4)
             continue
-        if name.startswith("rope_factors"):
+        if name.startswith(("rope_factors", "rope_freqs")):
             gguf_name = name
         else:
             gguf_name = names.get_name(hf_name(name), try_suffixes=(".weight", ".bias"))

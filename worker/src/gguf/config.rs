@@ -1,8 +1,8 @@
 //! A GGUF's hyperparameters, translated into the `config.json` keys the model already reads, so
 //! both formats go through one validation.
 //!
-//! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral, which it
-//! writes as `llama`) and of `granite` (a llama to the converter) so that its interleaved RoPE
+//! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral and Mixtral,
+//! which it writes as `llama`, Mixtral with `expert_count`) and of `granite` (a llama to the converter) so that its interleaved RoPE
 //! applies; MLX's `traditional` RoPE is that same rotation. The other architectures keep Hugging
 //! Face's layout and rotate halves.
 //!
@@ -16,9 +16,9 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 10] = [
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt-oss", "glm4moe", "phi3",
-    "granite",
+pub const ARCHITECTURES: [&str; 11] = [
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "gpt-oss", "glm4moe",
+    "phi3", "granite",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -27,6 +27,7 @@ fn model_type(arch: &str) -> &str {
         "mistral" => "llama",
         "qwen3moe" => "qwen3_moe",
         "gemma3" => "gemma3_text",
+        "gemma4" => "gemma4_text",
         "gpt-oss" => "gpt_oss",
         "glm4moe" => "glm4_moe",
         other => other,
@@ -46,6 +47,23 @@ impl Keys<'_> {
 
     fn integer(&self, key: &str) -> Option<u64> {
         self.value(key).and_then(Value::as_u64)
+    }
+
+    /// A number, or the first layer's of a per-layer array.
+    fn first_integer(&self, key: &str) -> Option<u64> {
+        let value = self.value(key)?;
+        value
+            .as_u64()
+            .or_else(|| value.as_array()?.first()?.as_u64())
+    }
+
+    /// A per-layer array, or one number for every layer.
+    fn per_layer(&self, key: &str, layers: u64) -> Option<Vec<u64>> {
+        let value = self.value(key)?;
+        match value.as_array() {
+            Some(values) => values.iter().map(Value::as_u64).collect(),
+            None => Some(vec![value.as_u64()?; layers as usize]),
+        }
     }
 
     fn float(&self, key: &str) -> Option<f64> {
@@ -99,12 +117,14 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         .find(|tensor| tensor.name == "token_embd.weight")
         .ok_or_else(|| header.invalid("no token_embd.weight tensor"))?;
     let mut config = Map::new();
-    let model_type = model_type(arch);
+    // Mixtral is a `llama` with experts to llama.cpp's converter.
+    let mixtral = arch == "llama" && keys.integer("expert_count").is_some_and(|count| count > 0);
+    let model_type = if mixtral { "mixtral" } else { model_type(arch) };
     config.insert("model_type".into(), json!(model_type));
     let hidden = keys.required("embedding_length")?;
     config.insert("hidden_size".into(), json!(hidden));
     let feed_forward = keys
-        .integer("feed_forward_length")
+        .first_integer("feed_forward_length")
         .or_else(|| keys.integer("expert_feed_forward_length"))
         .ok_or_else(|| keys.missing("feed_forward_length"))?;
     config.insert("intermediate_size".into(), json!(feed_forward));
@@ -114,7 +134,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     config.insert("num_attention_heads".into(), json!(heads));
     config.insert(
         "num_key_value_heads".into(),
-        json!(keys.integer("attention.head_count_kv").unwrap_or(heads)),
+        json!(
+            keys.first_integer("attention.head_count_kv")
+                .unwrap_or(heads)
+        ),
     );
     let head_dim = keys
         .integer("attention.key_length")
@@ -139,7 +162,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     }
     config.insert(
         "rope_traditional".into(),
-        json!(matches!(model_type, "llama" | "granite")),
+        json!(matches!(model_type, "llama" | "granite" | "mixtral")),
     );
     if let Some(context) = keys.integer("context_length") {
         config.insert("max_position_embeddings".into(), json!(context));
@@ -200,6 +223,12 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             };
             put("query_pre_attn_scalar", json!(scalar));
         }
+        "llama" if mixtral => {
+            for (key, value) in keys.experts("num_local_experts")? {
+                put(key, value);
+            }
+        }
+        "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
         "gpt-oss" => {
             for (key, value) in keys.experts("num_local_experts")? {
                 put(key, value);
@@ -299,6 +328,114 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         _ => {}
     }
     Ok(Json::Object(config))
+}
+
+/// Gemma 4: llama.cpp's `key_length` is the full layers' head (`global_head_dim`), `_swa` the
+/// sliding layers'; the sliding layers are per-layer flags; the KV-shared layers' MLP is twice as
+/// wide in `feed_forward_length`'s per-layer widths; the full layers' proportional rotation is the
+/// `rope_freqs` tensor (1 for each rotated pair, 1e30 for the pairs left unrotated); values equal
+/// keys where a full layer has no `attn_v`; the experts beside the MLP are not served yet.
+fn gemma4(
+    keys: &Keys,
+    config: &mut Map<String, Json>,
+    layers: u64,
+    feed_forward: u64,
+) -> Result<(), GgufError> {
+    let header = keys.header;
+    if keys.has_tensor("blk.0.ffn_gate_inp.weight") {
+        return Err(header
+            .invalid("gemma4 with experts beside its MLP (26B-A4B) is not served as GGUF yet"));
+    }
+    let full_head = keys.required("attention.key_length")?;
+    let sliding_head = keys
+        .integer("attention.key_length_swa")
+        .unwrap_or(full_head);
+    let flags: Vec<bool> = keys
+        .value("attention.sliding_window_pattern")
+        .and_then(Value::as_array)
+        .and_then(|values| values.iter().map(Value::as_bool).collect())
+        .filter(|flags: &Vec<bool>| flags.len() == layers as usize)
+        .ok_or_else(|| {
+            header.invalid("gemma4.attention.sliding_window_pattern must flag every layer")
+        })?;
+    let kinds: Vec<&str> = flags
+        .iter()
+        .map(|&sliding| {
+            if sliding {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
+        .collect();
+    let shared = keys.integer("attention.shared_kv_layers").unwrap_or(0);
+    let widths = keys
+        .per_layer("feed_forward_length", layers)
+        .ok_or_else(|| keys.missing("feed_forward_length"))?;
+    let double_wide = widths
+        .iter()
+        .skip(layers.saturating_sub(shared) as usize)
+        .any(|&width| width == 2 * feed_forward);
+    let kv_heads = keys
+        .per_layer("attention.head_count_kv", layers)
+        .ok_or_else(|| keys.missing("attention.head_count_kv"))?;
+    let first_full = flags.iter().position(|&sliding| !sliding);
+    let global_kv_heads = first_full.map(|layer| kv_heads[layer]);
+    let values_are_keys =
+        first_full.is_some_and(|layer| !keys.has_tensor(&format!("blk.{layer}.attn_v.weight")));
+    let factors = header.read_f32("rope_freqs.weight")?.unwrap_or_default();
+    let rotated_pairs = factors.iter().filter(|&&factor| factor == 1.0).count();
+    let full_rotated = if factors.is_empty() {
+        1.0
+    } else {
+        (2 * rotated_pairs) as f64 / full_head.max(1) as f64
+    };
+    let per_layer_width = keys
+        .integer("embedding_length_per_layer_input")
+        .unwrap_or(0);
+    let per_layer_vocab = header
+        .tensors
+        .iter()
+        .find(|tensor| tensor.name == "per_layer_token_embd.weight")
+        .and_then(|tensor| tensor.dims.get(1).copied());
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    put("head_dim", json!(sliding_head));
+    put("global_head_dim", json!(full_head));
+    put("layer_types", json!(kinds));
+    put(
+        "sliding_window",
+        json!(keys.required("attention.sliding_window")?),
+    );
+    put("num_kv_shared_layers", json!(shared));
+    put("use_double_wide_mlp", json!(double_wide));
+    put("num_key_value_heads", json!(kv_heads[0]));
+    put("num_global_key_value_heads", json!(global_kv_heads));
+    put("attention_k_eq_v", json!(values_are_keys));
+    put(
+        "rope_parameters",
+        json!({
+            "full_attention": {
+                "rope_type": "proportional",
+                "partial_rotary_factor": full_rotated,
+                "rope_theta": keys.float("rope.freq_base").unwrap_or(1_000_000.0),
+            },
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": keys.float("rope.freq_base_swa").unwrap_or(10_000.0),
+            },
+        }),
+    );
+    put(
+        "final_logit_softcapping",
+        json!(keys.float("final_logit_softcapping")),
+    );
+    put("hidden_size_per_layer_input", json!(per_layer_width));
+    if let Some(vocab) = per_layer_vocab {
+        put("vocab_size_per_layer_input", json!(vocab));
+    }
+    Ok(())
 }
 
 /// `rope.dimension_count` as a fraction of the head (all of it when absent).

@@ -52,6 +52,14 @@ impl Builder {
         self
     }
 
+    fn boolean(mut self, key: &str, value: bool) -> Self {
+        string(&mut self.metadata, key);
+        self.metadata.extend(7u32.to_le_bytes());
+        self.metadata.push(u8::from(value));
+        self.kv_count += 1;
+        self
+    }
+
     /// A tensor of `dims` (ggml order) at the next offset, its bytes counted into the data.
     fn tensor(self, name: &str, dims: &[u64], ggml_type: GgmlType) -> Self {
         let values: u64 = dims.iter().product();
@@ -234,6 +242,18 @@ fn tensor_names_map_to_the_hugging_face_layout() {
         "model.layers.2.pre_feedforward_layernorm"
     );
     assert_eq!(
+        hugging_face_name("gemma4", "blk.2.ffn_norm"),
+        "model.layers.2.pre_feedforward_layernorm"
+    );
+    assert_eq!(
+        hugging_face_name("gemma4", "per_layer_token_embd"),
+        "model.embed_tokens_per_layer"
+    );
+    assert_eq!(
+        hugging_face_name("gemma4", "blk.3.inp_gate"),
+        "model.layers.3.per_layer_input_gate"
+    );
+    assert_eq!(
         hugging_face_name("glm4moe", "blk.2.post_attention_norm"),
         "model.layers.2.post_attention_layernorm"
     );
@@ -311,6 +331,62 @@ fn a_sentencepiece_tokenizer_is_rebuilt_from_scores() {
     let stops: std::collections::BTreeSet<u32> =
         tokenizer::stop_ids(&header).unwrap().into_iter().collect();
     assert_eq!(stops, [2].into());
+}
+
+/// Gemma 4's tokenizer: SentencePiece pieces with the file's own merges, runs of newlines split
+/// from the rest before merging (so the first-ranked merge `i` + `\n` never applies), no space
+/// prefix, byte fallback, and bos added although the file says not to, as llama.cpp does.
+#[test]
+fn a_gemma4_tokenizer_merges_by_the_files_merges_apart_from_newlines() {
+    let pieces: [(&str, i32); 12] = [
+        ("<pad>", 3),
+        ("<eos>", 3),
+        ("<bos>", 3),
+        ("▁", 1),
+        ("h", 1),
+        ("i", 1),
+        ("\n", 1),
+        ("i\n", 1),
+        ("hi", 1),
+        ("▁hi", 1),
+        ("\n\n", 1),
+        ("<0x21>", 6),
+    ];
+    let text = |value: &str| {
+        let mut out = Vec::new();
+        string(&mut out, value);
+        out
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let builder = Builder::default()
+        .text("tokenizer.ggml.model", "gemma4")
+        .array(
+            "tokenizer.ggml.tokens",
+            8,
+            &pieces.map(|(piece, _)| text(piece)),
+        )
+        .array(
+            "tokenizer.ggml.token_type",
+            5,
+            &pieces.map(|(_, kind)| kind.to_le_bytes().to_vec()),
+        )
+        .array(
+            "tokenizer.ggml.merges",
+            8,
+            &["i \n", "h i", "▁ hi", "\n \n"].map(text),
+        )
+        .boolean("tokenizer.ggml.add_space_prefix", false)
+        .boolean("tokenizer.ggml.add_bos_token", false)
+        .uint("tokenizer.ggml.bos_token_id", 2)
+        .uint("tokenizer.ggml.eos_token_id", 1);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let built = tokenizer::build(&header).unwrap();
+    let encoding = built.encode("hi hi\n\nhi!", true).unwrap();
+    assert_eq!(encoding.get_ids(), [2, 8, 9, 10, 8, 11]);
+    assert_eq!(
+        built.decode(&[8, 9, 10, 8, 11], true).unwrap(),
+        "hi hi\n\nhi!"
+    );
 }
 
 /// The pieces `pre` (`tokenizer.ggml.pre`) splits `text` into, byte-level mapped.

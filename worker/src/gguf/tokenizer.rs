@@ -1,11 +1,13 @@
 //! The tokenizer a GGUF carries in its metadata, rebuilt as a Hugging Face `tokenizers` one.
 //!
-//! Two kinds, as llama.cpp names them in `tokenizer.ggml.model`:
+//! Three kinds, as llama.cpp names them in `tokenizer.ggml.model`:
 //! - `gpt2`: byte-level BPE with the file's own merges; `tokenizer.ggml.pre` names the
 //!   pre-tokenizer (the regex that splits text before merging), which each model family defines.
 //! - `llama`: SentencePiece BPE with byte fallback. The file holds scores, not merges; the merges
 //!   are every split of a piece into two pieces of the vocabulary, ranked by the piece's score, as
 //!   transformers' converter derives them.
+//! - `gemma4`: the same with the file's own merges, runs of newlines split from the rest first,
+//!   and bos always added, as llama.cpp does.
 //!
 //! Control and user-defined tokens become added tokens, matched whole before any splitting, as
 //! llama.cpp does with its special tokens.
@@ -174,10 +176,17 @@ pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
     // SentencePiece adds bos unless the file says not to; byte-level BPE as its pre-tokenizer.
     let (mut tokenizer, add_bos) = match kind {
         "gpt2" => byte_level_bpe(header, &tokens)?,
-        "llama" => (sentencepiece_bpe(header, &tokens)?, true),
+        "llama" => {
+            let merges = merges_from_scores(header, &tokens)?;
+            (sentencepiece_bpe(header, &tokens, merges, false)?, true)
+        }
+        "gemma4" => {
+            let merges = file_merges(header)?;
+            (sentencepiece_bpe(header, &tokens, merges, true)?, true)
+        }
         other => {
             return Err(header.invalid(format!(
-                "tokenizer.ggml.model {other:?} is not served (supported: gpt2, llama)"
+                "tokenizer.ggml.model {other:?} is not served (supported: gpt2, llama, gemma4)"
             )));
         }
     };
@@ -191,10 +200,12 @@ pub fn build(header: &GgufHeader) -> Result<Tokenizer, GgufError> {
     // Ids come from the vocabulary, where these tokens already are: adding them only makes them
     // match whole.
     tokenizer.add_special_tokens(&added);
-    let add_bos = header
-        .get("tokenizer.ggml.add_bos_token")
-        .and_then(Value::as_bool)
-        .unwrap_or(add_bos);
+    // llama.cpp adds bos to Gemma 4's prompts even where the file says not to.
+    let add_bos = kind == "gemma4"
+        || header
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(Value::as_bool)
+            .unwrap_or(add_bos);
     let bos = special_id(header, "bos")?;
     if let (true, Some(bos)) = (add_bos, bos) {
         let text = tokens.get(bos as usize).ok_or_else(|| {
@@ -227,17 +238,7 @@ pub fn special_id(header: &GgufHeader, name: &str) -> Result<Option<u32>, GgufEr
 
 /// The tokenizer, and whether its pre-tokenizer adds bos when the file does not say.
 fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<(Tokenizer, bool), GgufError> {
-    let merges: Merges = strings(header, "tokenizer.ggml.merges")?
-        .ok_or_else(|| header.invalid("a gpt2 tokenizer without tokenizer.ggml.merges"))?
-        .iter()
-        .map(|merge| {
-            // Byte-level tokens spell a space as `Ġ`, so the one space separates the pair.
-            merge
-                .split_once(' ')
-                .map(|(left, right)| (left.to_owned(), right.to_owned()))
-                .ok_or_else(|| header.invalid(format!("merge {merge:?} is not two tokens")))
-        })
-        .collect::<Result<_, _>>()?;
+    let merges = file_merges(header)?;
     let name = header.string("tokenizer.ggml.pre").unwrap_or("default");
     let pre = PRE_TOKENIZERS
         .iter()
@@ -277,7 +278,8 @@ fn byte_level_bpe(header: &GgufHeader, tokens: &[String]) -> Result<(Tokenizer, 
     Ok((tokenizer, pre.add_bos))
 }
 
-fn sentencepiece_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer, GgufError> {
+/// SentencePiece's merges, derived from the pieces' scores.
+fn merges_from_scores(header: &GgufHeader, tokens: &[String]) -> Result<Merges, GgufError> {
     let scores = floats(header, "tokenizer.ggml.scores")?
         .ok_or_else(|| header.invalid("a llama tokenizer without tokenizer.ggml.scores"))?;
     let vocab = vocabulary(tokens);
@@ -302,6 +304,35 @@ fn sentencepiece_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer
             )
         })
         .collect();
+    Ok(merges)
+}
+
+/// `tokenizer.ggml.merges`, two pieces a space apart (byte-level pieces spell a space as `Ġ`,
+/// SentencePiece pieces as `▁`, so the one space separates the pair).
+fn file_merges(header: &GgufHeader) -> Result<Merges, GgufError> {
+    let kind = header.string("tokenizer.ggml.model").unwrap_or("gpt2");
+    strings(header, "tokenizer.ggml.merges")?
+        .ok_or_else(|| header.invalid(format!("a {kind} tokenizer without tokenizer.ggml.merges")))?
+        .iter()
+        .map(|merge| {
+            merge
+                .split_once(' ')
+                .map(|(left, right)| (left.to_owned(), right.to_owned()))
+                .ok_or_else(|| header.invalid(format!("merge {merge:?} is not two tokens")))
+        })
+        .collect()
+}
+
+/// SentencePiece-style BPE with byte fallback over `merges`: spaces as `▁`, and with `newlines`
+/// (Gemma 4) the text split into runs of newlines and of the rest before merging, as llama.cpp's
+/// `gemma4` pre-tokenizer does.
+fn sentencepiece_bpe(
+    header: &GgufHeader,
+    tokens: &[String],
+    merges: Merges,
+    newlines: bool,
+) -> Result<Tokenizer, GgufError> {
+    let vocab = vocabulary(tokens);
     let mut builder = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .byte_fallback(true)
@@ -325,6 +356,15 @@ fn sentencepiece_bpe(header: &GgufHeader, tokens: &[String]) -> Result<Tokenizer
         NormalizerSequence::new(vec![replace_space.into()])
     };
     tokenizer.with_normalizer(Some(normalizer));
+    if newlines {
+        let split = Split::new(
+            SplitPattern::Regex("[^\\n]+|[\\n]+".to_owned()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|error| header.invalid(format!("gemma4 pre-tokenizer: {error}")))?;
+        tokenizer.with_pre_tokenizer(Some(split));
+    }
     let mut decoders = vec![
         Replace::new("▁", " ").map_err(space)?.into(),
         ByteFallback::new().into(),

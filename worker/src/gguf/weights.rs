@@ -28,8 +28,11 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
     let mut tensors = HashMap::with_capacity(header.tensors.len() * 3);
     let mut quantization = HashMap::new();
     for tensor in &header.tensors {
-        // Phi-3's longrope factors, read into the config (`config.rs`).
-        if tensor.name.starts_with("rope_factors_") {
+        // Phi-3's longrope factors and Gemma 4's proportional rotation, read into the config
+        // (`config.rs`).
+        if tensor.name.starts_with("rope_factors_")
+            || (arch == "gemma4" && tensor.name == "rope_freqs.weight")
+        {
             continue;
         }
         let failed = |message: String| {
@@ -103,7 +106,7 @@ fn insert(
                 None => gguf.to_owned(),
                 // Tensors mlx-lm names without a suffix, to which llama.cpp adds one.
                 Some(suffix) => match hugging_face_name(arch, base) {
-                    bare if bare.ends_with(".sinks") => bare,
+                    bare if bare.ends_with(".sinks") || bare.ends_with(".layer_scalar") => bare,
                     renamed if renamed.ends_with(".e_score_correction") => {
                         format!("{renamed}_{suffix}")
                     }
@@ -183,6 +186,9 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "token_embd" => return "model.embed_tokens".into(),
         "output_norm" => return "model.norm".into(),
         "output" => return "lm_head".into(),
+        "per_layer_token_embd" => return "model.embed_tokens_per_layer".into(),
+        "per_layer_model_proj" => return "model.per_layer_model_projection".into(),
+        "per_layer_proj_norm" => return "model.per_layer_projection_norm".into(),
         _ => {}
     }
     let Some((layer, part)) = gguf
@@ -191,16 +197,17 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
     else {
         return gguf.to_owned();
     };
-    // gpt-oss's experts and router keep openai's names in mlx-lm; the others' are Qwen's.
-    let (router, experts) = if arch == "gpt-oss" {
-        ("router", "experts")
-    } else {
-        ("gate", "switch_mlp")
+    // gpt-oss's experts and router keep openai's names in mlx-lm, Mixtral's (a `llama` with
+    // experts) its own block; the others' are Qwen's.
+    let (block, router, experts) = match arch {
+        "gpt-oss" => ("mlp", "router", "experts"),
+        "llama" => ("block_sparse_moe", "gate", "switch_mlp"),
+        _ => ("mlp", "gate", "switch_mlp"),
     };
     let renamed = match part {
         "attn_norm" => "input_layernorm".into(),
-        // Gemma 3 has four norms a layer: `ffn_norm` is the one before the feed-forward.
-        "ffn_norm" if arch == "gemma3" => "pre_feedforward_layernorm".into(),
+        // Gemma 3 and 4 have four norms a layer: `ffn_norm` is the one before the feed-forward.
+        "ffn_norm" if matches!(arch, "gemma3" | "gemma4") => "pre_feedforward_layernorm".into(),
         "ffn_norm" | "post_attention_norm" => "post_attention_layernorm".into(),
         "post_ffw_norm" => "post_feedforward_layernorm".into(),
         "attn_q" => "self_attn.q_proj".into(),
@@ -211,16 +218,21 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "attn_q_norm" => "self_attn.q_norm".into(),
         "attn_k_norm" => "self_attn.k_norm".into(),
         "attn_sinks" => "self_attn.sinks".into(),
+        // Gemma 4's per-layer input gate, its projection and norm, and its layer scalar.
+        "inp_gate" => "per_layer_input_gate".into(),
+        "proj" => "per_layer_projection".into(),
+        "post_norm" => "post_per_layer_input_norm".into(),
+        "layer_output_scale" => "layer_scalar".into(),
         "ffn_gate" => "mlp.gate_proj".into(),
         // Phi-3's fused gate and up projection is llama.cpp's `ffn_up` of twice the width.
         "ffn_up" if arch == "phi3" => "mlp.gate_up_proj".into(),
         "ffn_up" => "mlp.up_proj".into(),
         "ffn_down" => "mlp.down_proj".into(),
-        "ffn_gate_inp" => format!("mlp.{router}"),
+        "ffn_gate_inp" => format!("{block}.{router}"),
         "exp_probs_b" => "mlp.gate.e_score_correction".into(),
-        "ffn_gate_exps" => format!("mlp.{experts}.gate_proj"),
-        "ffn_up_exps" => format!("mlp.{experts}.up_proj"),
-        "ffn_down_exps" => format!("mlp.{experts}.down_proj"),
+        "ffn_gate_exps" => format!("{block}.{experts}.gate_proj"),
+        "ffn_up_exps" => format!("{block}.{experts}.up_proj"),
+        "ffn_down_exps" => format!("{block}.{experts}.down_proj"),
         "ffn_gate_shexp" => "mlp.shared_experts.gate_proj".into(),
         "ffn_up_shexp" => "mlp.shared_experts.up_proj".into(),
         "ffn_down_shexp" => "mlp.shared_experts.down_proj".into(),
