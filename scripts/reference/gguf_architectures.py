@@ -9,9 +9,10 @@ The converter's per-architecture conventions, reproduced here:
   stacked (`blk.N.ffn_gate_exps`), routers as `ffn_gate_inp`, shared experts as `_shexp`,
   GLM's `e_score_correction_bias` as `exp_probs_b.bias`, gpt-oss's `sinks` as `attn_sinks.weight`,
   Phi-3's fused `gate_up_proj` as `ffn_up` and `qkv_proj` as `attn_qkv`;
-- granite and mixtral (LlamaModels; Mixtral is written as `llama` with `expert_count`, its experts
+- granite, mixtral and smollm3 (LlamaModels; Mixtral is written as `llama` with `expert_count`, its experts
   `w1`/`w3`/`w2` stacked as `ffn_gate_exps`/`ffn_up_exps`/`ffn_down_exps`) have their q and k rows
-  permuted for llama.cpp's interleaved RoPE;
+  permuted for llama.cpp's interleaved RoPE (smollm3's NoPE layers are not written: llama.cpp
+  hard-codes every fourth);
 - gemma4 (Gemma4Model) writes its sliding layers as per-layer flags, its per-layer MLP widths, the
   full layers' head size as `key_length` and the sliding layers' as `key_length_swa`, its norms
   as they are (plain, unlike gemma3's), `layer_scalar` as `layer_output_scale.weight`, and the
@@ -198,6 +199,15 @@ def mixtral(writer, config, tensors):
                 tensors[name.replace(f"switch_mlp.{ours}", f"experts.{theirs}")] = tensors.pop(name)
 
 
+def smollm3(writer, config, tensors):
+    """SmolLM3Model, a LlamaModel: q and k permuted. Which layers skip RoPE is not written:
+    llama.cpp hard-codes every fourth (`n_no_rope_layer_step = 4`), as the fixture's config has it."""
+    assert config["no_rope_layers"] == [int((layer + 1) % 4 != 0) for layer in range(config["num_hidden_layers"])]
+    common(writer, config)
+    writer.add_rope_dimension_count(config["hidden_size"] // config["num_attention_heads"])
+    permute_qk(config, tensors)
+
+
 def permute_qk(config, tensors):
     heads, heads_kv = config["num_attention_heads"], config["num_key_value_heads"]
     for name in list(tensors):
@@ -261,6 +271,7 @@ ARCHITECTURES = {
     "qwen3_moe": (A.QWEN3MOE, qwen3_moe),
     "gemma4_text": (A.GEMMA4, gemma4_text),
     "mixtral": (A.LLAMA, mixtral),
+    "smollm3": (A.SMOLLM3, smollm3),
     "gemma3_text": (A.GEMMA3, gemma3_text),
     "gpt_oss": (A.GPT_OSS, gpt_oss),
     "glm4_moe": (A.GLM4_MOE, glm4_moe),

@@ -44,6 +44,7 @@ fn each_architecture_from_gguf_matches_mlx_lm() {
         "phi3",
         "granite",
         "mixtral",
+        "smollm3",
     ]
     .iter()
     .map(|arch| check(arch, "f32", &gguf_data().join(format!("{arch}.gguf"))))

@@ -2,23 +2,24 @@
 //! both formats go through one validation.
 //!
 //! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral and Mixtral,
-//! which it writes as `llama`, Mixtral with `expert_count`) and of `granite` (a llama to the converter) so that its interleaved RoPE
-//! applies; MLX's `traditional` RoPE is that same rotation. The other architectures keep Hugging
+//! which it writes as `llama`, Mixtral with `expert_count`), `granite` and `smollm3` (llamas to
+//! the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is that same
+//! rotation. The other architectures keep Hugging
 //! Face's layout and rotate halves.
 //!
 //! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
 //! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
-//! gpt-oss slides every even layer. A layer of Qwen3-MoE without a router is dense.
+//! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer. A layer of Qwen3-MoE without a router is dense.
 
 use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 11] = [
+pub const ARCHITECTURES: [&str; 12] = [
     "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "gpt-oss", "glm4moe",
-    "phi3", "granite",
+    "phi3", "granite", "smollm3",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -162,7 +163,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     }
     config.insert(
         "rope_traditional".into(),
-        json!(matches!(model_type, "llama" | "granite" | "mixtral")),
+        json!(matches!(
+            model_type,
+            "llama" | "granite" | "mixtral" | "smollm3"
+        )),
     );
     if let Some(context) = keys.integer("context_length") {
         config.insert("max_position_embeddings".into(), json!(context));
@@ -229,6 +233,8 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
         }
         "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
+        // llama.cpp stores no NoPE layers: every fourth, hard-coded.
+        "smollm3" => put("no_rope_layer_interval", json!(4)),
         "gpt-oss" => {
             for (key, value) in keys.experts("num_local_experts")? {
                 put(key, value);
