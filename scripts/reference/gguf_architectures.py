@@ -9,7 +9,7 @@ The converter's per-architecture conventions, reproduced here:
   stacked (`blk.N.ffn_gate_exps`), routers as `ffn_gate_inp`, shared experts as `_shexp`,
   GLM's `e_score_correction_bias` as `exp_probs_b.bias`, gpt-oss's `sinks` as `attn_sinks.weight`,
   Phi-3's fused `gate_up_proj` as `ffn_up` and `qkv_proj` as `attn_qkv`;
-- granite, mixtral and smollm3 (LlamaModels; Mixtral is written as `llama` with `expert_count`, its experts
+- granite, mixtral, smollm3 and ministral3 (LlamaModels; Mixtral is written as `llama` with `expert_count`, its experts
   `w1`/`w3`/`w2` stacked as `ffn_gate_exps`/`ffn_up_exps`/`ffn_down_exps`) have their q and k rows
   permuted for llama.cpp's interleaved RoPE (smollm3's NoPE layers are not written: llama.cpp
   hard-codes every fourth);
@@ -208,6 +208,23 @@ def smollm3(writer, config, tensors):
     permute_qk(config, tensors)
 
 
+def ministral3_text(writer, config, tensors):
+    """Ministral3Model (a LlamaModel, `mistral3`): q and k permuted, YaRN, `mscale_all_dim` as
+    `rope.scaling.yarn_log_multiplier` and `llama_4_scaling_beta` as
+    `attention.temperature_scale` (llama.cpp's query scale floors by the YaRN original context)."""
+    rope = config["rope_parameters"]
+    common(writer, {**config, "rope_theta": rope["rope_theta"]})
+    writer.add_rope_dimension_count(config["head_dim"])
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(rope["factor"])
+    writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+    writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+    writer.add_rope_scaling_yarn_log_mul(rope["mscale_all_dim"])
+    writer.add_attn_temperature_scale(rope["llama_4_scaling_beta"])
+    permute_qk(config, tensors)
+
+
 def permute_qk(config, tensors):
     heads, heads_kv = config["num_attention_heads"], config["num_key_value_heads"]
     for name in list(tensors):
@@ -272,6 +289,7 @@ ARCHITECTURES = {
     "gemma4_text": (A.GEMMA4, gemma4_text),
     "mixtral": (A.LLAMA, mixtral),
     "smollm3": (A.SMOLLM3, smollm3),
+    "ministral3_text": (A.MISTRAL3, ministral3_text),
     "gemma3_text": (A.GEMMA3, gemma3_text),
     "gpt_oss": (A.GPT_OSS, gpt_oss),
     "glm4_moe": (A.GLM4_MOE, glm4_moe),

@@ -2,8 +2,8 @@
 //! both formats go through one validation.
 //!
 //! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral and Mixtral,
-//! which it writes as `llama`, Mixtral with `expert_count`), `granite` and `smollm3` (llamas to
-//! the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is that same
+//! which it writes as `llama`, Mixtral with `expert_count`), `granite`, `smollm3` and `mistral3`
+//! (llamas to the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is that same
 //! rotation. The other architectures keep Hugging
 //! Face's layout and rotate halves.
 //!
@@ -17,9 +17,9 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 12] = [
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "gpt-oss", "glm4moe",
-    "phi3", "granite", "smollm3",
+pub const ARCHITECTURES: [&str; 13] = [
+    "llama", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "gpt-oss",
+    "glm4moe", "phi3", "granite", "smollm3",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -29,6 +29,7 @@ fn model_type(arch: &str) -> &str {
         "qwen3moe" => "qwen3_moe",
         "gemma3" => "gemma3_text",
         "gemma4" => "gemma4_text",
+        "mistral3" => "ministral3",
         "gpt-oss" => "gpt_oss",
         "glm4moe" => "glm4_moe",
         other => other,
@@ -165,7 +166,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         "rope_traditional".into(),
         json!(matches!(
             model_type,
-            "llama" | "granite" | "mixtral" | "smollm3"
+            "llama" | "granite" | "mixtral" | "smollm3" | "ministral3"
         )),
     );
     if let Some(context) = keys.integer("context_length") {
@@ -233,6 +234,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
         }
         "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
+        "mistral3" => {
+            let theta = keys.float("rope.freq_base").unwrap_or(1_000_000.0);
+            let context = keys.integer("context_length").unwrap_or(0);
+            put("rope_parameters", ministral3_rope(&keys, theta, context)?);
+        }
         // llama.cpp stores no NoPE layers: every fourth, hard-coded.
         "smollm3" => put("no_rope_layer_interval", json!(4)),
         "gpt-oss" => {
@@ -442,6 +448,40 @@ fn gemma4(
         put("vocab_size_per_layer_input", json!(vocab));
     }
     Ok(())
+}
+
+/// Ministral 3's `rope_parameters`: YaRN (or none) from `rope.scaling.*`, with
+/// `rope.scaling.yarn_log_multiplier` as `mscale_all_dim` and `attention.temperature_scale` as
+/// `llama_4_scaling_beta`, as the converter writes them (no temperature scale: queries unscaled).
+fn ministral3_rope(keys: &Keys, theta: f64, context: u64) -> Result<Json, GgufError> {
+    let original = keys
+        .integer("rope.scaling.original_context_length")
+        .unwrap_or(context);
+    let mut rope = json!({
+        "rope_type": "default",
+        "rope_theta": theta,
+        "original_max_position_embeddings": original,
+        "llama_4_scaling_beta": keys.float("attention.temperature_scale").unwrap_or(0.0),
+    });
+    if let Some(Json::Object(yarn)) = rope_scaling(keys)? {
+        if yarn.get("type").and_then(Json::as_str) != Some("yarn") {
+            return Err(keys
+                .header
+                .invalid("mistral3 rope scaling other than YaRN is not served"));
+        }
+        for (key, value) in yarn {
+            rope[if key == "type" {
+                "rope_type".to_owned()
+            } else {
+                key
+            }] = value;
+        }
+        rope["mscale_all_dim"] = json!(
+            keys.float("rope.scaling.yarn_log_multiplier")
+                .unwrap_or(0.0)
+        );
+    }
+    Ok(rope)
 }
 
 /// `rope.dimension_count` as a fraction of the head (all of it when absent).

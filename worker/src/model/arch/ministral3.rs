@@ -29,7 +29,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     };
     let config = ModelConfig {
         rope_theta: number("rope_theta")? as f32,
-        rope_traditional: false,
+        // A GGUF's q and k are permuted for the interleaved rotation (`gguf/config.rs`).
+        rope_traditional: config.rope_traditional,
         rope_scaling: parse_rope_scaling(&parameters, &config.raw).map_err(bad)?,
         ..config.clone()
     };
