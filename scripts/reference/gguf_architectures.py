@@ -225,6 +225,35 @@ def ministral3_text(writer, config, tensors):
     permute_qk(config, tensors)
 
 
+def llama4_gguf(writer, config, tensors):
+    """Llama4Model (a LlamaModel that keeps q and k as they are): the dense MLP's width
+    (`intermediate_size_mlp`) as `feed_forward_length`, the experts' as
+    `expert_feed_forward_length`, `interleave_moe_layer_step`, and llama3 rope scaling as the
+    `rope_freqs` tensor (LlamaModel.generate_extra_tensors). Chunked attention, NoPE layers, the
+    query temperature and the q/k norms are not written: llama.cpp hard-codes them."""
+    common(writer, {**config, "intermediate_size": config["intermediate_size_mlp"]})
+    writer.add_rope_dimension_count(config["head_dim"])
+    writer.add_interleave_moe_layer_step(config["interleave_moe_layer_step"])
+    writer.add_expert_feed_forward_length(config["intermediate_size"])
+    writer.add_expert_count(config["num_local_experts"])
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+    rope, dim = config["rope_scaling"], config["head_dim"]
+    assert rope["rope_type"] == "llama3"
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    factors = []
+    for freq in 1.0 / (config["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim)):
+        wavelen = 2 * np.pi / freq
+        if wavelen < old / high:
+            factors.append(1.0)
+        elif wavelen > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    tensors["rope_freqs.weight"] = np.array(factors, dtype=np.float32)
+
+
 def permute_qk(config, tensors):
     heads, heads_kv = config["num_attention_heads"], config["num_key_value_heads"]
     for name in list(tensors):
@@ -290,6 +319,7 @@ ARCHITECTURES = {
     "mixtral": (A.LLAMA, mixtral),
     "smollm3": (A.SMOLLM3, smollm3),
     "ministral3_text": (A.MISTRAL3, ministral3_text),
+    "llama4_gguf": (A.LLAMA4, llama4_gguf),
     "gemma3_text": (A.GEMMA3, gemma3_text),
     "gpt_oss": (A.GPT_OSS, gpt_oss),
     "glm4_moe": (A.GLM4_MOE, glm4_moe),
@@ -322,6 +352,11 @@ def fuse_projections(out, layers):
 def write(fixture, arch, out, split_max_tensors=0, fuse=False, quantize=None):
     config = json.loads((fixture / "config.json").read_text())
     tensors = read_safetensors(fixture / "model.safetensors")
+    if "text_config" in config:
+        # A multimodal wrapper: the converter writes its text model (the towers go to an mmproj).
+        config = config["text_config"]
+        tensors = {name.removeprefix("language_model."): data for name, data in tensors.items()
+                   if name.startswith("language_model.")}
     gguf_arch, metadata = ARCHITECTURES[arch]
     writer = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[gguf_arch], split_max_tensors=split_max_tensors)
     writer.add_name(f"corral {arch} fixture")

@@ -4,7 +4,7 @@
 //! `cargo xtask reference`: llama.cpp's tensor names, stacked experts, Gemma 3's `1 + w` norms,
 //! Gemma 4's per-layer inputs, shared KV and `rope_freqs`, the permuted q/k of granite, Mixtral
 //! (a `llama` with experts), SmolLM3 and Ministral 3 (`mistral3`, YaRN and its query
-//! temperature), Phi-3's fused projections and longrope factor tensors), must give
+//! temperature), Llama 4's `feed_forward` blocks and `rope_freqs`, Phi-3's fused projections and longrope factor tensors), must give
 //! mlx-lm's logits within the architectures' tolerance (1e-3) at every prompt position and
 //! decode step, alone and in a batch of four; gpt-oss also with its experts in MXFP4. A model split in three parts by gguf-py
 //! (`split/qwen3_moe-0000N-of-00003.gguf`) loads as one, to the single file's logits exactly; a
@@ -47,6 +47,7 @@ fn each_architecture_from_gguf_matches_mlx_lm() {
         "mixtral",
         "smollm3",
         "ministral3_text",
+        "llama4_gguf",
     ]
     .iter()
     .map(|arch| check(arch, "f32", &gguf_data().join(format!("{arch}.gguf"))))

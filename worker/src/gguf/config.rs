@@ -10,16 +10,17 @@
 //! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
 //! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
-//! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer. A layer of Qwen3-MoE without a router is dense.
+//! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in
+//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense.
 
 use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 13] = [
-    "llama", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "gpt-oss",
-    "glm4moe", "phi3", "granite", "smollm3",
+pub const ARCHITECTURES: [&str; 14] = [
+    "llama", "llama4", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
+    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -234,6 +235,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
         }
         "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
+        "llama4" => llama4(&keys, &mut config, feed_forward)?,
         "mistral3" => {
             let theta = keys.float("rope.freq_base").unwrap_or(1_000_000.0);
             let context = keys.integer("context_length").unwrap_or(0);
@@ -338,6 +340,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
         }
         _ => {}
+    }
+    if arch == "llama4" {
+        // mlx-lm's Llama 4 is the text model of its multimodal wrapper.
+        return Ok(json!({"model_type": "llama4", "text_config": config}));
     }
     Ok(Json::Object(config))
 }
@@ -447,6 +453,43 @@ fn gemma4(
     if let Some(vocab) = per_layer_vocab {
         put("vocab_size_per_layer_input", json!(vocab));
     }
+    Ok(())
+}
+
+/// Llama 4 (Scout, Maverick): `feed_forward_length` is the dense layers' MLP
+/// (`intermediate_size_mlp`), `expert_feed_forward_length` the experts' and the shared expert's.
+/// llama.cpp hard-codes the rest: attention in chunks of 8192 positions and no RoPE in every
+/// fourth layer, whose queries are scaled by a temperature (floor 8192, scale 0.1), and the
+/// rotated layers' queries and keys L2-normed but in the 128-expert Maverick. Llama 3 rope
+/// scaling is the `rope_freqs` tensor, which the model reads.
+fn llama4(keys: &Keys, config: &mut Map<String, Json>, feed_forward: u64) -> Result<(), GgufError> {
+    if keys.integer("attention.sliding_window") == Some(0) {
+        return Err(keys.header.invalid(
+            "llama4 without chunked attention (MobileLLM, sliding_window 0) is not served as GGUF",
+        ));
+    }
+    let experts = keys.required("expert_count")?;
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    put("model_type", json!("llama4_text"));
+    put("intermediate_size_mlp", json!(feed_forward));
+    put(
+        "intermediate_size",
+        json!(keys.required("expert_feed_forward_length")?),
+    );
+    for (key, value) in keys.experts("num_local_experts")? {
+        put(key, value);
+    }
+    put(
+        "interleave_moe_layer_step",
+        json!(keys.required("interleave_moe_layer_step")?),
+    );
+    put("attention_chunk_size", json!(8192));
+    put("attn_temperature_tuning", json!(true));
+    put("floor_scale", json!(8192));
+    put("attn_scale", json!(0.1));
+    put("use_qk_norm", json!(experts != 128));
     Ok(())
 }
 

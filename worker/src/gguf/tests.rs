@@ -254,6 +254,22 @@ fn tensor_names_map_to_the_hugging_face_layout() {
         "model.layers.3.per_layer_input_gate"
     );
     assert_eq!(
+        hugging_face_name("llama", "blk.1.ffn_gate_exps"),
+        "model.layers.1.block_sparse_moe.switch_mlp.gate_proj"
+    );
+    assert_eq!(
+        hugging_face_name("llama4", "blk.1.ffn_gate_inp"),
+        "model.layers.1.feed_forward.router"
+    );
+    assert_eq!(
+        hugging_face_name("llama4", "blk.1.ffn_up_shexp"),
+        "model.layers.1.feed_forward.shared_expert.up_proj"
+    );
+    assert_eq!(
+        hugging_face_name("llama4", "blk.0.ffn_down"),
+        "model.layers.0.feed_forward.down_proj"
+    );
+    assert_eq!(
         hugging_face_name("glm4moe", "blk.2.post_attention_norm"),
         "model.layers.2.post_attention_layernorm"
     );

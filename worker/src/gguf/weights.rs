@@ -198,9 +198,10 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         return gguf.to_owned();
     };
     // gpt-oss's experts and router keep openai's names in mlx-lm, Mixtral's (a `llama` with
-    // experts) its own block; the others' are Qwen's.
+    // experts) and Llama 4's their own blocks; the others' are Qwen's.
     let (block, router, experts) = match arch {
         "gpt-oss" => ("mlp", "router", "experts"),
+        "llama4" => ("feed_forward", "router", "experts"),
         "llama" => ("block_sparse_moe", "gate", "switch_mlp"),
         _ => ("mlp", "gate", "switch_mlp"),
     };
@@ -237,6 +238,14 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "ffn_up_shexp" => "mlp.shared_experts.up_proj".into(),
         "ffn_down_shexp" => "mlp.shared_experts.down_proj".into(),
         _ => return gguf.to_owned(),
+    };
+    // Llama 4 names each layer's MLP, experts and shared expert `feed_forward`.
+    let renamed = match renamed.strip_prefix("mlp.") {
+        Some(rest) if arch == "llama4" => format!(
+            "feed_forward.{}",
+            rest.replacen("shared_experts.", "shared_expert.", 1)
+        ),
+        _ => renamed,
     };
     format!("model.layers.{layer}.{renamed}")
 }

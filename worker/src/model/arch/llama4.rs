@@ -71,13 +71,12 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         },
     );
     let mlp_inner: i32 = config.required("intermediate_size_mlp")?;
-    let rope = Rope::new(
-        config.head_dim,
-        config.rope_theta,
-        true,
-        config.rope_scaling.clone(),
-    )
-    .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    // Interleaved, from `rope_scaling` or a GGUF's `rope_freqs` factors.
+    let interleaved = ModelConfig {
+        rope_traditional: true,
+        ..config.clone()
+    };
+    let rope = Rope::for_config(&interleaved, weights)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let rotates = (index + 1) % 4 != 0;
