@@ -282,13 +282,18 @@ def gemma4_text(writer, config, tensors):
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_head_count(config["num_attention_heads"])
-    writer.add_head_count_kv(config["num_key_value_heads"])
+    swa_layers = [kind == "sliding_attention" for kind in config["layer_types"]]
+    if config.get("num_global_key_value_heads") is None:
+        writer.add_head_count_kv(config["num_key_value_heads"])
+    else:
+        writer.add_head_count_kv([config["num_key_value_heads"] if sliding else config["num_global_key_value_heads"]
+                                  for sliding in swa_layers])
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     shared = config["num_kv_shared_layers"]
     writer.add_shared_kv_layers(shared)
     writer.add_embedding_length_per_layer_input(config.get("hidden_size_per_layer_input") or 0)
-    writer.add_sliding_window_pattern([kind == "sliding_attention" for kind in config["layer_types"]])
+    writer.add_sliding_window_pattern(swa_layers)
     writer.add_sliding_window(config["sliding_window"])
     full, swa = config["global_head_dim"], config["head_dim"]
     writer.add_key_length(full)
@@ -311,11 +316,31 @@ def gemma4_text(writer, config, tensors):
     for name in list(tensors):
         if name.endswith("layer_scalar"):
             tensors[name + ".weight"] = tensors.pop(name)
+    if config.get("enable_moe_block"):
+        gemma4_experts(writer, config, tensors)
+
+
+def gemma4_experts(writer, config, tensors):
+    """Gemma4Model's experts beside the MLP: the router's projection as `ffn_gate_inp`, its
+    `scale` as `ffn_gate_inp.scale`, its `per_expert_scale` as `ffn_down_exps.scale`, the experts
+    stacked (gate and up apart, as llama.cpp also loads them)."""
+    writer.add_expert_count(config["num_experts"])
+    writer.add_expert_used_count(config["top_k_experts"])
+    writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    for layer in range(config["num_hidden_layers"]):
+        prefix = f"model.layers.{layer}"
+        for ours, theirs in (("router.proj.weight", "ffn_gate_inp.weight"), ("router.scale", "ffn_gate_inp.scale"),
+                             ("router.per_expert_scale", "ffn_down_exps.scale"),
+                             ("experts.switch_glu.gate_proj.weight", "ffn_gate_exps.weight"),
+                             ("experts.switch_glu.up_proj.weight", "ffn_up_exps.weight"),
+                             ("experts.switch_glu.down_proj.weight", "ffn_down_exps.weight")):
+            tensors[f"blk.{layer}.{theirs}"] = tensors.pop(f"{prefix}.{ours}")
 
 
 ARCHITECTURES = {
     "qwen3_moe": (A.QWEN3MOE, qwen3_moe),
     "gemma4_text": (A.GEMMA4, gemma4_text),
+    "gemma4_text_moe": (A.GEMMA4, gemma4_text),
     "mixtral": (A.LLAMA, mixtral),
     "smollm3": (A.SMOLLM3, smollm3),
     "ministral3_text": (A.MISTRAL3, ministral3_text),
@@ -383,7 +408,7 @@ def write(fixture, arch, out, split_max_tensors=0, fuse=False, quantize=None):
             gguf_name = names.get_name(hf_name(name), try_suffixes=(".weight",))
             out[gguf_name] = (mxfp4_blocks(data, tensors[scales]), gguf.GGMLQuantizationType.MXFP4)
             continue
-        if name.startswith(("rope_factors", "rope_freqs")):
+        if name.startswith(("rope_factors", "rope_freqs", "blk.")):
             gguf_name = name
         else:
             gguf_name = names.get_name(hf_name(name), try_suffixes=(".weight", ".bias"))

@@ -40,6 +40,7 @@ fn each_architecture_from_gguf_matches_mlx_lm() {
         "qwen3_moe",
         "gemma3_text",
         "gemma4_text",
+        "gemma4_text_moe",
         "gpt_oss",
         "glm4_moe",
         "phi3",

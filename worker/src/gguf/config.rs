@@ -352,7 +352,8 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
 /// sliding layers'; the sliding layers are per-layer flags; the KV-shared layers' MLP is twice as
 /// wide in `feed_forward_length`'s per-layer widths; the full layers' proportional rotation is the
 /// `rope_freqs` tensor (1 for each rotated pair, 1e30 for the pairs left unrotated); values equal
-/// keys where a full layer has no `attn_v`; the experts beside the MLP are not served yet.
+/// keys where a full layer has no `attn_v`; a router (`ffn_gate_inp`) means experts beside each
+/// MLP (26B-A4B).
 fn gemma4(
     keys: &Keys,
     config: &mut Map<String, Json>,
@@ -360,10 +361,6 @@ fn gemma4(
     feed_forward: u64,
 ) -> Result<(), GgufError> {
     let header = keys.header;
-    if keys.has_tensor("blk.0.ffn_gate_inp.weight") {
-        return Err(header
-            .invalid("gemma4 with experts beside its MLP (26B-A4B) is not served as GGUF yet"));
-    }
     let full_head = keys.required("attention.key_length")?;
     let sliding_head = keys
         .integer("attention.key_length_swa")
@@ -449,6 +446,19 @@ fn gemma4(
         "final_logit_softcapping",
         json!(keys.float("final_logit_softcapping")),
     );
+    if keys.has_tensor("blk.0.ffn_gate_inp.weight") {
+        let [count, (_, top_k)] = keys.experts("num_experts")?;
+        put(count.0, count.1);
+        put("top_k_experts", top_k);
+        put("enable_moe_block", json!(true));
+        put(
+            "moe_intermediate_size",
+            json!(
+                keys.first_integer("expert_feed_forward_length")
+                    .ok_or_else(|| keys.missing("expert_feed_forward_length"))?
+            ),
+        );
+    }
     put("hidden_size_per_layer_input", json!(per_layer_width));
     if let Some(vocab) = per_layer_vocab {
         put("vocab_size_per_layer_input", json!(vocab));

@@ -254,6 +254,14 @@ fn tensor_names_map_to_the_hugging_face_layout() {
         "model.layers.3.per_layer_input_gate"
     );
     assert_eq!(
+        hugging_face_name("gemma4", "blk.1.ffn_gate_inp"),
+        "model.layers.1.router.proj"
+    );
+    assert_eq!(
+        hugging_face_name("gemma4", "blk.1.ffn_down_exps"),
+        "model.layers.1.experts.switch_glu.down_proj"
+    );
+    assert_eq!(
         hugging_face_name("llama", "blk.1.ffn_gate_exps"),
         "model.layers.1.block_sparse_moe.switch_mlp.gate_proj"
     );

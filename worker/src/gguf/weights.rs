@@ -107,6 +107,13 @@ fn insert(
                 // Tensors mlx-lm names without a suffix, to which llama.cpp adds one.
                 Some(suffix) => match hugging_face_name(arch, base) {
                     bare if bare.ends_with(".sinks") || bare.ends_with(".layer_scalar") => bare,
+                    // Gemma 4's router scales: over its input, and per expert on its output.
+                    router if suffix == "scale" && router.ends_with(".router.proj") => {
+                        router.replace(".router.proj", ".router.scale")
+                    }
+                    experts if suffix == "scale" && experts.ends_with(".switch_glu.down_proj") => {
+                        experts.replace(".experts.switch_glu.down_proj", ".router.per_expert_scale")
+                    }
                     renamed if renamed.ends_with(".e_score_correction") => {
                         format!("{renamed}_{suffix}")
                     }
@@ -198,10 +205,11 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         return gguf.to_owned();
     };
     // gpt-oss's experts and router keep openai's names in mlx-lm, Mixtral's (a `llama` with
-    // experts) and Llama 4's their own blocks; the others' are Qwen's.
+    // experts), Llama 4's and Gemma 4's their own blocks; the others' are Qwen's.
     let (block, router, experts) = match arch {
         "gpt-oss" => ("mlp", "router", "experts"),
         "llama4" => ("feed_forward", "router", "experts"),
+        "gemma4" => ("experts", "router", "switch_glu"),
         "llama" => ("block_sparse_moe", "gate", "switch_mlp"),
         _ => ("mlp", "gate", "switch_mlp"),
     };
@@ -229,7 +237,11 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "ffn_up" if arch == "phi3" => "mlp.gate_up_proj".into(),
         "ffn_up" => "mlp.up_proj".into(),
         "ffn_down" => "mlp.down_proj".into(),
+        "ffn_gate_inp" if arch == "gemma4" => "router.proj".into(),
         "ffn_gate_inp" => format!("{block}.{router}"),
+        "pre_ffw_norm_2" => "pre_feedforward_layernorm_2".into(),
+        "post_ffw_norm_1" => "post_feedforward_layernorm_1".into(),
+        "post_ffw_norm_2" => "post_feedforward_layernorm_2".into(),
         "exp_probs_b" => "mlp.gate.e_score_correction".into(),
         "ffn_gate_exps" => format!("{block}.{experts}.gate_proj"),
         "ffn_up_exps" => format!("{block}.{experts}.up_proj"),
