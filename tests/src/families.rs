@@ -43,6 +43,9 @@ pub enum CallSyntax {
     Llama4,
     /// Phi-4-mini's `functools[{"name": ..., "arguments": ...}]`.
     Phi4Mini,
+    /// Ministral 3's and Magistral's `[TOOL_CALLS]NAME[ARGS]{...}`, thinking in
+    /// `[THINK]...[/THINK]`.
+    MistralThink,
 }
 
 /// One family: which checkpoint, which template, which special tokens, and what its real
@@ -363,6 +366,36 @@ pub const FAMILIES: &[Family] = &[
         thinking_kwargs: "{}",
     },
     Family {
+        arch: "ministral3",
+        template: "ministral3-reasoning.jinja",
+        // Tekken's control tokens the template writes, all special.
+        added: &[
+            ("<unk>", true),
+            ("<s>", true),
+            ("</s>", true),
+            ("[INST]", true),
+            ("[/INST]", true),
+            ("[AVAILABLE_TOOLS]", true),
+            ("[/AVAILABLE_TOOLS]", true),
+            ("[TOOL_RESULTS]", true),
+            ("[/TOOL_RESULTS]", true),
+            ("[TOOL_CALLS]", true),
+            ("[IMG]", true),
+            ("[SYSTEM_PROMPT]", true),
+            ("[/SYSTEM_PROMPT]", true),
+            ("[ARGS]", true),
+            ("[THINK]", true),
+            ("[/THINK]", true),
+        ],
+        bos: Some("<s>"),
+        eos: "</s>",
+        stop: &["</s>"],
+        calls: CallSyntax::MistralThink,
+        // Always: its default system prompt asks for `[THINK]`.
+        thinks: true,
+        thinking_kwargs: "{}",
+    },
+    Family {
         arch: "mixtral",
         template: "mixtral-8x22b.jinja",
         added: MISTRAL,
@@ -547,6 +580,11 @@ impl Family {
                 literal(&format!("[{}]", call("arguments")))
             ),
             CallSyntax::Phi4Mini => literal(&format!("functools[{}]", call("arguments"))),
+            CallSyntax::MistralThink => format!(
+                "{} {}",
+                token("[TOOL_CALLS]"),
+                literal(&format!("{name}[ARGS]{arguments}"))
+            ),
             CallSyntax::QwenXml => {
                 let arguments: Map<String, Value> = serde_json::from_str(arguments).unwrap();
                 // Its template opens the thinking block, which the model closes first.
@@ -655,6 +693,7 @@ impl Family {
             // Its template opens the thinking block itself.
             CallSyntax::QwenXml => "hmm\n</think>\n\nfine",
             CallSyntax::DeepSeek => "hmm\n</think>fine",
+            CallSyntax::MistralThink => "[THINK]hmm\n[/THINK]fine",
             CallSyntax::Harmony => {
                 "<|channel|>analysis<|message|>hmm\n<|end|><|start|>assistant<|channel|>final<|message|>fine"
             }

@@ -265,8 +265,8 @@ pub(super) fn shipped_template(file: &str) -> String {
 #[test]
 fn each_familys_shipped_template_is_its_format() {
     use ToolFormat::{
-        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Llama4Pythonic, Mistral, Phi4Mini,
-        Pythonic, QwenXml,
+        Gemma4, Glm, Granite, Harmony, Hermes, Llama3Json, Llama4Pythonic, Mistral, MistralThink,
+        Phi4Mini, Pythonic, QwenXml,
     };
     // (file, format, renders tools, thinks)
     let families = [
@@ -277,6 +277,8 @@ fn each_familys_shipped_template_is_its_format() {
         ("llama4.jinja", Llama4Pythonic, true, false),
         ("mistral-nemo.jinja", Mistral, true, false),
         ("mistral-small-3.1.jinja", Mistral, true, false),
+        // Ministral 3 Reasoning thinks in `[THINK]` and calls with `[ARGS]`.
+        ("ministral3-reasoning.jinja", MistralThink, true, true),
         ("mixtral-8x22b.jinja", Mistral, true, false),
         // Granite 3.3 thinks in `<think>` when its `thinking` switch is on.
         ("granite3.3.jinja", Granite, true, true),
