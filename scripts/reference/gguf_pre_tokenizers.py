@@ -17,6 +17,8 @@ from pathlib import Path
 import gguf
 from llama_cpp import Llama
 
+from gguf_architectures import byte_tokens
+
 MERGES = [
     "H e", "l l", "He ll", "Hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d",
     "' s", "1 2", "12 3", "Ġ Ġ", "ĠĠ ĠĠ", "Ċ Ċ", "i n", "in g", "Ġ a", "e r",
@@ -55,21 +57,8 @@ TEXTS = [
 ]
 
 
-def byte_tokens():
-    """GPT-2's byte-to-character table, in byte order."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            table[byte] = chr(byte)
-        else:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
-
-
 def vocabulary():
-    tokens = byte_tokens()
+    tokens = byte_tokens(256)
     for merge in MERGES:
         merged = merge.replace(" ", "")
         if merged not in tokens:

@@ -22,6 +22,13 @@ fn string(out: &mut Vec<u8>, text: &str) {
     out.extend(text.as_bytes());
 }
 
+/// `text` as one element of a string array.
+fn encoded(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    string(&mut out, text);
+    out
+}
+
 impl Builder {
     fn text(mut self, key: &str, value: &str) -> Self {
         string(&mut self.metadata, key);
@@ -320,18 +327,13 @@ fn a_sentencepiece_tokenizer_is_rebuilt_from_scores() {
         ("<0x21>", 0.0, 6),
         ("w", -11.0, 1),
     ];
-    let text = |value: &str| {
-        let mut out = Vec::new();
-        string(&mut out, value);
-        out
-    };
     let dir = tempfile::tempdir().unwrap();
     let builder = Builder::default()
         .text("tokenizer.ggml.model", "llama")
         .array(
             "tokenizer.ggml.tokens",
             8,
-            &pieces.map(|(piece, _, _)| text(piece)),
+            &pieces.map(|(piece, _, _)| encoded(piece)),
         )
         .array(
             "tokenizer.ggml.scores",
@@ -376,18 +378,13 @@ fn a_gemma4_tokenizer_merges_by_the_files_merges_apart_from_newlines() {
         ("\n\n", 1),
         ("<0x21>", 6),
     ];
-    let text = |value: &str| {
-        let mut out = Vec::new();
-        string(&mut out, value);
-        out
-    };
     let dir = tempfile::tempdir().unwrap();
     let builder = Builder::default()
         .text("tokenizer.ggml.model", "gemma4")
         .array(
             "tokenizer.ggml.tokens",
             8,
-            &pieces.map(|(piece, _)| text(piece)),
+            &pieces.map(|(piece, _)| encoded(piece)),
         )
         .array(
             "tokenizer.ggml.token_type",
@@ -397,7 +394,7 @@ fn a_gemma4_tokenizer_merges_by_the_files_merges_apart_from_newlines() {
         .array(
             "tokenizer.ggml.merges",
             8,
-            &["i \n", "h i", "▁ hi", "\n \n"].map(text),
+            &["i \n", "h i", "▁ hi", "\n \n"].map(encoded),
         )
         .boolean("tokenizer.ggml.add_space_prefix", false)
         .boolean("tokenizer.ggml.add_bos_token", false)
@@ -416,11 +413,6 @@ fn a_gemma4_tokenizer_merges_by_the_files_merges_apart_from_newlines() {
 /// The pieces `pre` (`tokenizer.ggml.pre`) splits `text` into, byte-level mapped.
 fn pre_tokenized(pre: &str, text: &str) -> Vec<String> {
     use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
-    let token = |value: &str| {
-        let mut out = Vec::new();
-        string(&mut out, value);
-        out
-    };
     let dir = tempfile::tempdir().unwrap();
     let builder = Builder::default()
         .text("tokenizer.ggml.model", "gpt2")
@@ -428,9 +420,9 @@ fn pre_tokenized(pre: &str, text: &str) -> Vec<String> {
         .array(
             "tokenizer.ggml.tokens",
             8,
-            &[token("a"), token("b"), token("ab")],
+            &[encoded("a"), encoded("b"), encoded("ab")],
         )
-        .array("tokenizer.ggml.merges", 8, &[token("a b")]);
+        .array("tokenizer.ggml.merges", 8, &[encoded("a b")]);
     let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
     let built = tokenizer::build(&header).unwrap();
     let mut pieces = PreTokenizedString::from(text);
@@ -530,16 +522,8 @@ fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
         served.iter().copied().collect(),
         "the reference covers every pre-tokenizer served"
     );
-    let encoded = |values: &[String]| -> Vec<Vec<u8>> {
-        values
-            .iter()
-            .map(|value| {
-                let mut out = Vec::new();
-                string(&mut out, value);
-                out
-            })
-            .collect()
-    };
+    let encoded =
+        |values: &[String]| -> Vec<Vec<u8>> { values.iter().map(|value| encoded(value)).collect() };
     let control = tokens.len() - 1;
     let types: Vec<Vec<u8>> = (0..tokens.len())
         .map(|id| {
