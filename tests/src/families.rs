@@ -104,6 +104,28 @@ const MISTRAL: &[(&str, bool)] = &[
     ("[/TOOL_RESULTS]", true),
 ];
 
+/// Tekken's control tokens that Ministral 3 Reasoning's template writes, all special; Mistral
+/// Small 3.1's template writes the first `MISTRAL_SMALL_TOKENS`.
+const TEKKEN: &[(&str, bool)] = &[
+    ("<unk>", true),
+    ("<s>", true),
+    ("</s>", true),
+    ("[INST]", true),
+    ("[/INST]", true),
+    ("[AVAILABLE_TOOLS]", true),
+    ("[/AVAILABLE_TOOLS]", true),
+    ("[TOOL_RESULTS]", true),
+    ("[/TOOL_RESULTS]", true),
+    ("[TOOL_CALLS]", true),
+    ("[IMG]", true),
+    ("[SYSTEM_PROMPT]", true),
+    ("[/SYSTEM_PROMPT]", true),
+    ("[ARGS]", true),
+    ("[THINK]", true),
+    ("[/THINK]", true),
+];
+const MISTRAL_SMALL_TOKENS: usize = 13;
+
 /// Every family corral serves today, by architecture.
 pub const FAMILIES: &[Family] = &[
     Family {
@@ -343,21 +365,7 @@ pub const FAMILIES: &[Family] = &[
     Family {
         arch: "mistral3",
         template: "mistral-small-3.1.jinja",
-        added: &[
-            ("<unk>", true),
-            ("<s>", true),
-            ("</s>", true),
-            ("[INST]", true),
-            ("[/INST]", true),
-            ("[AVAILABLE_TOOLS]", true),
-            ("[/AVAILABLE_TOOLS]", true),
-            ("[TOOL_RESULTS]", true),
-            ("[/TOOL_RESULTS]", true),
-            ("[TOOL_CALLS]", true),
-            ("[IMG]", true),
-            ("[SYSTEM_PROMPT]", true),
-            ("[/SYSTEM_PROMPT]", true),
-        ],
+        added: TEKKEN.split_at(MISTRAL_SMALL_TOKENS).0,
         bos: Some("<s>"),
         eos: "</s>",
         stop: &["</s>"],
@@ -368,25 +376,7 @@ pub const FAMILIES: &[Family] = &[
     Family {
         arch: "ministral3",
         template: "ministral3-reasoning.jinja",
-        // Tekken's control tokens the template writes, all special.
-        added: &[
-            ("<unk>", true),
-            ("<s>", true),
-            ("</s>", true),
-            ("[INST]", true),
-            ("[/INST]", true),
-            ("[AVAILABLE_TOOLS]", true),
-            ("[/AVAILABLE_TOOLS]", true),
-            ("[TOOL_RESULTS]", true),
-            ("[/TOOL_RESULTS]", true),
-            ("[TOOL_CALLS]", true),
-            ("[IMG]", true),
-            ("[SYSTEM_PROMPT]", true),
-            ("[/SYSTEM_PROMPT]", true),
-            ("[ARGS]", true),
-            ("[THINK]", true),
-            ("[/THINK]", true),
-        ],
+        added: TEKKEN,
         bos: Some("<s>"),
         eos: "</s>",
         stop: &["</s>"],
