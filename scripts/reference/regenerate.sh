@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
+# tests/data/toolchain (toolchain.py: each architecture as transformers and mlx_lm.convert
+# write it, with each one's logits),
 # tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
 # tests/data/smollm2_reference.json with transformers and llama.cpp,
 # tests/data/smollm2_requantized.json (llama.cpp's greedy answers on SmolLM2 as Q4_K_M, Q5_K_M and
@@ -22,10 +24,10 @@ work=$root/build/reference
 venv=$work/venv
 mkdir -p "$work"
 
+extra=""
+[[ $(uname) == Linux ]] && extra="[cpu]"
 if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c "import mlx_lm" 2>/dev/null; then
   python3 -m venv "$venv"
-  extra=""
-  [[ $(uname) == Linux ]] && extra="[cpu]"
   "$venv/bin/pip" install --quiet "mlx${extra}==$mlx_version" "mlx-lm==$mlx_lm_version"
 fi
 
@@ -47,6 +49,23 @@ echo "wrote $root/tests/data/reference_logits.json"
 echo "wrote $root/tests/data/architectures"
 
 bash "$root/scripts/reference/gguf_architectures.sh"
+
+# The layouts the real tools make (toolchain.py): transformers writes the Hugging Face folder,
+# mlx_lm.convert the mlx-community ones. A venv of its own, rebuilt whenever the pins change;
+# PyPI's torch wheel brings CUDA libraries (several GB) that the CPU run never loads.
+toolchain_venv=$work/hf-venv
+toolchain_pins="torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0"
+toolchain_pins+=" mlx${extra:-}==$mlx_version mlx-lm==$mlx_lm_version numpy==2.4.6"
+if [[ $(cat "$toolchain_venv/corral-pins" 2>/dev/null) != "$toolchain_pins" ]]; then
+  rm -rf "$toolchain_venv"
+  python3 -m venv "$toolchain_venv"
+  # shellcheck disable=SC2086
+  "$toolchain_venv/bin/pip" install --quiet $toolchain_pins
+  echo "$toolchain_pins" >"$toolchain_venv/corral-pins"
+fi
+"$toolchain_venv/bin/python" "$root/scripts/reference/toolchain.py" \
+  "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain"
+echo "wrote $root/tests/data/toolchain"
 
 # A venv of its own: these pins do not mix with mlx-lm's. Rebuilt whenever the pins change.
 smollm2_venv=$work/smollm2-venv

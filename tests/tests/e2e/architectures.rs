@@ -37,7 +37,7 @@ pub(crate) struct Reference {
     pub(crate) prompt: Vec<u32>,
     decoded: Vec<u32>,
     /// `[prompt + decoded, vocab]`.
-    rows: Vec<Vec<f32>>,
+    pub(crate) rows: Vec<Vec<f32>>,
 }
 
 pub(crate) fn data() -> PathBuf {
@@ -82,27 +82,29 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     worst
 }
 
+/// corral's logits for the reference's rows: the prompt in one pass, then the reference's
+/// decode tokens one at a time.
+pub(crate) fn rows_alone(model: &Model, reference: &Reference) -> Vec<Vec<f32>> {
+    let mut cache = model.new_cache();
+    let hidden = model.hidden_states(&reference.prompt, &mut cache).unwrap();
+    let mut rows = host_rows(&model.logits(&hidden).unwrap());
+    for &token in &reference.decoded {
+        rows.push(last_row(model, &[token], &mut cache));
+    }
+    rows
+}
+
 /// The prompt in one pass, then the reference's decode tokens one at a time; returns the
 /// largest difference.
 pub(crate) fn check_alone(name: &str, model: &Model, reference: &Reference) -> f32 {
-    let mut worst = 0.0f32;
-    let mut cache = model.new_cache();
-    let hidden = model.hidden_states(&reference.prompt, &mut cache).unwrap();
-    let prefill = host_rows(&model.logits(&hidden).unwrap());
-    for (position, row) in prefill.iter().enumerate() {
-        let what = format!("prompt position {position}");
-        worst = worst.max(assert_close(name, &what, row, &reference.rows[position]));
-    }
     let prompt = reference.prompt.len();
-    for (step, &token) in reference.decoded.iter().enumerate() {
-        let row = last_row(model, &[token], &mut cache);
-        let what = format!("decode step {step}");
-        worst = worst.max(assert_close(
-            name,
-            &what,
-            &row,
-            &reference.rows[prompt + step],
-        ));
+    let mut worst = 0.0f32;
+    for (index, row) in rows_alone(model, reference).iter().enumerate() {
+        let what = match index.checked_sub(prompt) {
+            None => format!("prompt position {index}"),
+            Some(step) => format!("decode step {step}"),
+        };
+        worst = worst.max(assert_close(name, &what, row, &reference.rows[index]));
     }
     worst
 }

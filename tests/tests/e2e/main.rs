@@ -34,5 +34,6 @@ mod service;
 mod service_logs;
 mod smollm2;
 mod smollm2_requantized;
+mod toolchain;
 mod worker_generate;
 mod worker_serve;

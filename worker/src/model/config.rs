@@ -17,7 +17,9 @@ pub struct ModelConfig {
     /// `model_type`, one of [`SUPPORTED`].
     pub model_type: String,
     pub hidden_size: i32,
-    pub intermediate_size: i32,
+    /// The dense MLP's width; absent from a config whose every MLP is a mixture of experts
+    /// (transformers' `Qwen3_5MoeTextConfig` has no such field): see [`Self::intermediate_size`].
+    pub dense_width: Option<i32>,
     pub num_layers: i32,
     pub num_heads: i32,
     pub num_kv_heads: i32,
@@ -116,23 +118,107 @@ struct RawConfig {
     /// LFM2 names it `norm_eps`.
     rms_norm_eps: Option<f32>,
     norm_eps: Option<f32>,
-    #[serde(default = "default_rope_theta")]
-    rope_theta: f32,
+    rope_theta: Option<f32>,
     #[serde(default)]
     rope_traditional: bool,
     rope_scaling: Option<serde_json::Value>,
+    /// transformers 5 writes `rope_theta` and the scaling into this one object.
+    rope_parameters: Option<serde_json::Value>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
 }
 
-fn default_rope_theta() -> f32 {
-    10_000.0
-}
+const DEFAULT_ROPE_THETA: f32 = 10_000.0;
 
 const SUPPORTED_BITS: [i32; 6] = [2, 3, 4, 5, 6, 8];
 const SUPPORTED_GROUP_SIZES: [i32; 3] = [32, 64, 128];
 
 impl ModelConfig {
+    /// The dense MLP's width, for an architecture that has one: an error naming the key when
+    /// config.json has neither `intermediate_size` nor LFM2's `block_ff_dim`.
+    pub fn intermediate_size(&self) -> Result<i32, ModelError> {
+        self.dense_width.ok_or_else(|| ModelError::Config {
+            path: self.path.clone(),
+            message: format!("{} needs intermediate_size", self.model_type),
+        })
+    }
+
+    /// An architecture's own key, else `default()`: for a default that may itself be an error,
+    /// evaluated only when the key is absent.
+    pub fn key_or_else<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+        default: impl FnOnce() -> Result<T, ModelError>,
+    ) -> Result<T, ModelError> {
+        match self.key(name)? {
+            Some(value) => Ok(value),
+            None => default(),
+        }
+    }
+
+    /// The first of several names transformers and mlx-lm give one key (`num_experts`,
+    /// `num_local_experts`), else `default`.
+    pub fn key_named_or<T: serde::de::DeserializeOwned>(
+        &self,
+        names: &[&str],
+        default: T,
+    ) -> Result<T, ModelError> {
+        for name in names {
+            if let Some(value) = self.key(name)? {
+                return Ok(value);
+            }
+        }
+        Ok(default)
+    }
+
+    /// Each layer's kind (`full_attention`, `sliding_attention`, `linear_attention`, ...) where
+    /// config.json lists them, as transformers 5 writes every layered config: it then decides
+    /// over an architecture's older pattern keys (`sliding_window_pattern`,
+    /// `full_attention_interval`), which transformers no longer writes.
+    pub fn layer_types(&self) -> Result<Option<Vec<String>>, ModelError> {
+        let Some(kinds) = self.key::<Vec<String>>("layer_types")? else {
+            return Ok(None);
+        };
+        if kinds.len() != self.num_layers as usize {
+            return Err(ModelError::Config {
+                path: self.path.clone(),
+                message: format!("layer_types must name {} layers", self.num_layers),
+            });
+        }
+        Ok(Some(kinds))
+    }
+
+    /// transformers 5's rotation for the layers of one kind (`rope_parameters.full_attention`),
+    /// where the config nests one per kind.
+    pub fn rope_parameters_of(&self, kind: &str) -> Option<&serde_json::Value> {
+        self.raw.get("rope_parameters")?.get(kind)
+    }
+
+    /// A rotation key (`partial_rotary_factor`) at the top level, else where transformers 5
+    /// writes it, in `rope_parameters`; `default` when in neither.
+    pub fn rope_key_or<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+        default: T,
+    ) -> Result<T, ModelError> {
+        if let Some(value) = self.key(name)? {
+            return Ok(value);
+        }
+        let nested = self
+            .raw
+            .get("rope_parameters")
+            .and_then(|all| all.get(name));
+        match nested {
+            Some(value) => {
+                serde_json::from_value(value.clone()).map_err(|error| ModelError::Config {
+                    path: self.path.clone(),
+                    message: format!("rope_parameters.{name}: {error}"),
+                })
+            }
+            None => Ok(default),
+        }
+    }
+
     /// An architecture's own key: `Ok(None)` when absent, an error naming it when malformed.
     pub fn key<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ModelError> {
         match self.raw.get(name) {
@@ -216,17 +302,14 @@ impl ModelConfig {
         };
         let raw: RawConfig =
             serde_json::from_value(text.clone()).map_err(|error| bad(error.to_string()))?;
-        let intermediate_size = raw
-            .intermediate_size
-            .or(raw.block_ff_dim)
-            .ok_or_else(|| bad("missing field `intermediate_size`".into()))?;
+        let dense_width = raw.intermediate_size.or(raw.block_ff_dim);
         let rms_norm_eps = raw
             .rms_norm_eps
             .or(raw.norm_eps)
             .ok_or_else(|| bad("missing field `rms_norm_eps`".into()))?;
         let positive = [
             ("hidden_size", raw.hidden_size),
-            ("intermediate_size", intermediate_size),
+            ("intermediate_size", dense_width.unwrap_or(1)),
             ("num_hidden_layers", raw.num_hidden_layers),
             ("num_attention_heads", raw.num_attention_heads),
             ("vocab_size", raw.vocab_size),
@@ -249,9 +332,26 @@ impl ModelConfig {
                 "head_dim must be positive and even, found {head_dim}"
             )));
         }
+        // transformers 5's `rope_parameters` holds what older configs split into `rope_theta` and
+        // `rope_scaling`; an architecture whose layer kinds rotate differently (Gemma) nests one
+        // such object per kind and reads it itself.
+        let flat_parameters = raw
+            .rope_parameters
+            .as_ref()
+            .filter(|parameters| parameters.get("rope_type").is_some());
+        let rope_theta = raw
+            .rope_theta
+            .or_else(|| {
+                flat_parameters?
+                    .get("rope_theta")?
+                    .as_f64()
+                    .map(|theta| theta as f32)
+            })
+            .unwrap_or(DEFAULT_ROPE_THETA);
         let rope_scaling = raw
             .rope_scaling
             .as_ref()
+            .or(flat_parameters)
             .map(|scaling| parse_rope_scaling(scaling, &text))
             .transpose()
             .map_err(bad)?
@@ -276,14 +376,14 @@ impl ModelConfig {
         Ok(Self {
             model_type,
             hidden_size: raw.hidden_size,
-            intermediate_size,
+            dense_width,
             num_layers: raw.num_hidden_layers,
             num_heads: raw.num_attention_heads,
             num_kv_heads,
             head_dim,
             vocab_size: raw.vocab_size,
             rms_norm_eps,
-            rope_theta: raw.rope_theta,
+            rope_theta,
             rope_traditional: raw.rope_traditional,
             rope_scaling,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
@@ -375,35 +475,59 @@ const WRAPPERS: &[Wrapper] = &[
 
 fn unchanged(_: &serde_json::Value, _: &mut serde_json::Map<String, serde_json::Value>) {}
 
-/// gemma3's own `vocab_size` (default 262208) replaces its text model's, and the text model's
-/// head counts default to 8 and 4.
+/// gemma3's own `vocab_size` replaces its text model's where it states one (transformers 4's
+/// configs; transformers 5's state it in `text_config` only, default 262208), and the text
+/// model's head counts default to 8 and 4.
 fn gemma3_text_config(
     config: &serde_json::Value,
     text: &mut serde_json::Map<String, serde_json::Value>,
 ) {
-    let vocab_size = config.get("vocab_size").cloned().unwrap_or(262_208.into());
-    text.insert("vocab_size".into(), vocab_size);
+    wrapper_vocab(config, text, 262_208);
     text.entry("num_attention_heads").or_insert(8.into());
     text.entry("num_key_value_heads").or_insert(4.into());
 }
 
-/// gemma4's own `vocab_size` (default 262144) replaces its text model's, and the text model's
-/// head counts default to 8 and 1.
+/// gemma4's own `vocab_size` replaces its text model's where it states one (default 262144),
+/// and the text model's head counts default to 8 and 1.
 fn gemma4_text_config(
     config: &serde_json::Value,
     text: &mut serde_json::Map<String, serde_json::Value>,
 ) {
-    let vocab_size = config.get("vocab_size").cloned().unwrap_or(262_144.into());
-    text.insert("vocab_size".into(), vocab_size);
+    wrapper_vocab(config, text, 262_144);
     text.entry("num_attention_heads").or_insert(8.into());
     text.entry("num_key_value_heads").or_insert(1.into());
 }
 
+/// The vocabulary: the wrapper's `vocab_size` where it states one, else the text config's, else
+/// the class's default.
+fn wrapper_vocab(
+    config: &serde_json::Value,
+    text: &mut serde_json::Map<String, serde_json::Value>,
+    default: i64,
+) {
+    match config.get("vocab_size") {
+        Some(vocab_size) => {
+            text.insert("vocab_size".into(), vocab_size.clone());
+        }
+        None => {
+            text.entry("vocab_size").or_insert(default.into());
+        }
+    }
+}
+
 /// mistral3's text model has its own `lm_head` unless its config says otherwise.
 fn untied_unless_stated(
-    _: &serde_json::Value,
+    config: &serde_json::Value,
     text: &mut serde_json::Map<String, serde_json::Value>,
 ) {
+    // transformers 5 ties a wrapper's head by the wrapper's own key, whatever its text
+    // config says.
+    if let Some(tied) = config
+        .get("tie_word_embeddings")
+        .filter(|tied| tied.is_boolean())
+    {
+        text.insert("tie_word_embeddings".into(), tied.clone());
+    }
     text.entry("tie_word_embeddings").or_insert(false.into());
 }
 

@@ -90,7 +90,7 @@ fn experts_cost_their_top_k_widths_not_the_dense_width_of_every_layer() {
     // each 64 wide (k·I = 512, the dense width), beside a dense intermediate_size of 6144 that
     // no layer has. P = 20, C = 20, b = 4.
     let config = ModelConfig {
-        intermediate_size: 6144,
+        dense_width: Some(6144),
         ..tiny_config()
     };
     let moe = LayerShape {

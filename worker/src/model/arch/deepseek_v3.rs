@@ -63,7 +63,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             DecoderLayer::load_around(weights, config, index, mixer, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 let Some(moe) = moe.clone().filter(|_| sparse) else {
-                    return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
+                    return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
                         .map(FeedForward::Dense);
                 };
                 let inner = moe.inner;

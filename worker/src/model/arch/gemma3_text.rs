@@ -10,7 +10,7 @@ use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::{Activation, Mlp};
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
-use crate::model::config::ModelConfig;
+use crate::model::config::{ModelConfig, parse_rope_scaling};
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
@@ -19,16 +19,28 @@ use crate::model::window::Window;
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let pattern: i32 = config.key_or("sliding_window_pattern", 6)?;
+    let layer_types = config.layer_types()?;
     let window: i32 = config.key_or("sliding_window", 512)?;
-    let local_base: f32 = config.key_or("rope_local_base_freq", 10_000.0)?;
     let scale = config.key_or("query_pre_attn_scalar", 256.0f32)?.powf(-0.5);
-    let local_rope = Rope::new(config.head_dim, local_base, false, None)
-        .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
-    let global_rope = Rope::for_config(config, weights)?;
+    let local_rope = match config.rope_parameters_of("sliding_attention") {
+        Some(parameters) => kind_rope(config, weights, parameters)?,
+        None => {
+            let base: f32 = config.key_or("rope_local_base_freq", 10_000.0)?;
+            Rope::new(config.head_dim, base, false, None)
+                .map_err(|source| weights.mlx_error("building rotary frequencies", source))?
+        }
+    };
+    let global_rope = match config.rope_parameters_of("full_attention") {
+        Some(parameters) => kind_rope(config, weights, parameters)?,
+        None => Rope::for_config(config, weights)?,
+    };
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
-            let sliding = pattern > 0 && (index + 1) % pattern != 0;
+            let sliding = match &layer_types {
+                Some(kinds) => kinds[index as usize] == "sliding_attention",
+                None => pattern > 0 && (index + 1) % pattern != 0,
+            };
             let attention = AttentionSpec {
                 head_norm: Some(HeadNorm::RmsOffset { eps }),
                 scale,
@@ -48,7 +60,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             let attention =
                 Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
             let mlp = format!("{prefix}.mlp");
-            let mlp = Mlp::load(weights, config, &mlp, config.intermediate_size, false)?
+            let mlp = Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)?
                 .with_activation(Activation::GeluTanh);
             Ok(DecoderLayer {
                 input_norm,
@@ -75,4 +87,23 @@ fn rounded_to_bfloat16(value: f32) -> f32 {
     let bits = value.to_bits();
     let rounding = 0x7fff + ((bits >> 16) & 1);
     f32::from_bits(bits.wrapping_add(rounding) & 0xffff_0000)
+}
+
+/// One layer kind's rotation from transformers 5's `rope_parameters[kind]`: its base and scaling.
+fn kind_rope(
+    config: &ModelConfig,
+    weights: &Weights,
+    parameters: &serde_json::Value,
+) -> Result<Rope, ModelError> {
+    let base = parameters
+        .get("rope_theta")
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(10_000.0) as f32;
+    let scaling =
+        parse_rope_scaling(parameters, &config.raw).map_err(|message| ModelError::Config {
+            path: config.path.clone(),
+            message: format!("rope_parameters: {message}"),
+        })?;
+    Rope::new(config.head_dim, base, false, scaling)
+        .map_err(|source| weights.mlx_error("building rotary frequencies", source))
 }

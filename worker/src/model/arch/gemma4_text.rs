@@ -112,7 +112,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             let post_feed_forward_norm = norm("post_feedforward_layernorm")?;
             let attention =
                 Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
-            let inner = config.intermediate_size * if double_wide && shared { 2 } else { 1 };
+            let inner = config.intermediate_size()? * if double_wide && shared { 2 } else { 1 };
             let mlp = Mlp::load(weights, config, &format!("{prefix}.mlp"), inner, false)?
                 .with_activation(Activation::GeluTanh);
             let feed_forward = match &moe {

@@ -42,7 +42,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             message: format!("unsupported topk_method {topk_method:?} (glm4_moe has noaux_tc)"),
         });
     }
-    let partial: f64 = config.required("partial_rotary_factor")?;
+    let partial: f64 = config.rope_key_or("partial_rotary_factor", 0.5)?;
     let rope_dims = (f64::from(config.head_dim) * partial) as i32;
     let rope = Rope::new(rope_dims, config.rope_theta, false, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
@@ -67,7 +67,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 let Some(moe) = moe.clone().filter(|_| index >= dense_layers) else {
-                    return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
+                    return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
                         .map(FeedForward::Dense);
                 };
                 let names = ExpertNames::swiglu_under(&mlp);

@@ -36,7 +36,7 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
         ..MoeSpec::new(
             config.key_or("num_local_experts", 128)?,
             config.key_or("num_experts_per_tok", 4)?,
-            config.intermediate_size,
+            config.intermediate_size()?,
             Routing::TopKSoftmax,
         )
     })

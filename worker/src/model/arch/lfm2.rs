@@ -143,7 +143,7 @@ fn rope(config: &ModelConfig, weights: &Weights) -> Result<Rope, ModelError> {
 /// The SwiGLU width mlx-lm's `MLP` derives: with `block_auto_adjust_ff_dim`, two thirds of
 /// `block_ff_dim`, times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`.
 fn feed_forward_width(config: &ModelConfig) -> Result<i32, ModelError> {
-    let width: i32 = config.key_or("block_ff_dim", config.intermediate_size)?;
+    let width: i32 = config.key_or_else("block_ff_dim", || config.intermediate_size())?;
     if !config.key_or("block_auto_adjust_ff_dim", false)? {
         return Ok(width);
     }
@@ -182,7 +182,7 @@ mod tests {
         });
         let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
         assert_eq!(
-            (config.intermediate_size, config.rms_norm_eps),
+            (config.intermediate_size().unwrap(), config.rms_norm_eps),
             (6656, 1e-5)
         );
         assert_eq!(feed_forward_width(&config).unwrap(), 4608);

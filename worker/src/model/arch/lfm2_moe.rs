@@ -44,7 +44,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 weights,
                 config,
                 &mlp,
-                config.intermediate_size,
+                config.intermediate_size()?,
                 false,
             )?));
         }

@@ -48,7 +48,7 @@ pub fn layers(
             let attention = adjust(index, attention);
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
-                Mlp::load(weights, config, &mlp, config.intermediate_size, mlp_bias)
+                Mlp::load(weights, config, &mlp, config.intermediate_size()?, mlp_bias)
                     .map(FeedForward::Dense)
             })
         })

@@ -44,7 +44,7 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
     Ok(MoeSpec::new(
         config.required("num_local_experts")?,
         top_k,
-        config.intermediate_size,
+        config.intermediate_size()?,
         Routing::TopOneSigmoidInput,
     ))
 }
@@ -105,7 +105,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 });
                 let router = format!("{feed_forward}.router");
                 let shared = format!("{feed_forward}.shared_expert");
-                let shared = Mlp::load(weights, config, &shared, config.intermediate_size, false)?;
+                let shared =
+                    Mlp::load(weights, config, &shared, config.intermediate_size()?, false)?;
                 Moe::load(weights, config, &router, names, moe.clone())
                     .map(|moe| FeedForward::experts(moe.with_shared_experts(shared)))
             })

@@ -21,7 +21,7 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
     Ok(MoeSpec::new(
         config.key_or("num_local_experts", 8)?,
         config.key_or("num_experts_per_tok", 2)?,
-        config.intermediate_size,
+        config.intermediate_size()?,
         Routing::TopKSoftmax,
     ))
 }

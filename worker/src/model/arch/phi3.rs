@@ -12,7 +12,7 @@ use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let partial: f64 = config.key_or("partial_rotary_factor", 1.0)?;
+    let partial: f64 = config.rope_key_or("partial_rotary_factor", 1.0)?;
     let rope_dims = (f64::from(config.head_dim) * partial) as i32;
     let rope = Rope::new(
         rope_dims,
@@ -29,7 +29,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             };
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
-                Mlp::load_fused(weights, config, &mlp, config.intermediate_size)
+                Mlp::load_fused(weights, config, &mlp, config.intermediate_size()?)
                     .map(FeedForward::Dense)
             })
         })

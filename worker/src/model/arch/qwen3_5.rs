@@ -41,7 +41,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         number("rope_theta", 100_000.0),
         scaling,
     )?;
-    let experts: i32 = config.key_or("num_experts", 0)?;
+    let experts: i32 = config.key_named_or(&["num_experts", "num_local_experts"], 0)?;
     let sparse = vec![experts > 0; config.num_layers as usize];
     hybrid(
         config,

@@ -14,14 +14,14 @@ use crate::model::weights::Weights;
 
 /// The routed experts, `None` when `num_experts` is 0 (every layer dense).
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let experts: i32 = config.key_or("num_experts", 0)?;
+    let experts: i32 = config.key_named_or(&["num_experts", "num_local_experts"], 0)?;
     if experts <= 0 {
         return Ok(None);
     }
     Ok(Some(MoeSpec::new(
         experts,
         config.key_or("num_experts_per_tok", 1)?,
-        config.key_or("moe_intermediate_size", config.intermediate_size)?,
+        config.key_or_else("moe_intermediate_size", || config.intermediate_size())?,
         Routing::SoftmaxTopK {
             normalize: config.key_or("norm_topk_prob", false)?,
         },
@@ -46,7 +46,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 let Some(moe) = moe.clone().filter(|_| sparse) else {
-                    return Mlp::load(weights, config, &mlp, config.intermediate_size, false)
+                    return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
                         .map(FeedForward::Dense);
                 };
                 let names = ExpertNames::swiglu_under(&mlp);

@@ -25,11 +25,11 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let rope = partial_rope(
         config,
         weights,
-        config.key_or("partial_rotary_factor", 0.25)?,
+        config.rope_key_or("partial_rotary_factor", 0.25)?,
         config.rope_theta,
         config.rope_scaling.clone(),
     )?;
-    let experts: i32 = config.key_or("num_experts", 0)?;
+    let experts: i32 = config.key_named_or(&["num_experts", "num_local_experts"], 0)?;
     let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
     let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
     let sparse = (0..config.num_layers)
@@ -61,9 +61,9 @@ pub(super) fn routed_experts(
 
 fn moe_spec(config: &ModelConfig, normalize: bool) -> Result<MoeSpec, ModelError> {
     Ok(MoeSpec::new(
-        config.key_or("num_experts", 0)?,
+        config.key_named_or(&["num_experts", "num_local_experts"], 0)?,
         config.key_or("num_experts_per_tok", 1)?,
-        config.key_or("moe_intermediate_size", config.intermediate_size)?,
+        config.key_or_else("moe_intermediate_size", || config.intermediate_size())?,
         Routing::SoftmaxTopK { normalize },
     ))
 }
@@ -93,7 +93,11 @@ pub(super) fn hybrid(
     weights.discard_under("mtp.");
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let interval: i32 = config.key_or("full_attention_interval", 4)?;
-    let is_linear = |index: i32| (index + 1) % interval != 0;
+    let layer_types = config.layer_types()?;
+    let is_linear = |index: i32| match &layer_types {
+        Some(kinds) => kinds[index as usize] == "linear_attention",
+        None => (index + 1) % interval != 0,
+    };
     let delta = DeltaSpec::for_config(config)?;
     let original = (0..config.num_layers)
         .filter(|&index| is_linear(index))
@@ -162,7 +166,7 @@ pub(super) fn hybrid(
                     weights,
                     config,
                     &mlp,
-                    config.intermediate_size,
+                    config.intermediate_size()?,
                     false,
                 )?)
             };

@@ -105,3 +105,64 @@ fn every_wrapper_is_served() {
         );
     }
 }
+
+#[test]
+fn transformers_5_rope_parameters_give_the_base_and_the_scaling() {
+    let config = json!({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 96, "rms_norm_eps": 1e-5,
+        "rope_parameters": {
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    });
+    let parsed = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+    assert_eq!(parsed.rope_theta, 500_000.0);
+    assert_eq!(
+        parsed.rope_scaling,
+        Some(RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        })
+    );
+}
+
+#[test]
+fn a_mixture_of_experts_without_intermediate_size_reads_and_asks_for_it_only_when_used() {
+    // Qwen3.6-35B-A3B's text config as transformers' Qwen3_5MoeTextConfig writes it.
+    let config = json!({
+        "model_type": "qwen3_5_moe",
+        "text_config": {
+            "model_type": "qwen3_5_moe_text", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "vocab_size": 96, "rms_norm_eps": 1e-6,
+            "moe_intermediate_size": 32, "num_experts": 4,
+            "layer_types": ["linear_attention", "full_attention"],
+        },
+    });
+    let parsed = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+    let error = parsed.intermediate_size().unwrap_err().to_string();
+    assert!(error.contains("qwen3_5_moe needs intermediate_size"), "{error}");
+    assert_eq!(
+        parsed.layer_types().unwrap(),
+        Some(vec!["linear_attention".to_owned(), "full_attention".to_owned()])
+    );
+    let width = parsed.key_or_else("moe_intermediate_size", || parsed.intermediate_size());
+    assert_eq!(width.unwrap(), 32);
+}
+
+#[test]
+fn a_wrapper_keeps_its_text_vocabulary_unless_it_states_its_own() {
+    let text = json!({
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "vocab_size": 96, "rms_norm_eps": 1e-6,
+    });
+    let transformers_5 = json!({"model_type": "gemma3", "text_config": text});
+    let parsed = ModelConfig::from_json(transformers_5, Path::new("config.json")).unwrap();
+    assert_eq!(parsed.vocab_size, 96);
+    let stated = json!({"model_type": "gemma3", "text_config": text, "vocab_size": 128});
+    let parsed = ModelConfig::from_json(stated, Path::new("config.json")).unwrap();
+    assert_eq!(parsed.vocab_size, 128);
+}

@@ -1,0 +1,251 @@
+"""Each served architecture in every layout its users download, made by the tools that make
+those files, with each layout's reference logits from its own implementation.
+
+Usage: toolchain.py SPEC.json OUT_DIR [ARCH ...]
+
+For each architecture in SPEC.json (all of them, or the ones named), OUT_DIR/<arch>/ gets:
+
+- hf: the Hugging Face layout as transformers writes it. The config is the architecture's own
+  transformers config class (`AutoConfig.for_model`) given only the spec's values (sizes scaled
+  down, and the values of the release it mirrors where they differ from the class's defaults),
+  so `save_pretrained` writes the key set that class writes for a release; the weights are
+  transformers' own model (`from_config`, the ConditionalGeneration class for a wrapper with
+  other towers), seeded, every parameter then redrawn so that each one matters to the logits.
+  Its reference is transformers' forward pass (float32, eager attention).
+- mlx: `mlx_lm.convert` of hf in float32, the mlx-community layout; reference: mlx-lm.
+- mlx-q4: `mlx_lm.convert -q` (affine, 4 bits, group 64, the model's own quant predicate);
+  reference: mlx-lm.
+
+A tool that cannot make a layout (mlx-lm has no such model, or fails on transformers' file) is
+recorded in index.json with its error instead of a directory: never a hand-made stand-in.
+
+reference.safetensors: `prompt` int32[P], `decoded` int32[D], `logits` float32[P+D, vocab].
+Rows 0..P-1 come from one forward pass over the prompt with a fresh cache; then D greedy steps
+through that cache, one token each: decoded[0] = argmax(row P-1), row P+i = the logits after
+feeding decoded[i], decoded[i+1] = argmax(row P+i). index.json lists, per architecture, the
+release it mirrors, each layout's model_type, its reference's smallest top-two gap over the
+greedy steps, and how far mlx-lm's float logits are from transformers' on the same weights.
+"""
+
+import json
+import shutil
+import sys
+import traceback
+from importlib.metadata import version
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoConfig, PreTrainedTokenizerFast
+
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from architectures import prompt_ids, reference as mlx_reference  # noqa: E402
+from mlx_lm.convert import convert  # noqa: E402
+from mlx_lm.utils import load as mlx_load  # noqa: E402
+
+# The scale of the noise added to 1-D parameters (norms, biases, sinks, gates), which
+# transformers initializes to constants, so that each one changes the logits.
+CONSTANT_NOISE = 0.5
+
+# What the tests allow between two float32 implementations of one model.
+FLOAT_TOLERANCE = 1e-3
+
+
+def vocab_size(config):
+    text = getattr(config, "text_config", None) or config
+    return text.vocab_size
+
+
+def build_config(spec):
+    values = json.loads(json.dumps(spec["config"]))
+    model_type = values.pop("model_type")
+    return AutoConfig.for_model(model_type, **values)
+
+
+def model_class(spec):
+    name = spec.get("model_class", "AutoModelForCausalLM")
+    return getattr(transformers, name)
+
+
+def redraw(model, seed):
+    """Every parameter from a seeded draw: matrices uniform in ±1/sqrt(fan-in), vectors and
+    scalars their initial value plus noise."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in sorted(model.named_parameters()):
+            if "embed" in name:
+                # As MLX draws an embedding: the rows spread, so tokens differ.
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+            elif parameter.ndim >= 2:
+                bound = 1 / parameter.shape[-1] ** 0.5
+                draw = torch.rand(parameter.shape, generator=generator) * 2 - 1
+                parameter.copy_(draw * bound)
+            else:
+                noise = torch.randn(parameter.shape, generator=generator)
+                parameter.add_(CONSTANT_NOISE * noise)
+
+
+def tokenizer(size):
+    """A word-level vocabulary of `size` tokens: mlx_lm.convert needs a tokenizer to copy; the
+    logits tests feed token ids."""
+    vocab = {f"t{i}": i for i in range(size)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0", eos_token="t1")
+
+
+def hf_reference(model, vocab, prompt_length, decode_steps):
+    prompt = prompt_ids(prompt_length, vocab)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        rows = [out.logits[0].float()]
+        past = out.past_key_values
+        decoded = []
+        token = int(rows[-1][-1].argmax())
+        for _ in range(decode_steps):
+            decoded.append(token)
+            out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            rows.append(out.logits[0].float())
+            token = int(rows[-1][-1].argmax())
+    return {
+        "prompt": torch.tensor(prompt, dtype=torch.int32),
+        "decoded": torch.tensor(decoded, dtype=torch.int32),
+        "logits": torch.cat(rows, dim=0).contiguous(),
+    }
+
+
+def top_two_gap(logits, steps):
+    rows = logits[-steps - 1 : -1]
+    top = torch.topk(rows, 2, dim=-1).values
+    return float((top[:, 0] - top[:, 1]).min())
+
+
+def make_hf(spec, directory, prompt_length, decode_steps):
+    config = build_config(spec)
+    torch.manual_seed(spec["seed"])
+    model = model_class(spec).from_config(config, dtype=torch.float32, attn_implementation="eager")
+    redraw(model, spec["seed"])
+    model.eval()
+    model.save_pretrained(directory, save_original_format=spec.get("save_original_format", True))
+    tokenizer(vocab_size(config)).save_pretrained(directory)
+    ref = hf_reference(model, vocab_size(config), prompt_length, decode_steps)
+    metadata = {"transformers": transformers.__version__, "torch": torch.__version__}
+    save_file(ref, str(directory / "reference.safetensors"), metadata=metadata)
+    return ref
+
+
+def make_mlx(hf_dir, directory, prompt_length, decode_steps, quantize):
+    convert(
+        hf_path=str(hf_dir),
+        mlx_path=str(directory),
+        dtype="float32",
+        quantize=quantize,
+        q_bits=4,
+        q_group_size=64,
+    )
+    model, _ = mlx_load(str(directory))
+    config = json.loads((directory / "config.json").read_text())
+    vocab = config.get("text_config", config)["vocab_size"]
+    ref = mlx_reference(model, config, prompt_length, decode_steps)
+    metadata = {"mlx": version("mlx"), "mlx_lm": version("mlx-lm")}
+    mx.save_safetensors(str(directory / "reference.safetensors"), ref, metadata=metadata)
+    assert ref["logits"].shape[-1] == vocab
+    return torch.tensor(ref["logits"].tolist()), [int(t) for t in ref["decoded"].tolist()]
+
+
+def transformers_decides(entry, float_logits, q4_logits, prompt_length):
+    """mlx-lm's float logits departed from transformers' on the same weights: both mlx layouts
+    are then held to transformers' reference, the 4-bit one within twice the noise quantization
+    puts on mlx-lm's own prompt logits."""
+    mlx, q4 = entry["layouts"]["mlx"], entry["layouts"].get("mlx-q4", {})
+    mlx["reference_layout"] = "hf"
+    mlx["mlx_lm_is_wrong"] = "its logits depart from transformers' on the same weights"
+    if "not_made" not in q4 and q4_logits is not None:
+        noise = float((q4_logits[:prompt_length] - float_logits[:prompt_length]).abs().max())
+        q4["reference_layout"] = "hf"
+        q4["quantization_bound"] = round(2 * noise, 4)
+
+
+def make_architecture(name, spec, out, prompt_length, decode_steps):
+    arch_dir = out / name
+    shutil.rmtree(arch_dir, ignore_errors=True)
+    arch_dir.mkdir(parents=True)
+    entry = {"mirrors": spec["mirrors"], "layouts": {}}
+    hf_dir = arch_dir / "hf"
+    ref = make_hf(spec, hf_dir, prompt_length, decode_steps)
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+    entry["model_type"] = hf_config["model_type"]
+    entry["layouts"]["hf"] = {
+        "made_by": f"transformers {transformers.__version__}",
+        "reference": "transformers",
+        "decoded": ref["decoded"].tolist(),
+        "min_top_two_gap": round(top_two_gap(ref["logits"], decode_steps), 6),
+    }
+    made = {}
+    for layout, quantize in (("mlx", False), ("mlx-q4", True)):
+        directory = arch_dir / layout
+        try:
+            logits, decoded = make_mlx(hf_dir, directory, prompt_length, decode_steps, quantize)
+        except Exception as error:  # a tool's failure is recorded, never papered over
+            shutil.rmtree(directory, ignore_errors=True)
+            last = traceback.format_exception_only(error)[-1].strip()
+            entry["layouts"][layout] = {"not_made": f"mlx-lm {version('mlx-lm')}: {last}"}
+            continue
+        made[layout] = logits
+        record = {
+            "made_by": f"mlx_lm.convert {version('mlx-lm')}" + (" -q" if quantize else ""),
+            "reference": "mlx-lm",
+            "decoded": decoded,
+            "min_top_two_gap": round(top_two_gap(logits, decode_steps), 6),
+        }
+        if not quantize:
+            record["max_abs_diff_to_transformers"] = float((logits - ref["logits"]).abs().max())
+        entry["layouts"][layout] = record
+    departed = entry["layouts"]["mlx"].get("max_abs_diff_to_transformers", 0) > FLOAT_TOLERANCE
+    if departed:
+        transformers_decides(entry, made["mlx"], made.get("mlx-q4"), prompt_length)
+    return entry
+
+
+def main():
+    spec_path, out = Path(sys.argv[1]), Path(sys.argv[2])
+    only = sys.argv[3:]
+    spec = json.loads(spec_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    index_path = out / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {"architectures": {}}
+    for name, arch in spec["architectures"].items():
+        if only and name not in only:
+            continue
+        print(f"{name} ({arch['mirrors']})", flush=True)
+        try:
+            index["architectures"][name] = make_architecture(
+                name, arch, out, spec["prompt_length"], spec["decode_steps"]
+            )
+        except Exception as error:  # transformers itself cannot make it: say so
+            last = traceback.format_exception_only(error)[-1].strip()
+            print(f"  not made: {last}", flush=True)
+            index["architectures"][name] = {"mirrors": arch["mirrors"], "not_made": last}
+            continue
+        for layout, record in index["architectures"][name]["layouts"].items():
+            summary = record.get("not_made") or {
+                key: value for key, value in record.items() if key not in ("decoded", "made_by")
+            }
+            print(f"  {layout}: {str(summary)[:300]}", flush=True)
+    index["tools"] = {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "mlx": version("mlx"),
+        "mlx_lm": version("mlx-lm"),
+    }
+    index["architectures"] = dict(sorted(index["architectures"].items()))
+    index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

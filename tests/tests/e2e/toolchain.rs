@@ -1,0 +1,130 @@
+//! Every architecture in the layouts users download, made by the tools that make those files
+//! (`tests/data/toolchain/`, from `cargo xtask reference`: transformers' config classes and
+//! `save_pretrained` for the Hugging Face layout, `mlx_lm.convert` for the mlx-community float
+//! and 4-bit ones), agrees with each layout's own implementation: transformers' logits for `hf`,
+//! mlx-lm's for `mlx` and `mlx-q4`, at every prompt position and greedy decode step.
+//!
+//! Where mlx-lm's float logits depart from transformers' on the same weights (mlx-lm 0.32.2
+//! ignores transformers 5's `rope_parameters` in several architectures), transformers decides:
+//! that layout is held to transformers' logits, and its 4-bit twin to them within the
+//! quantization's noise. A layout a tool could not make is listed in `index.json` with the
+//! tool's error; every served architecture must have at least its Hugging Face layout.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES};
+use serde_json::Value;
+
+use crate::architectures::{Reference, read_reference, rows_alone};
+
+/// Float layouts: the same weights in float32 on both sides, summed in another order.
+const FLOAT_TOLERANCE: f32 = 1e-3;
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/toolchain")
+}
+
+/// The largest difference between corral's rows and the reference's.
+fn largest_difference(rows: &[Vec<f32>], reference: &Reference) -> f32 {
+    rows.iter()
+        .zip(&reference.rows)
+        .flat_map(|(got, want)| got.iter().zip(want).map(|(a, b)| (a - b).abs()))
+        .fold(0.0, f32::max)
+}
+
+/// A 4-bit layout held to a float reference: the noise is what quantization moves the logits
+/// over the prompt, where both read the same tokens; at each greedy step whose reference lead
+/// is above twice that noise, corral picks the reference's token. Returns the steps compared.
+fn check_quantized(name: &str, rows: &[Vec<f32>], reference: &Reference, bound: f32) -> usize {
+    let prompt = reference.prompt.len();
+    let noise = largest_difference(&rows[..prompt], reference);
+    assert!(
+        noise <= bound,
+        "{name}: quantization moves the logits by {noise} (bound {bound})"
+    );
+    let mut compared = 0;
+    for step in prompt - 1..rows.len() - 1 {
+        let want = &reference.rows[step];
+        let mut sorted = want.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if sorted[0] - sorted[1] <= 2.0 * noise {
+            continue;
+        }
+        compared += 1;
+        assert_eq!(
+            argmax(&rows[step]),
+            argmax(want),
+            "{name}: greedy token at row {step} (lead {} over noise {noise})",
+            sorted[0] - sorted[1]
+        );
+    }
+    compared
+}
+
+fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(index, _)| index)
+        .unwrap()
+}
+
+#[test]
+fn every_layout_the_real_tools_make_matches_its_own_implementation() {
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(data().join("index.json")).unwrap()).unwrap();
+    let architectures = index["architectures"].as_object().unwrap();
+    let mut served_with_hf = BTreeSet::new();
+    let mut table = Vec::new();
+    // Every layout is tried, so that one failure does not hide the next.
+    let mut failures = Vec::new();
+    for (architecture, entry) in architectures {
+        let Some(layouts) = entry["layouts"].as_object() else {
+            table.push(format!("{architecture}: not made: {}", entry["not_made"]));
+            continue;
+        };
+        for (layout, record) in layouts {
+            let name = format!("{architecture}/{layout}");
+            if let Some(why) = record.get("not_made") {
+                table.push(format!("{name}: not made: {why}"));
+                continue;
+            }
+            let dir = data().join(architecture).join(layout);
+            let model = match Model::load(&dir) {
+                Ok(model) => model,
+                Err(error) => {
+                    failures.push(format!("{name}: {error}"));
+                    continue;
+                }
+            };
+            let reference_layout = record["reference_layout"].as_str().unwrap_or(layout);
+            let reference = read_reference(&data().join(architecture).join(reference_layout));
+            let rows = rows_alone(&model, &reference);
+            let difference = largest_difference(&rows, &reference);
+            match record.get("quantization_bound").and_then(Value::as_f64) {
+                Some(bound) => {
+                    let compared = check_quantized(&name, &rows, &reference, bound as f32);
+                    table.push(format!(
+                        "{name}: against {reference_layout}'s reference: prompt noise within \
+                         {bound}, {compared} greedy steps compared, largest difference {difference:.1e}"
+                    ));
+                }
+                None if difference > FLOAT_TOLERANCE => failures.push(format!(
+                    "{name}: differs from {reference_layout}'s reference by {difference}"
+                )),
+                None => table.push(format!("{name}: largest difference {difference:.1e}")),
+            }
+            if layout == "hf" {
+                served_with_hf.insert(entry["model_type"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    eprintln!("checked:\n{}", table.join("\n"));
+    assert!(failures.is_empty(), "failed:\n{}", failures.join("\n"));
+    let missing: Vec<_> = SUPPORTED_ARCHITECTURES
+        .iter()
+        .filter(|served| !served_with_hf.contains(**served))
+        .collect();
+    eprintln!("served without a transformers-made checkpoint yet: {missing:?}");
+}
