@@ -144,10 +144,16 @@ fn a_mixture_of_experts_without_intermediate_size_reads_and_asks_for_it_only_whe
     });
     let parsed = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
     let error = parsed.intermediate_size().unwrap_err().to_string();
-    assert!(error.contains("qwen3_5_moe needs intermediate_size"), "{error}");
+    assert!(
+        error.contains("qwen3_5_moe needs intermediate_size"),
+        "{error}"
+    );
     assert_eq!(
         parsed.layer_types().unwrap(),
-        Some(vec!["linear_attention".to_owned(), "full_attention".to_owned()])
+        Some(vec![
+            "linear_attention".to_owned(),
+            "full_attention".to_owned()
+        ])
     );
     let width = parsed.key_or_else("moe_intermediate_size", || parsed.intermediate_size());
     assert_eq!(width.unwrap(), 32);
