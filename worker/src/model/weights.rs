@@ -115,7 +115,7 @@ impl Weights {
         ) {
             return Err(ModelError::Dtype {
                 name: name.to_owned(),
-                path: file.unwrap_or_default(),
+                path: file,
                 found: format!("{:?}", array.dtype()),
                 expected: "a floating-point type",
             });
@@ -151,8 +151,12 @@ impl Weights {
         self.tensors.retain(|name, _| !name.starts_with(prefix));
     }
 
-    pub fn file_of(&self, name: &str) -> Option<PathBuf> {
-        self.tensors.get(name).map(|(_, file)| file.clone())
+    /// The file `name` is read from; the checkpoint's directory (or GGUF file) for a tensor
+    /// that is absent or already taken, so that an error always names a path.
+    pub fn file_of(&self, name: &str) -> PathBuf {
+        self.tensors
+            .get(name)
+            .map_or_else(|| self.model_dir.clone(), |(_, file)| file.clone())
     }
 
     /// Tensors no layer asked for, for a warning: checkpoints carry extras (rotary caches).
@@ -166,7 +170,7 @@ impl Weights {
     /// axis, as mlx-lm's `sanitize` stacks one tensor per expert.
     pub fn stack(&mut self, sources: &[String], target: &str) -> Result<(), ModelError> {
         let mut parts = Vec::with_capacity(sources.len());
-        let mut file = PathBuf::new();
+        let mut file = self.model_dir.clone();
         for source in sources {
             let (array, path) = self.take_any(source)?;
             parts.push(array);
