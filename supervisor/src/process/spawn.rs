@@ -249,7 +249,7 @@ async fn connect(
             );
             Ok(connection)
         }
-        Ok(Some(FromWorker::LoadFailed { message })) => Err(LaunchError::LoadFailed {
+        Ok(Some(FromWorker::LoadFailed { message, .. })) => Err(LaunchError::LoadFailed {
             model: model.to_owned(),
             pid,
             message,

@@ -42,10 +42,12 @@ impl Weights {
                     message: error.to_string(),
                 })?;
             // Materialize now, as mlx-lm does: a loaded worker then holds its weights, and a
-            // file that fails to read fails the load rather than the first request.
-            mlx_rs::transforms::eval(arrays.values()).map_err(|error| ModelError::Safetensors {
-                path: file.clone(),
-                message: error.to_string(),
+            // file that fails to read fails the load rather than the first request. The header
+            // was checked above, so a failure here is the read's (I/O, memory), not the file's.
+            mlx_rs::transforms::eval(arrays.values()).map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action: "reading the tensors",
+                source,
             })?;
             for (name, array) in arrays {
                 tensors.insert(name, (array, file.clone()));
