@@ -75,6 +75,12 @@ pub enum FromWorker {
     /// The model could not be loaded; the worker exits after this frame.
     LoadFailed {
         message: String,
+        /// The model's files can never load as they are (a bad config, an unsupported
+        /// architecture or tensor type, a missing or mis-shaped tensor, a malformed file), so no
+        /// retry can help; `false` for a failure that may pass (memory, I/O) and from a worker
+        /// that does not say.
+        #[serde(default)]
+        permanent: bool,
     },
     /// The request passed validation and the prefill memory guard; the supervisor picks its
     /// HTTP status only after this or `Rejected`.

@@ -393,7 +393,12 @@ fn cancel_guard(client: &Arc<WorkerClient>, id: u64) -> CancelOnDrop {
     CancelOnDrop::new(move || client.cancel(id))
 }
 
+/// Why no lease: a model that can never start is the client's to stop asking for (400), one
+/// without room a 507, and a failed or backing-off start a 503 to retry.
 fn unavailable(error: AcquireError) -> BackendError {
+    if let AcquireError::Unservable { model, reason } = error {
+        return BackendError::Unservable { model, reason };
+    }
     match error.retry_after() {
         None => BackendError::InsufficientMemory {
             message: error.to_string(),
@@ -474,5 +479,43 @@ async fn relay(
             lease.pid()
         );
         let _ = events.send(StreamEvent::Failed { message }).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pool::ExitInfo;
+
+    #[test]
+    fn a_model_that_can_never_start_is_unservable_and_a_failed_start_unavailable() {
+        let reason = "/m/tiny: tensor model.norm.weight is missing".to_owned();
+        let never = AcquireError::Unservable {
+            model: "tiny".to_owned(),
+            reason: reason.clone(),
+        };
+        assert_eq!(
+            unavailable(never),
+            BackendError::Unservable {
+                model: "tiny".to_owned(),
+                reason
+            }
+        );
+        let failed = AcquireError::StartFailed {
+            model: "tiny".to_owned(),
+            exit: ExitInfo::LaunchFailed {
+                message: "out of memory".to_owned(),
+            },
+            retry_after: Duration::ZERO,
+        };
+        assert!(matches!(
+            unavailable(failed),
+            BackendError::Unavailable {
+                retry_after_secs: 1,
+                ..
+            }
+        ));
     }
 }

@@ -22,8 +22,8 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    GgufLoadedBytes, Ledger, ModelLookup, RunDir, Spawner, WORKER_BINARY_NAME, WorkerExit,
-    WorkerProcesses, reap_orphans,
+    GgufLoadedBytes, Ledger, ModelLookup, RunDir, Spawner, UnloadableReport, WORKER_BINARY_NAME,
+    WorkerExit, WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};
@@ -82,8 +82,13 @@ async fn serve(options: ServeOptions) -> Result<()> {
             .servable_path(id)
             .map(PathBuf::from)
     });
+    let marking_registry = registry.clone();
+    let unloadable: UnloadableReport = Arc::new(move |id, path, reason| {
+        marking_registry.mark_unloadable(id, path, reason);
+    });
     let batching = config.clone();
     let spawner = Spawner::new(worker, run_dir, lookup.clone(), exits)
+        .with_unloadable_report(unloadable)
         .with_start_timeout(config.worker_start_timeout)
         .with_worker_args(prefix_cache_args(&config, &state_dir))
         .with_model_args(Arc::new(move |model| model_args(&batching, model)));

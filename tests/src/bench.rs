@@ -63,7 +63,7 @@ pub fn launcher(models: &Path, state: &Path) -> Spawner {
     Spawner::new(
         binary("corral-worker"),
         run_dir,
-        std::sync::Arc::new(move |model| Some(models.join(model))),
+        std::sync::Arc::new(move |model| Ok(models.join(model))),
         exits,
     )
 }

@@ -2,6 +2,7 @@
 //! real binary listening on 127.0.0.1, and the helpers the tests share to talk to it.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
@@ -35,17 +36,55 @@ impl Dirs {
         self.state.path().join("home")
     }
 
-    /// A copy of the model `of` named `name` that the worker's description accepts (a valid
-    /// config, weights, a tokenizer) but that fails to load: its weights are garbage, which only
-    /// loading finds. For tests of a worker that dies before it is ready.
-    pub fn add_unloadable_copy(&self, of: &str, name: &str) {
+    /// A copy of the model `of` named `name`.
+    pub fn add_copy(&self, of: &str, name: &str) -> PathBuf {
         let copy = self.models.path().join(name);
         std::fs::create_dir_all(&copy).unwrap();
         for file in std::fs::read_dir(self.models.path().join(of)).unwrap() {
             let file = file.unwrap();
             std::fs::copy(file.path(), copy.join(file.file_name())).unwrap();
         }
-        std::fs::write(copy.join("model.safetensors"), "not safetensors").unwrap();
+        copy
+    }
+
+    /// A copy of the model `of` named `name` that the worker's description accepts (a valid
+    /// config, weights, a tokenizer) but that can never load: its weights lack `tensor`, which
+    /// only loading finds. The tensor is renamed in the safetensors header (its first letter
+    /// made `_`), so the file keeps its layout.
+    pub fn add_copy_without_tensor(&self, of: &str, name: &str, tensor: &str) -> PathBuf {
+        let copy = self.add_copy(of, name);
+        let weights = copy.join("model.safetensors");
+        let mut bytes = std::fs::read(&weights).unwrap();
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let quoted = format!("\"{tensor}\"");
+        let at = bytes[8..8 + header_len]
+            .windows(quoted.len())
+            .position(|window| window == quoted.as_bytes())
+            .unwrap_or_else(|| panic!("no tensor {tensor} in {}", weights.display()));
+        bytes[8 + at + 1] = b'_';
+        std::fs::write(&weights, bytes).unwrap();
+        copy
+    }
+
+    /// A worker executable that is killed by SIGKILL, as the OOM killer would, while it loads
+    /// the model named `model`, and is the real worker for everything else (`describe`
+    /// included): a start that fails for a reason that may pass.
+    pub fn worker_killed_loading(&self, model: &str) -> PathBuf {
+        let script = self.state.path().join("killed-worker.sh");
+        let worker = binary("corral-worker");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 case \"$*\" in 'serve --model {}/{model} '*) kill -9 $$ ;; esac\n\
+                 exec '{}' \"$@\"\n",
+                self.models.path().display(),
+                worker.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        script
     }
 
     /// Gives the generated model `model` this chat template (`chat_template.jinja`, which wins

@@ -13,6 +13,7 @@ pub mod generation;
 pub mod gguf;
 #[cfg(not(target_os = "macos"))]
 mod linux_shim;
+mod load_failure;
 pub mod loaded;
 pub mod model;
 pub mod model_json;

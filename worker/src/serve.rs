@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use crate::describe::describe;
 use crate::embedding::engine::{EncodeJob, EncoderEngine, Work};
 use crate::engine::{Engine, EngineOptions, MemorySnapshot, ModelInfo, Occupancy};
+use crate::load_failure::LoadFailure;
 use crate::process_memory::peak_resident_bytes;
 use crate::wire::{Ending, to_generate_request, to_wire_event};
 
@@ -58,12 +59,14 @@ enum Served {
 }
 
 impl Served {
-    fn start(model: PathBuf, options: EngineOptions) -> Result<Self> {
+    fn start(model: PathBuf, options: EngineOptions) -> Result<Self, LoadFailure> {
         match describe(&model).kind {
-            ModelKind::Chat => Ok(Self::Chat(Engine::start_with(model, options)?)),
-            ModelKind::Embedding | ModelKind::Rerank => {
-                Ok(Self::Encoder(EncoderEngine::start(model)?))
-            }
+            ModelKind::Chat => Engine::start_with(model, options)
+                .map(Self::Chat)
+                .map_err(LoadFailure::of),
+            ModelKind::Embedding | ModelKind::Rerank => EncoderEngine::start(model)
+                .map(Self::Encoder)
+                .map_err(LoadFailure::of),
         }
     }
 
@@ -118,11 +121,11 @@ async fn serve(
         .context("the model loader panicked")?;
     let engine = match started {
         Ok(engine) => engine,
-        Err(error) => {
-            let message = format!("{error:#}");
+        Err(LoadFailure { message, permanent }) => {
             writer
                 .write_frame(&FromWorker::LoadFailed {
                     message: message.clone(),
+                    permanent,
                 })
                 .await
                 .context("reporting the load failure")?;

@@ -120,6 +120,7 @@ async fn hello_claiming_another_pid_is_refused() {
 async fn first_frame_other_than_hello_is_refused() {
     let ready = FromWorker::LoadFailed {
         message: "x".into(),
+        permanent: false,
     };
     let (result, _) = accept_after(ready, None).await;
     let err = result.expect_err("refused");

@@ -101,6 +101,26 @@ fn a_peer_without_a_new_optional_field_still_decodes() {
 }
 
 #[test]
+fn a_load_failure_from_a_worker_that_does_not_classify_it_counts_as_transient() {
+    #[derive(Serialize)]
+    enum OlderFromWorker {
+        LoadFailed { message: String },
+    }
+    let old = OlderFromWorker::LoadFailed {
+        message: "out of memory".into(),
+    };
+    let frame = encode_frame(&old).expect("encodes");
+    let (msg, _) = decode_frame::<FromWorker>(&frame)
+        .expect("decodes")
+        .expect("complete");
+    let expected = FromWorker::LoadFailed {
+        message: "out of memory".into(),
+        permanent: false,
+    };
+    assert_eq!(msg, expected);
+}
+
+#[test]
 fn a_peer_with_an_unknown_field_still_decodes() {
     #[derive(Serialize)]
     enum NewerToWorker {

@@ -132,6 +132,7 @@ pub fn from_worker() -> Vec<FromWorker> {
         },
         FromWorker::LoadFailed {
             message: "config.json: missing field `hidden_size`".into(),
+            permanent: true,
         },
         FromWorker::Accepted {
             id: 1,

@@ -35,7 +35,8 @@ impl AdminError {
             AdminError::UnknownModel(_) => {
                 (StatusCode::NOT_FOUND, "not_found_error", "model_not_found")
             }
-            AdminError::Unservable { .. } => {
+            AdminError::Unservable { .. }
+            | AdminError::Acquire(AcquireError::Unservable { .. }) => {
                 (StatusCode::BAD_REQUEST, INVALID, "model_not_servable")
             }
             AdminError::UnknownSignal(_) => (StatusCode::BAD_REQUEST, INVALID, "unknown_signal"),

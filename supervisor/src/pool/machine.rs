@@ -173,8 +173,9 @@ impl<H> PoolState<H> {
         ready
     }
 
-    /// The launch of `generation` failed: Starting -> Failed.
-    pub fn launch_failed(&mut self, model: &str, generation: u64, message: String, now: Instant) {
+    /// The launch of `generation` failed (`exit` is `LaunchFailed` or `Unservable`): Starting ->
+    /// Failed.
+    pub fn launch_failed(&mut self, model: &str, generation: u64, exit: ExitInfo, now: Instant) {
         let Some(entry) = self.entries.get_mut(model) else {
             return;
         };
@@ -184,7 +185,7 @@ impl<H> PoolState<H> {
         } = &entry.state
             && *starting == generation
         {
-            start_failed(entry, ExitInfo::LaunchFailed { message }, now);
+            start_failed(entry, exit, now);
             self.changed();
         }
     }
@@ -390,15 +391,18 @@ impl<H: Clone> PoolState<H> {
     }
 }
 
-/// A start failed before `Ready`: one more failure in the streak.
+/// A start failed before `Ready`: one more failure in the streak, unless the model can never
+/// start, which no backoff helps (its waiters are told at once, and no retry comes to count).
 fn start_failed<H>(entry: &mut Entry<H>, exit: ExitInfo, now: Instant) {
     entry.restarts += 1;
-    entry.streak = entry.streak.saturating_add(1);
-    entry.last_exit = Some(exit.clone());
-    entry.state = EntryState::Failed {
-        exit,
-        retry_at: now + backoff(entry.streak),
+    let retry_at = if matches!(exit, ExitInfo::Unservable { .. }) {
+        now
+    } else {
+        entry.streak = entry.streak.saturating_add(1);
+        now + backoff(entry.streak)
     };
+    entry.last_exit = Some(exit.clone());
+    entry.state = EntryState::Failed { exit, retry_at };
 }
 
 /// A ready worker died: the crash-loop rule of `state.rs` decides whether the next start waits.

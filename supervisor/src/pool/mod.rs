@@ -53,13 +53,17 @@ pub enum AcquireError {
         /// Until the model's backoff ends (zero when the next start may come at once).
         retry_after: Duration,
     },
+    /// The start waited on found that the model can never start; `reason` names its path.
+    #[error("the model `{model}` cannot be served: {reason}")]
+    Unservable { model: String, reason: String },
 }
 
 impl AcquireError {
-    /// How long a client should wait before it tries again; `None` for a memory refusal.
+    /// How long a client should wait before it tries again; `None` for a memory refusal or a
+    /// model that can never start.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            AcquireError::Refused { .. } => None,
+            AcquireError::Refused { .. } | AcquireError::Unservable { .. } => None,
             AcquireError::CrashLooping { retry_after, .. }
             | AcquireError::StartFailed { retry_after, .. } => Some(*retry_after),
         }
@@ -193,6 +197,15 @@ impl<P: Processes> Pool<P> {
                         });
                     }
                     tokio::time::sleep_until(retry_at.into()).await;
+                }
+                AcquireStep::StartFailed {
+                    exit: ExitInfo::Unservable { reason },
+                    ..
+                } => {
+                    return Err(AcquireError::Unservable {
+                        model: model.to_owned(),
+                        reason,
+                    });
                 }
                 AcquireStep::StartFailed { exit, retry_at } => {
                     return Err(AcquireError::StartFailed {
@@ -414,9 +427,16 @@ impl<H> StartGuard<H> {
                     tracing::warn!(model = %self.model, pid, "worker died before it was ready");
                 }
             }
+            Err(LaunchError::Unservable { reason, .. }) => {
+                let exit = ExitInfo::Unservable { reason };
+                state.launch_failed(&self.model, self.generation, exit, now);
+            }
             Err(err) => {
                 tracing::warn!(model = %self.model, %err, "worker failed to start");
-                state.launch_failed(&self.model, self.generation, err.to_string(), now);
+                let exit = ExitInfo::LaunchFailed {
+                    message: err.to_string(),
+                };
+                state.launch_failed(&self.model, self.generation, exit, now);
             }
         }
     }
@@ -425,8 +445,10 @@ impl<H> StartGuard<H> {
 impl<H> Drop for StartGuard<H> {
     fn drop(&mut self) {
         if !self.answered {
-            let message = "the launch task ended without an answer".to_owned();
-            lock(&self.state).launch_failed(&self.model, self.generation, message, Instant::now());
+            let exit = ExitInfo::LaunchFailed {
+                message: "the launch task ended without an answer".to_owned(),
+            };
+            lock(&self.state).launch_failed(&self.model, self.generation, exit, Instant::now());
         }
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! Contract for an implementation:
 //! - `launch` returns once the worker is ready to serve (its `Ready` frame came), or fails. It
-//!   bounds its own waits (handshake timeout, load timeout): the pool does not time it out.
+//!   bounds its own waits (handshake timeout, load timeout): the pool does not time it out. A
+//!   model that can never start fails as [`LaunchError::Unservable`], which the pool does not
+//!   retry; every other failure counts toward the crash-loop backoff.
 //! - From the moment it spawns a process, a reaper must report that process's exit with
 //!   `Pool::on_exit`, even if the exit comes before `launch` has returned (the pool keeps such an
 //!   early exit and refuses the dead worker). A process of a failed launch is killed and reaped
@@ -89,12 +91,18 @@ pub enum LaunchError {
         pid: u32,
         reason: String,
     },
+    /// A failure to load that may pass (memory, I/O).
     #[error("the worker for {model} (pid {pid}) could not load the model: {message}")]
     LoadFailed {
         model: String,
         pid: u32,
         message: String,
     },
+    /// The model can never start: its worker found that its files cannot load, or the registry
+    /// no longer serves it. `reason` names the model's path. No retry can help, so it is no
+    /// failure of the crash-loop rule.
+    #[error("the model `{model}` cannot be served: {reason}")]
+    Unservable { model: String, reason: String },
     #[error("the worker for {model} (pid {pid}) ended with {status} before it was ready")]
     Exited {
         model: String,

@@ -16,7 +16,10 @@
 //! A worker ended by SIGKILL from outside (an operator's `kill -9`, the OOM killer, jetsam) is
 //! not the model's failure and leaves the streak as it was. Only from [`CRASH_LOOP_STREAK`]
 //! failures on does the next start wait out a backoff; before that, and always after a ready
-//! worker was killed, the next request starts a new worker at once.
+//! worker was killed, the next request starts a new worker at once. A start that failed because
+//! the model can never start (`ExitInfo::Unservable`: its files cannot load) is no failure of
+//! the streak either: no backoff helps it, and the registry, which now lists the model as
+//! unservable, refuses it from then on.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -100,6 +103,10 @@ pub enum ExitInfo {
     LaunchFailed {
         message: String,
     },
+    /// The model can never start (`LaunchError::Unservable`); `reason` names its path.
+    Unservable {
+        reason: String,
+    },
 }
 
 impl fmt::Display for ExitInfo {
@@ -107,6 +114,7 @@ impl fmt::Display for ExitInfo {
         match self {
             ExitInfo::Exited { pid, status } => write!(f, "worker pid {pid} ended with {status}"),
             ExitInfo::LaunchFailed { message } => write!(f, "worker failed to start: {message}"),
+            ExitInfo::Unservable { reason } => write!(f, "the model cannot be served: {reason}"),
         }
     }
 }

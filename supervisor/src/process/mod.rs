@@ -21,6 +21,6 @@ pub use client::{ClientError, RequestHandle, STATS_TIMEOUT, WorkerClient};
 pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};
-pub use spawn::{DEFAULT_START_TIMEOUT, ModelArgs, ModelLookup, Spawner};
+pub use spawn::{DEFAULT_START_TIMEOUT, ModelArgs, ModelLookup, Spawner, UnloadableReport};
 pub use stop::{StopStep, Stopped, stop};
 pub use workers::{GgufLoadedBytes, WorkerProcesses};

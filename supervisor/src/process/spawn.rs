@@ -5,7 +5,9 @@
 //! at once (so an exit at any moment reaches the pool), forward its output to our log, then,
 //! under one start timeout, accept its connection, check the handshake and read `Ready` or
 //! `LoadFailed`. A failed launch kills and reaps its process before returning, as the
-//! `Processes` contract asks.
+//! `Processes` contract asks. A `LoadFailed` the worker calls permanent (the files can never
+//! load) is reported to the registry before the launch returns, so the model is listed as
+//! unservable by the time anyone hears of the failure.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,8 +31,13 @@ use crate::pool::{LaunchError, LaunchedWorker};
 /// takes a while.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Model id → model directory, from the registry.
-pub type ModelLookup = Arc<dyn Fn(&str) -> Option<PathBuf> + Send + Sync>;
+/// Model id → the model directory or file its worker loads, from the registry; or why the
+/// registry serves no such model (unservable, or gone since it was asked for).
+pub type ModelLookup = Arc<dyn Fn(&str) -> Result<PathBuf, String> + Send + Sync>;
+
+/// Told `(model, path, reason)` when a worker found that the model's files at `path` can never
+/// load; `reason` names the file.
+pub type UnloadableReport = Arc<dyn Fn(&str, &Path, &str) + Send + Sync>;
 
 /// Model id → the options its worker gets besides everyone's (its batch size).
 pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<OsString> + Send + Sync>;
@@ -45,6 +52,7 @@ pub struct Spawner {
     worker_args: Vec<OsString>,
     /// Passed to one model's worker after `worker_args`.
     model_args: Option<ModelArgs>,
+    unloadable: Option<UnloadableReport>,
 }
 
 impl Spawner {
@@ -64,6 +72,7 @@ impl Spawner {
             exits,
             worker_args: Vec::new(),
             model_args: None,
+            unloadable: None,
         }
     }
 
@@ -82,6 +91,12 @@ impl Spawner {
         self
     }
 
+    /// Where a model whose files can never load is reported (the registry lists it unservable).
+    pub fn with_unloadable_report(mut self, unloadable: UnloadableReport) -> Self {
+        self.unloadable = Some(unloadable);
+        self
+    }
+
     /// Spawns `model`'s worker with `memory_limit` bytes as its share of the budget and waits
     /// until it is ready; a failed launch has killed and reaped its process.
     pub async fn launch(
@@ -93,11 +108,10 @@ impl Spawner {
             model: model.to_owned(),
             error,
         };
-        let dir = (self.lookup)(model).ok_or_else(|| {
-            spawn_error(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no model directory is registered for it",
-            ))
+        // A model listed unservable after this request passed its check starts no process.
+        let dir = (self.lookup)(model).map_err(|reason| LaunchError::Unservable {
+            model: model.to_owned(),
+            reason,
         })?;
         let token = one_time_token().map_err(spawn_error)?;
         let (listener, socket) = self
@@ -132,7 +146,7 @@ impl Spawner {
 
         let ready = tokio::time::timeout(
             self.start_timeout,
-            connect(listener, &socket, &token, model, &process),
+            connect(listener, &socket, &token, model, &dir, &process),
         )
         .await
         .unwrap_or_else(|_| {
@@ -154,6 +168,11 @@ impl Spawner {
             Err(error) => {
                 process.signal(Signal::SIGKILL);
                 process.wait().await;
+                if let (LaunchError::Unservable { reason, .. }, Some(report)) =
+                    (&error, &self.unloadable)
+                {
+                    report(model, &dir, reason);
+                }
                 Err(error)
             }
         }
@@ -202,6 +221,7 @@ async fn connect(
     socket: &Path,
     token: &str,
     model: &str,
+    dir: &Path,
     process: &WorkerProcess,
 ) -> Result<SupervisorConnection, LaunchError> {
     let pid = process.pid();
@@ -249,7 +269,18 @@ async fn connect(
             );
             Ok(connection)
         }
-        Ok(Some(FromWorker::LoadFailed { message })) => Err(LaunchError::LoadFailed {
+        Ok(Some(FromWorker::LoadFailed {
+            message,
+            permanent: true,
+        })) => {
+            let reason = naming(dir, message);
+            tracing::warn!(model, pid, path = %dir.display(), reason, "the model's files cannot load");
+            Err(LaunchError::Unservable {
+                model: model.to_owned(),
+                reason,
+            })
+        }
+        Ok(Some(FromWorker::LoadFailed { message, .. })) => Err(LaunchError::LoadFailed {
             model: model.to_owned(),
             pid,
             message,
@@ -265,6 +296,16 @@ async fn connect(
             pid,
             status: process.wait().await,
         }),
+    }
+}
+
+/// The worker's `message`, led by the model's path unless it already starts with it (the
+/// worker's errors name the file they are about), so the reason always names a path.
+pub(super) fn naming(path: &Path, message: String) -> String {
+    if message.starts_with(&*path.to_string_lossy()) {
+        message
+    } else {
+        format!("{}: {message}", path.display())
     }
 }
 

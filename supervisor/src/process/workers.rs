@@ -105,7 +105,7 @@ impl Processes for WorkerProcesses {
         if let Some(&bytes) = estimates.get(model) {
             return bytes;
         }
-        let Some(dir) = (self.lookup)(model) else {
+        let Ok(dir) = (self.lookup)(model) else {
             return 0;
         };
         match estimate_model_bytes(&dir) {

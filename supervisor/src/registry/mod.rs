@@ -9,7 +9,8 @@
 //! Hugging Face cache (`huggingface.rs`), LM Studio's folder (`lmstudio.rs`), Ollama's library
 //! (`ollama.rs`); `sources.rs` locates them. A folder of `.gguf` files is named by `gguf.rs`. What
 //! a model's files hold, and whether a worker can serve them, is the worker's call
-//! (`describe.rs`). `shared.rs` holds the current registry and scans again on request.
+//! (`describe.rs`), or, for files only loading finds wrong, its worker's when it fails to load
+//! them (`unloadable.rs`). `shared.rs` holds the current registry and scans again on request.
 
 mod describe;
 mod gguf;
@@ -20,6 +21,7 @@ mod ollama;
 mod ollama_params;
 mod shared;
 mod sources;
+mod unloadable;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,7 @@ use serde::Serialize;
 pub use huggingface::{hf_home, hub_cache_dir};
 pub use shared::{Catalog, Fallback, SharedRegistry};
 pub use sources::Sources;
+use unloadable::LoadFailure;
 
 /// Where a model was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -65,6 +68,9 @@ pub struct ModelEntry {
     pub description: Option<ModelDescription>,
     /// The sampling defaults of an Ollama model's params layer; empty for other sources.
     pub ollama_params: SamplingValues,
+    /// Why its worker could not load it, though the description found nothing wrong; set by
+    /// `SharedRegistry::mark_unloadable`.
+    pub load_failure: Option<LoadFailure>,
 }
 
 impl ModelEntry {
@@ -78,6 +84,7 @@ impl ModelEntry {
             problem: None,
             description: None,
             ollama_params: SamplingValues::default(),
+            load_failure: None,
         }
     }
 
@@ -89,13 +96,21 @@ impl ModelEntry {
         }
     }
 
-    /// Why this model cannot be served, from discovery or from the worker's description.
+    /// Why this model cannot be served: from discovery, the worker's description, or its
+    /// worker's failure to load it.
     pub fn unservable_reason(&self) -> Option<&str> {
-        self.problem.as_deref().or_else(|| {
-            self.description
-                .as_ref()
-                .and_then(|description| description.unservable.as_deref())
-        })
+        self.problem
+            .as_deref()
+            .or_else(|| {
+                self.description
+                    .as_ref()
+                    .and_then(|description| description.unservable.as_deref())
+            })
+            .or_else(|| {
+                self.load_failure
+                    .as_ref()
+                    .map(|failure| failure.reason.as_str())
+            })
     }
 
     pub fn is_servable(&self) -> bool {
@@ -180,11 +195,15 @@ impl Registry {
         self.models.values()
     }
 
-    /// The path a worker for `id` loads, if `id` is a model that can be served.
-    pub fn servable_path(&self, id: &str) -> Option<&Path> {
-        self.get(id)
-            .filter(|entry| entry.is_servable())
-            .map(|entry| entry.path.as_path())
+    /// The path a worker for `id` loads; or why none does: `id` is unservable, or no model.
+    pub fn servable_path(&self, id: &str) -> Result<&Path, String> {
+        let entry = self
+            .get(id)
+            .ok_or_else(|| format!("no model `{id}` is listed (any more)"))?;
+        match entry.unservable_reason() {
+            Some(reason) => Err(reason.to_owned()),
+            None => Ok(&entry.path),
+        }
     }
 
     pub fn is_empty(&self) -> bool {

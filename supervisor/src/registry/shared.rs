@@ -4,15 +4,18 @@
 //! Readers take a snapshot (`current`), so a request resolves its model against one consistent
 //! registry. A rescan builds a whole new registry (discovery, then the worker's description)
 //! and swaps it in; workers already running are untouched, and a model that disappeared from
-//! disk is no longer offered to new requests.
+//! disk is no longer offered to new requests. A model whose worker found its files cannot load
+//! is swapped in as unservable too (`mark_unloadable`), and stays so across rescans until its
+//! files change.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::{Context, Result};
 
 use super::describe::describe;
+use super::unloadable::{FilesStamp, LoadFailure};
 use super::{ModelEntry, Registry, Source, Sources};
 
 /// What the server serves when no model is found: `(id, path)`, made on first use.
@@ -113,7 +116,10 @@ impl SharedRegistry {
 
     /// Scans every source again and describes what it finds, then serves from the result. On an
     /// error the registry stays as it was. The default model, once served, stays until restart:
-    /// its worker may be running, and the first pull would otherwise hide it.
+    /// its worker may be running, and the first pull would otherwise hide it. A model its worker
+    /// could not load stays unservable while its files are as they were then; changed files
+    /// get another try. (A load failure marked while this scan ran is not carried over: the
+    /// model's next start finds it again.)
     pub async fn rescan(&self) -> Result<Arc<Registry>> {
         let _one_at_a_time = self.scanning.lock().await;
         let mut registry = self.catalog.scan().await?;
@@ -124,9 +130,38 @@ impl SharedRegistry {
         {
             registry.add(default.clone());
         }
+        for entry in registry.models.values_mut() {
+            if let Some(before) = previous.get(&entry.id)
+                && let Some(failure) = &before.load_failure
+                && before.path == entry.path
+                && failure.files == FilesStamp::of(&entry.path)
+            {
+                entry.load_failure = Some(failure.clone());
+            }
+        }
         let registry = Arc::new(registry);
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = registry.clone();
         tracing::info!(models = registry.models.len(), "models scanned again");
         Ok(registry)
+    }
+
+    /// Lists `model` as unservable for `reason` (naming the file), its worker having found that
+    /// the files at `path` can never load. A model that a rescan has since replaced by other
+    /// files is left alone.
+    pub fn mark_unloadable(&self, model: &str, path: &Path, reason: &str) {
+        let files = FilesStamp::of(path);
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if current.get(model).is_none_or(|entry| entry.path != path) {
+            return;
+        }
+        let mut registry = Registry::clone(&current);
+        if let Some(entry) = registry.models.get_mut(model) {
+            entry.load_failure = Some(LoadFailure {
+                reason: reason.to_owned(),
+                files,
+            });
+        }
+        *current = Arc::new(registry);
+        tracing::info!(model, path = %path.display(), reason, "listed as unservable: its files cannot load");
     }
 }

@@ -149,9 +149,18 @@ fn error_of(response: reqwest::blocking::Response) -> (u16, u64, String) {
 fn a_model_that_dies_before_ready_backs_off_from_its_third_failure_and_requests_wait_when_they_can()
 {
     let dirs = Dirs::with_models(&[Arch::Llama]);
-    dirs.add_unloadable_copy("llama", "broken");
+    dirs.add_copy("llama", "broken");
+    let worker = dirs.worker_killed_loading("broken");
     let config = dirs.write_config("admission_wait_secs = 4\n");
-    let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
+    let server = Server::start_with(
+        &dirs,
+        &[
+            OsStr::new("--config"),
+            config.as_os_str(),
+            OsStr::new("--worker-binary"),
+            worker.as_os_str(),
+        ],
+    );
     let request = || server.post("/v1/chat/completions", &chat("broken", 2, false));
 
     // Failures 1 and 2 leave no backoff; 3, 4 and 5 start backoffs of 1, 2 and 4 s, none longer

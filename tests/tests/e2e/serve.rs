@@ -1,6 +1,8 @@
 //! `corral serve` end to end: the real supervisor, real worker processes, generated models, HTTP
 //! on 127.0.0.1.
 
+use std::ffi::OsStr;
+
 use corral_fixture::Arch;
 use corral_tests::server::{Dirs, Server, alive, chat, client, sse_events};
 use corral_tests::wait_until;
@@ -257,10 +259,11 @@ fn sigterm_drains_stops_every_worker_and_exits_zero() {
 }
 
 #[test]
-fn a_model_whose_worker_cannot_load_gets_503_with_retry_after_and_others_still_serve() {
+fn a_model_whose_worker_is_killed_while_loading_gets_503_with_retry_after_and_others_still_serve() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
-    dirs.add_unloadable_copy("llama", "broken");
-    let server = Server::start(&dirs);
+    dirs.add_copy("llama", "broken");
+    let worker = dirs.worker_killed_loading("broken");
+    let server = Server::start_with(&dirs, &[OsStr::new("--worker-binary"), worker.as_os_str()]);
     for _ in 0..2 {
         let response = server.post("/v1/chat/completions", &chat("broken", 2, false));
         assert_eq!(response.status(), 503);

@@ -1,6 +1,7 @@
 //! `corral serve` end to end, around worker processes that misbehave or are looked at: a worker
-//! that never becomes ready, a stranger writing garbage to a worker socket, a worker's own
-//! counters through the admin API, and token log probabilities relayed from the worker.
+//! that never becomes ready, one that finds its model's files can never load, a stranger writing
+//! garbage to a worker socket, a worker's own counters through the admin API, and token log
+//! probabilities relayed from the worker.
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -66,6 +67,98 @@ fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout() {
         server.worker_pids()
     );
     assert_eq!(server.worker_row("qwen3")["state"], "failed");
+}
+
+/// The status and the `error` object of an answer, and whether it says when to retry.
+fn refusal(response: reqwest::blocking::Response) -> (u16, bool, Value) {
+    let status = response.status().as_u16();
+    let retry = response.headers().contains_key("retry-after");
+    let body: Value = response.json().unwrap();
+    (status, retry, body)
+}
+
+/// Each API's first request for a model that passes `describe` but whose files lack a tensor
+/// starts its one worker and gets the worker's reason as a 400 in that API's shape; from then on
+/// the model is listed as unservable and refused before any worker starts.
+#[test]
+fn a_model_whose_files_cannot_load_is_refused_as_unservable_in_each_apis_shape_and_listed() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let mut reasons = Vec::new();
+    for name in ["broken", "broken-too"] {
+        let path = dirs.add_copy_without_tensor("llama", name, "model.norm.weight");
+        reasons.push(format!(
+            "{}: tensor model.norm.weight is missing",
+            path.display()
+        ));
+    }
+    let server = Server::start(&dirs);
+    let messages = |model: &str| json!({"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]});
+
+    for _ in 0..2 {
+        let (status, retry, body) =
+            refusal(server.post("/v1/chat/completions", &chat("broken", 2, false)));
+        assert_eq!((status, retry), (400, false), "{body}");
+        let error = &body["error"];
+        assert_eq!(error["code"], "model_not_servable", "{body}");
+        assert_eq!(error["type"], "invalid_request_error", "{body}");
+        assert!(
+            error["message"].as_str().unwrap().contains(&reasons[0]),
+            "{body}"
+        );
+    }
+    let (status, retry, body) = refusal(server.post("/v1/messages", &messages("broken")));
+    assert_eq!((status, retry), (400, false), "{body}");
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&reasons[0]),
+        "{body}"
+    );
+    for _ in 0..2 {
+        let (status, retry, body) = refusal(server.post("/v1/messages", &messages("broken-too")));
+        assert_eq!((status, retry), (400, false), "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&reasons[1]),
+            "{body}"
+        );
+    }
+    // One start each, by the first request; the later ones started none.
+    for name in ["broken", "broken-too"] {
+        let row = server.worker_row(name);
+        assert_eq!(
+            (row["restarts"].as_u64(), &row["state"]),
+            (Some(1), &json!("failed")),
+            "{row}"
+        );
+    }
+    assert!(server.worker_pids().is_empty());
+
+    let status = server.get_json("/v1/models/status");
+    for (name, reason) in ["broken", "broken-too"].into_iter().zip(&reasons) {
+        let row = status["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["id"] == name)
+            .unwrap();
+        assert_eq!(row["unservable"], reason.as_str(), "{row}");
+    }
+    let listed: Vec<Value> = server.get_json("/v1/models")["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|model| model["id"].clone())
+        .collect();
+    assert_eq!(listed, [json!("llama")]);
+    let answered = server.post("/v1/chat/completions", &chat("llama", 2, false));
+    assert_eq!(answered.status(), 200);
 }
 
 /// A worker executable that becomes the real worker only once the file `go` exists, which keeps

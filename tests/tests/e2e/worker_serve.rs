@@ -454,7 +454,7 @@ async fn a_garbage_frame_closes_the_connection_and_the_worker_exits() {
 }
 
 #[tokio::test]
-async fn a_model_that_fails_to_load_reports_load_failed_and_exits() {
+async fn a_model_that_can_never_load_reports_a_permanent_load_failure_and_exits() {
     let missing = tempfile::tempdir().unwrap();
     let (mut worker, listener) = Worker::spawn(&missing.path().join("absent"), TOKEN);
     let stream = accept(&listener).await;
@@ -462,7 +462,10 @@ async fn a_model_that_fails_to_load_reports_load_failed_and_exits() {
         .await
         .unwrap();
     match recv(&mut connection).await {
-        FromWorker::LoadFailed { message } => assert!(message.contains("absent"), "{message}"),
+        FromWorker::LoadFailed { message, permanent } => {
+            assert!(message.contains("absent"), "{message}");
+            assert!(permanent, "{message}");
+        }
         other => panic!("expected LoadFailed, got {other:?}"),
     }
     assert_eq!(worker.exit().await.code(), Some(1));

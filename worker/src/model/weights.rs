@@ -42,10 +42,12 @@ impl Weights {
                     message: error.to_string(),
                 })?;
             // Materialize now, as mlx-lm does: a loaded worker then holds its weights, and a
-            // file that fails to read fails the load rather than the first request.
-            mlx_rs::transforms::eval(arrays.values()).map_err(|error| ModelError::Safetensors {
-                path: file.clone(),
-                message: error.to_string(),
+            // file that fails to read fails the load rather than the first request. The header
+            // was checked above, so a failure here is the read's (I/O, memory), not the file's.
+            mlx_rs::transforms::eval(arrays.values()).map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action: "reading the tensors",
+                source,
             })?;
             for (name, array) in arrays {
                 tensors.insert(name, (array, file.clone()));
@@ -115,7 +117,7 @@ impl Weights {
         ) {
             return Err(ModelError::Dtype {
                 name: name.to_owned(),
-                path: file.unwrap_or_default(),
+                path: file,
                 found: format!("{:?}", array.dtype()),
                 expected: "a floating-point type",
             });
@@ -151,8 +153,12 @@ impl Weights {
         self.tensors.retain(|name, _| !name.starts_with(prefix));
     }
 
-    pub fn file_of(&self, name: &str) -> Option<PathBuf> {
-        self.tensors.get(name).map(|(_, file)| file.clone())
+    /// The file `name` is read from; the checkpoint's directory (or GGUF file) for a tensor
+    /// that is absent or already taken, so that an error always names a path.
+    pub fn file_of(&self, name: &str) -> PathBuf {
+        self.tensors
+            .get(name)
+            .map_or_else(|| self.model_dir.clone(), |(_, file)| file.clone())
     }
 
     /// Tensors no layer asked for, for a warning: checkpoints carry extras (rotary caches).
@@ -166,7 +172,7 @@ impl Weights {
     /// axis, as mlx-lm's `sanitize` stacks one tensor per expert.
     pub fn stack(&mut self, sources: &[String], target: &str) -> Result<(), ModelError> {
         let mut parts = Vec::with_capacity(sources.len());
-        let mut file = PathBuf::new();
+        let mut file = self.model_dir.clone();
         for source in sources {
             let (array, path) = self.take_any(source)?;
             parts.push(array);

@@ -96,6 +96,29 @@ async fn three_failed_starts_in_a_row_start_a_backoff_that_a_request_waits_for_w
 }
 
 #[tokio::test]
+async fn a_model_found_unservable_fails_its_request_as_such_and_starts_no_backoff() {
+    let sim = SimProcesses::default();
+    for _ in 0..2 {
+        sim.then(SimOutcome::LoadFails);
+    }
+    sim.then(SimOutcome::Unservable);
+    let pool = sim.pool(roomy());
+    for _ in 0..2 {
+        let failed = pool.acquire("m", NO_WAIT).await;
+        assert!(matches!(failed, Err(AcquireError::StartFailed { .. })));
+    }
+    let Err(AcquireError::Unservable { model, reason }) = pool.acquire("m", PATIENT).await else {
+        panic!("the request that waited on the start should hear the model is unservable");
+    };
+    assert_eq!(model, "m");
+    assert_eq!(reason, "/models/m: tensor model.norm.weight is missing");
+    assert_eq!(sim.launches(), 3);
+    // Still two failures in a row: the next start comes at once, with no backoff.
+    assert!(pool.acquire("m", NO_WAIT).await.is_ok());
+    assert_eq!(sim.launches(), 4);
+}
+
+#[tokio::test]
 async fn a_panicking_launcher_fails_the_start_instead_of_hanging() {
     let sim = SimProcesses::default();
     sim.then(SimOutcome::Panics);

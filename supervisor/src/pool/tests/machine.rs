@@ -148,16 +148,11 @@ fn failed_starts_restart_at_once_twice_then_back_off_exponentially() {
         let AcquireStep::Launch { generation, .. } = acquire(&mut state, "m", now) else {
             panic!("failure {streak} should start");
         };
-        state.launch_failed("m", generation, "boom".to_owned(), now);
+        state.launch_failed("m", generation, boom(), now);
         let StartFailedOrBackoff { exit, retry_at } =
             start_failed(state.acquire("m", now, 0, &|_| 0, true));
         assert_eq!(retry_at, now + secs(wait));
-        assert_eq!(
-            exit,
-            ExitInfo::LaunchFailed {
-                message: "boom".to_owned()
-            }
-        );
+        assert_eq!(exit, boom());
         if wait > 0 {
             let AcquireStep::Backoff { streak: seen, .. } =
                 acquire(&mut state, "m", now + secs(wait) - Duration::from_millis(1))
@@ -181,6 +176,41 @@ fn failed_starts_restart_at_once_twice_then_back_off_exponentially() {
     assert_eq!(generation, 6);
 }
 
+fn boom() -> ExitInfo {
+    ExitInfo::LaunchFailed {
+        message: "boom".to_owned(),
+    }
+}
+
+#[test]
+fn a_model_that_can_never_start_fails_its_waiters_at_once_and_adds_nothing_to_the_streak() {
+    let mut state = new_state();
+    let now = Instant::now();
+    for _ in 0..2 {
+        let AcquireStep::Launch { generation, .. } = acquire(&mut state, "m", now) else {
+            panic!("should start");
+        };
+        state.launch_failed("m", generation, boom(), now);
+    }
+    let AcquireStep::Launch { generation, .. } = acquire(&mut state, "m", now) else {
+        panic!("should start");
+    };
+    let unservable = ExitInfo::Unservable {
+        reason: "/m: tensor model.norm.weight is missing".to_owned(),
+    };
+    state.launch_failed("m", generation, unservable.clone(), now);
+    let StartFailedOrBackoff { exit, retry_at } =
+        start_failed(state.acquire("m", now, 0, &|_| 0, true));
+    assert_eq!((exit, retry_at), (unservable, now));
+    // Two failures in a row, as before: the third, if it comes, starts no backoff yet.
+    assert_eq!(state.entries["m"].streak, 2);
+    assert_eq!(state.snapshot()[0].restarts, 3);
+    assert!(matches!(
+        acquire(&mut state, "m", now),
+        AcquireStep::Launch { .. }
+    ));
+}
+
 struct StartFailedOrBackoff {
     exit: ExitInfo,
     retry_at: Instant,
@@ -201,7 +231,7 @@ fn a_ready_worker_killed_by_sigkill_restarts_at_once_whatever_the_streak() {
         let AcquireStep::Launch { generation, .. } = acquire(&mut state, "m", now) else {
             panic!("should start");
         };
-        state.launch_failed("m", generation, "boom".to_owned(), now);
+        state.launch_failed("m", generation, boom(), now);
     }
     let later = now + secs(60);
     start_ready(&mut state, "m", 7, later);

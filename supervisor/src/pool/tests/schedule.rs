@@ -18,7 +18,7 @@ use super::super::admission::AcquireStep;
 use super::super::lease::Lease;
 use super::super::machine::{ExitOutcome, Limits, PoolState, lock};
 use super::super::processes::LaunchedWorker;
-use super::super::state::{EntryState, ExitStatus, StopReason};
+use super::super::state::{EntryState, ExitInfo, ExitStatus, StopReason};
 use super::sim::Rng;
 use crate::memory::Budget;
 
@@ -205,7 +205,12 @@ impl World {
         self.next_pid += 1;
         let mut pool = lock(&self.pool);
         match self.rng.below(4) {
-            0 => pool.launch_failed(model, generation, "simulated".to_owned(), self.now),
+            0 => {
+                let exit = ExitInfo::LaunchFailed {
+                    message: "simulated".to_owned(),
+                };
+                pool.launch_failed(model, generation, exit, self.now);
+            }
             1 => {
                 let outcome = pool.on_exit(model, pid, ExitStatus::Signal(9), self.now);
                 assert_eq!(outcome, ExitOutcome::DuringStart);

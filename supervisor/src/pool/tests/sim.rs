@@ -21,6 +21,8 @@ use crate::memory::Budget;
 pub enum SimOutcome {
     Ready,
     LoadFails,
+    /// The worker finds that the model's files can never load.
+    Unservable,
     Panics,
 }
 
@@ -155,6 +157,10 @@ impl Processes for SimProcesses {
                     model,
                     pid,
                     message: "simulated load failure".to_owned(),
+                }),
+                SimOutcome::Unservable => Err(LaunchError::Unservable {
+                    reason: format!("/models/{model}: tensor model.norm.weight is missing"),
+                    model,
                 }),
                 SimOutcome::Panics => panic!("simulated launcher panic for {model}"),
             }

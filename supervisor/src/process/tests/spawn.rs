@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::super::run_dir::RunDir;
-use super::super::spawn::{ModelArgs, ModelLookup, Spawner};
+use super::super::spawn::{ModelArgs, ModelLookup, Spawner, naming};
 use crate::pool::LaunchError;
 
 fn launcher(
@@ -17,8 +17,12 @@ fn launcher(
     state: &tempfile::TempDir,
 ) -> (Spawner, mpsc::UnboundedReceiver<super::Exited>) {
     let run_dir = RunDir::create(state.path()).unwrap();
-    let lookup: ModelLookup =
-        std::sync::Arc::new(|model| (model == "known").then(|| PathBuf::from("/nowhere")));
+    let lookup: ModelLookup = std::sync::Arc::new(|model| match model {
+        "known" => Ok(PathBuf::from("/nowhere")),
+        _ => Err(format!(
+            "/models/{model}: tensor model.norm.weight is missing"
+        )),
+    });
     let (exits, exit_rx) = super::noted_exits();
     let launcher =
         Spawner::new(binary.into(), run_dir, lookup, exits).with_start_timeout(super::PATIENCE);
@@ -26,11 +30,36 @@ fn launcher(
 }
 
 #[tokio::test]
-async fn an_unknown_model_is_not_spawned() {
+async fn a_model_the_registry_does_not_serve_is_not_spawned_and_is_unservable_with_its_reason() {
     let state = tempfile::tempdir().unwrap();
     let (launcher, _exits) = launcher("/bin/sh", &state);
-    let err = launcher.launch("unknown", u64::MAX).await.unwrap_err();
-    assert!(matches!(err, LaunchError::Spawn { .. }), "{err}");
+    let err = launcher.launch("broken", u64::MAX).await.unwrap_err();
+    let LaunchError::Unservable { model, reason } = err else {
+        panic!("expected Unservable, got {err}");
+    };
+    assert_eq!(model, "broken");
+    assert_eq!(
+        reason,
+        "/models/broken: tensor model.norm.weight is missing"
+    );
+    assert_eq!(
+        std::fs::read_dir(state.path().join("run/workers"))
+            .unwrap()
+            .count(),
+        0,
+        "no worker was spawned"
+    );
+}
+
+#[test]
+fn a_load_failure_reason_always_names_the_models_path() {
+    let dir = Path::new("/models/tiny");
+    let named = "/models/tiny/model.safetensors: tensor x has shape [2], expected [3]";
+    assert_eq!(naming(dir, named.to_owned()), named);
+    assert_eq!(
+        naming(dir, "cannot read config.json".to_owned()),
+        "/models/tiny: cannot read config.json"
+    );
 }
 
 #[tokio::test]

@@ -111,7 +111,7 @@ fn aliases_resolve_and_unknown_names_do_not() {
     assert_eq!(registry.resolve("../../etc/passwd"), None);
     assert_eq!(
         registry.servable_path("llama-tiny"),
-        Some(root.path().join("m/llama-tiny").as_path())
+        Ok(root.path().join("m/llama-tiny").as_path())
     );
 }
 

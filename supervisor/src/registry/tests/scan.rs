@@ -201,7 +201,10 @@ done"#;
         registry.get("org/mlx").unwrap().unservable_reason(),
         Some("unknown architecture `mamba`")
     );
-    assert_eq!(registry.servable_path("org/mlx"), None);
+    assert_eq!(
+        registry.servable_path("org/mlx"),
+        Err("unknown architecture `mamba`".to_owned())
+    );
     assert_eq!(registry.resolve("fast"), Some("tiny:latest"));
     // As `ollama run tiny` reads it.
     assert_eq!(registry.resolve("tiny"), Some("tiny:latest"));
@@ -276,5 +279,46 @@ fn sources_are_named_as_the_tools_name_themselves() {
             "ollama",
             "default"
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_model_whose_files_cannot_load_stays_unservable_across_rescans_until_they_change() {
+    let home = tempfile::tempdir().unwrap();
+    let script = home.path().join("corral-worker");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let models = home.path().join("models");
+    let broken = models.join("broken");
+    model_at(&broken);
+    let catalog = Catalog {
+        sources: Sources {
+            models_dirs: vec![models.clone()],
+            ..Sources::default()
+        },
+        aliases: BTreeMap::new(),
+        worker: script,
+        fallback: None,
+    };
+    let shared = SharedRegistry::new(catalog).await.unwrap();
+    let reason = format!("{}: tensor model.norm.weight is missing", broken.display());
+    // A report about other files than those now listed under the id changes nothing.
+    shared.mark_unloadable("broken", &models.join("elsewhere"), &reason);
+    assert!(shared.current().get("broken").unwrap().is_servable());
+
+    shared.mark_unloadable("broken", &broken, &reason);
+    let marked = shared.current();
+    assert_eq!(marked.servable_path("broken"), Err(reason.clone()));
+    shared.rescan().await.unwrap();
+    assert_eq!(
+        shared.current().get("broken").unwrap().unservable_reason(),
+        Some(reason.as_str())
+    );
+
+    std::fs::write(broken.join("config.json"), r#"{"fixed": true}"#).unwrap();
+    shared.rescan().await.unwrap();
+    assert_eq!(
+        shared.current().servable_path("broken"),
+        Ok(broken.as_path())
     );
 }

@@ -137,10 +137,12 @@ impl Embedding {
     ) -> Result<Self, ModelError> {
         if weights.contains(&format!("{prefix}.scales")) {
             let shape = [vocab_size, hidden_size];
+            // Named before the load takes the tensor.
+            let file = weights.file_of(&format!("{prefix}.weight"));
             let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
             if weight.format.mode != QuantMode::Affine {
                 return Err(ModelError::Quantization {
-                    path: weights.file_of(prefix).unwrap_or_default(),
+                    path: file,
                     message: format!(
                         "{prefix}: an embedding quantized as {} is not supported (only affine)",
                         weight.format.mode.name()
@@ -201,7 +203,7 @@ impl QuantizedWeight {
             [] => (shape, 0),
         };
         let weight_name = format!("{prefix}.weight");
-        let file = weights.file_of(&weight_name).unwrap_or_default();
+        let file = weights.file_of(&weight_name);
         let Some(Quantization {
             group_size,
             bits,

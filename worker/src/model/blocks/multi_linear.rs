@@ -26,12 +26,12 @@ impl MultiLinear {
         quantization: Option<Quantization>,
     ) -> Result<Self, ModelError> {
         if weights.contains(&format!("{prefix}.scales")) {
+            // Named before the load takes the tensor.
+            let file = weights.file_of(&format!("{prefix}.scales"));
             let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
             if weight.format.mode != QuantMode::Affine {
                 return Err(ModelError::Quantization {
-                    path: weights
-                        .file_of(&format!("{prefix}.scales"))
-                        .unwrap_or_default(),
+                    path: file,
                     message: format!("{prefix}: only affine quantization is supported per head"),
                 });
             }
