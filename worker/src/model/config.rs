@@ -65,6 +65,9 @@ pub enum RopeScaling {
         beta_slow: f64,
         mscale: f64,
         mscale_all_dim: f64,
+        /// Whether the blend's ends are rounded to whole pairs (transformers' `truncate`,
+        /// false in gpt-oss's config; mlx-lm always rounds).
+        truncate: bool,
     },
     /// Phi-3's longrope (`su`): the long factors at every length (mlx-lm never uses the short
     /// ones), and queries and keys scaled by the context's growth. The lengths are where the
@@ -517,17 +520,9 @@ fn wrapper_vocab(
 
 /// mistral3's text model has its own `lm_head` unless its config says otherwise.
 fn untied_unless_stated(
-    config: &serde_json::Value,
+    _: &serde_json::Value,
     text: &mut serde_json::Map<String, serde_json::Value>,
 ) {
-    // transformers 5 ties a wrapper's head by the wrapper's own key, whatever its text
-    // config says.
-    if let Some(tied) = config
-        .get("tie_word_embeddings")
-        .filter(|tied| tied.is_boolean())
-    {
-        text.insert("tie_word_embeddings".into(), tied.clone());
-    }
     text.entry("tie_word_embeddings").or_insert(false.into());
 }
 
@@ -563,6 +558,14 @@ impl Wrapper {
                 self.model_type,
                 SUPPORTED.join(", ")
             ));
+        }
+        // transformers 5 ties a wrapper's head by the wrapper's own key, whatever its text
+        // config says.
+        if let Some(tied) = config
+            .get("tie_word_embeddings")
+            .filter(|tied| tied.is_boolean())
+        {
+            text.insert("tie_word_embeddings".into(), tied.clone());
         }
         (self.adjust)(config, &mut text);
         Ok(text.into())
@@ -614,6 +617,10 @@ pub fn parse_rope_scaling(
             beta_slow: number("beta_slow", Some(1.0))?,
             mscale: number("mscale", Some(1.0))?,
             mscale_all_dim: number("mscale_all_dim", Some(0.0))?,
+            truncate: value
+                .get("truncate")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true),
         })),
         "longrope" | "su" => {
             let long_factor = value

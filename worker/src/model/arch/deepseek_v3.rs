@@ -10,7 +10,7 @@
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec};
 use crate::model::blocks::mlp::Mlp;
-use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
@@ -67,6 +67,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                         .map(FeedForward::Dense);
                 };
                 let inner = moe.inner;
+                unfuse_experts(weights, &mlp)?;
                 let names = ExpertNames::swiglu_under(&mlp);
                 let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
                 if let Some(shared) = shared_experts {
@@ -78,9 +79,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             })
         })
         .collect::<Result<_, _>>()?;
-    // mlx-lm's model always has its own lm_head.
+    // mlx-lm's model always has its own lm_head; transformers ties it where the config says so.
     let untied = ModelConfig {
-        tie_word_embeddings: Some(false),
+        tie_word_embeddings: config.tie_word_embeddings.or(Some(false)),
         ..config.clone()
     };
     Decoder::load(weights, &untied, layers)

@@ -44,12 +44,28 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     if layer_types.len() != layers as usize {
         return Err(bad(format!("layer_types must name {layers} layers")));
     }
-    let global_head_dim = config
-        .key_or_null("global_head_dim", 512)?
-        .filter(|&dim| dim > 0)
-        .unwrap_or(config.head_dim);
+    // transformers 5.23 writes the full-attention layers' head size and KV heads as overrides
+    // per layer (`per_layer_config`), where earlier configs have `global_head_dim` and
+    // `num_global_key_value_heads`.
+    let per_layer: HashMap<String, LayerOverride> =
+        config.key_or("per_layer_config", HashMap::new())?;
+    let full_override = layer_types
+        .iter()
+        .position(|kind| kind == "full_attention")
+        .and_then(|index| per_layer.get(&index.to_string()));
+    let global_head_dim = match full_override.and_then(|layer| layer.head_dim) {
+        Some(dim) => dim,
+        None => config
+            .key_or_null("global_head_dim", 512)?
+            .filter(|&dim| dim > 0)
+            .unwrap_or(config.head_dim),
+    };
     let k_eq_v: bool = config.key_or("attention_k_eq_v", false)?;
-    let global_kv_heads: Option<i32> = config.key("num_global_key_value_heads")?;
+    let global_kv_heads: Option<i32> =
+        match full_override.and_then(|layer| layer.num_key_value_heads) {
+            Some(heads) => Some(heads),
+            None => config.key("num_global_key_value_heads")?,
+        };
     let shared_layers: i32 = config.key_or("num_kv_shared_layers", 20)?;
     let first_shared = layers - shared_layers;
     let double_wide: bool = config.key_or("use_double_wide_mlp", true)?;
@@ -150,6 +166,13 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         )?);
     }
     Ok(decoder)
+}
+
+/// One layer's entry in transformers 5.23's `per_layer_config`.
+#[derive(serde::Deserialize)]
+struct LayerOverride {
+    head_dim: Option<i32>,
+    num_key_value_heads: Option<i32>,
 }
 
 /// The rotation of the layers of `kind` (`rope_parameters[kind]`, mlx-lm's defaults when the

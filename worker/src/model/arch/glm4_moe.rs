@@ -8,7 +8,7 @@
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
-use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
 use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
@@ -70,6 +70,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
                         .map(FeedForward::Dense);
                 };
+                unfuse_experts(weights, &mlp)?;
                 let names = ExpertNames::swiglu_under(&mlp);
                 let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
                 if let Some(shared) = shared_experts {

@@ -4,8 +4,9 @@
 //! SwiGLU is clamped. The head is never tied.
 //!
 //! openai's checkpoint fuses each expert's gate and up projections into `gate_up_proj` with
-//! their rows interleaved, and ships the experts as MXFP4 blocks (`_blocks`, `_scales`); both are
-//! split and renamed here as mlx-lm's `sanitize` does.
+//! their rows interleaved, and ships the experts as MXFP4 blocks (`_blocks`, `_scales`), or
+//! unquantized and input-major as transformers writes them; all are split and renamed here into
+//! mlx-lm's names.
 
 use mlx_rs::Dtype;
 
@@ -102,8 +103,16 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 /// openai's expert tensors under `experts` as mlx-community names them: `gate_up_proj` (rows
 /// interleaved gate, up, gate, ...) split into `gate_proj` and `up_proj`, MXFP4 `_blocks` (bytes
 /// of `[.., groups, 16]`) as packed `.weight` words, `_scales` as `.scales`, `_bias` as `.bias`.
+/// The same unquantized, as transformers writes them (a BF16 release, or `save_pretrained`):
+/// `gate_up_proj` and `down_proj` without a suffix, input-major (`[experts, in, out]`).
 fn split_original_experts(weights: &mut Weights, experts: &str) -> Result<(), ModelError> {
     for projection in ["gate_up_proj", "down_proj"] {
+        weights.convert(
+            &format!("{experts}.{projection}"),
+            &format!("{experts}.{projection}.weight"),
+            "transposing unquantized experts",
+            |input_major| input_major.swap_axes(-1, -2),
+        )?;
         let blocks = format!("{experts}.{projection}_blocks");
         let packed = format!("{experts}.{projection}.weight");
         weights.convert(&blocks, &packed, "packing MXFP4 blocks", |blocks| {

@@ -3,18 +3,43 @@
 //! pairs (`traditional`); query and key heads are RMS-normalized without a weight before the
 //! rotation (`use_qk_norm`); the MLP is `feed_forward`, `intermediate_size_mlp` wide. An untied
 //! head is `output`.
+//!
+//! transformers' `llama4_text` is also Scout's and Maverick's text model on its own
+//! (`Llama4ForCausalLM`), with experts in the layers `moe_layers` lists: that one is built as
+//! the `llama4` wrapper's text model.
 
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::moe::MoeSpec;
 use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+use super::llama4;
+
+/// Scout's text model has experts where `moe_layers` lists layers; MobileLLM-R1 has none.
+fn has_experts(config: &ModelConfig) -> Result<bool, ModelError> {
+    Ok(!config
+        .key_or::<Vec<i32>>("moe_layers", Vec::new())?
+        .is_empty())
+}
+
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    if has_experts(config)? {
+        llama4::experts(config)
+    } else {
+        Ok(None)
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    if has_experts(config)? {
+        return llama4::build(config, weights);
+    }
     let uses_rope: Vec<i32> = config.required("no_rope_layers")?;
     if uses_rope.len() < config.num_layers as usize {
         return Err(ModelError::Config {

@@ -75,7 +75,7 @@ const ARCHITECTURES: &[Architecture] = &[
     moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts),
     dense("llama", llama::build),
     moe("llama4", llama4::build, llama4::experts),
-    dense("llama4_text", llama4_text::build),
+    moe("llama4_text", llama4_text::build, llama4_text::experts),
     dense("ministral3", ministral3::build),
     dense("mistral", llama::build),
     dense("mistral3", mistral3::build),

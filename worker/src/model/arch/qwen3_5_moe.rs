@@ -4,9 +4,7 @@
 //! (`[experts, 2 × inner, hidden]`, gate rows first) and `experts.down_proj`; they are split
 //! and renamed to the stacked layout here, as mlx-lm's `sanitize` does.
 
-use mlx_rs::Array;
-use mlx_rs::error::Exception;
-
+use crate::model::blocks::moe::unfuse_experts;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
@@ -14,19 +12,7 @@ use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     for index in 0..config.num_layers {
-        let mlp = format!("model.layers.{index}.mlp");
-        let stacked = |name: &str| format!("{mlp}.switch_mlp.{name}.weight");
-        weights.convert_into(
-            &format!("{mlp}.experts.gate_up_proj"),
-            [&stacked("gate_proj"), &stacked("up_proj")],
-            "splitting the experts' gate_up_proj",
-            |fused| {
-                let halves = fused.split_equal(2, -2)?;
-                let copy = |half: &Array| -> Result<Array, Exception> { half.contiguous() };
-                Ok([copy(&halves[0])?, copy(&halves[1])?])
-            },
-        )?;
-        weights.rename(&format!("{mlp}.experts.down_proj"), &stacked("down_proj"));
+        unfuse_experts(weights, &format!("model.layers.{index}.mlp"))?;
     }
     super::qwen3_5::build(config, weights)
 }

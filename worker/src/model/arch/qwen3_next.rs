@@ -13,7 +13,7 @@ use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::gated_delta::{DeltaSpec, GatedDeltaNet};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::Mlp;
-use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
 use crate::model::config::{ModelConfig, RopeScaling};
@@ -142,6 +142,7 @@ pub(super) fn hybrid(
             };
             let mlp = format!("{prefix}.mlp");
             let feed_forward = if sparse[index as usize] {
+                unfuse_experts(weights, &mlp)?;
                 let names = ExpertNames::swiglu_under(&mlp);
                 let experts =
                     Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;

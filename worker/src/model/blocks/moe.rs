@@ -75,6 +75,24 @@ impl ExpertNames {
     }
 }
 
+/// transformers 5's own layout of a layer's experts, `{mlp}.experts.gate_up_proj`
+/// (`[experts, 2 × inner, hidden]`, gate rows first) and `{mlp}.experts.down_proj`, split and
+/// renamed to the stacked `{mlp}.switch_mlp.*` names; nothing when the layer has neither.
+pub fn unfuse_experts(weights: &mut Weights, mlp: &str) -> Result<(), ModelError> {
+    let stacked = |name: &str| format!("{mlp}.switch_mlp.{name}.weight");
+    weights.convert_into(
+        &format!("{mlp}.experts.gate_up_proj"),
+        [&stacked("gate_proj"), &stacked("up_proj")],
+        "splitting the experts' gate_up_proj",
+        |fused| {
+            let halves = fused.split_equal(2, -2)?;
+            Ok([halves[0].contiguous()?, halves[1].contiguous()?])
+        },
+    )?;
+    weights.rename(&format!("{mlp}.experts.down_proj"), &stacked("down_proj"));
+    Ok(())
+}
+
 pub struct Moe {
     router: Linear,
     routing: Routing,

@@ -82,6 +82,7 @@ impl Rope {
                 beta_slow,
                 mscale,
                 mscale_all_dim,
+                truncate,
             }) => {
                 input_scale =
                     (yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)) as f32;
@@ -91,6 +92,7 @@ impl Rope {
                     original_max_position_embeddings,
                     beta_fast,
                     beta_slow,
+                    truncate,
                 );
                 (1.0, Some(yarn_freqs(dims, base, factor, range)?))
             }
@@ -295,15 +297,20 @@ fn yarn_correction_range(
     original_max_position_embeddings: f64,
     beta_fast: f64,
     beta_slow: f64,
+    truncate: bool,
 ) -> (f64, f64) {
     let dims = f64::from(dims);
     let correction_dim = |rotations: f64| {
         dims * (original_max_position_embeddings / (rotations * 2.0 * std::f64::consts::PI)).ln()
             / (2.0 * f64::from(base).ln())
     };
-    let low = correction_dim(beta_fast).floor().max(0.0);
-    let high = correction_dim(beta_slow).ceil().min(dims - 1.0);
-    (low, high)
+    let (low, high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+    let (low, high) = if truncate {
+        (low.floor(), high.ceil())
+    } else {
+        (low, high)
+    };
+    (low.max(0.0), high.min(dims - 1.0))
 }
 
 /// YaRN's wavelengths: each pair's `factor`-scaled and unscaled wavelengths blended by a ramp
