@@ -316,14 +316,5 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore() {
             ));
         }
     }
-    for supported in SUPPORTED_ARCHITECTURES {
-        assert!(
-            architectures
-                .values()
-                .flat_map(|variants| variants.values())
-                .any(|variant| variant.model_type == *supported),
-            "{supported} is served but has no reference checkpoint"
-        );
-    }
     eprintln!("checked against mlx-lm:\n{}", checked.join("\n"));
 }

@@ -7,6 +7,7 @@ pub const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "gemma4",
     "gemma4_text",
+    "glm4",
     "glm4_moe",
     "glm4_moe_lite",
     "gpt_oss",
@@ -29,5 +30,6 @@ pub const SUPPORTED: &[&str] = &[
     "qwen3_5_moe",
     "qwen3_moe",
     "qwen3_next",
+    "seed_oss",
     "smollm3",
 ];

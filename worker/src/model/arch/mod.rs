@@ -5,6 +5,7 @@
 mod deepseek_v3;
 mod gemma3_text;
 mod gemma4_text;
+mod glm4;
 mod glm4_moe;
 mod gpt_oss;
 mod granite;
@@ -23,6 +24,7 @@ mod qwen3_5;
 mod qwen3_5_moe;
 mod qwen3_moe;
 mod qwen3_next;
+mod seed_oss;
 mod smollm3;
 
 use super::blocks::moe::MoeSpec;
@@ -65,6 +67,7 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("gemma3_text", gemma3_text::build),
     moe("gemma4", gemma4_text::build, gemma4_text::experts),
     moe("gemma4_text", gemma4_text::build, gemma4_text::experts),
+    dense("glm4", glm4::build),
     moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
     moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts),
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
@@ -87,6 +90,7 @@ const ARCHITECTURES: &[Architecture] = &[
     moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts),
     moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts),
     moe("qwen3_next", qwen3_next::build, qwen3_next::experts),
+    dense("seed_oss", seed_oss::build),
     dense("smollm3", smollm3::build),
 ];
 

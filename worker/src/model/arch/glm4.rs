@@ -1,0 +1,65 @@
+//! GLM-4 (GLM-4-9B-0414, GLM-4-32B-0414; mlx-lm's `glm4.py`): q/k/v biases, a rotation of the
+//! first `partial_rotary_factor` of each head in adjacent pairs, the MLP's gate and up fused in
+//! `gate_up_proj` (split at load), and each block's output normalized before its residual sum
+//! (`post_self_attn_layernorm`, `post_mlp_layernorm`) besides the usual pre-norms.
+
+use crate::model::blocks::attention::{Attention, AttentionSpec};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::norm::Norm;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let partial: f64 = config.rope_key_or("partial_rotary_factor", 0.5)?;
+    let rope_dims = (f64::from(config.head_dim) * partial) as i32;
+    let rope = Rope::new(
+        rope_dims,
+        config.rope_theta,
+        true,
+        config.rope_scaling.clone(),
+    )
+    .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    let qkv_bias: bool = config.key_or("attention_bias", true)?;
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let prefix = format!("model.layers.{index}");
+            let mut norm =
+                |name: &str| Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps);
+            let input_norm = norm("input_layernorm")?;
+            let post_attention_norm = norm("post_self_attn_layernorm")?;
+            let pre_feed_forward_norm = norm("post_attention_layernorm")?;
+            let post_feed_forward_norm = norm("post_mlp_layernorm")?;
+            let attention = AttentionSpec {
+                qkv_bias,
+                ..AttentionSpec::new(config, rope.clone())
+            };
+            let attention =
+                Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
+            let mlp = Mlp::load_fused(
+                weights,
+                config,
+                &format!("{prefix}.mlp"),
+                config.intermediate_size()?,
+            )?;
+            Ok(DecoderLayer {
+                input_norm,
+                mixer: attention.into(),
+                post_attention_norm: Some(post_attention_norm),
+                pre_feed_forward_norm,
+                feed_forward: FeedForward::Dense(mlp),
+                post_feed_forward_norm: Some(post_feed_forward_norm),
+                residual_scale: None,
+                per_layer_gate: None,
+                output_scale: None,
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let norm = Norm::rms(weights, "model.norm.weight", hidden, eps)?;
+    let tied = !weights.contains("lm_head.weight");
+    Decoder::load_around(weights, config, layers, norm, tied)
+}
