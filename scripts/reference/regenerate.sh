@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
-# tests/data/toolchain (toolchain.py: each architecture as transformers and mlx_lm.convert
-# write it, with each one's logits),
+# tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
+# llama.cpp's converter and quantizer write it, with each one's logits),
 # tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
 # tests/data/smollm2_reference.json with transformers and llama.cpp,
 # tests/data/smollm2_requantized.json (llama.cpp's greedy answers on SmolLM2 as Q4_K_M, Q5_K_M and
@@ -63,8 +63,21 @@ if [[ $(cat "$toolchain_venv/corral-pins" 2>/dev/null) != "$toolchain_pins" ]]; 
   "$toolchain_venv/bin/pip" install --quiet $toolchain_pins
   echo "$toolchain_pins" >"$toolchain_venv/corral-pins"
 fi
+# llama.cpp's logits on the GGUF layouts (toolchain_gguf.py): llama-cpp-python 0.3.36's own
+# package runs from the sdist on the shared libraries `cargo xtask setup` built from it, so
+# this venv holds only the package's dependencies; its converter runs in hf-venv.
+llama_cpp_venv=$work/llama-cpp-venv
+llama_cpp_pins="numpy==2.4.6 diskcache==5.6.3 typing-extensions==4.16.0 jinja2==3.1.6"
+if [[ $(cat "$llama_cpp_venv/corral-pins" 2>/dev/null) != "$llama_cpp_pins" ]]; then
+  rm -rf "$llama_cpp_venv"
+  python3 -m venv "$llama_cpp_venv"
+  # shellcheck disable=SC2086
+  "$llama_cpp_venv/bin/pip" install --quiet $llama_cpp_pins
+  echo "$llama_cpp_pins" >"$llama_cpp_venv/corral-pins"
+fi
 "$toolchain_venv/bin/python" "$root/scripts/reference/toolchain.py" \
-  "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain"
+  "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
+  "$llama_cpp_venv/bin/python"
 echo "wrote $root/tests/data/toolchain"
 
 # A venv of its own: these pins do not mix with mlx-lm's. Rebuilt whenever the pins change.

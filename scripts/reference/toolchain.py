@@ -1,7 +1,10 @@
 """Each served architecture in every layout its users download, made by the tools that make
 those files, with each layout's reference logits from its own implementation.
 
-Usage: toolchain.py SPEC.json OUT_DIR [ARCH ...]
+Usage: toolchain.py SPEC.json OUT_DIR LLAMA_CPP_PYTHON [ARCH ...]
+
+LLAMA_CPP_PYTHON: the Python of a venv with llama-cpp-python's dependencies (its package and
+llama.cpp come from build/llama-quantize/, see toolchain_gguf.py).
 
 For each architecture in SPEC.json (all of them, or the ones named), OUT_DIR/<arch>/ gets:
 
@@ -15,6 +18,8 @@ For each architecture in SPEC.json (all of them, or the ones named), OUT_DIR/<ar
 - mlx: `mlx_lm.convert` of hf in float32, the mlx-community layout; reference: mlx-lm.
 - mlx-q4: `mlx_lm.convert -q` (affine, 4 bits, group 64, the model's own quant predicate);
   reference: mlx-lm.
+- gguf-f32, gguf-f16, gguf-q8_0, gguf-q4_k_m: llama.cpp's converter and quantizer on hf
+  (toolchain_gguf.py); reference: llama.cpp.
 
 A tool that cannot make a layout (mlx-lm has no such model, or fails on transformers' file) is
 recorded in index.json with its error instead of a directory: never a hand-made stand-in.
@@ -37,13 +42,14 @@ from pathlib import Path
 import torch
 import transformers
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, PreTrainedTokenizerFast
 
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from architectures import prompt_ids, reference as mlx_reference  # noqa: E402
+from toolchain_gguf import make_gguf  # noqa: E402
 from mlx_lm.convert import convert  # noqa: E402
 from mlx_lm.utils import load as mlx_load  # noqa: E402
 
@@ -93,12 +99,25 @@ def redraw(model, seed):
 
 
 def tokenizer(size):
-    """A word-level vocabulary of `size` tokens: mlx_lm.convert needs a tokenizer to copy; the
-    logits tests feed token ids."""
-    vocab = {f"t{i}": i for i in range(size)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0", eos_token="t1")
+    """A byte-level BPE of `size` tokens (GPT-2's pre-tokenizer and byte alphabet, cut down to
+    the printable ASCII bytes, a few merges and an end token): mlx_lm.convert copies a
+    tokenizer, and llama.cpp's converter and loader want BPE merges; the logits tests feed
+    token ids."""
+    byte_chars = pre_tokenizers.ByteLevel.alphabet()
+    # GPT-2's byte-to-character table maps the printable ASCII bytes to themselves, except
+    # the space, which becomes "Ġ".
+    printable = ["\u0120" if b == 0x20 else chr(b) for b in range(0x20, 0x7F)]
+    assert set(printable) <= set(byte_chars)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    pairs = [("\u0120", c) for c in letters] + [tuple(p) for p in ("th", "he", "in", "er", "an", "re")]
+    pairs = pairs[: size - len(printable) - 1]
+    vocab = {token: i for i, token in enumerate(printable + ["".join(p) for p in pairs])}
+    core = Tokenizer(models.BPE(vocab, pairs))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(["<|endoftext|>"])
+    assert core.get_vocab_size() == size
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
 
 
 def hf_reference(model, vocab, prompt_length, decode_steps):
@@ -174,7 +193,7 @@ def transformers_decides(entry, float_logits, q4_logits, prompt_length):
         q4["quantization_bound"] = round(2 * noise, 4)
 
 
-def make_architecture(name, spec, out, prompt_length, decode_steps):
+def make_architecture(name, spec, out, prompt_length, decode_steps, llama_python):
     arch_dir = out / name
     shutil.rmtree(arch_dir, ignore_errors=True)
     arch_dir.mkdir(parents=True)
@@ -216,12 +235,13 @@ def make_architecture(name, spec, out, prompt_length, decode_steps):
     departed = entry["layouts"]["mlx"].get("max_abs_diff_to_transformers", 0) > FLOAT_TOLERANCE
     if departed:
         transformers_decides(entry, made["mlx"], made.get("mlx-q4"), prompt_length)
+    make_gguf(entry, hf_dir, arch_dir, ref, llama_python, decode_steps, top_two_gap, FLOAT_TOLERANCE)
     return entry
 
 
 def main():
-    spec_path, out = Path(sys.argv[1]), Path(sys.argv[2])
-    only = sys.argv[3:]
+    spec_path, out, llama_python = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    only = sys.argv[4:]
     spec = json.loads(spec_path.read_text())
     out.mkdir(parents=True, exist_ok=True)
     index_path = out / "index.json"
@@ -232,7 +252,7 @@ def main():
         print(f"{name} ({arch['mirrors']})", flush=True)
         try:
             index["architectures"][name] = make_architecture(
-                name, arch, out, spec["prompt_length"], spec["decode_steps"]
+                name, arch, out, spec["prompt_length"], spec["decode_steps"], llama_python
             )
         except Exception as error:  # transformers itself cannot make it: say so
             last = traceback.format_exception_only(error)[-1].strip()
@@ -249,6 +269,7 @@ def main():
         "torch": torch.__version__,
         "mlx": version("mlx"),
         "mlx_lm": version("mlx-lm"),
+        "llama_cpp": "llama-cpp-python 0.3.36's llama.cpp",
     }
     index["architectures"] = dict(sorted(index["architectures"].items()))
     # What the tools cannot make, and what they make but corral does not yet serve as they do:
