@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::embedding::bert::EncoderConfig;
 use crate::embedding::layout::{self, ConfigHead, Layout, Pooling, Role};
 use crate::gguf::{self, GgufHeader};
-use crate::model::{self, ModelConfig, QuantMode};
+use crate::model::{self, ModelConfig};
 use crate::sampling_defaults;
 
 pub fn describe(path: &Path) -> ModelDescription {
@@ -144,10 +144,7 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
             description.active_parameters = count.active;
         }
         if let Some(quantization) = config.quantization {
-            description.quantization = Some(match quantization.mode {
-                QuantMode::Mxfp4 => "mxfp4".to_owned(),
-                QuantMode::Affine => format!("{}-bit", quantization.bits),
-            });
+            description.quantization = Some(quantization.mode.label(quantization.bits));
         } else if description.quantization.is_none() {
             description.quantization = config
                 .key::<String>("dtype")

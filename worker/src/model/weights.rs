@@ -89,6 +89,11 @@ impl Weights {
             .map(|(array, _)| array.shape().to_vec())
     }
 
+    /// A tensor's type, if present, leaving it in place.
+    pub fn dtype_of(&self, name: &str) -> Option<Dtype> {
+        self.tensors.get(name).map(|(array, _)| array.dtype())
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
     }
