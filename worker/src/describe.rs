@@ -169,8 +169,15 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         Some("a vision model (config.json has vision_config); corral serves text models".into())
     } else if let Some(reason) = unservable_role(dir, role, &head) {
         Some(reason)
-    } else if let (Role::Chat, Err(error)) = (role, decoder) {
+    } else if let (Role::Chat, Err(error)) = (role, &decoder) {
         Some(error.to_string())
+    } else if let Some(reason) = decoder
+        .is_ok()
+        .then(|| model::unrunnable_quantization(dir).ok().flatten())
+        .flatten()
+    {
+        // Unreadable headers are the load's to name, as for the parameter count.
+        Some(reason)
     } else if weights.is_empty() {
         Some(format!("{}: no *.safetensors weights", dir.display()))
     } else if !dir.join("tokenizer.json").is_file() {
