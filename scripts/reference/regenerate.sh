@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
 # tiny random checkpoints of each architecture with their logits) with mlx-lm,
+# tests/data/quant_modes (quant_modes.py: some of them as mlx_lm.convert quantizes them in each
+# mode and recipe, with their logits),
 # tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
 # llama.cpp's converter and quantizer write it, with each one's logits),
 # tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
@@ -47,6 +49,11 @@ echo "wrote $root/tests/data/reference_logits.json"
 "$venv/bin/python" "$root/scripts/reference/architectures.py" \
   "$root/scripts/reference/architectures.json" "$root/tests/data/architectures"
 echo "wrote $root/tests/data/architectures"
+
+# Those float checkpoints as mlx_lm.convert quantizes them in each mode and recipe.
+"$venv/bin/python" "$root/scripts/reference/quant_modes.py" \
+  "$root/tests/data/architectures" "$root/tests/data/quant_modes"
+echo "wrote $root/tests/data/quant_modes"
 
 bash "$root/scripts/reference/gguf_architectures.sh"
 

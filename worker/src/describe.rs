@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::embedding::bert::EncoderConfig;
 use crate::embedding::layout::{self, ConfigHead, Layout, Pooling, Role};
 use crate::gguf::{self, GgufHeader};
-use crate::model::{self, ModelConfig, QuantMode};
+use crate::model::{self, ModelConfig};
 use crate::sampling_defaults;
 
 pub fn describe(path: &Path) -> ModelDescription {
@@ -144,10 +144,7 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
             description.active_parameters = count.active;
         }
         if let Some(quantization) = config.quantization {
-            description.quantization = Some(match quantization.mode {
-                QuantMode::Mxfp4 => "mxfp4".to_owned(),
-                QuantMode::Affine => format!("{}-bit", quantization.bits),
-            });
+            description.quantization = Some(quantization.mode.label(quantization.bits));
         } else if description.quantization.is_none() {
             description.quantization = config
                 .key::<String>("dtype")
@@ -172,8 +169,15 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         Some("a vision model (config.json has vision_config); corral serves text models".into())
     } else if let Some(reason) = unservable_role(dir, role, &head) {
         Some(reason)
-    } else if let (Role::Chat, Err(error)) = (role, decoder) {
+    } else if let (Role::Chat, Err(error)) = (role, &decoder) {
         Some(error.to_string())
+    } else if let Some(reason) = decoder
+        .is_ok()
+        .then(|| model::unrunnable_quantization(dir).ok().flatten())
+        .flatten()
+    {
+        // Unreadable headers are the load's to name, as for the parameter count.
+        Some(reason)
     } else if weights.is_empty() {
         Some(format!("{}: no *.safetensors weights", dir.display()))
     } else if !dir.join("tokenizer.json").is_file() {

@@ -19,6 +19,7 @@ mod lifecycle;
 mod operations;
 mod prefix_cache;
 mod pull;
+mod quant_modes;
 mod recurrent_prefix_cache;
 mod reference_logits;
 mod rerank;

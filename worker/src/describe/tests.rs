@@ -110,3 +110,34 @@ fn a_checkpoint_is_described_with_its_parameters_active_parameters_and_quantizat
         (Some(65_856), None)
     );
 }
+
+/// Checkpoints mlx_lm.convert quantized in each mode and recipe count their float original's
+/// parameters and are servable, named by their mode; nvfp4 experts with a global scale each are
+/// refused by layer and mode.
+#[test]
+fn each_quantization_mode_is_described_and_what_mlx_cannot_compute_is_unservable() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let float = |arch: &str| describe(&data.join("architectures").join(arch).join("f32"));
+    for (fixture, arch, label) in [
+        ("llama_mixed_2_6", "llama", "4-bit"),
+        ("llama_nvfp4", "llama", "nvfp4"),
+        ("qwen3_moe_mxfp8", "qwen3_moe", "mxfp8"),
+        ("gpt_oss_mxfp4", "gpt_oss", "mxfp4"),
+    ] {
+        let described = describe(&data.join("quant_modes").join(fixture));
+        assert_eq!(described.unservable, None, "{fixture}");
+        assert_eq!(described.quantization.as_deref(), Some(label), "{fixture}");
+        let original = float(arch);
+        assert_eq!(
+            (described.parameters, described.active_parameters),
+            (original.parameters, original.active_parameters),
+            "{fixture}"
+        );
+    }
+    let refused = describe(&data.join("quant_modes/qwen3_moe_nvfp4_global_scale"));
+    let reason = refused.unservable.unwrap();
+    assert!(
+        reason.contains("model.layers.1.mlp.switch_mlp.") && reason.contains("nvfp4"),
+        "{reason}"
+    );
+}

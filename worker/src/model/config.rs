@@ -79,13 +79,27 @@ pub enum RopeScaling {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// How MLX packed one layer's weight: `{layer}.weight` holds `bits`-bit values in `uint32`
+/// words, `{layer}.scales` one scale per `group_size` of them (and affine's `{layer}.biases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quantization {
     pub group_size: i32,
     pub bits: i32,
-    /// A per-layer entry without a mode is affine, whatever the model's mode, as in mlx-lm.
-    #[serde(default)]
     pub mode: QuantMode,
+}
+
+/// A `quantization` entry as mlx-lm writes it. The mixed recipes write `"group_size": null`
+/// unless convert is given one, and an entry without a mode is affine whatever the model's mode
+/// (mlx-lm passes the entry to `to_quantized`, whose defaults these are).
+#[derive(Deserialize)]
+struct RawQuantization {
+    group_size: Option<i32>,
+    bits: Option<i32>,
+    #[serde(default)]
+    mode: QuantMode,
+    /// nvfp4 experts with one tensor scale each (`quantize_model(global_scale=True)`).
+    #[serde(default)]
+    global_scale: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -96,14 +110,107 @@ pub enum QuantMode {
     Affine,
     /// OCP microscaling: 4-bit floats (e2m1) with a shared power-of-two scale (e8m0) per 32.
     Mxfp4,
+    /// OCP microscaling: 8-bit floats (e4m3) with a shared power-of-two scale (e8m0) per 32.
+    Mxfp8,
+    /// NVIDIA's 4-bit floats (e2m1) with an e4m3 scale per 16.
+    Nvfp4,
 }
+
+/// Why nvfp4 experts quantized with one tensor scale each (`quantize_model(global_scale=True)`)
+/// are refused: MLX 0.32's dequantize takes such a scale but its gather_qmm does not (mlx-lm
+/// 0.32.2 passes one and fails on it), so nothing computes them as mlx-lm means.
+pub const GLOBAL_SCALE_UNSUPPORTED: &str =
+    "with a global scale per expert is not supported: MLX's gather_qmm takes none";
+
+/// The float modes, which keep their scales as `uint8` and have no biases.
+const FLOAT_MODES: [QuantMode; 3] = [QuantMode::Mxfp4, QuantMode::Mxfp8, QuantMode::Nvfp4];
 
 impl QuantMode {
     pub fn name(self) -> &'static str {
         match self {
             Self::Affine => "affine",
             Self::Mxfp4 => "mxfp4",
+            Self::Mxfp8 => "mxfp8",
+            Self::Nvfp4 => "nvfp4",
         }
+    }
+
+    /// The group size and bits MLX uses when an entry leaves them out; a float mode's only ones.
+    fn defaults(self) -> (i32, i32) {
+        match self {
+            Self::Affine => (64, 4),
+            Self::Mxfp4 => (32, 4),
+            Self::Mxfp8 => (32, 8),
+            Self::Nvfp4 => (16, 4),
+        }
+    }
+
+    /// Whether MLX (`quantize`, `quantized_matmul`, `gather_qmm`, `dequantize`, on the CPU as on
+    /// Metal) computes with this group size and bit count in this mode.
+    fn allows(self, group_size: i32, bits: i32) -> bool {
+        match self {
+            Self::Affine => {
+                SUPPORTED_BITS.contains(&bits) && SUPPORTED_GROUP_SIZES.contains(&group_size)
+            }
+            _ => self.defaults() == (group_size, bits),
+        }
+    }
+
+    /// How `describe` names a model quantized so: affine by its bits, a float mode by name.
+    pub fn label(self, bits: i32) -> String {
+        match self {
+            Self::Affine => format!("{bits}-bit"),
+            _ => self.name().to_owned(),
+        }
+    }
+
+    /// Affine's scales are floats of the weights' type; the float modes' are `uint8`.
+    pub fn float_scales(self) -> bool {
+        self == Self::Affine
+    }
+}
+
+impl Quantization {
+    /// What a layer's tensors say they were packed with, as mlx-lm 0.32.2 reads a layer that
+    /// config.json does not name (`infer_quant_config`): `columns` of the float weight,
+    /// `packed_columns` of `{layer}.weight`, `scale_columns` of `{layer}.scales`, and whether
+    /// those scales are floats (affine) or `uint8` (a float mode, told by its bits and group).
+    /// `None` where no mode MLX has packs them so.
+    pub fn inferred(
+        columns: i32,
+        packed_columns: i32,
+        scale_columns: i32,
+        float_scales: bool,
+    ) -> Option<Self> {
+        if columns <= 0 || scale_columns <= 0 || (packed_columns * 32) % columns != 0 {
+            return None;
+        }
+        let (group_size, bits) = (columns / scale_columns, packed_columns * 32 / columns);
+        if group_size * scale_columns != columns {
+            return None;
+        }
+        let mode = if float_scales {
+            QuantMode::Affine
+        } else {
+            *FLOAT_MODES
+                .iter()
+                .find(|mode| mode.defaults() == (group_size, bits))?
+        };
+        mode.allows(group_size, bits).then_some(Self {
+            group_size,
+            bits,
+            mode,
+        })
+    }
+
+    /// The float mode whose `uint8` scales each cover `words_per_scale` packed words (mxfp4's
+    /// 32 4-bit values fill 4 words, mxfp8's 8, nvfp4's 16 4-bit values 2), from tensor headers
+    /// alone; `None` for a ratio no float mode has.
+    pub fn float_mode_of(words_per_scale: u64) -> Option<QuantMode> {
+        FLOAT_MODES.into_iter().find(|mode| {
+            let (group_size, bits) = mode.defaults();
+            (group_size * bits / 32) as u64 == words_per_scale
+        })
     }
 }
 
@@ -679,19 +786,28 @@ fn parse_quantization(value: &serde_json::Value) -> Result<Option<Quantization>,
     if value.is_null() || value == &serde_json::Value::Bool(false) {
         return Ok(None);
     }
-    let quantization: Quantization = serde_json::from_value(value.clone())
+    let raw: RawQuantization = serde_json::from_value(value.clone())
         .map_err(|error| format!("bad quantization {value}: {error}"))?;
-    let supported = match quantization.mode {
-        QuantMode::Affine => {
-            SUPPORTED_BITS.contains(&quantization.bits)
-                && SUPPORTED_GROUP_SIZES.contains(&quantization.group_size)
-        }
-        QuantMode::Mxfp4 => quantization.bits == 4 && quantization.group_size == 32,
+    let (default_group_size, default_bits) = raw.mode.defaults();
+    let quantization = Quantization {
+        group_size: raw.group_size.unwrap_or(default_group_size),
+        bits: raw.bits.unwrap_or(default_bits),
+        mode: raw.mode,
     };
-    if !supported {
+    if raw.global_scale {
+        return Err(format!(
+            "{} {GLOBAL_SCALE_UNSUPPORTED}",
+            quantization.mode.name()
+        ));
+    }
+    if !quantization
+        .mode
+        .allows(quantization.group_size, quantization.bits)
+    {
         return Err(format!(
             "quantization bits {} with group_size {} ({}) is not supported (affine: bits \
-             {SUPPORTED_BITS:?}, group_size {SUPPORTED_GROUP_SIZES:?}; mxfp4: bits 4, group_size 32)",
+             {SUPPORTED_BITS:?}, group_size {SUPPORTED_GROUP_SIZES:?}; mxfp4: bits 4, group_size \
+             32; mxfp8: bits 8, group_size 32; nvfp4: bits 4, group_size 16)",
             quantization.bits,
             quantization.group_size,
             quantization.mode.name()

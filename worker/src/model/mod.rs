@@ -42,7 +42,7 @@ use blocks::scaled::scaled;
 use decoder::Decoder;
 pub use error::ModelError;
 pub use kv_cache::{KvCache, RecurrentState, STEP as KV_CACHE_STEP};
-pub use weights::Weights;
+pub use weights::{Weights, unrunnable_quantization};
 
 /// One sequence's share of a packed pass: its new tokens and the cache they extend.
 pub struct Segment<'a> {

@@ -1,5 +1,5 @@
-//! MLX's quantized products in any of its modes. mlx-rs 0.33 passes `affine` to MLX whatever
-//! the weights are, so the other modes (mxfp4, as gpt-oss ships its experts) call mlx-c
+//! MLX's quantized products and dequantization in any of its modes. mlx-rs 0.33 passes
+//! `affine` to MLX whatever the weights are, so the float modes (mxfp4, mxfp8, nvfp4) call mlx-c
 //! directly, as mlx-rs itself does.
 
 use mlx_rs::error::Exception;
@@ -15,7 +15,7 @@ pub struct Format {
     pub bits: i32,
 }
 
-/// `x · wᵀ` for a quantized `w` (`biases` only in affine mode).
+/// `x · wᵀ` for a quantized `w` (`biases` only in affine mode): a linear layer.
 pub fn matmul_transposed(
     x: &Array,
     w: &Array,
@@ -23,8 +23,29 @@ pub fn matmul_transposed(
     biases: Option<&Array>,
     format: Format,
 ) -> Result<Array, Exception> {
+    matmul(x, w, scales, biases, true, format)
+}
+
+/// `x · wᵀ`, or with `transpose` false `x · w`, for a quantized `w` (`biases` only in affine
+/// mode).
+pub fn matmul(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: Option<&Array>,
+    transpose: bool,
+    format: Format,
+) -> Result<Array, Exception> {
     if format.mode == QuantMode::Affine {
-        return ops::quantized_matmul(x, w, scales, biases, true, format.group_size, format.bits);
+        return ops::quantized_matmul(
+            x,
+            w,
+            scales,
+            biases,
+            transpose,
+            format.group_size,
+            format.bits,
+        );
     }
     let mode = mode_name(format.mode);
     let stream = Stream::thread_local_or_default();
@@ -38,7 +59,7 @@ pub fn matmul_transposed(
             w.as_ptr(),
             scales.as_ptr(),
             biases.map_or_else(|| mlx_sys::mlx_array_new(), Array::as_ptr),
-            true,
+            transpose,
             optional(format.group_size),
             optional(format.bits),
             mode.as_ptr(),
@@ -75,7 +96,7 @@ pub fn gather_matmul_transposed(
     }
     let mode = mode_name(format.mode);
     let stream = Stream::thread_local_or_default();
-    // SAFETY: as in `matmul_transposed`; an empty array stands for the absent lhs indices.
+    // SAFETY: as in `matmul`; an empty array stands for the absent lhs indices.
     unsafe {
         let mut res = mlx_sys::mlx_array_new();
         let status = mlx_sys::mlx_gather_qmm(
@@ -97,10 +118,48 @@ pub fn gather_matmul_transposed(
     }
 }
 
+/// `w`'s values (rows gathered or whole) as floats: in affine mode of the scales' type, in a
+/// float mode of MLX's default for `uint8` scales (bfloat16), as Python's `mx.dequantize`.
+pub fn dequantize(
+    w: &Array,
+    scales: &Array,
+    biases: Option<&Array>,
+    format: Format,
+) -> Result<Array, Exception> {
+    if format.mode == QuantMode::Affine {
+        return ops::dequantize(w, scales, biases, format.group_size, format.bits);
+    }
+    let mode = mode_name(format.mode);
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: as in `matmul`; empty arrays stand for the absent biases and global scale, and an
+    // absent dtype lets MLX choose, as Python's default does.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_dequantize(
+            &mut res,
+            w.as_ptr(),
+            scales.as_ptr(),
+            biases.map_or_else(|| mlx_sys::mlx_array_new(), Array::as_ptr),
+            optional(format.group_size),
+            optional(format.bits),
+            mode.as_ptr(),
+            mlx_sys::mlx_array_new(),
+            mlx_sys::mlx_optional_dtype {
+                value: mlx_sys::mlx_dtype__MLX_FLOAT32,
+                has_value: false,
+            },
+            stream.as_ptr(),
+        );
+        finish(res, status, "dequantize")
+    }
+}
+
 fn mode_name(mode: QuantMode) -> &'static std::ffi::CStr {
     match mode {
         QuantMode::Affine => c"affine",
         QuantMode::Mxfp4 => c"mxfp4",
+        QuantMode::Mxfp8 => c"mxfp8",
+        QuantMode::Nvfp4 => c"nvfp4",
     }
 }
 

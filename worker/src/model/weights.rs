@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use mlx_rs::{Array, Dtype};
 
-use super::config::{Quantization, Wrapper};
+use super::config::{GLOBAL_SCALE_UNSUPPORTED, Quantization, Wrapper};
 use super::error::ModelError;
 
 /// Safetensors headers above this are not checkpoints but corruption.
@@ -87,6 +87,11 @@ impl Weights {
         self.tensors
             .get(name)
             .map(|(array, _)| array.shape().to_vec())
+    }
+
+    /// A tensor's type, if present, leaving it in place.
+    pub fn dtype_of(&self, name: &str) -> Option<Dtype> {
+        self.tensors.get(name).map(|(array, _)| array.dtype())
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -357,6 +362,45 @@ pub fn tensor_headers(model_dir: &Path) -> Result<HashMap<String, TensorHeader>,
         }
     }
     Ok(tensors)
+}
+
+/// Why MLX cannot compute one of the checkpoint's quantized layers, from its headers alone, for
+/// `describe` (the load refuses the same layers): nvfp4 experts with a global scale each, which
+/// mlx-lm reads from the `{layer}.global_scale` tensor alone, or `uint8` scales spread over
+/// packed words as no float mode spreads them. Names the tensor and the mode.
+pub fn unrunnable_quantization(model_dir: &Path) -> Result<Option<String>, ModelError> {
+    let tensors = tensor_headers(model_dir)?;
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort_unstable();
+    for name in names {
+        if let Some(layer) = name.strip_suffix(".global_scale")
+            && tensors.contains_key(&format!("{layer}.scales"))
+        {
+            return Ok(Some(format!("{name}: nvfp4 {GLOBAL_SCALE_UNSUPPORTED}")));
+        }
+        let Some(layer) = name.strip_suffix(".scales") else {
+            continue;
+        };
+        let (Some(weight), scales) = (tensors.get(&format!("{layer}.weight")), &tensors[name])
+        else {
+            continue;
+        };
+        if scales.dtype != "U8" || weight.dtype != "U32" {
+            continue;
+        }
+        let words = weight.shape.last().copied().unwrap_or(0);
+        let groups = scales.shape.last().copied().unwrap_or(0);
+        let mode = (groups > 0 && words % groups == 0)
+            .then(|| Quantization::float_mode_of(words / groups))
+            .flatten();
+        if mode.is_none() {
+            return Ok(Some(format!(
+                "{name}: uint8 scales, one per {words}/{groups} packed words, match no mode MLX has \
+                 (mxfp4, mxfp8, nvfp4)"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Validates the header and that every tensor's bytes lie inside the file; returns the header's

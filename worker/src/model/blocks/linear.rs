@@ -1,14 +1,15 @@
-//! Linear and embedding layers, dense or MLX-quantized (affine; mxfp4 for linear layers).
+//! Linear and embedding layers, dense or MLX-quantized in any of its modes (affine, mxfp4,
+//! mxfp8, nvfp4).
 //!
 //! Each layer computes exactly what mlx-lm's `nn.Linear`, `nn.QuantizedLinear`, `nn.Embedding` and
 //! `nn.QuantizedEmbedding` compute, op for op, so the logits agree with the reference.
 
 use mlx_rs::error::Exception;
+use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{self, dequantize};
 use mlx_rs::{Array, Dtype};
 
-use crate::model::config::{QuantMode, Quantization};
+use crate::model::config::{GLOBAL_SCALE_UNSUPPORTED, Quantization};
 use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::quantized_ops::{self, Format};
@@ -137,18 +138,7 @@ impl Embedding {
     ) -> Result<Self, ModelError> {
         if weights.contains(&format!("{prefix}.scales")) {
             let shape = [vocab_size, hidden_size];
-            // Named before the load takes the tensor.
-            let file = weights.file_of(&format!("{prefix}.weight"));
             let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
-            if weight.format.mode != QuantMode::Affine {
-                return Err(ModelError::Quantization {
-                    path: file,
-                    message: format!(
-                        "{prefix}: an embedding quantized as {} is not supported (only affine)",
-                        weight.format.mode.name()
-                    ),
-                });
-            }
             return Ok(Self::Quantized(weight));
         }
         let weight = weights.take_float(&format!("{prefix}.weight"), &[vocab_size, hidden_size])?;
@@ -159,17 +149,18 @@ impl Embedding {
     pub fn lookup(&self, ids: &Array) -> Result<Array, Exception> {
         match self {
             Self::Dense(weight) => weight.take_axis(ids, 0),
-            Self::Quantized(quantized) => {
-                let weight = quantized.weight.take_axis(ids, 0)?;
-                let scales = quantized.scales.take_axis(ids, 0)?;
-                let biases = quantized
+            // The gathered rows dequantized in the table's mode, as `nn.QuantizedEmbedding`.
+            Self::Quantized(quantized) => quantized_ops::dequantize(
+                &quantized.weight.take_axis(ids, 0)?,
+                &quantized.scales.take_axis(ids, 0)?,
+                quantized
                     .biases
                     .as_ref()
-                    .ok_or_else(|| Exception::custom("an affine embedding has biases"))?
-                    .take_axis(ids, 0)?;
-                let format = quantized.format;
-                dequantize(&weight, &scales, &biases, format.group_size, format.bits)
-            }
+                    .map(|biases| biases.take_axis(ids, 0))
+                    .transpose()?
+                    .as_ref(),
+                quantized.format,
+            ),
         }
     }
 
@@ -181,17 +172,24 @@ impl Embedding {
         }
     }
 
+    /// The type of the rows a lookup gives: an affine table's scales', a float mode's MLX's
+    /// default for `uint8` scales (bfloat16), which mlx-lm's hidden states then start in.
     pub fn dtype(&self) -> Dtype {
         match self {
             Self::Dense(weight) => weight.dtype(),
-            Self::Quantized(quantized) => quantized.scales.dtype(),
+            Self::Quantized(quantized) if quantized.format.mode.float_scales() => {
+                quantized.scales.dtype()
+            }
+            Self::Quantized(_) => Dtype::Bfloat16,
         }
     }
 }
 
 impl QuantizedWeight {
     /// `{prefix}.weight` packed from a float tensor of `shape` (`[.., rows, columns]`, columns
-    /// grouped), with its scales and biases.
+    /// grouped), with its scales and biases. The layer's own entry in config.json says how it
+    /// is packed; a layer without one is read from its tensors, as mlx-lm 0.32.2 reads it
+    /// (`infer_quant_config`), which config.json's model-wide entry must exist to allow.
     pub(super) fn load(
         weights: &mut Weights,
         prefix: &str,
@@ -203,60 +201,64 @@ impl QuantizedWeight {
             [] => (shape, 0),
         };
         let weight_name = format!("{prefix}.weight");
+        let scales_name = format!("{prefix}.scales");
         let file = weights.file_of(&weight_name);
-        let Some(Quantization {
+        let bad = |message: String| ModelError::Quantization {
+            path: file.clone(),
+            message,
+        };
+        let global_scale = format!("{prefix}.global_scale");
+        if weights.contains(&global_scale) {
+            return Err(bad(format!(
+                "{global_scale}: nvfp4 {GLOBAL_SCALE_UNSUPPORTED}"
+            )));
+        }
+        let format = match (weights.quantization_of(prefix), quantization) {
+            (Some(declared), _) => declared,
+            (None, Some(model_wide)) => inferred(weights, prefix, columns).unwrap_or(model_wide),
+            (None, None) => {
+                return Err(bad(format!(
+                    "{prefix} is quantized (has scales) but config.json has no quantization"
+                )));
+            }
+        };
+        let Quantization {
             group_size,
             bits,
             mode,
-        }) = weights.quantization_of(prefix).or(quantization)
-        else {
-            return Err(ModelError::Quantization {
-                path: file,
-                message: format!(
-                    "{prefix} is quantized (has scales) but config.json has no quantization"
-                ),
-            });
-        };
+        } = format;
         if columns % group_size != 0 || (columns * bits) % 32 != 0 {
-            return Err(ModelError::Quantization {
-                path: file,
-                message: format!(
-                    "{prefix}: {columns} columns do not split into groups of {group_size} of {bits}-bit values"
-                ),
-            });
+            return Err(bad(format!(
+                "{prefix}: {columns} columns do not split into groups of {group_size} of {bits}-bit values ({})",
+                mode.name()
+            )));
         }
         let (weight, _) = weights.take_any(&weight_name)?;
         let packed = [leading, &[columns * bits / 32]].concat();
         if weight.dtype() != Dtype::Uint32 || weight.shape() != packed {
-            return Err(ModelError::Quantization {
-                path: file,
-                message: format!(
-                    "{weight_name} is {:?} {:?}, expected uint32 {packed:?} for {bits}-bit groups of {group_size}",
-                    weight.dtype(),
-                    weight.shape()
-                ),
-            });
+            return Err(bad(format!(
+                "{weight_name} is {:?} {:?}, expected uint32 {packed:?} for {bits}-bit groups of {group_size} ({})",
+                weight.dtype(),
+                weight.shape(),
+                mode.name()
+            )));
         }
         let groups = [leading, &[columns / group_size]].concat();
-        let scales_name = format!("{prefix}.scales");
-        let (scales, biases) = match mode {
-            QuantMode::Affine => (
+        let (scales, biases) = if mode.float_scales() {
+            (
                 weights.take_float(&scales_name, &groups)?,
                 Some(weights.take_float(&format!("{prefix}.biases"), &groups)?),
-            ),
-            QuantMode::Mxfp4 => {
-                let scales = weights.take(&scales_name, &groups)?;
-                if scales.dtype() != Dtype::Uint8 {
-                    return Err(ModelError::Quantization {
-                        path: file,
-                        message: format!(
-                            "{scales_name} is {:?}, expected uint8 exponents for mxfp4",
-                            scales.dtype()
-                        ),
-                    });
-                }
-                (scales, None)
+            )
+        } else {
+            let scales = weights.take(&scales_name, &groups)?;
+            if scales.dtype() != Dtype::Uint8 {
+                return Err(bad(format!(
+                    "{scales_name} is {:?}, expected uint8 scales for {}",
+                    scales.dtype(),
+                    mode.name()
+                )));
             }
+            (scales, None)
         };
         Ok(Self {
             weight,
@@ -279,4 +281,13 @@ impl QuantizedWeight {
             self.format,
         )
     }
+}
+
+/// How the layer's tensors say it is packed, where they say it unambiguously.
+fn inferred(weights: &Weights, prefix: &str, columns: i32) -> Option<Quantization> {
+    let packed = *weights.shape_of(&format!("{prefix}.weight"))?.last()?;
+    let scales = format!("{prefix}.scales");
+    let scale_columns = *weights.shape_of(&scales)?.last()?;
+    let float_scales = weights.dtype_of(&scales)? != Dtype::Uint8;
+    Quantization::inferred(columns, packed, scale_columns, float_scales)
 }

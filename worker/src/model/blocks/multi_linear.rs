@@ -1,5 +1,5 @@
 //! A projection per head (mlx-lm's `MultiLinear`): weights `[heads, out, in]`, dense or
-//! MLX-quantized (affine), applied to each head's rows by broadcasting, or by the transposed
+//! MLX-quantized in any of its modes, applied to each head's rows by broadcasting, or by the transposed
 //! weights to go the other way (latent attention projects queries into the latent space with it
 //! and the latent back out with its transpose).
 
@@ -8,8 +8,9 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops;
 
 use super::linear::QuantizedWeight;
-use crate::model::config::{QuantMode, Quantization};
+use crate::model::config::Quantization;
 use crate::model::error::ModelError;
+use crate::model::quantized_ops;
 use crate::model::weights::Weights;
 
 pub enum MultiLinear {
@@ -26,15 +27,7 @@ impl MultiLinear {
         quantization: Option<Quantization>,
     ) -> Result<Self, ModelError> {
         if weights.contains(&format!("{prefix}.scales")) {
-            // Named before the load takes the tensor.
-            let file = weights.file_of(&format!("{prefix}.scales"));
             let weight = QuantizedWeight::load(weights, prefix, &shape, quantization)?;
-            if weight.format.mode != QuantMode::Affine {
-                return Err(ModelError::Quantization {
-                    path: file,
-                    message: format!("{prefix}: only affine quantization is supported per head"),
-                });
-            }
             return Ok(Self::Quantized(weight));
         }
         Ok(Self::Dense(
@@ -48,14 +41,13 @@ impl MultiLinear {
         match self {
             Self::Dense(weight) if transpose => ops::matmul(x, &weight.swap_axes(-1, -2)?),
             Self::Dense(weight) => ops::matmul(x, weight),
-            Self::Quantized(quantized) => ops::quantized_matmul(
+            Self::Quantized(quantized) => quantized_ops::matmul(
                 x,
                 &quantized.weight,
                 &quantized.scales,
                 quantized.biases.as_ref(),
                 transpose,
-                quantized.format.group_size,
-                quantized.format.bits,
+                quantized.format,
             ),
         }
     }
