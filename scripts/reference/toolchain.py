@@ -98,9 +98,10 @@ def redraw(model, seed):
                 parameter.add_(CONSTANT_NOISE * noise)
 
 
-def tokenizer(size):
+def tokenizer(size, specials=()):
     """A byte-level BPE of `size` tokens (GPT-2's pre-tokenizer and byte alphabet, cut down to
-    the printable ASCII bytes, a few merges and an end token): mlx_lm.convert copies a
+    the printable ASCII bytes, a few merges, an end token and the family's own `specials`,
+    which llama.cpp's converter looks up for some families): mlx_lm.convert copies a
     tokenizer, and llama.cpp's converter and loader want BPE merges; the logits tests feed
     token ids."""
     byte_chars = pre_tokenizers.ByteLevel.alphabet()
@@ -110,12 +111,12 @@ def tokenizer(size):
     assert set(printable) <= set(byte_chars)
     letters = "abcdefghijklmnopqrstuvwxyz"
     pairs = [("\u0120", c) for c in letters] + [tuple(p) for p in ("th", "he", "in", "er", "an", "re")]
-    pairs = pairs[: size - len(printable) - 1]
+    pairs = pairs[: size - len(printable) - 1 - len(specials)]
     vocab = {token: i for i, token in enumerate(printable + ["".join(p) for p in pairs])}
     core = Tokenizer(models.BPE(vocab, pairs))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(["<|endoftext|>"])
+    core.add_special_tokens(["<|endoftext|>", *specials])
     assert core.get_vocab_size() == size
     return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
 
@@ -154,7 +155,7 @@ def make_hf(spec, directory, prompt_length, decode_steps):
     redraw(model, spec["seed"])
     model.eval()
     model.save_pretrained(directory, save_original_format=spec.get("save_original_format", True))
-    tokenizer(vocab_size(config)).save_pretrained(directory)
+    tokenizer(vocab_size(config), spec.get("special_tokens", ())).save_pretrained(directory)
     ref = hf_reference(model, vocab_size(config), prompt_length, decode_steps)
     metadata = {"transformers": transformers.__version__, "torch": torch.__version__}
     save_file(ref, str(directory / "reference.safetensors"), metadata=metadata)

@@ -18,9 +18,9 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 14] = [
+pub const ARCHITECTURES: [&str; 15] = [
     "llama", "llama4", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
-    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3",
+    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3", "seed_oss",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -241,6 +241,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             let context = keys.integer("context_length").unwrap_or(0);
             put("rope_parameters", ministral3_rope(&keys, theta, context)?);
         }
+        // Seed-OSS's output projection has a bias of its own, apart from q, k and v's.
+        "seed_oss" => put(
+            "attention_out_bias",
+            json!(keys.has_tensor("blk.0.attn_output.bias")),
+        ),
         // llama.cpp stores no NoPE layers: every fourth, hard-coded.
         "smollm3" => put("no_rope_layer_interval", json!(4)),
         "gpt-oss" => {
