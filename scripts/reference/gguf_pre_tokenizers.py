@@ -5,11 +5,14 @@ find, and one control token, also the bos) is tokenized by llama.cpp (llama-cpp-
 `special=True`, with the special tokens the pre-tokenizer adds: the file does not say whether to
 add bos, so llama.cpp adds it for the pre-tokenizers that default to it).
 The JSON holds the vocabulary and merges too, so the Rust test rebuilds the same GGUF without
-Python. Run with a venv holding gguf==0.19.0 and llama-cpp-python==0.3.36:
-    python gguf_pre_tokenizers.py tests/data/gguf_pre_tokenizers.json
+Python. `regexes` groups the names by the split llama.cpp's source (`src/llama-vocab.cpp` of the
+same sdist) gives each, so that the test can check that names with different splits get
+different ids on these texts. Run with a venv holding gguf==0.19.0 and llama-cpp-python==0.3.36:
+    python gguf_pre_tokenizers.py tests/data/gguf_pre_tokenizers.json LLAMA_VOCAB_CPP
 """
 
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +26,10 @@ MERGES = [
     "H e", "l l", "He ll", "Hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d",
     "' s", "1 2", "12 3", "Ġ Ġ", "ĠĠ ĠĠ", "Ċ Ċ", "i n", "in g", "Ġ a", "e r",
     "Ġ t", "h e", "Ġt he", "C a", "m e", "l C",
+    # Across a boundary only some splits make: a combining mark after its letter (its first
+    # byte, 0xCC, is "Ì"; Qwen3.5's split keeps marks with letters, Qwen2's does not), and a
+    # lower-case letter before an upper-case one (o200k's split cuts camel case there).
+    "e Ì", "x l", "xl C",
 ]
 # Whole words no merge spells: llama.cpp takes them as one token where the pre-tokenizer ignores
 # merges (llama3, glm4, tekken), and spells them in pieces elsewhere.
@@ -54,7 +61,40 @@ TEXTS = [
     f"{CONTROL}special{CONTROL} text {CONTROL}",
     "a/b/c http://x.y/z?q=1&r=2 <tag attr=\"v\"/> $x+=y**2; // done...",
     "Hello\n\nWorld  the  world\t\tthe end",
+    "xlCx wilCo re\u0301sume\u0301",
 ]
+
+
+def regex_groups(vocab_cpp):
+    """Each served name's group: names whose llama.cpp pre-tokenizer type splits by the same
+    regexes share a number."""
+    source = Path(vocab_cpp).read_text()
+    types = {}
+    start = 0
+    for assignment in re.finditer(r"pre_type = (LLAMA_VOCAB_PRE_TYPE_\w+);", source):
+        for name in re.findall(r'tokenizer_pre == "([^"]+)"', source[start : assignment.start()]):
+            types.setdefault(name, assignment.group(1))
+        start = assignment.end()
+    constructor = source[source.index("llm_tokenizer_bpe(const llama_vocab & vocab)") :]
+    constructor = constructor[: constructor.index("\n    }\n")]
+    regexes, labels = {}, []
+    for line in constructor.splitlines():
+        line = line.strip()
+        if line.startswith("case "):
+            labels.append(line.removeprefix("case ").rstrip(":"))
+        elif line.startswith("default:"):
+            labels.append("default")
+        elif line.startswith('"') and labels:
+            for label in labels:
+                regexes.setdefault(label, []).append(line.rstrip(","))
+        elif line.startswith("break;"):
+            labels = []
+    groups = {}
+    numbered = {}
+    for name in PRES:
+        split = tuple(regexes.get(types.get(name, "default"), regexes["default"]))
+        groups[name] = numbered.setdefault(split, len(numbered))
+    return groups
 
 
 def vocabulary():
@@ -90,7 +130,7 @@ def write(path, pre, tokens):
 
 
 def main():
-    out = Path(sys.argv[1])
+    out, vocab_cpp = Path(sys.argv[1]), sys.argv[2]
     tokens = vocabulary()
     ids = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -109,6 +149,7 @@ def main():
         "merges": MERGES,
         "texts": TEXTS,
         "ids": ids,
+        "regexes": regex_groups(vocab_cpp),
     }
     out.write_text(json.dumps(reference, ensure_ascii=False, indent=None) + "\n")
     print(f"wrote {out}")

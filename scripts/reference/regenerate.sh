@@ -119,7 +119,8 @@ echo "wrote $root/tests/data/smollm2_requantized.json"
 
 # Same venv: llama.cpp's ids under each pre-tokenizer corral serves.
 "$smollm2_venv/bin/python" "$root/scripts/reference/gguf_pre_tokenizers.py" \
-  "$root/tests/data/gguf_pre_tokenizers.json"
+  "$root/tests/data/gguf_pre_tokenizers.json" \
+  "$root/build/llama-quantize/llama_cpp_python-0.3.36/vendor/llama.cpp/src/llama-vocab.cpp"
 echo "wrote $root/tests/data/gguf_pre_tokenizers.json"
 
 # Same venv: it pins gguf-py, whose dequantization is llama.cpp's reference.

@@ -499,8 +499,9 @@ fn a_q4_k_m_model_loads_within_1_3_times_its_file_unless_its_k_quants_stay_exact
 /// Each served `tokenizer.ggml.pre` encodes tricky texts (contractions, digit runs, CamelCase,
 /// newlines, unicode, runs of spaces, control tokens) to llama.cpp's own ids
 /// (`tests/data/gguf_pre_tokenizers.json`, scripts/reference/gguf_pre_tokenizers.py), on a
-/// small vocabulary whose whole words no merge reaches tell the `ignore_merges` ones apart; bos
-/// first where llama.cpp adds it to a file that does not say (llama3, tekken).
+/// small vocabulary whose whole words no merge reaches tell the `ignore_merges` ones apart, and
+/// whose merges across a combining mark or a camel-case boundary tell Qwen3.5's and o200k's
+/// splits apart; bos first where llama.cpp adds it to a file that does not say (llama3, tekken).
 #[test]
 fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf_pre_tokenizers.json");
@@ -522,6 +523,22 @@ fn each_pre_tokenizer_encodes_as_llama_cpp_does() {
         served.iter().copied().collect(),
         "the reference covers every pre-tokenizer served"
     );
+    // Names whose splits differ in llama.cpp's source get different ids here: the texts tell
+    // every split apart, so a name read as another's cannot pass.
+    let regexes: std::collections::BTreeMap<String, u64> =
+        serde_json::from_value(reference["regexes"].clone()).unwrap();
+    assert_eq!(
+        regexes.keys().collect::<Vec<_>>(),
+        ids.keys().collect::<Vec<_>>()
+    );
+    for (name, split) in &regexes {
+        for (other, other_split) in &regexes {
+            assert!(
+                split == other_split || ids[name] != ids[other],
+                "{name} and {other} split differently in llama.cpp but give the same ids here"
+            );
+        }
+    }
     let encoded =
         |values: &[String]| -> Vec<Vec<u8>> { values.iter().map(|value| encoded(value)).collect() };
     let control = tokens.len() - 1;
