@@ -3,6 +3,7 @@
 
 pub const SUPPORTED: &[&str] = &[
     "deepseek_v3",
+    "ernie4_5_moe",
     "gemma3",
     "gemma3_text",
     "gemma4",

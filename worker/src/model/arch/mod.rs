@@ -3,6 +3,7 @@
 //! it here.
 
 mod deepseek_v3;
+mod ernie4_5_moe;
 mod gemma3_text;
 mod gemma4_text;
 mod glm4;
@@ -63,6 +64,7 @@ const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Archit
 
 const ARCHITECTURES: &[Architecture] = &[
     moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts),
+    moe("ernie4_5_moe", ernie4_5_moe::build, ernie4_5_moe::experts),
     dense("gemma3", gemma3_text::build),
     dense("gemma3_text", gemma3_text::build),
     moe("gemma4", gemma4_text::build, gemma4_text::experts),

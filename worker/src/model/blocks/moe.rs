@@ -48,6 +48,10 @@ pub enum Routing {
     /// The top logit's expert only, its sigmoid scaling the expert's input rather than its output
     /// (Llama 4).
     TopOneSigmoidInput,
+    /// Softmax over all experts in f32, experts chosen by probability plus the router's
+    /// `e_score_correction_bias`; each chosen expert weighs its unbiased probability, the k
+    /// renormalized by their sum, at least `min_total` (ERNIE 4.5's `moe_norm_min`).
+    SoftmaxBiasedTopK { min_total: f32 },
 }
 
 /// Tensor names of one expert projection, in both layouts users have.
@@ -168,12 +172,12 @@ impl Moe {
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
         let score_bias = match spec.routing {
-            Routing::GroupedSigmoid { .. } | Routing::SigmoidTopK { biased: true, .. } => {
-                Some(weights.take_float(
-                    &format!("{router}.e_score_correction_bias"),
-                    &[spec.experts],
-                )?)
-            }
+            Routing::GroupedSigmoid { .. }
+            | Routing::SigmoidTopK { biased: true, .. }
+            | Routing::SoftmaxBiasedTopK { .. } => Some(weights.take_float(
+                &format!("{router}.e_score_correction_bias"),
+                &[spec.experts],
+            )?),
             _ => None,
         };
         Ok(Self {
@@ -336,6 +340,18 @@ impl Moe {
                     weights = ops::divide(&weights, &total)?;
                 }
                 let weights = ops::multiply(&weights, &constant(scaling)?)?;
+                Ok((indices, weights.as_dtype(logits.dtype())?))
+            }
+            Routing::SoftmaxBiasedTopK { min_total } => {
+                let probabilities = ops::softmax_axis(&logits.as_dtype(Dtype::Float32)?, -1, true)?;
+                let choosing = match &self.score_bias {
+                    Some(bias) => ops::add(&probabilities, bias)?,
+                    None => probabilities.clone(),
+                };
+                let indices = top_k(&choosing, k)?;
+                let weights = take_along_axis(&probabilities, &indices, -1)?;
+                let total = ops::maximum(&weights.sum_axis(-1, true)?, Array::from_f32(min_total))?;
+                let weights = ops::divide(&weights, &total)?;
                 Ok((indices, weights.as_dtype(logits.dtype())?))
             }
             Routing::TopOneSigmoidInput => {
