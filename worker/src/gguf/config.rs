@@ -18,9 +18,9 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 15] = [
+pub const ARCHITECTURES: [&str; 16] = [
     "llama", "llama4", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
-    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3", "seed_oss",
+    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3", "seed_oss", "olmo2",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -33,6 +33,8 @@ fn model_type(arch: &str) -> &str {
         "mistral3" => "ministral3",
         "gpt-oss" => "gpt_oss",
         "glm4moe" => "glm4_moe",
+        // llama.cpp writes OLMo 3 as `olmo2`, its sliding layers flagged per layer.
+        "olmo2" => "olmo3",
         other => other,
     }
 }
@@ -240,6 +242,12 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             let theta = keys.float("rope.freq_base").unwrap_or(1_000_000.0);
             let context = keys.integer("context_length").unwrap_or(0);
             put("rope_parameters", ministral3_rope(&keys, theta, context)?);
+        }
+        "olmo2" => {
+            if let Some(window) = keys.integer("attention.sliding_window") {
+                put("sliding_window", json!(window));
+                put("layer_types", json!(olmo_layer_types(&keys, layers)?));
+            }
         }
         // Seed-OSS's output projection has a bias of its own, apart from q, k and v's.
         "seed_oss" => put(
@@ -551,6 +559,28 @@ fn rotary_fraction(keys: &Keys, head_dim: u64) -> f64 {
 /// Every how many layers one attends globally: `attention.sliding_window_pattern` as a number,
 /// or as llama.cpp's per-layer flags (true for sliding) when they repeat with a period ending in
 /// the one global layer; `default` (llama.cpp's value for the architecture) without it.
+/// Each layer's kind from `attention.sliding_window_pattern`, one flag per layer (true:
+/// sliding), as llama.cpp's converter writes OLMo 3's.
+fn olmo_layer_types(keys: &Keys, layers: u64) -> Result<Vec<&'static str>, GgufError> {
+    let flags: Option<Vec<bool>> = keys
+        .value("attention.sliding_window_pattern")
+        .and_then(Value::as_array)
+        .and_then(|values| values.iter().map(Value::as_bool).collect());
+    match flags {
+        Some(flags) if flags.len() as u64 == layers => Ok(flags
+            .iter()
+            .map(|&sliding| {
+                if sliding {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect()),
+        _ => Err(keys.missing("attention.sliding_window_pattern (a flag per layer)")),
+    }
+}
+
 fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
     let Some(value) = keys.value("attention.sliding_window_pattern") else {
         return Ok(default);

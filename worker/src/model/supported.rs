@@ -24,6 +24,7 @@ pub const SUPPORTED: &[&str] = &[
     "mistral",
     "mistral3",
     "mixtral",
+    "olmo3",
     "phi3",
     "qwen2",
     "qwen3",

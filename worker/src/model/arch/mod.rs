@@ -18,6 +18,7 @@ mod llama4_text;
 mod ministral3;
 mod mistral3;
 mod mixtral;
+mod olmo3;
 mod phi3;
 mod qwen2;
 mod qwen3;
@@ -85,6 +86,7 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("mistral", llama::build),
     dense("mistral3", mistral3::build),
     moe("mixtral", mixtral::build, mixtral::experts),
+    dense("olmo3", olmo3::build),
     dense("phi3", phi3::build),
     dense("qwen2", qwen2::build),
     dense("qwen3", qwen3::build),

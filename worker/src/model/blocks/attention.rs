@@ -71,6 +71,11 @@ pub enum HeadNorm {
     RmsUnweighted {
         eps: f32,
     },
+    /// One RMSNorm over all heads of the projection together, before it is split into heads
+    /// (OLMo 2 and 3).
+    RmsWhole {
+        eps: f32,
+    },
 }
 
 impl AttentionSpec {
@@ -111,6 +116,8 @@ pub struct Attention {
     v_norm: Option<Norm>,
     shared_kv: Option<usize>,
     norm_after_rope: bool,
+    /// `q_norm` and `k_norm` span all heads of their projection (`HeadNorm::RmsWhole`).
+    whole_norm: bool,
     rope: Option<Rope>,
     query_scale: Option<QueryScale>,
     heads: i32,
@@ -203,6 +210,14 @@ impl Attention {
                     Norm::rms_offset(weights, &name, spec.head_dim, eps).map(Some)
                 }
                 Some(HeadNorm::RmsUnweighted { eps }) => Ok(Some(Norm::RmsUnweighted { eps })),
+                Some(HeadNorm::RmsWhole { eps }) => {
+                    let heads = if name.ends_with("q_norm.weight") {
+                        spec.heads
+                    } else {
+                        spec.kv_heads
+                    };
+                    Norm::rms(weights, &name, heads * spec.head_dim, eps).map(Some)
+                }
             }
         };
         let owns_kv = spec.shared_kv.is_none();
@@ -216,6 +231,7 @@ impl Attention {
             v_proj,
             shared_kv: spec.shared_kv,
             norm_after_rope: spec.norm_after_rope,
+            whole_norm: matches!(spec.head_norm, Some(HeadNorm::RmsWhole { .. })),
             rope: spec.rope,
             query_scale: spec.query_scale,
             heads: spec.heads,
@@ -361,6 +377,9 @@ impl Attention {
         norm: Option<&Norm>,
         rotate: impl FnOnce(Array) -> Result<Array, Exception>,
     ) -> Result<Array, Exception> {
+        if let Some(norm) = norm.filter(|_| self.whole_norm) {
+            return rotate(Self::heads(&norm.forward(projected)?, rows, count, None)?);
+        }
         if !self.norm_after_rope {
             return rotate(Self::heads(projected, rows, count, norm)?);
         }

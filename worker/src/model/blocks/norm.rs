@@ -12,6 +12,8 @@ pub enum Norm {
     Rms { weight: Array, eps: f32 },
     /// `x / rms(x)`, without a weight (Llama 4's query and key norm).
     RmsUnweighted { eps: f32 },
+    /// `x` as it is: a block without a pre-norm (OLMo 2 and 3 normalize only its output).
+    Identity,
 }
 
 impl Norm {
@@ -58,6 +60,7 @@ impl Norm {
         match self {
             Self::Rms { weight, eps } => fast::rms_norm(x, Some(weight), *eps),
             Self::RmsUnweighted { eps } => fast::rms_norm(x, None, *eps),
+            Self::Identity => Ok(x.clone()),
         }
     }
 }

@@ -1,0 +1,69 @@
+//! OLMo 3 (Olmo-3-7B, Olmo-3-32B; mlx-lm's `olmo3.py`): no norm before a block, only after it,
+//! on its output before the residual sum; queries and keys each normalized over all their heads
+//! together, before the rotation; layers `layer_types` marks `sliding_attention` attend within
+//! `sliding_window`.
+
+use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::mlp::Mlp;
+use crate::model::blocks::norm::Norm;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+use crate::model::window::Window;
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let rope = Rope::for_config(config, weights)?;
+    let bias: bool = config.key_or("attention_bias", false)?;
+    let layer_types = config.layer_types()?;
+    let layers = (0..config.num_layers)
+        .map(|index| {
+            let prefix = format!("model.layers.{index}");
+            let sliding = layer_types
+                .as_ref()
+                .is_some_and(|kinds| kinds[index as usize] == "sliding_attention");
+            let window = if sliding {
+                Some(Window::Sliding(config.required("sliding_window")?))
+            } else {
+                None
+            };
+            let attention = AttentionSpec {
+                qkv_bias: bias,
+                o_bias: bias,
+                head_norm: Some(HeadNorm::RmsWhole { eps }),
+                window,
+                ..AttentionSpec::new(config, rope.clone())
+            };
+            let attention =
+                Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
+            let mut norm =
+                |name: &str| Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps);
+            let post_attention_norm = norm("post_attention_layernorm")?;
+            let post_feed_forward_norm = norm("post_feedforward_layernorm")?;
+            let mlp = Mlp::load(
+                weights,
+                config,
+                &format!("{prefix}.mlp"),
+                config.intermediate_size()?,
+                false,
+            )?;
+            Ok(DecoderLayer {
+                input_norm: Norm::Identity,
+                mixer: attention.into(),
+                post_attention_norm: Some(post_attention_norm),
+                pre_feed_forward_norm: Norm::Identity,
+                feed_forward: FeedForward::Dense(mlp),
+                post_feed_forward_norm: Some(post_feed_forward_norm),
+                residual_scale: None,
+                per_layer_gate: None,
+                output_scale: None,
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let norm = Norm::rms(weights, "model.norm.weight", hidden, eps)?;
+    let tied = !weights.contains("lm_head.weight");
+    Decoder::load_around(weights, config, layers, norm, tied)
+}
