@@ -20,6 +20,7 @@ pub const SUPPORTED: &[&str] = &[
     "llama",
     "llama4",
     "llama4_text",
+    "minimax_m2",
     "ministral3",
     "mistral",
     "mistral3",

@@ -26,6 +26,20 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
     ))
 }
 
+/// The experts under `block` as Mixtral's checkpoints name them (`experts.{e}.w1`, `w3`, `w2`),
+/// or stacked under `switch_mlp` as mlx-community writes them.
+pub(super) fn expert_names(block: &str) -> [ExpertNames; 3] {
+    [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")].map(|(name, original)| {
+        let experts = format!("{block}.experts");
+        ExpertNames {
+            stacked: format!("{block}.switch_mlp.{name}"),
+            per_expert: Some(Box::new(move |expert| {
+                format!("{experts}.{expert}.{original}")
+            })),
+        }
+    })
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let rope = Rope::for_config(config, weights)?;
     let moe = moe(config)?;
@@ -34,17 +48,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             let attention = AttentionSpec::new(config, rope.clone());
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let block = format!("{prefix}.block_sparse_moe");
-                let names = [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")].map(
-                    |(name, original)| {
-                        let experts = format!("{block}.experts");
-                        ExpertNames {
-                            stacked: format!("{block}.switch_mlp.{name}"),
-                            per_expert: Some(Box::new(move |expert| {
-                                format!("{experts}.{expert}.{original}")
-                            })),
-                        }
-                    },
-                );
+                let names = expert_names(&block);
                 Moe::load(
                     weights,
                     config,

@@ -15,6 +15,7 @@ mod lfm2_moe;
 mod llama;
 mod llama4;
 mod llama4_text;
+mod minimax_m2;
 mod ministral3;
 mod mistral3;
 mod mixtral;
@@ -82,6 +83,7 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("llama", llama::build),
     moe("llama4", llama4::build, llama4::experts),
     moe("llama4_text", llama4_text::build, llama4_text::experts),
+    moe("minimax_m2", minimax_m2::build, minimax_m2::experts),
     dense("ministral3", ministral3::build),
     dense("mistral", llama::build),
     dense("mistral3", mistral3::build),
