@@ -6,7 +6,7 @@
 //! `rope_theta` and `rope_scaling`. The head is tied unless the checkpoint has `lm_head`.
 
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
-use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, SandwichNorms};
 use crate::model::blocks::mlp::{Activation, Mlp};
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
@@ -50,29 +50,25 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     if sliding { &local_rope } else { &global_rope }.clone(),
                 )
             };
-            let mut norm = |name: &str| {
+            let norm = |weights: &mut Weights, name: &str| {
                 Norm::rms_offset(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
             };
-            let input_norm = norm("input_layernorm")?;
-            let post_attention_norm = norm("post_attention_layernorm")?;
-            let pre_feed_forward_norm = norm("pre_feedforward_layernorm")?;
-            let post_feed_forward_norm = norm("post_feedforward_layernorm")?;
             let attention =
                 Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
             let mlp = format!("{prefix}.mlp");
             let mlp = Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)?
                 .with_activation(Activation::GeluTanh);
-            Ok(DecoderLayer {
-                input_norm,
-                mixer: attention.into(),
-                post_attention_norm: Some(post_attention_norm),
-                pre_feed_forward_norm,
-                feed_forward: FeedForward::Dense(mlp),
-                post_feed_forward_norm: Some(post_feed_forward_norm),
-                residual_scale: None,
-                per_layer_gate: None,
-                output_scale: None,
-            })
+            let norms = SandwichNorms {
+                input: norm(weights, "input_layernorm")?,
+                post_attention: norm(weights, "post_attention_layernorm")?,
+                pre_feed_forward: norm(weights, "pre_feedforward_layernorm")?,
+                post_feed_forward: norm(weights, "post_feedforward_layernorm")?,
+            };
+            Ok(DecoderLayer::sandwich(
+                norms,
+                attention.into(),
+                FeedForward::Dense(mlp),
+            ))
         })
         .collect::<Result<_, ModelError>>()?;
     let norm = Norm::rms_offset(weights, "model.norm.weight", hidden, eps)?;

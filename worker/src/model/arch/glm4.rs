@@ -4,7 +4,7 @@
 //! (`post_self_attn_layernorm`, `post_mlp_layernorm`) besides the usual pre-norms.
 
 use crate::model::blocks::attention::{Attention, AttentionSpec};
-use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, SandwichNorms};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
@@ -28,12 +28,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
-            let mut norm =
-                |name: &str| Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps);
-            let input_norm = norm("input_layernorm")?;
-            let post_attention_norm = norm("post_self_attn_layernorm")?;
-            let pre_feed_forward_norm = norm("post_attention_layernorm")?;
-            let post_feed_forward_norm = norm("post_mlp_layernorm")?;
+            let norm = |weights: &mut Weights, name: &str| {
+                Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
+            };
             let attention = AttentionSpec {
                 qkv_bias,
                 ..AttentionSpec::new(config, rope.clone())
@@ -46,17 +43,17 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 &format!("{prefix}.mlp"),
                 config.intermediate_size()?,
             )?;
-            Ok(DecoderLayer {
-                input_norm,
-                mixer: attention.into(),
-                post_attention_norm: Some(post_attention_norm),
-                pre_feed_forward_norm,
-                feed_forward: FeedForward::Dense(mlp),
-                post_feed_forward_norm: Some(post_feed_forward_norm),
-                residual_scale: None,
-                per_layer_gate: None,
-                output_scale: None,
-            })
+            let norms = SandwichNorms {
+                input: norm(weights, "input_layernorm")?,
+                post_attention: norm(weights, "post_self_attn_layernorm")?,
+                pre_feed_forward: norm(weights, "post_attention_layernorm")?,
+                post_feed_forward: norm(weights, "post_mlp_layernorm")?,
+            };
+            Ok(DecoderLayer::sandwich(
+                norms,
+                attention.into(),
+                FeedForward::Dense(mlp),
+            ))
         })
         .collect::<Result<_, ModelError>>()?;
     let norm = Norm::rms(weights, "model.norm.weight", hidden, eps)?;

@@ -4,7 +4,7 @@
 //! `sliding_window`.
 
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
-use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, SandwichNorms};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
@@ -39,10 +39,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             };
             let attention =
                 Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
-            let mut norm =
-                |name: &str| Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps);
-            let post_attention_norm = norm("post_attention_layernorm")?;
-            let post_feed_forward_norm = norm("post_feedforward_layernorm")?;
+            let norm = |weights: &mut Weights, name: &str| {
+                Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
+            };
             let mlp = Mlp::load(
                 weights,
                 config,
@@ -50,17 +49,17 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 config.intermediate_size()?,
                 false,
             )?;
-            Ok(DecoderLayer {
-                input_norm: Norm::Identity,
-                mixer: attention.into(),
-                post_attention_norm: Some(post_attention_norm),
-                pre_feed_forward_norm: Norm::Identity,
-                feed_forward: FeedForward::Dense(mlp),
-                post_feed_forward_norm: Some(post_feed_forward_norm),
-                residual_scale: None,
-                per_layer_gate: None,
-                output_scale: None,
-            })
+            let norms = SandwichNorms {
+                input: Norm::Identity,
+                post_attention: norm(weights, "post_attention_layernorm")?,
+                pre_feed_forward: Norm::Identity,
+                post_feed_forward: norm(weights, "post_feedforward_layernorm")?,
+            };
+            Ok(DecoderLayer::sandwich(
+                norms,
+                attention.into(),
+                FeedForward::Dense(mlp),
+            ))
         })
         .collect::<Result<_, ModelError>>()?;
     let norm = Norm::rms(weights, "model.norm.weight", hidden, eps)?;

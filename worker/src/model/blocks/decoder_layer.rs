@@ -176,7 +176,31 @@ pub struct DecoderLayer {
     pub output_scale: Option<Array>,
 }
 
+/// A layer's four norms where each block's output is normalized before its residual sum too
+/// (Gemma 3, GLM-4, OLMo 3): before and after the token mixer, before and after the MLP.
+pub struct SandwichNorms {
+    pub input: Norm,
+    pub post_attention: Norm,
+    pub pre_feed_forward: Norm,
+    pub post_feed_forward: Norm,
+}
+
 impl DecoderLayer {
+    /// A layer with [`SandwichNorms`] and nothing else around its blocks.
+    pub fn sandwich(norms: SandwichNorms, mixer: Mixer, feed_forward: FeedForward) -> Self {
+        Self {
+            input_norm: norms.input,
+            mixer,
+            post_attention_norm: Some(norms.post_attention),
+            pre_feed_forward_norm: norms.pre_feed_forward,
+            feed_forward,
+            post_feed_forward_norm: Some(norms.post_feed_forward),
+            residual_scale: None,
+            per_layer_gate: None,
+            output_scale: None,
+        }
+    }
+
     /// Layer `index` with Llama's names: `input_layernorm`, `self_attn`, and
     /// `post_attention_layernorm` before the feed-forward block that `feed_forward` loads from
     /// the layer's prefix.
