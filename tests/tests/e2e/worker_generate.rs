@@ -129,14 +129,31 @@ fn bad_quantization_configs_are_refused() {
     };
     corral_fixture::generate(&options, dir.path()).unwrap();
 
+    // A model-wide entry that disagrees with the tensors: mlx-lm 0.32.2 reads each layer the
+    // config does not name from its tensors (`infer_quant_config`), and so does corral.
     edit_config(dir.path(), |config| {
         config["quantization"]["bits"] = 8.into()
+    });
+    let output = generate(dir.path(), &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+
+    // A layer's own entry is believed: one its tensors contradict is refused.
+    edit_config(dir.path(), |config| {
+        config["quantization"]["model.layers.0.self_attn.q_proj"] =
+            serde_json::json!({"group_size": 64, "bits": 8});
     });
     let output = generate(dir.path(), &[]);
     assert_one_line_error(
         &output,
         &["model.safetensors", "bad quantization", "uint32"],
     );
+    edit_config(dir.path(), |config| {
+        config["quantization"]
+            .as_object_mut()
+            .unwrap()
+            .remove("model.layers.0.self_attn.q_proj");
+    });
 
     edit_config(dir.path(), |config| {
         config["quantization"]["group_size"] = 100.into()
