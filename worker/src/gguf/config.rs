@@ -246,7 +246,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         "olmo2" => {
             if let Some(window) = keys.integer("attention.sliding_window") {
                 put("sliding_window", json!(window));
-                put("layer_types", json!(olmo_layer_types(&keys, layers)?));
+                put("layer_types", json!(layer_kinds(&keys, layers)?));
             }
         }
         // Seed-OSS's output projection has a bias of its own, apart from q, k and v's.
@@ -378,24 +378,7 @@ fn gemma4(
     let sliding_head = keys
         .integer("attention.key_length_swa")
         .unwrap_or(full_head);
-    let flags: Vec<bool> = keys
-        .value("attention.sliding_window_pattern")
-        .and_then(Value::as_array)
-        .and_then(|values| values.iter().map(Value::as_bool).collect())
-        .filter(|flags: &Vec<bool>| flags.len() == layers as usize)
-        .ok_or_else(|| {
-            header.invalid("gemma4.attention.sliding_window_pattern must flag every layer")
-        })?;
-    let kinds: Vec<&str> = flags
-        .iter()
-        .map(|&sliding| {
-            if sliding {
-                "sliding_attention"
-            } else {
-                "full_attention"
-            }
-        })
-        .collect();
+    let kinds = layer_kinds(keys, layers)?;
     let shared = keys.integer("attention.shared_kv_layers").unwrap_or(0);
     let widths = keys
         .per_layer("feed_forward_length", layers)
@@ -407,7 +390,7 @@ fn gemma4(
     let kv_heads = keys
         .per_layer("attention.head_count_kv", layers)
         .ok_or_else(|| keys.missing("attention.head_count_kv"))?;
-    let first_full = flags.iter().position(|&sliding| !sliding);
+    let first_full = kinds.iter().position(|kind| *kind == "full_attention");
     let global_kv_heads = first_full.map(|layer| kv_heads[layer]);
     let values_are_keys =
         first_full.is_some_and(|layer| !keys.has_tensor(&format!("blk.{layer}.attn_v.weight")));
@@ -556,31 +539,35 @@ fn rotary_fraction(keys: &Keys, head_dim: u64) -> f64 {
         .map_or(1.0, |dims| dims as f64 / head_dim.max(1) as f64)
 }
 
+/// Each layer's kind from `attention.sliding_window_pattern` as llama.cpp's converter writes it
+/// one flag per layer (true: sliding), for Gemma 4 and OLMo 3.
+fn layer_kinds(keys: &Keys, layers: u64) -> Result<Vec<&'static str>, GgufError> {
+    let flags: Vec<bool> = keys
+        .value("attention.sliding_window_pattern")
+        .and_then(Value::as_array)
+        .and_then(|values| values.iter().map(Value::as_bool).collect())
+        .filter(|flags: &Vec<bool>| flags.len() as u64 == layers)
+        .ok_or_else(|| {
+            keys.header.invalid(format!(
+                "{}.attention.sliding_window_pattern must flag every layer",
+                keys.arch
+            ))
+        })?;
+    Ok(flags
+        .iter()
+        .map(|&sliding| {
+            if sliding {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
+        .collect())
+}
+
 /// Every how many layers one attends globally: `attention.sliding_window_pattern` as a number,
 /// or as llama.cpp's per-layer flags (true for sliding) when they repeat with a period ending in
 /// the one global layer; `default` (llama.cpp's value for the architecture) without it.
-/// Each layer's kind from `attention.sliding_window_pattern`, one flag per layer (true:
-/// sliding), as llama.cpp's converter writes OLMo 3's.
-fn olmo_layer_types(keys: &Keys, layers: u64) -> Result<Vec<&'static str>, GgufError> {
-    let flags: Option<Vec<bool>> = keys
-        .value("attention.sliding_window_pattern")
-        .and_then(Value::as_array)
-        .and_then(|values| values.iter().map(Value::as_bool).collect());
-    match flags {
-        Some(flags) if flags.len() as u64 == layers => Ok(flags
-            .iter()
-            .map(|&sliding| {
-                if sliding {
-                    "sliding_attention"
-                } else {
-                    "full_attention"
-                }
-            })
-            .collect()),
-        _ => Err(keys.missing("attention.sliding_window_pattern (a flag per layer)")),
-    }
-}
-
 fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
     let Some(value) = keys.value("attention.sliding_window_pattern") else {
         return Ok(default);

@@ -21,6 +21,14 @@ fn env(vars: &[(&str, &Path)]) -> impl Fn(&str) -> Option<OsString> + use<> {
     move |name| vars.get(name).cloned()
 }
 
+/// A `corral-worker` that describes nothing, so every model found stays servable.
+fn silent_worker(dir: &Path) -> PathBuf {
+    let script = dir.join("corral-worker");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
 #[test]
 fn sources_default_to_the_home_directory_and_follow_the_environment() {
     let home = Path::new("/home/ada");
@@ -227,9 +235,7 @@ async fn the_fallback_is_served_when_nothing_is_found_and_a_rescan_adds_new_mode
         let dir = fallback_dir.clone();
         Arc::new(move || Ok(("corral-small".to_owned(), dir.clone())))
     };
-    let script = home.path().join("corral-worker");
-    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = silent_worker(home.path());
     let models = home.path().join("models");
     let catalog = Catalog {
         sources: Sources {
@@ -285,9 +291,7 @@ fn sources_are_named_as_the_tools_name_themselves() {
 #[tokio::test]
 async fn a_model_whose_files_cannot_load_stays_unservable_across_rescans_until_they_change() {
     let home = tempfile::tempdir().unwrap();
-    let script = home.path().join("corral-worker");
-    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = silent_worker(home.path());
     let models = home.path().join("models");
     let broken = models.join("broken");
     model_at(&broken);

@@ -16,14 +16,7 @@ use crate::model::weights::Weights;
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let partial: f64 = config.rope_key_or("partial_rotary_factor", 0.5)?;
-    let rope_dims = (f64::from(config.head_dim) * partial) as i32;
-    let rope = Rope::new(
-        rope_dims,
-        config.rope_theta,
-        true,
-        config.rope_scaling.clone(),
-    )
-    .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    let rope = Rope::partial_for_config(config, weights, partial, true)?;
     let qkv_bias: bool = config.key_or("attention_bias", true)?;
     let layers = (0..config.num_layers)
         .map(|index| {

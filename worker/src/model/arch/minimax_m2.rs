@@ -40,14 +40,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         Some(dims) => dims / f64::from(config.head_dim),
         None => config.rope_key_or("partial_rotary_factor", 1.0)?,
     };
-    let rope_dims = (f64::from(config.head_dim) * partial) as i32;
-    let rope = Rope::new(
-        rope_dims,
-        config.rope_theta,
-        false,
-        config.rope_scaling.clone(),
-    )
-    .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    let rope = Rope::partial_for_config(config, weights, partial, false)?;
     let moe = moe(config)?;
     let layers = (0..config.num_layers)
         .map(|index| {

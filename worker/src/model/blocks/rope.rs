@@ -49,6 +49,24 @@ impl Rope {
         rope.map_err(|source| weights.mlx_error("building rotary frequencies", source))
     }
 
+    /// `config`'s rotation (`rope_theta`, `rope_scaling`) over the first `fraction` of each
+    /// head, in adjacent pairs when `traditional` (GLM-4, MiniMax-M2).
+    pub fn partial_for_config(
+        config: &ModelConfig,
+        weights: &Weights,
+        fraction: f64,
+        traditional: bool,
+    ) -> Result<Self, ModelError> {
+        let dims = (f64::from(config.head_dim) * fraction) as i32;
+        Self::new(
+            dims,
+            config.rope_theta,
+            traditional,
+            config.rope_scaling.clone(),
+        )
+        .map_err(|source| weights.mlx_error("building rotary frequencies", source))
+    }
+
     pub fn new(
         dims: i32,
         base: f32,
