@@ -18,9 +18,25 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 16] = [
-    "llama", "llama4", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
-    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3", "seed_oss", "olmo2",
+pub const ARCHITECTURES: [&str; 18] = [
+    "llama",
+    "llama4",
+    "mistral",
+    "mistral3",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "gemma4",
+    "gpt-oss",
+    "glm4moe",
+    "phi3",
+    "granite",
+    "smollm3",
+    "seed_oss",
+    "olmo2",
+    "ernie4_5-moe",
+    "minimax-m2",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -33,6 +49,8 @@ fn model_type(arch: &str) -> &str {
         "mistral3" => "ministral3",
         "gpt-oss" => "gpt_oss",
         "glm4moe" => "glm4_moe",
+        "ernie4_5-moe" => "ernie4_5_moe",
+        "minimax-m2" => "minimax_m2",
         // llama.cpp writes OLMo 3 as `olmo2`, its sliding layers flagged per layer.
         "olmo2" => "olmo3",
         other => other,
@@ -254,6 +272,24 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             "attention_out_bias",
             json!(keys.has_tensor("blk.0.attn_output.bias")),
         ),
+        "ernie4_5-moe" => ernie4_5_moe(&keys, &mut config)?,
+        "minimax-m2" => {
+            if let Some(gating) = keys.integer("expert_gating_func")
+                && gating != 2
+            {
+                return Err(header.invalid(format!(
+                    "minimax-m2.expert_gating_func {gating}: MiniMax-M2 routes by sigmoid (2)"
+                )));
+            }
+            for (key, value) in keys.experts("num_local_experts")? {
+                put(key, value);
+            }
+            put(
+                "intermediate_size",
+                json!(keys.required("expert_feed_forward_length")?),
+            );
+            put("rotary_dim", json!(keys.required("rope.dimension_count")?));
+        }
         // llama.cpp stores no NoPE layers: every fourth, hard-coded.
         "smollm3" => put("no_rope_layer_interval", json!(4)),
         "gpt-oss" => {
@@ -459,6 +495,34 @@ fn gemma4(
     if let Some(vocab) = per_layer_vocab {
         put("vocab_size_per_layer_input", json!(vocab));
     }
+    Ok(())
+}
+
+/// ERNIE 4.5 MoE: dense layers lead (`leading_dense_block_count`), then every
+/// `interleave_moe_layer_step`-th layer routes; `feed_forward_length` is the dense layers' MLP and
+/// the shared experts together are `expert_shared_feed_forward_length` wide.
+fn ernie4_5_moe(keys: &Keys, config: &mut Map<String, Json>) -> Result<(), GgufError> {
+    let inner = keys.required("expert_feed_forward_length")?;
+    let shared_width = keys
+        .integer("expert_shared_feed_forward_length")
+        .unwrap_or(0);
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    for (key, value) in keys.experts("moe_num_experts")? {
+        put(key, value);
+    }
+    put("moe_intermediate_size", json!(inner));
+    put("moe_num_shared_experts", json!(shared_width / inner.max(1)));
+    put(
+        "moe_layer_start_index",
+        json!(keys.integer("leading_dense_block_count").unwrap_or(0)),
+    );
+    put(
+        "moe_layer_interval",
+        json!(keys.integer("interleave_moe_layer_step").unwrap_or(1)),
+    );
+    put("use_bias", json!(keys.has_tensor("blk.0.attn_q.bias")));
     Ok(())
 }
 

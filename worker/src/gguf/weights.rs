@@ -210,7 +210,7 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "gpt-oss" => ("mlp", "router", "experts"),
         "llama4" => ("feed_forward", "router", "experts"),
         "gemma4" => ("experts", "router", "switch_glu"),
-        "llama" => ("block_sparse_moe", "gate", "switch_mlp"),
+        "llama" | "minimax-m2" => ("block_sparse_moe", "gate", "switch_mlp"),
         _ => ("mlp", "gate", "switch_mlp"),
     };
     let renamed = match part {
@@ -242,7 +242,9 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "pre_ffw_norm_2" => "pre_feedforward_layernorm_2".into(),
         "post_ffw_norm_1" => "post_feedforward_layernorm_1".into(),
         "post_ffw_norm_2" => "post_feedforward_layernorm_2".into(),
-        "exp_probs_b" => "mlp.gate.e_score_correction".into(),
+        // ERNIE 4.5 keeps its correction bias in `moe_statics`, one row per expert group.
+        "exp_probs_b" if arch == "ernie4_5-moe" => "mlp.moe_statics.e_score_correction".into(),
+        "exp_probs_b" => format!("{block}.{router}.e_score_correction"),
         "ffn_gate_exps" => format!("{block}.{experts}.gate_proj"),
         "ffn_up_exps" => format!("{block}.{experts}.up_proj"),
         "ffn_down_exps" => format!("{block}.{experts}.down_proj"),
