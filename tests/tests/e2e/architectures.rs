@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use corral_worker::model::{KvCache, Model, SUPPORTED_ARCHITECTURES, Segment};
+use corral_worker::model::{KvCache, Model, SUPPORTED_ARCHITECTURES, Segment, layer_caches_for};
 use corral_worker::prefix_cache::blocks::{
     block_shape, cut, from_payload, join, snapshot, to_payload,
 };
@@ -308,6 +308,11 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore() {
             }
             let reference = read_reference(&data().join(architecture).join(&entry.reference));
             let model = Model::load(&dir).unwrap_or_else(|error| panic!("{name}: {error}"));
+            assert_eq!(
+                layer_caches_for(&model.config).unwrap(),
+                model.layer_caches(),
+                "{name}: the caches the config gives are the built layers'"
+            );
             let alone = check_alone(&name, &model, &reference);
             let in_batch = check_in_batch(&name, &model, &reference);
             let restored = check_after_restore(&name, &model, &reference);

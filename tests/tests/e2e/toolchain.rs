@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use corral_worker::gguf::{self, GgufHeader, GgufModel};
-use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES};
+use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES, layer_caches_for};
 use serde_json::Value;
 
 use crate::architectures::{Reference, read_reference, rows_alone};
@@ -134,6 +134,16 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
                     continue;
                 }
             };
+            // The memory estimate's cache sizes, read from the config alone, are the built
+            // layers' own.
+            match layer_caches_for(&model.config) {
+                Ok(caches) if caches == model.layer_caches() => {}
+                Ok(caches) => failures.push(format!(
+                    "{name}: the config gives caches {caches:?}, the built layers {:?}",
+                    model.layer_caches()
+                )),
+                Err(error) => failures.push(format!("{name}: caches from the config: {error}")),
+            }
             let reference_layout = record["reference_layout"].as_str().unwrap_or(layout);
             let reference = read_reference(&data().join(architecture).join(reference_layout));
             let rows = rows_alone(&model, &reference);

@@ -8,12 +8,13 @@
 //! run.
 
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
-use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec};
+use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec, latent_cache_shape};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 
 /// The routed experts of the sparse layers, `None` without `n_routed_experts`.
@@ -32,6 +33,19 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
             scaling: config.key_or("routed_scaling_factor", 1.0)?,
         },
     )))
+}
+
+/// What each layer keeps for a sequence: its latent and shared rotary key per position.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let shape = latent_cache_shape(
+        config.required("kv_lora_rank")?,
+        config.required("qk_rope_head_dim")?,
+    );
+    let layer = LayerCache::Positions {
+        shape,
+        window: None,
+    };
+    Ok(vec![layer; config.num_layers as usize])
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {

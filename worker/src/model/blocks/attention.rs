@@ -355,10 +355,7 @@ impl Attention {
     /// query sees; a chunk's keys are cut by absolute position, so its cache keeps them all.
     /// The window of a sliding-window layer, whose cache lets go of older positions.
     pub fn sliding_window(&self) -> Option<i32> {
-        match self.window {
-            Some(Window::Sliding(window)) => Some(window),
-            Some(Window::Chunk(_)) | None => None,
-        }
+        self.window.and_then(Window::sliding)
     }
 
     pub fn new_cache(&self) -> KvCache {

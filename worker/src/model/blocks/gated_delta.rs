@@ -72,6 +72,16 @@ impl DeltaSpec {
     fn conv_channels(&self) -> i32 {
         2 * self.key_width() + self.value_width()
     }
+
+    /// Elements of a layer's state: the convolution's last `kernel - 1` inputs and the f32
+    /// memory, `[value_heads, value_dim, key_dim]`.
+    pub fn state_shape(&self) -> StateShape {
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(self.conv_kernel - 1) * count(self.conv_channels()),
+            f32_elements: count(self.value_heads) * count(self.value_dim) * count(self.key_dim),
+        }
+    }
 }
 
 /// How the input projections are laid out in the checkpoint.
@@ -170,15 +180,9 @@ impl GatedDeltaNet {
         })
     }
 
-    /// Elements of the layer's state: the convolution's last `kernel - 1` inputs and the
-    /// f32 memory, `[value_heads, value_dim, key_dim]`.
+    /// Elements of the layer's state.
     pub fn state_shape(&self) -> StateShape {
-        let spec = &self.spec;
-        let count = |value: i32| u64::try_from(value).unwrap_or(0);
-        StateShape {
-            activation_elements: count(spec.conv_kernel - 1) * count(spec.conv_channels()),
-            f32_elements: count(spec.value_heads) * count(spec.value_dim) * count(spec.key_dim),
-        }
+        self.spec.state_shape()
     }
 
     /// An empty cache of this layer's kind.

@@ -75,13 +75,8 @@ impl ShortConv {
         })
     }
 
-    /// The state a sequence carries: its last `kernel - 1` inputs.
     pub fn state_shape(&self) -> StateShape {
-        let count = |value: i32| u64::try_from(value).unwrap_or(0);
-        StateShape {
-            activation_elements: count(self.kernel - 1) * count(self.hidden),
-            f32_elements: 0,
-        }
+        state_shape(self.kernel, self.hidden)
     }
 
     /// An empty cache of this layer's kind.
@@ -156,5 +151,15 @@ impl ShortConv {
             positions,
         )?;
         Ok(out)
+    }
+}
+
+/// The state a sequence carries through a short convolution of `kernel` over `hidden`
+/// channels: its last `kernel - 1` inputs.
+pub fn state_shape(kernel: i32, hidden: i32) -> StateShape {
+    let count = |value: i32| u64::try_from(value).unwrap_or(0);
+    StateShape {
+        activation_elements: count(kernel - 1) * count(hidden),
+        f32_elements: 0,
     }
 }
