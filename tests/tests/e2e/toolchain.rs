@@ -19,8 +19,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use corral_worker::describe::{describe, layers_cache_size};
 use corral_worker::gguf::{self, GgufHeader, GgufModel};
 use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES, layer_caches_for};
+use mlx_rs::Dtype;
 use serde_json::Value;
 
 use crate::architectures::{Reference, read_reference, rows_alone};
@@ -143,6 +145,18 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
                     model.layer_caches()
                 )),
                 Err(error) => failures.push(format!("{name}: caches from the config: {error}")),
+            }
+            // ... and `describe` gives the supervisor those sizes in the model's own type.
+            let described = describe(if gguf.exists() { &gguf } else { &dir }).cache;
+            let element_bytes = match model.dtype() {
+                Dtype::Float32 => 4,
+                _ => 2,
+            };
+            let built = layers_cache_size(&model.layer_caches(), element_bytes);
+            if described.as_ref() != Some(&built) {
+                failures.push(format!(
+                    "{name}: described caches {described:?}, the built model's {built:?}"
+                ));
             }
             let reference_layout = record["reference_layout"].as_str().unwrap_or(layout);
             let reference = read_reference(&data().join(architecture).join(reference_layout));
