@@ -29,7 +29,11 @@ pub fn parts(
         return Ok(None);
     };
     let names: &[&str] = match part {
-        "attn_qkv" if arch != "phi3" => &["attn_q", "attn_k", "attn_v"],
+        // A layer with a convolution is a hybrid's linear attention, whose `attn_qkv` is its
+        // own input projection (Qwen3-Next's, Qwen3.5's).
+        "attn_qkv" if arch != "phi3" && !has_convolution(header, layer) => {
+            &["attn_q", "attn_k", "attn_v"]
+        }
         "ffn_gate_up_exps" => &["ffn_gate_exps", "ffn_up_exps"],
         _ => return Ok(None),
     };
@@ -57,6 +61,11 @@ pub fn parts(
             .map(|(name, size)| (format!("blk.{layer}.{name}.{suffix}"), size))
             .collect(),
     ))
+}
+
+fn has_convolution(header: &GgufHeader, layer: &str) -> bool {
+    let name = format!("blk.{layer}.ssm_conv1d.weight");
+    header.tensors.iter().any(|tensor| tensor.name == name)
 }
 
 /// The output rows of a weight (ggml's second dimension) or of a bias (its first).
