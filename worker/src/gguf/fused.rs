@@ -98,8 +98,10 @@ fn qkv_rows(header: &GgufHeader, arch: &str, layer: &str) -> Result<Vec<u64>, St
     let hidden = integer("embedding_length").ok_or_else(|| missing("embedding_length"))?;
     let key_length = integer("attention.key_length").unwrap_or(hidden / heads.max(1));
     let value_length = integer("attention.value_length").unwrap_or(key_length);
+    // Qwen3-Next's and 3.5's queries carry their output gate: two rows per query row.
+    let gated = matches!(arch, "qwen3next" | "qwen35" | "qwen35moe");
     Ok(vec![
-        heads * key_length,
+        (1 + u64::from(gated)) * heads * key_length,
         heads_kv * key_length,
         heads_kv * value_length,
     ])

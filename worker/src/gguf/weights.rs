@@ -31,9 +31,11 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
     let mut quantization = HashMap::new();
     for tensor in &header.tensors {
         // Phi-3's longrope factors and Gemma 4's proportional rotation, read into the config
-        // (`config.rs`).
+        // (`config.rs`); the multi-token-prediction layers of Qwen3-Next and 3.5, not run.
         if tensor.name.starts_with("rope_factors_")
             || (arch == "gemma4" && tensor.name == "rope_freqs.weight")
+            || (qwen3_next::serves(arch)
+                && qwen3_next::in_prediction_layer(header, arch, &tensor.name))
         {
             continue;
         }

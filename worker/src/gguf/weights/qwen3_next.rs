@@ -12,12 +12,26 @@ use std::collections::HashMap;
 
 use mlx_rs::{Array, ops};
 
-use crate::gguf::header::GgufHeader;
+use crate::gguf::header::{GgufHeader, Value};
 use crate::model::Quantization;
 
 /// The architectures this module names.
 pub(super) fn serves(arch: &str) -> bool {
     matches!(arch, "qwen3next" | "qwen35" | "qwen35moe")
+}
+
+/// Whether `name` is a tensor of the multi-token-prediction layers the converter appends past
+/// the trunk (`nextn_predict_layers` of `block_count`), which the model does not run.
+pub(super) fn in_prediction_layer(header: &GgufHeader, arch: &str, name: &str) -> bool {
+    let count = |key: &str| header.get(&format!("{arch}.{key}")).and_then(Value::as_u64);
+    let (Some(blocks), Some(predictors)) = (count("block_count"), count("nextn_predict_layers"))
+    else {
+        return false;
+    };
+    name.strip_prefix("blk.")
+        .and_then(|rest| rest.split_once('.'))
+        .and_then(|(layer, _)| layer.parse::<u64>().ok())
+        .is_some_and(|layer| layer >= blocks.saturating_sub(predictors))
 }
 
 /// The name under a layer of llama.cpp's `part` of a layer, where it is this family's own.
