@@ -6,7 +6,9 @@
 //! `mlx` and `mlx-q4`, llama.cpp's for `gguf-*`, at every prompt position and greedy decode step.
 //! A GGUF layout's directory holds one `model.gguf`, loaded as a GGUF file with its tokenizer.
 //! Its F16 and quantized types are held to llama.cpp's logits within the noise the type puts on
-//! llama.cpp's own (its CPU kernels round activations to f16 or 8 bits; corral's do not).
+//! llama.cpp's own (its CPU kernels round activations to f16 or 8 bits; corral's do not). The
+//! gated-DeltaNet hybrids' F32 GGUFs are also held to llama.cpp's logits in a batch and after a
+//! prefix-cache restore from their recurrent layers' snapshots.
 //!
 //! Where mlx-lm's float logits depart from transformers' on the same weights (mlx-lm 0.32.2
 //! ignores transformers 5's `rope_parameters` in several architectures), or llama.cpp's F32 ones
@@ -25,7 +27,9 @@ use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES, layer_caches_for};
 use mlx_rs::Dtype;
 use serde_json::Value;
 
-use crate::architectures::{Reference, read_reference, rows_alone};
+use crate::architectures::{
+    Reference, check_after_restore, check_in_batch, read_reference, rows_alone,
+};
 
 /// Float layouts: the same weights in float32 on both sides, summed in another order.
 const FLOAT_TOLERANCE: f32 = 1e-3;
@@ -199,4 +203,26 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             None => panic!("{served} is served but has no checkpoint made by transformers"),
         }
     }
+}
+
+/// llama.cpp's own GGUFs of the gated-DeltaNet hybrids (Qwen3.5 dense and MoE, Qwen3-Next),
+/// float32, hold llama.cpp's logits within 1e-3 in a batch of four and after a prefix-cache
+/// restore, whose recurrent layers start from the snapshots they recorded at the block ends.
+#[test]
+fn gguf_gated_delta_hybrids_batch_and_restore_from_their_snapshots() {
+    let mut checked = Vec::new();
+    for architecture in ["qwen3_5", "qwen3_5_moe", "qwen3_next"] {
+        let dir = data().join(architecture).join("gguf-f32");
+        let name = format!("{architecture}/gguf-f32");
+        let model = GgufModel::load(&dir.join("model.gguf"))
+            .unwrap_or_else(|error| panic!("{name}: {error}"))
+            .model;
+        let reference = read_reference(&dir);
+        let in_batch = check_in_batch(&name, &model, &reference);
+        let restored = check_after_restore(&name, &model, &reference);
+        checked.push(format!(
+            "{name}: largest differences in a batch {in_batch:.1e}, after a restore {restored:.1e}"
+        ));
+    }
+    eprintln!("checked against llama.cpp:\n{}", checked.join("\n"));
 }

@@ -3,22 +3,24 @@
 //!
 //! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral and Mixtral,
 //! which it writes as `llama`, Mixtral with `expert_count`), `granite`, `smollm3` and `mistral3`
-//! (llamas to the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is that same
-//! rotation. The other architectures keep Hugging
-//! Face's layout and rotate halves.
+//! (llamas to the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is
+//! that same rotation. The other architectures keep Hugging Face's layout and rotate halves.
 //!
 //! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
 //! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
 //! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in
-//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense.
+//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense. The gated-DeltaNet
+//! hybrids (`qwen3next`, `qwen35`, `qwen35moe`) are translated in `config/qwen3_next.rs`.
 
 use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
+mod qwen3_next;
+
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 18] = [
+pub const ARCHITECTURES: [&str; 21] = [
     "llama",
     "llama4",
     "mistral",
@@ -37,6 +39,9 @@ pub const ARCHITECTURES: [&str; 18] = [
     "olmo2",
     "ernie4_5-moe",
     "minimax-m2",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -53,6 +58,7 @@ fn model_type(arch: &str) -> &str {
         "minimax-m2" => "minimax_m2",
         // llama.cpp writes OLMo 3 as `olmo2`, its sliding layers flagged per layer.
         "olmo2" => "olmo3",
+        "qwen3next" => "qwen3_next",
         other => other,
     }
 }
@@ -255,6 +261,9 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
         }
         "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
+        "qwen3next" | "qwen35" | "qwen35moe" => {
+            return qwen3_next::hybrid(&keys, config, layers, head_dim);
+        }
         "llama4" => llama4(&keys, &mut config, feed_forward)?,
         "mistral3" => {
             let theta = keys.float("rope.freq_base").unwrap_or(1_000_000.0);

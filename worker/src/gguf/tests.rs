@@ -635,3 +635,139 @@ fn fused_projections_split_by_the_attentions_shape() {
         "{error}"
     );
 }
+
+/// A float32 metadata value.
+fn with_f32(mut builder: Builder, key: &str, value: f32) -> Builder {
+    string(&mut builder.metadata, key);
+    builder.metadata.extend(6u32.to_le_bytes());
+    builder.metadata.extend(value.to_le_bytes());
+    builder.kv_count += 1;
+    builder
+}
+
+/// A gated-DeltaNet hybrid of `arch` as llama.cpp's converter writes it: `layers` in
+/// `block_count`, 2 key heads and 4 value heads of 16, a kernel of 4.
+fn hybrid(arch: &str, layers: u32) -> Builder {
+    let key = |name: &str| format!("{arch}.{name}");
+    let builder = Builder::default()
+        .text("general.architecture", arch)
+        .uint(&key("block_count"), layers)
+        .uint(&key("embedding_length"), 64)
+        .uint(&key("feed_forward_length"), 64)
+        .uint(&key("attention.head_count"), 4)
+        .uint(&key("attention.head_count_kv"), 2)
+        .uint(&key("attention.key_length"), 16)
+        .uint(&key("rope.dimension_count"), 4)
+        .uint(&key("ssm.conv_kernel"), 4)
+        .uint(&key("ssm.state_size"), 16)
+        .uint(&key("ssm.group_count"), 2)
+        .uint(&key("ssm.time_step_rank"), 4)
+        .uint(&key("ssm.inner_size"), 64)
+        .tensor("token_embd.weight", &[64, 128], GgmlType::F32);
+    with_f32(builder, &key("attention.layer_norm_rms_epsilon"), 1e-6)
+}
+
+#[test]
+fn gated_delta_hybrids_read_their_linear_attention_from_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [true, false, true, false, false].map(|flag| vec![u8::from(flag)]);
+    // Qwen3.5 with one multi-token-prediction layer past its four.
+    let builder = hybrid("qwen35", 5)
+        .uint("qwen35.nextn_predict_layers", 1)
+        .array("qwen35.attention.recurrent_layers", 7, &flags);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let config = super::config::config_json(&header).unwrap();
+    assert_eq!(config["model_type"], "qwen3_5");
+    let text = &config["text_config"];
+    assert_eq!(text["model_type"], "qwen3_5_text");
+    assert_eq!(text["num_hidden_layers"], 4);
+    assert_eq!(
+        text["layer_types"],
+        serde_json::json!([
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "full_attention"
+        ])
+    );
+    for (key, value) in [
+        ("linear_num_key_heads", 2),
+        ("linear_num_value_heads", 4),
+        ("linear_key_head_dim", 16),
+        ("linear_value_head_dim", 16),
+        ("linear_conv_kernel_dim", 4),
+    ] {
+        assert_eq!(text[key], value, "{key}");
+    }
+    assert_eq!(text["rope_parameters"]["partial_rotary_factor"], 0.25);
+    assert_eq!(text["linear_value_heads_tiled"], true);
+    // Qwen3-Next: no per-layer flags, every fourth layer attends; value heads grouped.
+    let builder = hybrid("qwen3next", 4)
+        .uint("qwen3next.full_attention_interval", 4)
+        .uint("qwen3next.expert_count", 4)
+        .uint("qwen3next.expert_used_count", 2)
+        .uint("qwen3next.expert_feed_forward_length", 32)
+        .uint("qwen3next.expert_shared_feed_forward_length", 48);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let config = super::config::config_json(&header).unwrap();
+    assert_eq!(config["model_type"], "qwen3_next");
+    assert_eq!(config["layer_types"][2], "linear_attention");
+    assert_eq!(config["layer_types"][3], "full_attention");
+    assert_eq!(config["moe_intermediate_size"], 32);
+    assert_eq!(config["shared_expert_intermediate_size"], 48);
+    assert_eq!(config["norm_topk_prob"], true);
+    assert!(config.get("linear_value_heads_tiled").is_none());
+}
+
+#[test]
+fn gated_delta_hybrid_tensors_load_under_mlx_lms_names_and_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = hybrid("qwen3next", 3)
+        .uint("qwen3next.nextn_predict_layers", 1)
+        .tensor("blk.0.attn_qkv.weight", &[64, 128], GgmlType::F32)
+        .tensor("blk.0.attn_gate.weight", &[64, 64], GgmlType::F32)
+        .tensor("blk.0.ssm_ba.weight", &[64, 8], GgmlType::Q8_0)
+        .tensor("blk.0.ssm_conv1d.weight", &[4, 128], GgmlType::F32)
+        .tensor("blk.0.ssm_a", &[4], GgmlType::F32)
+        .tensor("blk.0.ssm_dt.bias", &[4], GgmlType::F32)
+        .tensor("blk.0.ffn_gate_inp_shexp.weight", &[64], GgmlType::F32)
+        // An attention layer's fused projection: gated queries, keys, values.
+        .tensor("blk.1.attn_qkv.weight", &[64, 192], GgmlType::F32)
+        .tensor("blk.2.attn_q.weight", &[64, 128], GgmlType::F32);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let weights = super::weights::load(&header, super::Choices::default()).unwrap();
+    let layer = "model.layers.0.linear_attn";
+    let shape = |name: &str| weights.shape_of(name);
+    assert_eq!(
+        shape(&format!("{layer}.in_proj_qkv.weight")),
+        Some(vec![128, 64])
+    );
+    assert_eq!(
+        shape(&format!("{layer}.in_proj_z.weight")),
+        Some(vec![64, 64])
+    );
+    for part in ["in_proj_b", "in_proj_a"] {
+        assert_eq!(shape(&format!("{layer}.{part}.scales")), Some(vec![4, 2]));
+    }
+    assert_eq!(
+        shape(&format!("{layer}.conv1d.weight")),
+        Some(vec![128, 4, 1])
+    );
+    assert_eq!(shape(&format!("{layer}.A_log")), Some(vec![4]));
+    assert_eq!(shape(&format!("{layer}.dt_bias")), Some(vec![4]));
+    assert_eq!(
+        shape("model.layers.0.mlp.shared_expert_gate.weight"),
+        Some(vec![1, 64])
+    );
+    assert_eq!(
+        shape("model.layers.1.self_attn.q_proj.weight"),
+        Some(vec![128, 64])
+    );
+    let names = weights.leftover_names();
+    assert!(
+        !names.iter().any(|name| name.contains("in_proj_ba")
+            || name.contains("ssm_a")
+            || name.starts_with("model.layers.2.")),
+        "{names:?}"
+    );
+}

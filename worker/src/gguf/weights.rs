@@ -18,6 +18,8 @@ use super::fused;
 use super::header::{GgufError, GgufHeader, TensorInfo};
 use crate::model::{QuantMode, Quantization, Weights};
 
+mod qwen3_next;
+
 /// MLX's group size for every GGUF block type it keeps quantized.
 const GROUP_SIZE: i32 = 32;
 
@@ -29,9 +31,11 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
     let mut quantization = HashMap::new();
     for tensor in &header.tensors {
         // Phi-3's longrope factors and Gemma 4's proportional rotation, read into the config
-        // (`config.rs`).
+        // (`config.rs`); the multi-token-prediction layers of Qwen3-Next and 3.5, not run.
         if tensor.name.starts_with("rope_factors_")
             || (arch == "gemma4" && tensor.name == "rope_freqs.weight")
+            || (qwen3_next::serves(arch)
+                && qwen3_next::in_prediction_layer(header, arch, &tensor.name))
         {
             continue;
         }
@@ -74,6 +78,10 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
         }
         .map_err(failed)?;
     }
+    if qwen3_next::serves(arch) {
+        qwen3_next::finish(header, arch, &mut tensors, &mut quantization)
+            .map_err(|message| header.invalid(message))?;
+    }
     if arch == "gemma3" {
         unshift_norms(&mut tensors).map_err(|error| {
             header.invalid(format!("MLX failed while shifting gemma3's norms: {error}"))
@@ -106,7 +114,12 @@ fn insert(
                 None => gguf.to_owned(),
                 // Tensors mlx-lm names without a suffix, to which llama.cpp adds one.
                 Some(suffix) => match hugging_face_name(arch, base) {
-                    bare if bare.ends_with(".sinks") || bare.ends_with(".layer_scalar") => bare,
+                    bare if [".sinks", ".layer_scalar", ".dt_bias"]
+                        .iter()
+                        .any(|end| bare.ends_with(end)) =>
+                    {
+                        bare
+                    }
                     // Gemma 4's router scales: over its input, and per expert on its output.
                     router if suffix == "scale" && router.ends_with(".router.proj") => {
                         router.replace(".router.proj", ".router.scale")
@@ -204,6 +217,9 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
     else {
         return gguf.to_owned();
     };
+    if let Some(renamed) = qwen3_next::layer_part(part).filter(|_| qwen3_next::serves(arch)) {
+        return format!("model.layers.{layer}.{renamed}");
+    }
     // gpt-oss's experts and router keep openai's names in mlx-lm, Mixtral's (a `llama` with
     // experts), Llama 4's and Gemma 4's their own blocks; the others' are Qwen's.
     let (block, router, experts) = match arch {
