@@ -23,7 +23,9 @@ use corral_worker::gguf::{self, GgufHeader, GgufModel};
 use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES};
 use serde_json::Value;
 
-use crate::architectures::{Reference, read_reference, rows_alone};
+use crate::architectures::{
+    Reference, check_after_restore, check_in_batch, read_reference, rows_alone,
+};
 
 /// Float layouts: the same weights in float32 on both sides, summed in another order.
 const FLOAT_TOLERANCE: f32 = 1e-3;
@@ -175,4 +177,28 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             None => panic!("{served} is served but has no checkpoint made by transformers"),
         }
     }
+}
+
+/// llama.cpp's F32 GGUFs of a model with recurrent layers (LFM2 and LFM2-MoE: short
+/// convolutions, restored from the snapshots their layers record at block boundaries) and of
+/// latent attention (DeepSeek V3, GLM-4.7-Flash: a cached latent and rotary key per position),
+/// held to llama.cpp's logits also while each decode step shares its pass with three other
+/// sequences, and after the prompt's first blocks are restored from the prefix cache.
+#[test]
+fn gguf_convolution_and_latent_attention_models_batch_and_restore() {
+    let mut checked = Vec::new();
+    for architecture in ["lfm2", "lfm2_moe", "deepseek_v3", "glm4_moe_lite"] {
+        let name = format!("{architecture}/gguf-f32");
+        let dir = data().join(architecture).join("gguf-f32");
+        let model = GgufModel::load(&dir.join("model.gguf"))
+            .unwrap_or_else(|error| panic!("{name}: {error}"))
+            .model;
+        let reference = read_reference(&dir);
+        let in_batch = check_in_batch(&name, &model, &reference);
+        let restored = check_after_restore(&name, &model, &reference);
+        checked.push(format!(
+            "{name}: largest differences in a batch {in_batch:.1e}, after a restore {restored:.1e}"
+        ));
+    }
+    eprintln!("checked against llama.cpp:\n{}", checked.join("\n"));
 }

@@ -304,6 +304,36 @@ fn tensor_names_map_to_the_hugging_face_layout() {
         hugging_face_name("phi3", "blk.0.ffn_up"),
         "model.layers.0.mlp.gate_up_proj"
     );
+    // LFM2's own names: the final norm llama.cpp names after the embedding, the convolution.
+    assert_eq!(
+        hugging_face_name("lfm2", "token_embd_norm"),
+        "model.embedding_norm"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2moe", "blk.0.shortconv.in_proj"),
+        "model.layers.0.conv.in_proj"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2moe", "blk.1.ffn_down_exps"),
+        "model.layers.1.feed_forward.switch_mlp.down_proj"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2", "blk.1.attn_q_norm"),
+        "model.layers.1.self_attn.q_norm"
+    );
+    // DeepSeek's latent attention: the converter's split of `kv_b_proj` is the model's.
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.2.attn_k_b"),
+        "model.layers.2.self_attn.embed_q"
+    );
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.2.attn_kv_a_mqa"),
+        "model.layers.2.self_attn.kv_a_proj_with_mqa"
+    );
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.1.exp_probs_b"),
+        "model.layers.1.mlp.gate.e_score_correction"
+    );
 }
 
 /// A llama-style SentencePiece vocabulary: merges come from the scores, unknown characters fall
