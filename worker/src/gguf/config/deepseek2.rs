@@ -32,6 +32,16 @@ pub(super) fn deepseek2(
     layers: u64,
 ) -> Result<(), GgufError> {
     let header = keys.header;
+    if keys
+        .float("attention.temperature_scale")
+        .is_some_and(|scale| scale != 0.0)
+    {
+        return Err(header.invalid(
+            "deepseek2 with a query temperature (attention.temperature_scale) is not served",
+        ));
+    }
+    // GLM-4.7-Flash's multi-token-prediction layer follows the trunk; it is not run.
+    let layers = layers.saturating_sub(keys.integer("nextn_predict_layers").unwrap_or(0));
     let eps = keys
         .float("attention.layer_norm_rms_epsilon")
         .ok_or_else(|| keys.missing("attention.layer_norm_rms_epsilon"))?;
@@ -77,6 +87,7 @@ pub(super) fn deepseek2(
             "glm4_moe_lite"
         }),
     );
+    put("num_hidden_layers", json!(layers));
     put("num_key_value_heads", json!(heads));
     put("head_dim", json!(rope_dim));
     put("qk_rope_head_dim", json!(rope_dim));

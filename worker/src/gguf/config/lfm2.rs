@@ -25,6 +25,13 @@ pub(super) fn lfm2(
             keys.arch
         )));
     }
+    // LFM2.5's bidirectional embedding models.
+    if keys.boolean("attention.causal") == Some(false) {
+        return Err(header.invalid(format!(
+            "{} without causal attention (an embedding model) is not served",
+            keys.arch
+        )));
+    }
     let kv_heads = keys
         .per_layer("attention.head_count_kv", layers)
         .ok_or_else(|| keys.missing("attention.head_count_kv"))?;
