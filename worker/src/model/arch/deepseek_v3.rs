@@ -5,8 +5,8 @@
 //! `first_k_dense_replace` layers dense, then every `moe_layer_freq`-th routing each position by
 //! grouped sigmoid scores (softmax where `scoring_func` says so, as llama.cpp reads a `deepseek2`
 //! GGUF without a gating function) with a correction bias to `num_experts_per_tok` of
-//! `n_routed_experts` experts beside shared ones. The multi-token-prediction layer past `num_hidden_layers` is not
-//! run.
+//! `n_routed_experts` experts beside shared ones. The multi-token-prediction layer past
+//! `num_hidden_layers` is not run.
 
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec};
