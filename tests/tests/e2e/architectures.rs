@@ -77,7 +77,7 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
         .fold(0.0f32, f32::max);
     assert!(
         worst <= TOLERANCE,
-        "{name} {what}: differs from mlx-lm by {worst} (tolerance {TOLERANCE})"
+        "{name} {what}: differs from the reference by {worst} (tolerance {TOLERANCE})"
     );
     worst
 }

@@ -205,15 +205,26 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
     }
 }
 
-/// llama.cpp's own GGUFs of the gated-DeltaNet hybrids (Qwen3.5 dense and MoE, Qwen3-Next),
-/// float32, hold llama.cpp's logits within 1e-3 in a batch of four and after a prefix-cache
-/// restore, whose recurrent layers start from the snapshots they recorded at the block ends.
+/// llama.cpp's F32 GGUFs of the models with recurrent layers (the gated-DeltaNet hybrids
+/// Qwen3.5 dense and MoE and Qwen3-Next; LFM2 and LFM2-MoE's short convolutions), restored from
+/// the snapshots their layers record at block boundaries, and of latent attention (DeepSeek V3,
+/// GLM-4.7-Flash: a cached latent and rotary key per position), held to llama.cpp's logits within
+/// 1e-3 also while each decode step shares its pass with three other sequences, and after the
+/// prompt's first blocks are restored from the prefix cache.
 #[test]
-fn gguf_gated_delta_hybrids_batch_and_restore_from_their_snapshots() {
+fn gguf_recurrent_and_latent_attention_models_batch_and_restore() {
     let mut checked = Vec::new();
-    for architecture in ["qwen3_5", "qwen3_5_moe", "qwen3_next"] {
-        let dir = data().join(architecture).join("gguf-f32");
+    for architecture in [
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_next",
+        "lfm2",
+        "lfm2_moe",
+        "deepseek_v3",
+        "glm4_moe_lite",
+    ] {
         let name = format!("{architecture}/gguf-f32");
+        let dir = data().join(architecture).join("gguf-f32");
         let model = GgufModel::load(&dir.join("model.gguf"))
             .unwrap_or_else(|error| panic!("{name}: {error}"))
             .model;

@@ -4,23 +4,29 @@
 //! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral and Mixtral,
 //! which it writes as `llama`, Mixtral with `expert_count`), `granite`, `smollm3` and `mistral3`
 //! (llamas to the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is
-//! that same rotation. The other architectures keep Hugging Face's layout and rotate halves.
+//! that same rotation. DeepSeek's latent attention (`deepseek2`) rotates interleaved pairs in its
+//! own layout, unpermuted. The other architectures keep Hugging Face's layout and rotate halves.
 //!
 //! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
 //! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
 //! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in
-//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense. The gated-DeltaNet
-//! hybrids (`qwen3next`, `qwen35`, `qwen35moe`) are translated in `config/qwen3_next.rs`.
+//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense. A family whose
+//! translation is long has its own file: the gated-DeltaNet hybrids `qwen3next`, `qwen35`,
+//! `qwen35moe` (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those
+//! without key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the
+//! latent attention's sizes, the routing and YaRN as llama.cpp reads them).
+
+mod deepseek2;
+mod lfm2;
+mod qwen3_next;
 
 use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
-mod qwen3_next;
-
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 21] = [
+pub const ARCHITECTURES: [&str; 24] = [
     "llama",
     "llama4",
     "mistral",
@@ -42,6 +48,9 @@ pub const ARCHITECTURES: [&str; 21] = [
     "qwen3next",
     "qwen35",
     "qwen35moe",
+    "lfm2",
+    "lfm2moe",
+    "deepseek2",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -282,6 +291,8 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             json!(keys.has_tensor("blk.0.attn_output.bias")),
         ),
         "ernie4_5-moe" => ernie4_5_moe(&keys, &mut config)?,
+        "lfm2" | "lfm2moe" => lfm2::lfm2(&keys, &mut config, layers)?,
+        "deepseek2" => deepseek2::deepseek2(&keys, &mut config, layers)?,
         "minimax-m2" => {
             if let Some(gating) = keys.integer("expert_gating_func")
                 && gating != 2

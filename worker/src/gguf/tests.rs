@@ -59,6 +59,14 @@ impl Builder {
         self
     }
 
+    fn float(mut self, key: &str, value: f32) -> Self {
+        string(&mut self.metadata, key);
+        self.metadata.extend(6u32.to_le_bytes());
+        self.metadata.extend(value.to_le_bytes());
+        self.kv_count += 1;
+        self
+    }
+
     fn boolean(mut self, key: &str, value: bool) -> Self {
         string(&mut self.metadata, key);
         self.metadata.extend(7u32.to_le_bytes());
@@ -122,6 +130,67 @@ fn llama() -> Builder {
         .tensor("token_embd.weight", &[64, 96], GgmlType::Q8_0)
         .tensor("blk.0.attn_q.weight", &[64, 64], GgmlType::Q4_1)
         .tensor("output_norm.weight", &[64], GgmlType::F32)
+}
+
+/// A `deepseek2` of `layers` layers and `vocab` tokens, its metadata as llama.cpp's converter
+/// writes it for a model whose config has no `scoring_func`.
+fn deepseek2(layers: u32, vocab: u64) -> Builder {
+    Builder::default()
+        .text("general.architecture", "deepseek2")
+        .uint("deepseek2.embedding_length", 64)
+        .uint("deepseek2.feed_forward_length", 64)
+        .uint("deepseek2.block_count", layers)
+        .uint("deepseek2.attention.head_count", 4)
+        .uint("deepseek2.attention.head_count_kv", 1)
+        .float("deepseek2.attention.layer_norm_rms_epsilon", 1e-6)
+        .uint("deepseek2.attention.kv_lora_rank", 32)
+        .uint("deepseek2.attention.key_length", 40)
+        .uint("deepseek2.attention.value_length", 32)
+        .uint("deepseek2.attention.key_length_mla", 24)
+        .uint("deepseek2.attention.value_length_mla", 16)
+        .uint("deepseek2.rope.dimension_count", 8)
+        .uint("deepseek2.expert_count", 4)
+        .uint("deepseek2.expert_used_count", 2)
+        .uint("deepseek2.expert_feed_forward_length", 64)
+        .tensor("token_embd.weight", &[64, vocab], GgmlType::Q4_0)
+}
+
+fn config_of(builder: Builder) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    super::config::config_json(&header).unwrap()
+}
+
+#[test]
+fn deepseek2_routes_and_scales_yarn_as_llama_cpp_reads_the_file() {
+    let config = config_of(deepseek2(3, 128));
+    assert_eq!(config["model_type"], "deepseek_v3");
+    assert_eq!(config["qk_nope_head_dim"], 16);
+    assert_eq!(config["v_head_dim"], 16);
+    // No gating function: DeepSeek V2's softmax, but for GLM-4.7-Flash's shape.
+    assert_eq!(config["scoring_func"], "softmax");
+    assert_eq!(config_of(deepseek2(47, 154_880))["scoring_func"], "sigmoid");
+    let sigmoid = deepseek2(3, 128).uint("deepseek2.expert_gating_func", 2);
+    assert_eq!(config_of(sigmoid)["scoring_func"], "sigmoid");
+    let yarn = |builder: Builder| {
+        let builder = builder
+            .text("deepseek2.rope.scaling.type", "yarn")
+            .float("deepseek2.rope.scaling.factor", 40.0)
+            .uint("deepseek2.rope.scaling.original_context_length", 4096);
+        let scaling = config_of(builder)["rope_scaling"].clone();
+        let number = |key: &str| scaling[key].as_f64().unwrap();
+        (number("mscale"), number("mscale_all_dim"))
+    };
+    // DeepSeek V2-Lite's 0.707: llama.cpp takes `mscale` to be the same.
+    let (mscale, all_dims) =
+        yarn(deepseek2(3, 128).float("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707));
+    assert!((mscale - 0.707).abs() < 1e-6 && (all_dims - 0.707).abs() < 1e-6);
+    let with_one = deepseek2(3, 128).float("deepseek2.rope.scaling.yarn_log_multiplier", 0.1);
+    assert_eq!(yarn(with_one), (1.0, 1.0));
+    // No multiplier: llama.cpp scales the rotary channels and the scores by 1 + 0.1 ln 40.
+    let (mscale, all_dims) = yarn(deepseek2(3, 128));
+    assert_eq!(all_dims, 1.0);
+    assert!((mscale - (2.0 + 0.1 * 40f64.ln())).abs() < 1e-12);
 }
 
 fn error_of(builder: &Builder) -> String {
@@ -303,6 +372,36 @@ fn tensor_names_map_to_the_hugging_face_layout() {
     assert_eq!(
         hugging_face_name("phi3", "blk.0.ffn_up"),
         "model.layers.0.mlp.gate_up_proj"
+    );
+    // LFM2's own names: the final norm llama.cpp names after the embedding, the convolution.
+    assert_eq!(
+        hugging_face_name("lfm2", "token_embd_norm"),
+        "model.embedding_norm"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2moe", "blk.0.shortconv.in_proj"),
+        "model.layers.0.conv.in_proj"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2moe", "blk.1.ffn_down_exps"),
+        "model.layers.1.feed_forward.switch_mlp.down_proj"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2", "blk.1.attn_q_norm"),
+        "model.layers.1.self_attn.q_norm"
+    );
+    // DeepSeek's latent attention: the converter's split of `kv_b_proj` is the model's.
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.2.attn_k_b"),
+        "model.layers.2.self_attn.embed_q"
+    );
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.2.attn_kv_a_mqa"),
+        "model.layers.2.self_attn.kv_a_proj_with_mqa"
+    );
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.1.exp_probs_b"),
+        "model.layers.1.mlp.gate.e_score_correction"
     );
 }
 

@@ -209,6 +209,10 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "per_layer_token_embd" => return "model.embed_tokens_per_layer".into(),
         "per_layer_model_proj" => return "model.per_layer_model_projection".into(),
         "per_layer_proj_norm" => return "model.per_layer_projection_norm".into(),
+        // LFM2's final norm, which llama.cpp names after the embedding.
+        "token_embd_norm" if matches!(arch, "lfm2" | "lfm2moe") => {
+            return "model.embedding_norm".into();
+        }
         _ => {}
     }
     let Some((layer, part)) = gguf
@@ -217,7 +221,7 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
     else {
         return gguf.to_owned();
     };
-    if let Some(renamed) = qwen3_next::layer_part(part).filter(|_| qwen3_next::serves(arch)) {
+    if let Some(renamed) = family_layer_name(arch, part) {
         return format!("model.layers.{layer}.{renamed}");
     }
     // gpt-oss's experts and router keep openai's names in mlx-lm, Mixtral's (a `llama` with
@@ -278,4 +282,42 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         _ => renamed,
     };
     format!("model.layers.{layer}.{renamed}")
+}
+
+/// A layer's tensor `part` in the families whose names are their own: LFM2's (`operator_norm`,
+/// `conv`, `feed_forward`) and DeepSeek's latent attention, whose `attn_k_b` and `attn_v_b` (the
+/// converter's split of `kv_b_proj`, the key half transposed) are already the `embed_q` and
+/// `unembed_out` the model splits it into.
+fn family_layer_name(arch: &str, part: &str) -> Option<&'static str> {
+    Some(match (arch, part) {
+        (arch, part) if qwen3_next::serves(arch) => return qwen3_next::layer_part(part),
+        ("lfm2" | "lfm2moe", part) => match part {
+            "attn_norm" => "operator_norm",
+            "ffn_norm" => "ffn_norm",
+            "shortconv.conv" => "conv.conv",
+            "shortconv.in_proj" => "conv.in_proj",
+            "shortconv.out_proj" => "conv.out_proj",
+            "ffn_gate" => "feed_forward.gate_proj",
+            "ffn_up" => "feed_forward.up_proj",
+            "ffn_down" => "feed_forward.down_proj",
+            "ffn_gate_inp" => "feed_forward.gate",
+            "exp_probs_b" => "feed_forward.gate.e_score_correction",
+            "ffn_gate_exps" => "feed_forward.switch_mlp.gate_proj",
+            "ffn_up_exps" => "feed_forward.switch_mlp.up_proj",
+            "ffn_down_exps" => "feed_forward.switch_mlp.down_proj",
+            _ => return None,
+        },
+        ("deepseek2", part) => match part {
+            "attn_q_a" => "self_attn.q_a_proj",
+            "attn_q_a_norm" => "self_attn.q_a_layernorm",
+            "attn_q_b" => "self_attn.q_b_proj",
+            "attn_kv_a_mqa" => "self_attn.kv_a_proj_with_mqa",
+            "attn_kv_a_norm" => "self_attn.kv_a_layernorm",
+            "attn_kv_b" => "self_attn.kv_b_proj",
+            "attn_k_b" => "self_attn.embed_q",
+            "attn_v_b" => "self_attn.unembed_out",
+            _ => return None,
+        },
+        _ => return None,
+    })
 }

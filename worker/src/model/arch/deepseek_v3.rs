@@ -3,9 +3,10 @@
 //! (`glm4_moe_lite.py`, the same model with the config's norm epsilon in its low-rank norms):
 //! multi-head latent attention, whose cache holds a compressed latent per position; the first
 //! `first_k_dense_replace` layers dense, then every `moe_layer_freq`-th routing each position by
-//! grouped sigmoid scores with a correction bias to `num_experts_per_tok` of `n_routed_experts`
-//! experts beside shared ones. The multi-token-prediction layer past `num_hidden_layers` is not
-//! run.
+//! grouped sigmoid scores (softmax where `scoring_func` says so, as llama.cpp reads a `deepseek2`
+//! GGUF without a gating function) with a correction bias to `num_experts_per_tok` of
+//! `n_routed_experts` experts beside shared ones. The multi-token-prediction layer past
+//! `num_hidden_layers` is not run.
 
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec, latent_cache_shape};
@@ -22,16 +23,38 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     let Some(experts) = config.key::<i32>("n_routed_experts")? else {
         return Ok(None);
     };
+    let (groups, top_groups) = (
+        config.key_or("n_group", 1)?,
+        config.key_or("topk_group", 1)?,
+    );
+    let normalize = config.key_or("norm_topk_prob", true)?;
+    let scaling = config.key_or("routed_scaling_factor", 1.0)?;
+    let scoring: String = config.key_or("scoring_func", "sigmoid".to_owned())?;
+    let routing = match scoring.as_str() {
+        "sigmoid" => Routing::GroupedSigmoid {
+            groups,
+            top_groups,
+            normalize,
+            scaling,
+        },
+        "softmax" => Routing::GroupedSoftmax {
+            groups,
+            top_groups,
+            normalize,
+            scaling,
+        },
+        other => {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!("unsupported scoring_func {other:?} (sigmoid or softmax)"),
+            });
+        }
+    };
     Ok(Some(MoeSpec::new(
         experts,
         config.key_or("num_experts_per_tok", 1)?,
         config.required("moe_intermediate_size")?,
-        Routing::GroupedSigmoid {
-            groups: config.key_or("n_group", 1)?,
-            top_groups: config.key_or("topk_group", 1)?,
-            normalize: config.key_or("norm_topk_prob", true)?,
-            scaling: config.key_or("routed_scaling_factor", 1.0)?,
-        },
+        routing,
     )))
 }
 

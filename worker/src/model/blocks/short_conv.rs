@@ -33,7 +33,8 @@ pub struct ShortConv {
 impl ShortConv {
     /// `{prefix}.in_proj`, `{prefix}.conv` and `{prefix}.out_proj`, with biases when `bias`
     /// (config.json's `conv_bias`). The Hugging Face layout's conv weight (`[hidden, 1, kernel]`)
-    /// is moved to MLX's, as mlx-lm's `sanitize` does.
+    /// is moved to MLX's, as mlx-lm's `sanitize` does; llama.cpp's converter squeezes it to
+    /// `[hidden, kernel]`.
     pub fn load(
         weights: &mut Weights,
         config: &ModelConfig,
@@ -56,6 +57,8 @@ impl ShortConv {
         weights.convert(&conv_name, &conv_name, "moving conv's kernel axis", |w| {
             if w.shape() == [hidden, 1, kernel] {
                 w.swap_axes(1, 2)?.contiguous()
+            } else if w.shape() == [hidden, kernel] {
+                w.reshape(&[hidden, kernel, 1])
             } else {
                 Ok(w.clone())
             }
