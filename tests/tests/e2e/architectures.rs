@@ -27,6 +27,14 @@ use crate::reference_logits::host_rows;
 /// Logits reach about 10 here; f32 differs from mlx-lm only by summation order.
 const TOLERANCE: f32 = 1e-3;
 
+/// Architectures whose mlx-lm logits corral departs from on purpose, with the reason; the
+/// toolchain test holds them to transformers' instead, alone, in a batch and after a restore.
+const DEPART_FROM_MLX_LM: &[(&str, &str)] = &[(
+    "phi3",
+    "longrope rotates the positions before original_max_position_embeddings with the short \
+     factors, as transformers does; mlx-lm always uses the long ones",
+)];
+
 struct Variant {
     model_type: String,
     /// The variant whose `reference.safetensors` holds this one's logits.
@@ -182,7 +190,7 @@ const RECURRENT_CHUNK_TOKENS: usize = 3;
 /// blocks are cut as a sequence cuts them, each after the chunk that completes it, from a cache
 /// that keeps positions from the prompt's last whole block on: a sliding window has let go of
 /// earlier ones by then.
-fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 {
+pub(crate) fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 {
     let mut worst = 0.0f32;
     let mut cold = model.new_cache();
     let recurrent = !cold.iter().all(KvCache::restores_from_blocks);
@@ -296,6 +304,13 @@ fn every_architecture_matches_mlx_lm_alone_in_a_batch_and_after_a_restore() {
         for (variant, entry) in variants {
             let name = format!("{architecture}/{variant}");
             let dir = data().join(architecture).join(variant);
+            if let Some((_, why)) = DEPART_FROM_MLX_LM
+                .iter()
+                .find(|(departing, _)| *departing == architecture.as_str())
+            {
+                checked.push(format!("{name}: not held to mlx-lm: {why}"));
+                continue;
+            }
             if !SUPPORTED_ARCHITECTURES.contains(&entry.model_type.as_str()) {
                 let error = Model::load(&dir).err().map(|error| error.to_string());
                 assert!(

@@ -25,7 +25,9 @@ use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES, layer_caches_for};
 use mlx_rs::Dtype;
 use serde_json::Value;
 
-use crate::architectures::{Reference, read_reference, rows_alone};
+use crate::architectures::{
+    Reference, check_after_restore, check_alone, check_in_batch, read_reference, rows_alone,
+};
 
 /// Float layouts: the same weights in float32 on both sides, summed in another order.
 const FLOAT_TOLERANCE: f32 = 1e-3;
@@ -198,5 +200,26 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             Some(why) => eprintln!("{served}: no checkpoint from transformers: {why}"),
             None => panic!("{served} is served but has no checkpoint made by transformers"),
         }
+    }
+}
+
+/// Phi-3's longrope as transformers rotates: the prompt within `original_max_position_embeddings`
+/// (32 in the fixture) with the short factors, the greedy steps past it with the long ones, over
+/// keys cached with the short ones. Each layout transformers decides for (the Hugging Face one,
+/// mlx-lm's float one) holds its logits alone, with its decode steps in a batch, and after a
+/// prefix-cache restore, whose blocks keep the rotation of their positions.
+#[test]
+fn phi3_longrope_crosses_the_original_context_as_transformers_does() {
+    let reference = read_reference(&data().join("phi3/hf"));
+    for layout in ["hf", "mlx"] {
+        let name = format!("phi3/{layout}");
+        let model = Model::load(&data().join("phi3").join(layout)).unwrap();
+        let alone = check_alone(&name, &model, &reference);
+        let in_batch = check_in_batch(&name, &model, &reference);
+        let restored = check_after_restore(&name, &model, &reference);
+        eprintln!(
+            "{name}: largest differences alone {alone:.1e}, in a batch {in_batch:.1e}, after a \
+             restore {restored:.1e}"
+        );
     }
 }

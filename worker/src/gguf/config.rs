@@ -722,7 +722,7 @@ fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
 }
 
 /// `rope_scaling` from `rope.scaling.*`; Phi-3's longrope factors are tensors
-/// (`rope_factors_long`, `rope_factors_short`), read from the file.
+/// (`rope_factors_long`, `rope_factors_short`) in the file.
 fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
     let factor = || {
         keys.float("rope.scaling.factor")
@@ -757,10 +757,12 @@ fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
                     .read_f32(name)?
                     .ok_or_else(|| keys.header.invalid(format!("longrope without {name}")))
             };
+            // llama.cpp rotates every position with one set, chosen by the context it is given:
+            // the long factors past the original context. corral serves a GGUF at its whole
+            // context (`context_length`), so with those; `rope_factors_short` stays unread.
             Some(json!({
                 "type": "longrope",
                 "long_factor": read("rope_factors_long.weight")?,
-                "short_factor": read("rope_factors_short.weight")?,
             }))
         }
         Some(other) => {
