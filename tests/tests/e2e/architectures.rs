@@ -7,7 +7,9 @@
 //! (`f32`, `q4`) and the original Hugging Face one (`hf`), which shares `f32`'s reference. A
 //! multimodal wrapper's variants (`gemma3`, `gemma4`, `llama4`, `mistral3`, listed under the
 //! wrapper's `model_type`) load as its text model. An architecture corral does not serve yet must be
-//! refused by name, never loaded wrong. A model with recurrent layers (gated DeltaNet) restores
+//! refused by name, never loaded wrong; one whose mlx-lm logits corral departs from on purpose
+//! (Phi-3's longrope) is named with the reason and held to transformers by the toolchain test
+//! instead. A model with recurrent layers (gated DeltaNet) restores
 //! those from the boundary snapshot its layers recorded where the block ends (mid-chunk here,
 //! as chunks of 3 positions straddle the boundaries), carried through the same SSD payload;
 //! without a snapshot its blocks cannot be joined.

@@ -210,10 +210,24 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
 /// prefix-cache restore, whose blocks keep the rotation of their positions.
 #[test]
 fn phi3_longrope_crosses_the_original_context_as_transformers_does() {
-    let reference = read_reference(&data().join("phi3/hf"));
-    for layout in ["hf", "mlx"] {
-        let name = format!("phi3/{layout}");
-        let model = Model::load(&data().join("phi3").join(layout)).unwrap();
+    check_served_every_way("phi3", &["hf", "mlx"]);
+}
+
+/// Gemma 2's soft-capped scores, which the host kernels cannot compute, hold transformers'
+/// logits alone, with the decode steps in a batch (each row through MLX, beside a prefill), and
+/// after a prefix-cache restore.
+#[test]
+fn gemma2_soft_capped_attention_holds_in_a_batch_and_after_a_restore() {
+    check_served_every_way("gemma2", &["hf", "mlx"]);
+}
+
+/// `layouts` of `architecture` held to its Hugging Face layout's reference alone, in a batch and
+/// after a restore.
+fn check_served_every_way(architecture: &str, layouts: &[&str]) {
+    let reference = read_reference(&data().join(architecture).join("hf"));
+    for layout in layouts {
+        let name = format!("{architecture}/{layout}");
+        let model = Model::load(&data().join(architecture).join(layout)).unwrap();
         let alone = check_alone(&name, &model, &reference);
         let in_batch = check_in_batch(&name, &model, &reference);
         let restored = check_after_restore(&name, &model, &reference);

@@ -256,3 +256,6 @@ pub fn attend_chunk(
     }
     host::attend_chunk(queries, cache, kv_heads as usize, scale, window)
 }
+
+#[cfg(test)]
+mod tests;
