@@ -190,6 +190,13 @@ def save_tokenizer(spec, config, directory):
         sentencepiece_model(size, directory)
     else:
         raise ValueError(f"unknown tokenizer kind {kind!r}")
+    if "tokenizer_class" in spec:
+        # The class the release's tokenizer_config.json names, where llama.cpp's converter
+        # picks the vocabulary's reader by it (Phi-4-mini's GPT2Tokenizer).
+        path = directory / "tokenizer_config.json"
+        settings = json.loads(path.read_text())
+        settings["tokenizer_class"] = spec["tokenizer_class"]
+        path.write_text(json.dumps(settings, indent=2) + "\n")
 
 
 def hf_reference(model, vocab, prompt_length, decode_steps):

@@ -28,7 +28,7 @@ use mlx_rs::Dtype;
 use serde_json::Value;
 
 use crate::architectures::{
-    Reference, check_after_restore, check_in_batch, read_reference, rows_alone,
+    Reference, check_after_restore, check_alone, check_in_batch, read_reference, rows_alone,
 };
 
 /// Float layouts: the same weights in float32 on both sides, summed in another order.
@@ -236,4 +236,39 @@ fn gguf_recurrent_and_latent_attention_models_batch_and_restore() {
         ));
     }
     eprintln!("checked against llama.cpp:\n{}", checked.join("\n"));
+}
+
+/// Phi-3's longrope as transformers rotates: the prompt within `original_max_position_embeddings`
+/// (32 in the fixture) with the short factors, the greedy steps past it with the long ones, over
+/// keys cached with the short ones. Each layout transformers decides for (the Hugging Face one,
+/// mlx-lm's float one) holds its logits alone, with its decode steps in a batch, and after a
+/// prefix-cache restore, whose blocks keep the rotation of their positions.
+#[test]
+fn phi3_longrope_crosses_the_original_context_as_transformers_does() {
+    check_served_every_way("phi3", &["hf", "mlx"]);
+}
+
+/// Gemma 2's soft-capped scores, which the host kernels cannot compute, hold transformers'
+/// logits alone, with the decode steps in a batch (each row through MLX, beside a prefill), and
+/// after a prefix-cache restore.
+#[test]
+fn gemma2_soft_capped_attention_holds_in_a_batch_and_after_a_restore() {
+    check_served_every_way("gemma2", &["hf", "mlx"]);
+}
+
+/// `layouts` of `architecture` held to its Hugging Face layout's reference alone, in a batch and
+/// after a restore.
+fn check_served_every_way(architecture: &str, layouts: &[&str]) {
+    let reference = read_reference(&data().join(architecture).join("hf"));
+    for layout in layouts {
+        let name = format!("{architecture}/{layout}");
+        let model = Model::load(&data().join(architecture).join(layout)).unwrap();
+        let alone = check_alone(&name, &model, &reference);
+        let in_batch = check_in_batch(&name, &model, &reference);
+        let restored = check_after_restore(&name, &model, &reference);
+        eprintln!(
+            "{name}: largest differences alone {alone:.1e}, in a batch {in_batch:.1e}, after a \
+             restore {restored:.1e}"
+        );
+    }
 }

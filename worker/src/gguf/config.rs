@@ -9,13 +9,14 @@
 //!
 //! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
-//! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
-//! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in
-//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense. A family whose
-//! translation is long has its own file: the gated-DeltaNet hybrids `qwen3next`, `qwen35`,
-//! `qwen35moe` (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those
-//! without key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the
-//! latent attention's sizes, the routing and YaRN as llama.cpp reads them).
+//! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth, Gemma 2
+//! scales them the same way (hidden/heads for the 46-layer 27B) and slides every even layer, as
+//! gpt-oss does, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in chunks of 8192
+//! (`llama4`). A layer of Qwen3-MoE without a router is dense. A family whose translation is long
+//! has its own file: the gated-DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe`
+//! (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those without
+//! key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the latent
+//! attention's sizes, the routing and YaRN as llama.cpp reads them).
 
 mod deepseek2;
 mod lfm2;
@@ -26,7 +27,7 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 24] = [
+pub const ARCHITECTURES: [&str; 26] = [
     "llama",
     "llama4",
     "mistral",
@@ -51,6 +52,8 @@ pub const ARCHITECTURES: [&str; 24] = [
     "lfm2",
     "lfm2moe",
     "deepseek2",
+    "gemma2",
+    "glm4",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -269,6 +272,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 put(key, value);
             }
         }
+        "gemma2" => gemma2(&keys, &mut config, layers, heads, head_dim)?,
         "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
         "qwen3next" | "qwen35" | "qwen35moe" => {
             return qwen3_next::hybrid(&keys, config, layers, head_dim);
@@ -387,6 +391,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 json!(keys.has_tensor("blk.0.attn_q_norm.weight")),
             );
         }
+        // GLM-4's rotation of part of each head, in adjacent pairs as Hugging Face's.
+        "glm4" => put(
+            "partial_rotary_factor",
+            json!(rotary_fraction(&keys, head_dim)),
+        ),
         "phi3" => {
             put(
                 "partial_rotary_factor",
@@ -415,6 +424,51 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         return Ok(json!({"model_type": "llama4", "text_config": config}));
     }
     Ok(Json::Object(config))
+}
+
+/// Gemma 2: soft caps and window from the metadata (llama.cpp's defaults without them); every
+/// other layer slides unless `attention.sliding_window_pattern` says otherwise; queries scaled by
+/// the head size, by hidden/heads in the 46-layer 27B, as llama.cpp hard-codes.
+fn gemma2(
+    keys: &Keys,
+    config: &mut Map<String, Json>,
+    layers: u64,
+    heads: u64,
+    head_dim: u64,
+) -> Result<(), GgufError> {
+    let pattern = sliding_pattern(keys, 2)?;
+    let kinds: Vec<&str> = (0..layers)
+        .map(|layer| {
+            if (layer + 1) % pattern == 0 {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            }
+        })
+        .collect();
+    let hidden = keys.required("embedding_length")?;
+    let scalar = if layers == 46 {
+        hidden / heads.max(1)
+    } else {
+        head_dim
+    };
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    put("head_dim", json!(head_dim));
+    put("layer_types", json!(kinds));
+    put(
+        "sliding_window",
+        json!(keys.integer("attention.sliding_window").unwrap_or(4096)),
+    );
+    put("query_pre_attn_scalar", json!(scalar));
+    for (key, default) in [
+        ("attn_logit_softcapping", 50.0),
+        ("final_logit_softcapping", 30.0),
+    ] {
+        put(key, json!(keys.float(key).unwrap_or(default)));
+    }
+    Ok(())
 }
 
 /// Gemma 4: llama.cpp's `key_length` is the full layers' head (`global_head_dim`), `_swa` the
@@ -688,7 +742,7 @@ fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
 }
 
 /// `rope_scaling` from `rope.scaling.*`; Phi-3's longrope factors are tensors
-/// (`rope_factors_long`, `rope_factors_short`), read from the file.
+/// (`rope_factors_long`, `rope_factors_short`) in the file.
 fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
     let factor = || {
         keys.float("rope.scaling.factor")
@@ -723,10 +777,12 @@ fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
                     .read_f32(name)?
                     .ok_or_else(|| keys.header.invalid(format!("longrope without {name}")))
             };
+            // llama.cpp rotates every position with one set, chosen by the context it is given:
+            // the long factors past the original context. corral serves a GGUF at its whole
+            // context (`context_length`), so with those; `rope_factors_short` stays unread.
             Some(json!({
                 "type": "longrope",
                 "long_factor": read("rope_factors_long.weight")?,
-                "short_factor": read("rope_factors_short.weight")?,
             }))
         }
         Some(other) => {

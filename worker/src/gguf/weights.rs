@@ -82,9 +82,9 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
         qwen3_next::finish(header, arch, &mut tensors, &mut quantization)
             .map_err(|message| header.invalid(message))?;
     }
-    if arch == "gemma3" {
+    if matches!(arch, "gemma2" | "gemma3") {
         unshift_norms(&mut tensors).map_err(|error| {
-            header.invalid(format!("MLX failed while shifting gemma3's norms: {error}"))
+            header.invalid(format!("MLX failed while shifting {arch}'s norms: {error}"))
         })?;
     }
     // Scales converted to f16 are still pending: the model starts from evaluated arrays.
@@ -187,8 +187,8 @@ pub fn tensor_scale_dtype(tensor: &TensorInfo, choices: Choices) -> Dtype {
     )
 }
 
-/// llama.cpp's converter stores Gemma 3's norms as `1 + w` (its `Gemma3RMSNorm` adds the one at
-/// run time); the model's (1+w) norms read `w`, as Hugging Face and mlx-lm store it.
+/// llama.cpp's converter stores Gemma 2's and 3's norms as `1 + w` (their RMSNorm adds the one
+/// at run time); the model's (1+w) norms read `w`, as Hugging Face and mlx-lm store it.
 fn unshift_norms(tensors: &mut HashMap<String, Array>) -> Result<(), mlx_rs::error::Exception> {
     for (name, array) in tensors.iter_mut() {
         if name.ends_with("norm.weight") {
@@ -235,8 +235,14 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
     };
     let renamed = match part {
         "attn_norm" => "input_layernorm".into(),
-        // Gemma 3 and 4 have four norms a layer: `ffn_norm` is the one before the feed-forward.
-        "ffn_norm" if matches!(arch, "gemma3" | "gemma4") => "pre_feedforward_layernorm".into(),
+        // Gemma 2, 3 and 4 have four norms a layer: `ffn_norm` is the one before the
+        // feed-forward.
+        "ffn_norm" if matches!(arch, "gemma2" | "gemma3" | "gemma4") => {
+            "pre_feedforward_layernorm".into()
+        }
+        // GLM-4's norms on each block's output.
+        "post_attention_norm" if arch == "glm4" => "post_self_attn_layernorm".into(),
+        "post_ffw_norm" if arch == "glm4" => "post_mlp_layernorm".into(),
         "ffn_norm" | "post_attention_norm" => "post_attention_layernorm".into(),
         "post_ffw_norm" => "post_feedforward_layernorm".into(),
         "attn_q" => "self_attn.q_proj".into(),
@@ -253,8 +259,9 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "post_norm" => "post_per_layer_input_norm".into(),
         "layer_output_scale" => "layer_scalar".into(),
         "ffn_gate" => "mlp.gate_proj".into(),
-        // Phi-3's fused gate and up projection is llama.cpp's `ffn_up` of twice the width.
-        "ffn_up" if arch == "phi3" => "mlp.gate_up_proj".into(),
+        // Phi-3's and GLM-4's fused gate and up projection is llama.cpp's `ffn_up` of twice the
+        // width.
+        "ffn_up" if matches!(arch, "phi3" | "glm4") => "mlp.gate_up_proj".into(),
         "ffn_up" => "mlp.up_proj".into(),
         "ffn_down" => "mlp.down_proj".into(),
         "ffn_gate_inp" if arch == "gemma4" => "router.proj".into(),

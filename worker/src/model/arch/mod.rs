@@ -4,6 +4,7 @@
 
 mod deepseek_v3;
 mod ernie4_5_moe;
+mod gemma2;
 mod gemma3_text;
 mod gemma4_text;
 mod glm4;
@@ -103,6 +104,7 @@ fn attention_caches(
 const ARCHITECTURES: &[Architecture] = &[
     moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
     moe("ernie4_5_moe", ernie4_5_moe::build, ernie4_5_moe::experts),
+    dense("gemma2", gemma2::build).caching(gemma2::caches),
     dense("gemma3", gemma3_text::build).caching(gemma3_text::caches),
     dense("gemma3_text", gemma3_text::build).caching(gemma3_text::caches),
     moe("gemma4", gemma4_text::build, gemma4_text::experts).caching(gemma4_text::caches),
