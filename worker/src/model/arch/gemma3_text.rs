@@ -21,17 +21,9 @@ use crate::model::window::Window;
 /// slide.
 fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
     let pattern: i32 = config.key_or("sliding_window_pattern", 6)?;
-    let layer_types = config.layer_types()?;
-    let window: i32 = config.key_or("sliding_window", 512)?;
-    Ok((0..config.num_layers)
-        .map(|index| {
-            let sliding = match &layer_types {
-                Some(kinds) => kinds[index as usize] == "sliding_attention",
-                None => pattern > 0 && (index + 1) % pattern != 0,
-            };
-            sliding.then_some(Window::Sliding(window))
-        })
-        .collect())
+    super::sliding_windows(config, 512, |index| {
+        pattern > 0 && (index + 1) % pattern != 0
+    })
 }
 
 /// What each layer keeps for a sequence.
@@ -57,7 +49,6 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     };
     let layers = (0..config.num_layers)
         .map(|index| {
-            let prefix = format!("model.layers.{index}");
             let window = windows[index as usize];
             let sliding = window.is_some();
             let attention = AttentionSpec {
@@ -69,32 +60,59 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     if sliding { &local_rope } else { &global_rope }.clone(),
                 )
             };
-            let norm = |weights: &mut Weights, name: &str| {
-                Norm::rms_offset(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
-            };
-            let attention =
-                Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
-            let mlp = format!("{prefix}.mlp");
-            let mlp = Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)?
-                .with_activation(Activation::GeluTanh);
-            let norms = SandwichNorms {
-                input: norm(weights, "input_layernorm")?,
-                post_attention: norm(weights, "post_attention_layernorm")?,
-                pre_feed_forward: norm(weights, "pre_feedforward_layernorm")?,
-                post_feed_forward: norm(weights, "post_feedforward_layernorm")?,
-            };
-            Ok(DecoderLayer::sandwich(
-                norms,
-                attention.into(),
-                FeedForward::Dense(mlp),
-            ))
+            sandwich_layer(weights, config, index, attention)
         })
         .collect::<Result<_, ModelError>>()?;
-    let norm = Norm::rms_offset(weights, "model.norm.weight", hidden, eps)?;
-    let tied = !weights.contains("lm_head.weight");
-    let mut decoder = Decoder::load_around(weights, config, layers, norm, tied)?;
+    let mut decoder = decoder(weights, config, layers)?;
     decoder.embedding_scale = Some(rounded_to_bfloat16((hidden as f32).sqrt()));
     Ok(decoder)
+}
+
+/// A Gemma 2 or 3 layer: `attention`, a GeGLU MLP, and `1 + w` RMSNorms before and after each
+/// block.
+pub(super) fn sandwich_layer(
+    weights: &mut Weights,
+    config: &ModelConfig,
+    index: i32,
+    attention: AttentionSpec,
+) -> Result<DecoderLayer, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let prefix = format!("model.layers.{index}");
+    let norm = |weights: &mut Weights, name: &str| {
+        Norm::rms_offset(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
+    };
+    let attention = Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?;
+    let mlp = format!("{prefix}.mlp");
+    let mlp = Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)?
+        .with_activation(Activation::GeluTanh);
+    let norms = SandwichNorms {
+        input: norm(weights, "input_layernorm")?,
+        post_attention: norm(weights, "post_attention_layernorm")?,
+        pre_feed_forward: norm(weights, "pre_feedforward_layernorm")?,
+        post_feed_forward: norm(weights, "post_feedforward_layernorm")?,
+    };
+    Ok(DecoderLayer::sandwich(
+        norms,
+        attention.into(),
+        FeedForward::Dense(mlp),
+    ))
+}
+
+/// Gemma 2's or 3's `layers` under a final `1 + w` norm, the head tied unless the checkpoint has
+/// `lm_head`.
+pub(super) fn decoder(
+    weights: &mut Weights,
+    config: &ModelConfig,
+    layers: Vec<DecoderLayer>,
+) -> Result<Decoder, ModelError> {
+    let norm = Norm::rms_offset(
+        weights,
+        "model.norm.weight",
+        config.hidden_size,
+        config.rms_norm_eps,
+    )?;
+    let tied = !weights.contains("lm_head.weight");
+    Decoder::load_around(weights, config, layers, norm, tied)
 }
 
 /// `value` rounded to the nearest bfloat16 (ties to even), as mlx-lm builds the embedding scale.

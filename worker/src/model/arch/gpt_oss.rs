@@ -46,21 +46,7 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
 
 /// Each layer's window: `layer_types`, else sliding and full layers alternating.
 fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
-    let window: i32 = config.key_or("sliding_window", 128)?;
-    let layer_types: Vec<String> = config.key_or(
-        "layer_types",
-        (0..config.num_layers)
-            .map(|index| ["sliding_attention", "full_attention"][index as usize % 2].to_owned())
-            .collect(),
-    )?;
-    Ok((0..config.num_layers as usize)
-        .map(|index| {
-            let sliding = layer_types
-                .get(index)
-                .is_some_and(|kind| kind == "sliding_attention");
-            sliding.then_some(Window::Sliding(window))
-        })
-        .collect())
+    super::sliding_windows(config, 128, |index| index % 2 == 0)
 }
 
 /// What each layer keeps for a sequence.

@@ -82,6 +82,27 @@ impl Architecture {
     }
 }
 
+/// Each layer's window: `sliding_window` (`default_window` without it) for the layers
+/// `layer_types` marks `sliding_attention`, or without `layer_types` those `slides_by_default`
+/// picks by index (Gemma 2's even layers, Gemma 3's all but every sixth, gpt-oss's even layers).
+fn sliding_windows(
+    config: &ModelConfig,
+    default_window: i32,
+    slides_by_default: impl Fn(i32) -> bool,
+) -> Result<Vec<Option<Window>>, ModelError> {
+    let window: i32 = config.key_or("sliding_window", default_window)?;
+    let layer_types = config.layer_types()?;
+    Ok((0..config.num_layers)
+        .map(|index| {
+            let sliding = match &layer_types {
+                Some(kinds) => kinds[index as usize] == "sliding_attention",
+                None => slides_by_default(index),
+            };
+            sliding.then_some(Window::Sliding(window))
+        })
+        .collect())
+}
+
 /// Every layer attends over all positions with the config's key/value heads.
 fn full_attention_caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
     attention_caches(config, vec![None; config.num_layers as usize])
