@@ -327,17 +327,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 "sliding_window",
                 json!(keys.required("attention.sliding_window")?),
             );
-            let pattern = sliding_pattern(&keys, 2)?;
-            let kinds: Vec<&str> = (0..layers)
-                .map(|layer| {
-                    if (layer + 1) % pattern == 0 {
-                        "full_attention"
-                    } else {
-                        "sliding_attention"
-                    }
-                })
-                .collect();
-            put("layer_types", json!(kinds));
+            put(
+                "layer_types",
+                json!(periodic_kinds(layers, sliding_pattern(&keys, 2)?)),
+            );
         }
         "glm4moe" => {
             if let Some(gating) = keys.integer("expert_gating_func")
@@ -436,16 +429,7 @@ fn gemma2(
     heads: u64,
     head_dim: u64,
 ) -> Result<(), GgufError> {
-    let pattern = sliding_pattern(keys, 2)?;
-    let kinds: Vec<&str> = (0..layers)
-        .map(|layer| {
-            if (layer + 1) % pattern == 0 {
-                "full_attention"
-            } else {
-                "sliding_attention"
-            }
-        })
-        .collect();
+    let kinds = periodic_kinds(layers, sliding_pattern(keys, 2)?);
     let hidden = keys.required("embedding_length")?;
     let scalar = if layers == 46 {
         hidden / heads.max(1)
@@ -701,6 +685,19 @@ fn layer_kinds(keys: &Keys, layers: u64) -> Result<Vec<&'static str>, GgufError>
             }
         })
         .collect())
+}
+
+/// Each of `layers` layers' kind when every `pattern`-th attends globally and the others slide.
+fn periodic_kinds(layers: u64, pattern: u64) -> Vec<&'static str> {
+    (0..layers)
+        .map(|layer| {
+            if (layer + 1) % pattern == 0 {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            }
+        })
+        .collect()
 }
 
 /// Every how many layers one attends globally: `attention.sliding_window_pattern` as a number,
