@@ -182,7 +182,7 @@ const RECURRENT_CHUNK_TOKENS: usize = 3;
 /// blocks are cut as a sequence cuts them, each after the chunk that completes it, from a cache
 /// that keeps positions from the prompt's last whole block on: a sliding window has let go of
 /// earlier ones by then.
-fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 {
+pub(crate) fn check_after_restore(name: &str, model: &Model, reference: &Reference) -> f32 {
     let mut worst = 0.0f32;
     let mut cold = model.new_cache();
     let recurrent = !cold.iter().all(KvCache::restores_from_blocks);

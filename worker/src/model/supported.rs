@@ -25,6 +25,7 @@ pub const SUPPORTED: &[&str] = &[
     "mistral",
     "mistral3",
     "mixtral",
+    "nemotron_h",
     "olmo3",
     "phi3",
     "qwen2",

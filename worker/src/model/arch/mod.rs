@@ -19,6 +19,7 @@ mod minimax_m2;
 mod ministral3;
 mod mistral3;
 mod mixtral;
+mod nemotron_h;
 mod olmo3;
 mod phi3;
 mod qwen2;
@@ -88,6 +89,7 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("mistral", llama::build),
     dense("mistral3", mistral3::build),
     moe("mixtral", mixtral::build, mixtral::experts),
+    dense("nemotron_h", nemotron_h::build),
     dense("olmo3", olmo3::build),
     dense("phi3", phi3::build),
     dense("qwen2", qwen2::build),

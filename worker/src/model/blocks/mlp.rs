@@ -1,4 +1,5 @@
-//! The gated feed-forward block: `down(act(gate(x)) · up(x))`.
+//! The feed-forward blocks: gated, `down(act(gate(x)) · up(x))`, and Nemotron-H's ungated
+//! `down(relu(up(x))²)`.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -128,6 +129,52 @@ impl Mlp {
         let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;
         self.down_proj.forward(&self.activation.gate(&gate, &up)?)
+    }
+}
+
+/// Nemotron-H's MLP: `down(relu(up(x))²)`, without a gate.
+pub struct SquaredReluMlp {
+    up_proj: Linear,
+    down_proj: Linear,
+    inner: i32,
+}
+
+impl SquaredReluMlp {
+    /// `{prefix}.up_proj` of width `inner` and `{prefix}.down_proj`.
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        inner: i32,
+        bias: bool,
+    ) -> Result<Self, ModelError> {
+        let (hidden, quant) = (config.hidden_size, config.quantization);
+        let mut linear = |name: &str, out: i32, input: i32| {
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                input,
+                bias,
+                quant,
+            )
+        };
+        Ok(Self {
+            up_proj: linear("up_proj", inner, hidden)?,
+            down_proj: linear("down_proj", hidden, inner)?,
+            inner,
+        })
+    }
+
+    /// Width of the up projection.
+    pub fn inner(&self) -> i32 {
+        self.inner
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        let up = self.up_proj.forward(x)?;
+        let relu = ops::maximum(&up, &Array::from_f32(0.0).as_dtype(up.dtype())?)?;
+        self.down_proj.forward(&ops::square(&relu)?)
     }
 }
 

@@ -1,0 +1,191 @@
+//! Nemotron-H (mlx-lm's `nemotron_h.py`): NVIDIA's hybrid whose layers each hold one block
+//! after a norm, `x + block(norm(x))`: a Mamba-2 mixer (`M`), attention without positional
+//! encoding (`*`) or an ungated squared-ReLU MLP (`-`), as `hybrid_override_pattern` spells them
+//! (transformers 5's `layers_block_type`: `linear_attention`, `full_attention`, `mlp`).
+//!
+//! A mixer followed by an MLP is one pre-norm decoder layer, the MLP's norm its second; a mixer
+//! followed by another mixer is a layer without a feed-forward block. Checkpoints name the stack
+//! `backbone.embeddings`, `backbone.layers.{i}.norm` / `.mixer` and `backbone.norm_f`.
+//! Nemotron-3-Nano's mixture-of-experts layers (`E`) are refused.
+
+use crate::model::blocks::attention::{Attention, AttentionSpec};
+use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
+use crate::model::blocks::mamba2::{Mamba2, Mamba2Spec};
+use crate::model::blocks::mlp::SquaredReluMlp;
+use crate::model::blocks::norm::Norm;
+use crate::model::blocks::rope::Rope;
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Block {
+    Mamba,
+    Attention,
+    Mlp,
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let blocks = blocks(config)?;
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let spec = Mamba2Spec {
+        heads: config.required("mamba_num_heads")?,
+        head_dim: config.required("mamba_head_dim")?,
+        state_size: config.required("ssm_state_size")?,
+        groups: config.required("n_groups")?,
+        conv_kernel: config.key_or("conv_kernel", 4)?,
+        conv_bias: config.key_or("use_conv_bias", true)?,
+        proj_bias: config.key_or("mamba_proj_bias", false)?,
+        // transformers' mixer clamps the time step from below at `time_step_min`, whatever
+        // `time_step_limit` says (mlx-lm reads that, (0, inf) here, and departs where softplus
+        // gives less).
+        time_step_limit: (config.key_or("time_step_min", 0.001)?, f32::INFINITY),
+        eps,
+    }
+    .checked(config)?;
+    let mlp_bias: bool = config.key_or("mlp_bias", false)?;
+    let attention_bias: bool = config.key_or("attention_bias", false)?;
+    let inner = config.intermediate_size()?;
+    // Attention is NoPE; the spec's constructor wants a rotation it then goes without.
+    let rope = Rope::new(config.head_dim, config.rope_theta, false, None)
+        .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
+    weights.rename_layer("backbone.embeddings", "model.embed_tokens");
+    let norm = |weights: &mut Weights, index: usize| {
+        Norm::rms(
+            weights,
+            &format!("backbone.layers.{index}.norm.weight"),
+            hidden,
+            eps,
+        )
+    };
+    let mut layers = Vec::new();
+    let mut index = 0;
+    while index < blocks.len() {
+        let prefix = format!("backbone.layers.{index}.mixer");
+        let mixer = match blocks[index] {
+            Block::Mamba => Mixer::Mamba2(Box::new(Mamba2::load(weights, config, &prefix, spec)?)),
+            Block::Attention => {
+                let attention = AttentionSpec {
+                    qkv_bias: attention_bias,
+                    o_bias: attention_bias,
+                    rope: None,
+                    ..AttentionSpec::new(config, rope.clone())
+                };
+                Attention::load(weights, config, &prefix, attention)?.into()
+            }
+            Block::Mlp => {
+                return Err(ModelError::Config {
+                    path: config.path.clone(),
+                    message: format!(
+                        "layer {index} is an MLP that follows no Mamba-2 or attention layer"
+                    ),
+                });
+            }
+        };
+        let input_norm = norm(weights, index)?;
+        let (pre_feed_forward_norm, feed_forward) = match blocks.get(index + 1) {
+            Some(Block::Mlp) => {
+                let mlp = format!("backbone.layers.{}.mixer", index + 1);
+                let mlp = SquaredReluMlp::load(weights, config, &mlp, inner, mlp_bias)?;
+                (norm(weights, index + 1)?, FeedForward::SquaredRelu(mlp))
+            }
+            _ => (Norm::Identity, FeedForward::Absent),
+        };
+        index += if matches!(feed_forward, FeedForward::Absent) {
+            1
+        } else {
+            2
+        };
+        layers.push(DecoderLayer {
+            input_norm,
+            mixer,
+            post_attention_norm: None,
+            pre_feed_forward_norm,
+            feed_forward,
+            post_feed_forward_norm: None,
+            residual_scale: None,
+            per_layer_gate: None,
+            output_scale: None,
+        });
+    }
+    let final_norm = Norm::rms(weights, "backbone.norm_f.weight", hidden, eps)?;
+    let tied = config
+        .tie_word_embeddings
+        .unwrap_or(!weights.contains("lm_head.weight"));
+    Decoder::load_around(weights, config, layers, final_norm, tied)
+}
+
+/// Each layer's block, from `hybrid_override_pattern` or else `layers_block_type` /
+/// `layer_types` (with the legacy names mlx-lm also reads).
+fn blocks(config: &ModelConfig) -> Result<Vec<Block>, ModelError> {
+    let bad = |message: String| ModelError::Config {
+        path: config.path.clone(),
+        message,
+    };
+    let names: Vec<String> = match config.key::<String>("hybrid_override_pattern")? {
+        Some(pattern) => pattern.chars().map(String::from).collect(),
+        None => match config.key::<Vec<String>>("layers_block_type")? {
+            Some(types) => types,
+            None => config.required("layer_types")?,
+        },
+    };
+    let blocks = names
+        .iter()
+        .map(|name| match name.as_str() {
+            "M" | "mamba" | "linear_attention" => Ok(Block::Mamba),
+            "*" | "attention" | "full_attention" => Ok(Block::Attention),
+            "-" | "mlp" => Ok(Block::Mlp),
+            "E" | "moe" => Err(bad(
+                "Nemotron-H's mixture-of-experts layers are not served yet".into(),
+            )),
+            other => Err(bad(format!("unknown Nemotron-H layer kind {other:?}"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if blocks.len() != config.num_layers as usize {
+        return Err(bad(format!(
+            "the layer pattern names {} layers, num_hidden_layers is {}",
+            blocks.len(),
+            config.num_layers
+        )));
+    }
+    Ok(blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_release_pattern_and_transformers_5_list_read_alike() {
+        let read = |layers: serde_json::Value| {
+            let mut config = json!({
+                "model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 64,
+                "num_attention_heads": 4, "vocab_size": 128, "layer_norm_epsilon": 1e-5,
+            });
+            for (key, value) in layers.as_object().unwrap() {
+                config[key] = value.clone();
+            }
+            let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+            (config.num_layers, blocks(&config).unwrap())
+        };
+        let pattern = read(json!({"hybrid_override_pattern": "M-M*-"}));
+        let listed = read(json!({"layers_block_type":
+            ["linear_attention", "mlp", "mamba", "full_attention", "mlp"]}));
+        assert_eq!(pattern, listed);
+        assert_eq!(
+            pattern.1,
+            [
+                Block::Mamba,
+                Block::Mlp,
+                Block::Mamba,
+                Block::Attention,
+                Block::Mlp
+            ]
+        );
+    }
+}

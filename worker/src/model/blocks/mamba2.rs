@@ -1,0 +1,370 @@
+//! The Mamba-2 mixer of Nemotron-H and Granite 4 (mlx-lm's `NemotronHMamba2Mixer`,
+//! `GraniteMoeHybridMamba2Mixer` and `ssm.py`): `in_proj` gives a gate `z`, the convolution's
+//! input (the values `x`, then `B` and `C` for each group of heads) and a time step per head;
+//! `x, B, C` go through a short causal depthwise convolution and SiLU; then the selective state
+//! space scan updates a `[head_dim, state_size]` state per head at each position,
+//! `h = exp(dt · A) · h + dt · x ⊗ B`, reads it with `C` and adds the skip `D · x`. The output is
+//! gated by `silu(z)` and RMS-normalized per group of heads (`MambaRMSNormGated`), then `out_proj`.
+//!
+//! The scan runs as MLX ops one position after another, as the decode path of the references
+//! does (it equals their chunked prefill scan). Each sequence of a packed pass runs through its
+//! own convolution and state ([`RecurrentState`]: `conv` and, in the `delta` slot, the scan's
+//! state): sequences are packed without padding, so nothing of another ever reaches a state. At
+//! each prefix-cache block boundary the input crosses the layer records its whole state there,
+//! as the gated DeltaNet does.
+
+use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::ops::{self, zeros_dtype};
+use mlx_rs::{Array, Dtype, fast};
+
+use super::gated_delta::softplus;
+use super::linear::Linear;
+use super::packed::per_sequence;
+use crate::model::config::ModelConfig;
+use crate::model::error::ModelError;
+use crate::model::kernels;
+use crate::model::kv_cache::{KvCache, RecurrentState};
+use crate::model::shape::StateShape;
+use crate::model::weights::Weights;
+
+/// The mixer's sizes, each architecture reading them from its own config keys.
+#[derive(Clone, Copy)]
+pub struct Mamba2Spec {
+    pub heads: i32,
+    pub head_dim: i32,
+    pub state_size: i32,
+    /// Groups of heads sharing one `B` and `C` (and one norm).
+    pub groups: i32,
+    pub conv_kernel: i32,
+    pub conv_bias: bool,
+    pub proj_bias: bool,
+    /// The time step after softplus is clipped to `[min, max]`.
+    pub time_step_limit: (f32, f32),
+    pub eps: f32,
+}
+
+impl Mamba2Spec {
+    /// Refuses sizes the mixer cannot run, naming `config`'s file.
+    pub fn checked(self, config: &ModelConfig) -> Result<Self, ModelError> {
+        let positive = [self.heads, self.head_dim, self.state_size, self.groups];
+        if positive.iter().any(|&size| size <= 0)
+            || self.heads % self.groups != 0
+            || self.conv_kernel < 2
+        {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!(
+                    "Mamba-2 heads {} must be a multiple of its groups {}, head size {} and \
+                     state size {} positive, conv kernel {} at least 2",
+                    self.heads, self.groups, self.head_dim, self.state_size, self.conv_kernel
+                ),
+            });
+        }
+        Ok(self)
+    }
+
+    fn inner(&self) -> i32 {
+        self.heads * self.head_dim
+    }
+
+    /// Channels of the convolution: `x`, then `B` and `C` of every group.
+    fn conv_channels(&self) -> i32 {
+        self.inner() + 2 * self.groups * self.state_size
+    }
+}
+
+/// The time-step limit config.json writes as `[min, max]`; transformers 5 spells an infinite
+/// bound `{"__float__": "Infinity"}`. Absent, `default`.
+pub fn time_step_limit(
+    config: &ModelConfig,
+    default: (f32, f32),
+) -> Result<(f32, f32), ModelError> {
+    let bound = |value: &serde_json::Value| match value {
+        serde_json::Value::Number(number) => number.as_f64().map(|bound| bound as f32),
+        serde_json::Value::Object(object) => match object.get("__float__")?.as_str()? {
+            "Infinity" => Some(f32::INFINITY),
+            "-Infinity" => Some(f32::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    };
+    match config.key::<Vec<serde_json::Value>>("time_step_limit")? {
+        None => Ok(default),
+        Some(values) => match values.as_slice() {
+            [min, max] => bound(min).zip(bound(max)).ok_or(()),
+            _ => Err(()),
+        }
+        .map_err(|()| ModelError::Config {
+            path: config.path.clone(),
+            message: format!("time_step_limit {values:?} is not two numbers"),
+        }),
+    }
+}
+
+pub struct Mamba2 {
+    in_proj: Linear,
+    /// The depthwise convolution's weight as MLX's `conv1d` takes it, `[channels, kernel, 1]`.
+    conv_weight: Array,
+    conv_bias: Option<Array>,
+    /// `-exp(A_log)` in float32: the decay rate per head.
+    decay_rate: Array,
+    /// The skip per head, float32.
+    skip: Array,
+    dt_bias: Array,
+    norm_weight: Array,
+    out_proj: Linear,
+    spec: Mamba2Spec,
+}
+
+impl Mamba2 {
+    /// `{prefix}.in_proj`, `conv1d`, `A_log`, `D`, `dt_bias`, `norm` and `out_proj`. The Hugging
+    /// Face layout's conv1d weight (`[channels, 1, kernel]`) is moved to MLX's.
+    pub fn load(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        spec: Mamba2Spec,
+    ) -> Result<Self, ModelError> {
+        let (hidden, quant) = (config.hidden_size, config.quantization);
+        let (inner, heads, channels) = (spec.inner(), spec.heads, spec.conv_channels());
+        let linear = |weights: &mut Weights, name: &str, out: i32, input: i32| {
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                input,
+                spec.proj_bias,
+                quant,
+            )
+        };
+        let conv_name = format!("{prefix}.conv1d.weight");
+        weights.convert(&conv_name, &conv_name, "moving conv1d's kernel axis", |w| {
+            if w.shape() == [channels, 1, spec.conv_kernel] {
+                w.swap_axes(1, 2)?.contiguous()
+            } else {
+                Ok(w.clone())
+            }
+        })?;
+        let conv_bias = if spec.conv_bias {
+            Some(weights.take_float(&format!("{prefix}.conv1d.bias"), &[channels])?)
+        } else {
+            None
+        };
+        let float32 = |weights: &mut Weights, name: &str| {
+            let array = weights.take_float(&format!("{prefix}.{name}"), &[heads])?;
+            array
+                .as_dtype(Dtype::Float32)
+                .map_err(|source| weights.mlx_error("widening a Mamba-2 parameter", source))
+        };
+        let a_log = float32(weights, "A_log")?;
+        let decay_rate = ops::exp(&a_log)
+            .and_then(|a| ops::negative(&a))
+            .map_err(|source| weights.mlx_error("computing the decay rate", source))?;
+        Ok(Self {
+            in_proj: linear(weights, "in_proj", inner + channels + heads, hidden)?,
+            conv_weight: weights.take_float(&conv_name, &[channels, spec.conv_kernel, 1])?,
+            conv_bias,
+            decay_rate,
+            skip: float32(weights, "D")?,
+            dt_bias: float32(weights, "dt_bias")?,
+            norm_weight: weights.take_float(&format!("{prefix}.norm.weight"), &[inner])?,
+            out_proj: linear(weights, "out_proj", hidden, inner)?,
+            spec,
+        })
+    }
+
+    /// Elements of the layer's state: the convolution's last `kernel - 1` inputs and the
+    /// float32 scan state, `[heads, head_dim, state_size]`.
+    pub fn state_shape(&self) -> StateShape {
+        let spec = &self.spec;
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(spec.conv_kernel - 1) * count(spec.conv_channels()),
+            f32_elements: count(spec.heads) * count(spec.head_dim) * count(spec.state_size),
+        }
+    }
+
+    /// An empty cache of this layer's kind.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::recurrent()
+    }
+
+    /// `x` is `[1, positions, hidden]`: the new positions of several sequences one after the
+    /// other, `lengths[i]` of them extending `caches[i]`. The projections run on all positions
+    /// at once; the convolution and the scan on each sequence with its own state.
+    pub fn forward(
+        &self,
+        x: &Array,
+        lengths: &[i32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Array, Exception> {
+        let inner = self.spec.inner();
+        let parts = self
+            .in_proj
+            .forward(x)?
+            .split_at_indices(&[inner, inner + self.spec.conv_channels()], -1)?;
+        let (gate, conv_input, time_step) = (&parts[0], &parts[1], &parts[2]);
+        let scanned = per_sequence(x.dim(1), lengths, caches, |cut, cache| {
+            self.sequence(cut(conv_input), cut(time_step), cache)
+        })?;
+        self.out_proj.forward(&self.gated_norm(&scanned, gate)?)
+    }
+
+    /// One sequence's positions through its convolution and scan; returns
+    /// `[1, positions, heads * head_dim]` before the gated norm.
+    fn sequence(
+        &self,
+        input: Array,
+        time_step: Array,
+        cache: &mut KvCache,
+    ) -> Result<Array, Exception> {
+        let spec = &self.spec;
+        let positions = input.dim(1);
+        let dtype = input.dtype();
+        let held = cache
+            .recurrent_state()
+            .ok_or_else(|| Exception::from("a Mamba-2 layer needs a recurrent cache"))?
+            .clone();
+        let keep = spec.conv_kernel - 1;
+        let conv_state = match held.conv {
+            Some(conv) => conv,
+            None => zeros_dtype(&[1, keep, spec.conv_channels()], dtype)?,
+        };
+        let conv_input = ops::concatenate(&[conv_state, input], 1)?;
+        let next_conv = conv_input
+            .index((.., positions..positions + keep))
+            .contiguous()?;
+        let conv_out = ops::conv1d(
+            &conv_input,
+            &self.conv_weight,
+            None,
+            None,
+            None,
+            spec.conv_channels(),
+        )?;
+        let conv_out = match &self.conv_bias {
+            Some(bias) => ops::add(&conv_out, bias)?,
+            None => conv_out,
+        };
+        let conv_out = kernels::silu(&conv_out)?;
+        let groups_width = spec.groups * spec.state_size;
+        let parts = conv_out.split_at_indices(&[spec.inner(), spec.inner() + groups_width], -1)?;
+        let values = parts[0].reshape(&[1, positions, spec.heads, spec.head_dim])?;
+        // Each group's `B` and `C` serve its `heads / groups` consecutive heads.
+        let per_head = |part: &Array| -> Result<Array, Exception> {
+            let grouped = part
+                .reshape(&[1, positions, spec.groups, spec.state_size])?
+                .as_dtype(Dtype::Float32)?;
+            ops::repeat_axis::<f32>(grouped, spec.heads / spec.groups, 2)
+        };
+        let (input_mix, output_mix) = (per_head(&parts[1])?, per_head(&parts[2])?);
+        let limits = (
+            Array::from_f32(spec.time_step_limit.0),
+            Array::from_f32(spec.time_step_limit.1),
+        );
+        let step = ops::clip(
+            &softplus(&ops::add(
+                &time_step.as_dtype(Dtype::Float32)?,
+                &self.dt_bias,
+            )?)?,
+            (&limits.0, &limits.1),
+        )?;
+        let decay = ops::exp(&ops::multiply(&step, &self.decay_rate)?)?;
+        let stepped = ops::multiply(&values.as_dtype(Dtype::Float32)?, &step.expand_dims(-1)?)?;
+        let state = match held.delta {
+            Some(state) => state,
+            None => zeros_dtype(
+                &[1, spec.heads, spec.head_dim, spec.state_size],
+                Dtype::Float32,
+            )?,
+        };
+        let boundaries = cache.boundaries_in(positions);
+        let scan = Scan {
+            decay: &decay,
+            stepped: &stepped,
+            input_mix: &input_mix,
+            output_mix: &output_mix,
+        };
+        let (output, state, at_boundaries) = scan.run(state, &boundaries)?;
+        for (&within, ssm) in boundaries.iter().zip(at_boundaries) {
+            // `conv_input` starts with the `keep` inputs before this chunk.
+            let conv = conv_input.index((.., within..within + keep)).contiguous()?;
+            cache.record_boundary(
+                within,
+                RecurrentState {
+                    conv: Some(conv),
+                    delta: Some(ssm),
+                },
+            );
+        }
+        cache.advance_recurrent(
+            RecurrentState {
+                conv: Some(next_conv),
+                delta: Some(state),
+            },
+            positions,
+        )?;
+        let skipped = ops::multiply(
+            &values.as_dtype(Dtype::Float32)?,
+            &self.skip.reshape(&[1, 1, -1, 1])?,
+        )?;
+        ops::add(&output, &skipped)?
+            .as_dtype(dtype)?
+            .reshape(&[1, positions, -1])
+    }
+
+    /// `y · silu(z)` RMS-normalized over each group's heads, times the norm's weight, in float32
+    /// as transformers computes it.
+    fn gated_norm(&self, y: &Array, gate: &Array) -> Result<Array, Exception> {
+        let spec = &self.spec;
+        let gated = ops::multiply(
+            &y.as_dtype(Dtype::Float32)?,
+            &kernels::silu(&gate.as_dtype(Dtype::Float32)?)?,
+        )?;
+        let shape = gated.shape().to_vec();
+        let grouped = gated.reshape(&[shape[0], shape[1], spec.groups, -1])?;
+        let normed = fast::rms_norm(&grouped, None, spec.eps)?.reshape(&shape)?;
+        ops::multiply(&normed.as_dtype(y.dtype())?, &self.norm_weight)
+    }
+}
+
+/// One sequence's scan inputs, float32: `decay` `[1, positions, heads]`, `stepped` (`dt · x`)
+/// `[1, positions, heads, head_dim]`, `input_mix` (`B`) and `output_mix` (`C`)
+/// `[1, positions, heads, state_size]`.
+struct Scan<'a> {
+    decay: &'a Array,
+    stepped: &'a Array,
+    input_mix: &'a Array,
+    output_mix: &'a Array,
+}
+
+impl Scan<'_> {
+    /// The scan from `state` (`[1, heads, head_dim, state_size]`) one position at a time:
+    /// returns the readouts `[1, positions, heads, head_dim]`, the final state, and the state
+    /// after each count of positions in `record` (ascending, in `1..=positions`).
+    fn run(
+        &self,
+        mut state: Array,
+        record: &[i32],
+    ) -> Result<(Array, Array, Vec<Array>), Exception> {
+        let positions = self.stepped.dim(1);
+        let mut outputs = Vec::with_capacity(positions as usize);
+        let mut recorded = Vec::with_capacity(record.len());
+        for position in 0..positions {
+            let at = |array: &Array| array.index((.., position));
+            let decay = at(self.decay).reshape(&[1, -1, 1, 1])?;
+            let written = ops::multiply(
+                &at(self.stepped).expand_dims(-1)?,
+                &at(self.input_mix).expand_dims(-2)?,
+            )?;
+            state = ops::add(&ops::multiply(&state, &decay)?, &written)?;
+            let read = ops::matmul(&state, &at(self.output_mix).expand_dims(-1)?)?;
+            outputs.push(read.squeeze_axes(&[-1])?);
+            if record.contains(&(position + 1)) {
+                recorded.push(state.clone());
+            }
+        }
+        Ok((ops::stack(&outputs, 1)?, state, recorded))
+    }
+}
