@@ -13,6 +13,7 @@ pub const SUPPORTED: &[&str] = &[
     "glm4_moe_lite",
     "gpt_oss",
     "granite",
+    "granitemoehybrid",
     "kimi_k2",
     "kimi_k25",
     "lfm2",

@@ -10,6 +10,7 @@ mod glm4;
 mod glm4_moe;
 mod gpt_oss;
 mod granite;
+mod granitemoehybrid;
 mod lfm2;
 mod lfm2_moe;
 mod llama;
@@ -77,6 +78,11 @@ const ARCHITECTURES: &[Architecture] = &[
     moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts),
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
     dense("granite", granite::build),
+    moe(
+        "granitemoehybrid",
+        granitemoehybrid::build,
+        granitemoehybrid::experts,
+    ),
     moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts),
     moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts),
     dense("lfm2", lfm2::build),
