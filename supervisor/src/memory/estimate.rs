@@ -52,7 +52,8 @@ impl ModelEstimate {
 /// The fields of `config.json` the KV cache's size depends on.
 #[derive(Debug, Deserialize)]
 struct AttentionConfig {
-    num_hidden_layers: u64,
+    /// Nemotron-H's may leave it out: its layer list has one entry per layer.
+    num_hidden_layers: Option<u64>,
     num_attention_heads: u64,
     /// Absent in models without grouped-query attention: one KV head per query head.
     num_key_value_heads: Option<u64>,
@@ -72,10 +73,14 @@ struct AttentionConfig {
 
 /// The fields of a hybrid model's `config.json` that say which layers are recurrent and how
 /// large their state is: Qwen3-Next's and Qwen3.5's gated DeltaNet (every
-/// `full_attention_interval`-th layer attends), LFM2's short convolutions (`layer_types`).
+/// `full_attention_interval`-th layer attends), LFM2's short convolutions (`layer_types`), the
+/// Mamba-2 mixers of Nemotron-H (`hybrid_override_pattern` or `layers_block_type`, whose MLP
+/// layers hold neither keys nor state) and Granite 4 (`layer_types`).
 #[derive(Debug, Default, Deserialize)]
 struct RecurrentConfig {
     layer_types: Option<Vec<String>>,
+    hybrid_override_pattern: Option<String>,
+    layers_block_type: Option<Vec<String>>,
     full_attention_interval: Option<u64>,
     linear_num_key_heads: Option<u64>,
     linear_num_value_heads: Option<u64>,
@@ -84,28 +89,97 @@ struct RecurrentConfig {
     linear_conv_kernel_dim: Option<u64>,
     #[serde(rename = "conv_L_cache")]
     conv_l_cache: Option<u64>,
+    #[serde(flatten)]
+    mamba: MambaConfig,
+}
+
+/// A Mamba-2 mixer's sizes, under Nemotron-H's names or Granite 4's (`mamba_*`).
+#[derive(Debug, Default, Deserialize)]
+struct MambaConfig {
+    #[serde(alias = "mamba_n_heads")]
+    mamba_num_heads: Option<u64>,
+    /// Granite 4 may write `"auto"`: `mamba_expand × hidden_size` over the heads.
+    #[serde(alias = "mamba_d_head")]
+    mamba_head_dim: Option<serde_json::Value>,
+    mamba_expand: Option<u64>,
+    #[serde(alias = "mamba_d_state")]
+    ssm_state_size: Option<u64>,
+    #[serde(alias = "mamba_n_groups")]
+    n_groups: Option<u64>,
+    #[serde(alias = "mamba_d_conv")]
+    conv_kernel: Option<u64>,
+}
+
+/// What a layer keeps for a sequence.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LayerKind {
+    Attention,
+    Recurrent,
+    /// Nemotron-H's MLP and expert layers.
+    Neither,
 }
 
 impl RecurrentConfig {
-    /// How many of `layers` keep a recurrent state rather than keys and values.
-    fn recurrent_layers(&self, layers: u64) -> u64 {
-        if let Some(types) = &self.layer_types {
-            let recurrent = types
-                .iter()
-                .filter(|kind| matches!(kind.as_str(), "linear_attention" | "conv"))
-                .count();
-            return u64::try_from(recurrent).unwrap_or(u64::MAX);
+    /// Each layer's kind, where the config lists them.
+    fn layer_kinds(&self) -> Option<Vec<LayerKind>> {
+        if let Some(pattern) = &self.hybrid_override_pattern {
+            let kind = |block| match block {
+                'M' => LayerKind::Recurrent,
+                '*' => LayerKind::Attention,
+                _ => LayerKind::Neither,
+            };
+            return Some(pattern.chars().map(kind).collect());
         }
-        match (self.full_attention_interval, self.linear_num_value_heads) {
+        let types = self
+            .layers_block_type
+            .as_ref()
+            .or(self.layer_types.as_ref())?;
+        let kind = |name: &String| match name.as_str() {
+            "linear_attention" | "conv" | "mamba" => LayerKind::Recurrent,
+            "mlp" | "moe" => LayerKind::Neither,
+            _ => LayerKind::Attention,
+        };
+        Some(types.iter().map(kind).collect())
+    }
+
+    /// How many of `layers` attend (keep keys and values) and how many keep a recurrent state.
+    fn attention_and_recurrent_layers(&self, layers: u64) -> (u64, u64) {
+        let count = |kinds: &[LayerKind], of: LayerKind| {
+            u64::try_from(kinds.iter().filter(|&&kind| kind == of).count()).unwrap_or(u64::MAX)
+        };
+        if let Some(kinds) = self.layer_kinds() {
+            return (
+                count(&kinds, LayerKind::Attention),
+                count(&kinds, LayerKind::Recurrent),
+            );
+        }
+        let recurrent = match (self.full_attention_interval, self.linear_num_value_heads) {
             (Some(interval), Some(_)) if interval > 0 => layers - layers / interval,
             _ => 0,
-        }
+        };
+        (layers - recurrent, recurrent)
     }
 
     /// One recurrent layer's state for one sequence: the convolution's last inputs in the
     /// activation dtype and, for gated DeltaNet, its f32 memory of a key by value matrix per
-    /// value head. Constant in the sequence's length.
+    /// value head, for Mamba-2 its f32 scan state of a head by state matrix per head. Constant
+    /// in the sequence's length.
     fn state_bytes(&self, hidden: u64, element_bytes: u64) -> u64 {
+        let mamba = &self.mamba;
+        if let Some(heads) = mamba.mamba_num_heads {
+            let head_dim = match mamba
+                .mamba_head_dim
+                .as_ref()
+                .and_then(serde_json::Value::as_u64)
+            {
+                Some(dim) => dim,
+                None => mamba.mamba_expand.unwrap_or(2) * hidden / heads.max(1),
+            };
+            let state = mamba.ssm_state_size.unwrap_or(128);
+            let channels = heads * head_dim + 2 * mamba.n_groups.unwrap_or(1) * state;
+            let conv = mamba.conv_kernel.unwrap_or(4).saturating_sub(1) * channels;
+            return conv * element_bytes + heads * head_dim * state * 4;
+        }
         if let Some(value_heads) = self.linear_num_value_heads {
             let key_dim = self.linear_key_head_dim.unwrap_or(128);
             let value_dim = self.linear_value_head_dim.unwrap_or(128);
@@ -208,11 +282,16 @@ fn kv_reserve_bytes(model_dir: &Path) -> io::Result<u64> {
         Some("float32") => 4,
         _ => 2,
     };
-    let recurrent = config
+    let listed = config
         .recurrent
-        .recurrent_layers(config.num_hidden_layers)
-        .min(config.num_hidden_layers);
-    let attention = config.num_hidden_layers - recurrent;
+        .layer_kinds()
+        .map(|kinds| kinds.len() as u64);
+    let layers = config
+        .num_hidden_layers
+        .or(listed)
+        .ok_or_else(|| invalid("no num_hidden_layers".to_owned()))?;
+    let (attention, recurrent) = config.recurrent.attention_and_recurrent_layers(layers);
+    let (attention, recurrent) = (attention.min(layers), recurrent.min(layers));
     let states = recurrent.saturating_mul(
         config
             .recurrent

@@ -114,6 +114,41 @@ fn short_convolution_layers_reserve_their_last_inputs() {
     );
 }
 
+/// Nemotron-H's MLP layers keep nothing; its Mamba-2 layers their conv inputs and f32 scan
+/// state; transformers 5 writes the layer list without `num_hidden_layers`.
+#[test]
+fn mamba2_layers_reserve_their_state_and_mlp_layers_nothing() {
+    let state = 3 * (8 * 8 + 2 * 2 * 16) * 4 + 8 * 8 * 16 * 4;
+    let attention = 2 * 16 * 2 * 4 * KV_RESERVE_TOKENS;
+    for layers in [
+        r#""hybrid_override_pattern": "M-M*-""#,
+        r#""layers_block_type": ["linear_attention", "mlp", "linear_attention",
+            "full_attention", "mlp"]"#,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            r#"{{"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "hidden_size": 64, "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16,
+            "n_groups": 2, "conv_kernel": 4, "dtype": "float32", {layers}}}"#
+        );
+        fs::write(dir.path().join("config.json"), config).unwrap();
+        fs::write(dir.path().join("a.safetensors"), [0u8; 10]).unwrap();
+        let estimate = estimate_model_bytes(dir.path()).unwrap();
+        assert_eq!(estimate.kv_reserve_bytes, attention + 2 * state, "{layers}");
+    }
+    // Granite 4's names, its head size `"auto"`: expand × hidden / heads.
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"{"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "hidden_size": 64, "layer_types": ["mamba", "attention"], "mamba_n_heads": 8,
+        "mamba_d_head": "auto", "mamba_expand": 2, "mamba_d_state": 16, "mamba_n_groups": 1,
+        "mamba_d_conv": 4, "dtype": "float32"}"#;
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    fs::write(dir.path().join("a.safetensors"), [0u8; 10]).unwrap();
+    let estimate = estimate_model_bytes(dir.path()).unwrap();
+    let state = 3 * (8 * 16 + 2 * 16) * 4 + 8 * 16 * 16 * 4;
+    assert_eq!(estimate.kv_reserve_bytes, attention + state);
+}
+
 #[test]
 fn a_gguf_file_is_estimated_from_its_size_and_the_process_base() {
     let dir = tempfile::tempdir().unwrap();
