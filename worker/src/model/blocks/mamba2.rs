@@ -368,3 +368,43 @@ impl Scan<'_> {
         Ok((ops::stack(&outputs, 1)?, state, recorded))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(extra: serde_json::Value) -> ModelConfig {
+        let mut value = json!({
+            "model_type": "granitemoehybrid", "hidden_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "vocab_size": 128, "rms_norm_eps": 1e-5,
+        });
+        for (key, entry) in extra.as_object().unwrap() {
+            value[key] = entry.clone();
+        }
+        ModelConfig::from_json(value, Path::new("config.json")).unwrap()
+    }
+
+    #[test]
+    fn time_step_limit_reads_transformers_5_infinity_and_defaults_when_absent() {
+        let infinite = config(json!({"time_step_limit": [0.0, {"__float__": "Infinity"}]}));
+        assert_eq!(
+            time_step_limit(&infinite, (1.0, 2.0)).unwrap(),
+            (0.0, f32::INFINITY)
+        );
+        let finite = config(json!({"time_step_limit": [0.001, 100.0]}));
+        assert_eq!(
+            time_step_limit(&finite, (1.0, 2.0)).unwrap(),
+            (0.001, 100.0)
+        );
+        assert_eq!(
+            time_step_limit(&config(json!({})), (1.0, 2.0)).unwrap(),
+            (1.0, 2.0)
+        );
+        let wrong = config(json!({"time_step_limit": [0.0]}));
+        assert!(time_step_limit(&wrong, (1.0, 2.0)).is_err());
+    }
+}
