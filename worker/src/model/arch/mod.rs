@@ -95,7 +95,7 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("mistral", llama::build),
     dense("mistral3", mistral3::build),
     moe("mixtral", mixtral::build, mixtral::experts),
-    dense("nemotron_h", nemotron_h::build),
+    moe("nemotron_h", nemotron_h::build, nemotron_h::experts),
     dense("olmo3", olmo3::build),
     dense("phi3", phi3::build),
     dense("qwen2", qwen2::build),

@@ -1,17 +1,22 @@
 //! Nemotron-H (mlx-lm's `nemotron_h.py`): NVIDIA's hybrid whose layers each hold one block
 //! after a norm, `x + block(norm(x))`: a Mamba-2 mixer (`M`), attention without positional
-//! encoding (`*`) or an ungated squared-ReLU MLP (`-`), as `hybrid_override_pattern` spells them
-//! (transformers 5's `layers_block_type`: `linear_attention`, `full_attention`, `mlp`).
+//! encoding (`*`), an ungated squared-ReLU MLP (`-`) or Nemotron 3's experts (`E`: squared-ReLU
+//! experts chosen by sigmoid score plus a correction bias within the best groups, scaled, beside
+//! a shared squared-ReLU expert), as `hybrid_override_pattern` spells them (transformers 5's
+//! `layers_block_type`: `linear_attention`, `full_attention`, `mlp`, `moe`).
 //!
-//! A mixer followed by an MLP is one pre-norm decoder layer, the MLP's norm its second; a mixer
-//! followed by another mixer is a layer without a feed-forward block. Checkpoints name the stack
-//! `backbone.embeddings`, `backbone.layers.{i}.norm` / `.mixer` and `backbone.norm_f`.
-//! Nemotron-3-Nano's mixture-of-experts layers (`E`) are refused.
+//! A mixer followed by an MLP or experts is one pre-norm decoder layer, the feed-forward block's
+//! norm its second; a mixer followed by another mixer is a layer without a feed-forward block.
+//! Checkpoints name the stack `backbone.embeddings`, `backbone.layers.{i}.norm` / `.mixer` and
+//! `backbone.norm_f`; expert `e`'s projections `mixer.experts.{e}.up_proj` / `down_proj`
+//! (mlx-community's stacked `switch_mlp.fc1` / `fc2`). Experts through a latent projection
+//! (`moe_latent_size`) are refused.
 
 use crate::model::blocks::attention::{Attention, AttentionSpec};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::mamba2::{Mamba2, Mamba2Spec};
-use crate::model::blocks::mlp::SquaredReluMlp;
+use crate::model::blocks::mlp::{Activation, Mlp};
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
@@ -24,6 +29,40 @@ enum Block {
     Mamba,
     Attention,
     Mlp,
+    Experts,
+}
+
+/// The routed experts of the `E` layers; `None` without any.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    if !blocks(config)?.contains(&Block::Experts) {
+        return Ok(None);
+    }
+    if config
+        .key_or_null::<i32>("moe_latent_size", 0)?
+        .is_some_and(|size| size > 0)
+    {
+        return Err(ModelError::Config {
+            path: config.path.clone(),
+            message: "Nemotron-H's experts through a latent projection (moe_latent_size) are not \
+                      served yet"
+                .into(),
+        });
+    }
+    let routing = Routing::GroupedSigmoid {
+        groups: config.key_or("n_group", 1)?,
+        top_groups: config.key_or("topk_group", 1)?,
+        normalize: config.key_or("norm_topk_prob", true)?,
+        scaling: config.key_or("routed_scaling_factor", 1.0)?,
+    };
+    Ok(Some(MoeSpec {
+        activation: Activation::SquaredRelu,
+        ..MoeSpec::new(
+            config.required("n_routed_experts")?,
+            config.required("num_experts_per_tok")?,
+            config.required("moe_intermediate_size")?,
+            routing,
+        )
+    }))
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
@@ -46,7 +85,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     .checked(config)?;
     let mlp_bias: bool = config.key_or("mlp_bias", false)?;
     let attention_bias: bool = config.key_or("attention_bias", false)?;
-    let inner = config.intermediate_size()?;
+    let moe = experts(config)?;
     // Attention is NoPE; the spec's constructor wants a rotation it then goes without.
     let rope = Rope::new(config.head_dim, config.rope_theta, false, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
@@ -74,23 +113,38 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 };
                 Attention::load(weights, config, &prefix, attention)?.into()
             }
-            Block::Mlp => {
+            Block::Mlp | Block::Experts => {
                 return Err(ModelError::Config {
                     path: config.path.clone(),
                     message: format!(
-                        "layer {index} is an MLP that follows no Mamba-2 or attention layer"
+                        "layer {index} is a feed-forward block that follows no Mamba-2 or \
+                         attention layer"
                     ),
                 });
             }
         };
         let input_norm = norm(weights, index)?;
-        let (pre_feed_forward_norm, feed_forward) = match blocks.get(index + 1) {
-            Some(Block::Mlp) => {
-                let mlp = format!("backbone.layers.{}.mixer", index + 1);
-                let mlp = SquaredReluMlp::load(weights, config, &mlp, inner, mlp_bias)?;
-                (norm(weights, index + 1)?, FeedForward::SquaredRelu(mlp))
+        let block = format!("backbone.layers.{}.mixer", index + 1);
+        let feed_forward = match blocks.get(index + 1) {
+            Some(Block::Mlp) => FeedForward::Dense(Mlp::load_squared_relu(
+                weights,
+                config,
+                &block,
+                config.intermediate_size()?,
+                mlp_bias,
+            )?),
+            Some(Block::Experts) => {
+                let spec = moe.clone().ok_or_else(|| ModelError::Config {
+                    path: config.path.clone(),
+                    message: "experts without their sizes".into(),
+                })?;
+                FeedForward::experts(nemotron_experts(weights, config, &block, spec, mlp_bias)?)
             }
-            _ => (Norm::Identity, FeedForward::Absent),
+            _ => FeedForward::Absent,
+        };
+        let pre_feed_forward_norm = match feed_forward {
+            FeedForward::Absent => Norm::Identity,
+            _ => norm(weights, index + 1)?,
         };
         index += if matches!(feed_forward, FeedForward::Absent) {
             1
@@ -116,6 +170,47 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     Decoder::load_around(weights, config, layers, final_norm, tied)
 }
 
+/// The experts under `block`: the router `gate` with its correction bias, squared-ReLU
+/// experts, and the shared expert `shared_experts` where `n_shared_experts` has one.
+fn nemotron_experts(
+    weights: &mut Weights,
+    config: &ModelConfig,
+    block: &str,
+    spec: MoeSpec,
+    bias: bool,
+) -> Result<Moe, ModelError> {
+    let names = [
+        ("gate_proj", "gate_proj"),
+        ("fc1", "up_proj"),
+        ("fc2", "down_proj"),
+    ]
+    .map(|(stacked, original)| {
+        let experts = format!("{block}.experts");
+        ExpertNames {
+            stacked: format!("{block}.switch_mlp.{stacked}"),
+            per_expert: Some(Box::new(move |expert| {
+                format!("{experts}.{expert}.{original}")
+            })),
+        }
+    });
+    let moe = Moe::load(weights, config, &format!("{block}.gate"), names, spec)?;
+    if config
+        .key_or_null::<i32>("n_shared_experts", 0)?
+        .unwrap_or(0)
+        == 0
+    {
+        return Ok(moe);
+    }
+    let shared = Mlp::load_squared_relu(
+        weights,
+        config,
+        &format!("{block}.shared_experts"),
+        config.required("moe_shared_expert_intermediate_size")?,
+        bias,
+    )?;
+    Ok(moe.with_shared_experts(shared))
+}
+
 /// Each layer's block, from `hybrid_override_pattern` or else `layers_block_type` /
 /// `layer_types` (with the legacy names mlx-lm also reads).
 fn blocks(config: &ModelConfig) -> Result<Vec<Block>, ModelError> {
@@ -136,9 +231,7 @@ fn blocks(config: &ModelConfig) -> Result<Vec<Block>, ModelError> {
             "M" | "mamba" | "linear_attention" => Ok(Block::Mamba),
             "*" | "attention" | "full_attention" => Ok(Block::Attention),
             "-" | "mlp" => Ok(Block::Mlp),
-            "E" | "moe" => Err(bad(
-                "Nemotron-H's mixture-of-experts layers are not served yet".into(),
-            )),
+            "E" | "moe" => Ok(Block::Experts),
             other => Err(bad(format!("unknown Nemotron-H layer kind {other:?}"))),
         })
         .collect::<Result<Vec<_>, _>>()?;

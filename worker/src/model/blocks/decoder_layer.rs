@@ -12,7 +12,7 @@ use super::attention::AttentionSpec;
 use super::gated_delta::GatedDeltaNet;
 use super::latent_attention::LatentAttention;
 use super::mamba2::Mamba2;
-use super::mlp::{Mlp, SquaredReluMlp};
+use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
 use super::per_layer_input::PerLayerGate;
@@ -28,8 +28,6 @@ pub enum FeedForward {
     Dense(Mlp),
     Experts(Box<Moe>),
     DenseAndExperts(Box<DenseAndExperts>),
-    /// Nemotron-H's ungated MLP.
-    SquaredRelu(SquaredReluMlp),
     /// None: a Nemotron-H mixer followed by another mixer is a layer of its own.
     Absent,
 }
@@ -53,7 +51,6 @@ impl FeedForward {
     pub fn shape(&self) -> FeedForwardShape {
         match self {
             Self::Dense(mlp) => FeedForwardShape::Dense { inner: mlp.inner() },
-            Self::SquaredRelu(mlp) => FeedForwardShape::Dense { inner: mlp.inner() },
             Self::Absent => FeedForwardShape::Dense { inner: 0 },
             Self::Experts(moe) => moe.shape(),
             // The dense MLP runs on every position, as a shared expert does.
@@ -78,7 +75,6 @@ impl FeedForward {
     fn forward(&self, normed: &Array, x: &Array) -> Result<Array, Exception> {
         match self {
             Self::Dense(mlp) => mlp.forward(normed),
-            Self::SquaredRelu(mlp) => mlp.forward(normed),
             // `DecoderLayer::forward` skips the block.
             Self::Absent => Ok(x.clone()),
             Self::Experts(moe) => moe.forward(normed),
