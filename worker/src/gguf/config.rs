@@ -17,10 +17,28 @@ use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
+mod nemotron_h;
+
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 16] = [
-    "llama", "llama4", "mistral", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
-    "gpt-oss", "glm4moe", "phi3", "granite", "smollm3", "seed_oss", "olmo2",
+pub const ARCHITECTURES: [&str; 18] = [
+    "llama",
+    "llama4",
+    "mistral",
+    "mistral3",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "gemma4",
+    "gpt-oss",
+    "glm4moe",
+    "phi3",
+    "granite",
+    "smollm3",
+    "seed_oss",
+    "olmo2",
+    "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -121,6 +139,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         .iter()
         .find(|tensor| tensor.name == "token_embd.weight")
         .ok_or_else(|| header.invalid("no token_embd.weight tensor"))?;
+    let rows = embedding.dims.get(1).copied().unwrap_or(0);
+    if matches!(arch, "nemotron_h" | "nemotron_h_moe") {
+        return nemotron_h::config(&keys, rows);
+    }
     let mut config = Map::new();
     // Mixtral is a `llama` with experts to llama.cpp's converter.
     let mixtral = arch == "llama" && keys.integer("expert_count").is_some_and(|count| count > 0);

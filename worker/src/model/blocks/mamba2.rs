@@ -119,7 +119,9 @@ pub struct Mamba2 {
 
 impl Mamba2 {
     /// `{prefix}.in_proj`, `conv1d`, `A_log`, `D`, `dt_bias`, `norm` and `out_proj`. The Hugging
-    /// Face layout's conv1d weight (`[channels, 1, kernel]`) is moved to MLX's.
+    /// Face layout's conv1d weight (`[channels, 1, kernel]`) is moved to MLX's; a GGUF's shapes
+    /// (conv1d `[channels, kernel]`, `D` `[heads, 1]`, the norm `[groups, width]`) are reshaped,
+    /// and its `A` is already `-exp(A_log)`.
     pub fn load(
         weights: &mut Weights,
         config: &ModelConfig,
@@ -142,10 +144,20 @@ impl Mamba2 {
         weights.convert(&conv_name, &conv_name, "moving conv1d's kernel axis", |w| {
             if w.shape() == [channels, 1, spec.conv_kernel] {
                 w.swap_axes(1, 2)?.contiguous()
+            } else if w.shape() == [channels, spec.conv_kernel] {
+                w.reshape(&[channels, spec.conv_kernel, 1])
             } else {
                 Ok(w.clone())
             }
         })?;
+        let norm_name = format!("{prefix}.norm.weight");
+        for (name, size) in [
+            (format!("{prefix}.A"), heads),
+            (format!("{prefix}.D"), heads),
+            (norm_name.clone(), inner),
+        ] {
+            flatten(weights, &name, size)?;
+        }
         let conv_bias = if spec.conv_bias {
             Some(weights.take_float(&format!("{prefix}.conv1d.bias"), &[channels])?)
         } else {
@@ -157,10 +169,14 @@ impl Mamba2 {
                 .as_dtype(Dtype::Float32)
                 .map_err(|source| weights.mlx_error("widening a Mamba-2 parameter", source))
         };
-        let a_log = float32(weights, "A_log")?;
-        let decay_rate = ops::exp(&a_log)
-            .and_then(|a| ops::negative(&a))
-            .map_err(|source| weights.mlx_error("computing the decay rate", source))?;
+        let decay_rate = if weights.contains(&format!("{prefix}.A_log")) {
+            let a_log = float32(weights, "A_log")?;
+            ops::exp(&a_log)
+                .and_then(|a| ops::negative(&a))
+                .map_err(|source| weights.mlx_error("computing the decay rate", source))?
+        } else {
+            float32(weights, "A")?
+        };
         Ok(Self {
             in_proj: linear(weights, "in_proj", inner + channels + heads, hidden)?,
             conv_weight: weights.take_float(&conv_name, &[channels, spec.conv_kernel, 1])?,
@@ -168,7 +184,7 @@ impl Mamba2 {
             decay_rate,
             skip: float32(weights, "D")?,
             dt_bias: float32(weights, "dt_bias")?,
-            norm_weight: weights.take_float(&format!("{prefix}.norm.weight"), &[inner])?,
+            norm_weight: weights.take_float(&norm_name, &[inner])?,
             out_proj: linear(weights, "out_proj", hidden, inner)?,
             spec,
         })
@@ -327,6 +343,20 @@ impl Mamba2 {
         let normed = fast::rms_norm(&grouped, None, spec.eps)?.reshape(&shape)?;
         ops::multiply(&normed.as_dtype(y.dtype())?, &self.norm_weight)
     }
+}
+
+/// `name`, if present with `size` elements in another shape, as a vector.
+fn flatten(weights: &mut Weights, name: &str, size: i32) -> Result<(), ModelError> {
+    if !weights.contains(name) {
+        return Ok(());
+    }
+    weights.convert(name, name, "flattening a GGUF's Mamba-2 tensor", |w| {
+        if w.ndim() > 1 && w.size() == usize::try_from(size).unwrap_or(0) {
+            w.reshape(&[size])
+        } else {
+            Ok(w.clone())
+        }
+    })
 }
 
 /// One sequence's scan inputs, float32: `decay` `[1, positions, heads]`, `stepped` (`dt · x`)
