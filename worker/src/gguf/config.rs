@@ -11,7 +11,8 @@
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
 //! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
 //! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in
-//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense.
+//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense. Nemotron-H keeps
+//! no layer pattern; `nemotron_h.rs` reads it back from the per-layer widths.
 
 use serde_json::{Map, Value as Json, json};
 
