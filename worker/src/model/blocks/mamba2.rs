@@ -75,18 +75,20 @@ impl Mamba2Spec {
 }
 
 /// The time-step limit config.json writes as `[min, max]`; transformers 5 spells an infinite
-/// bound `{"__float__": "Infinity"}`. Absent, `default`.
+/// bound `{"__float__": "Infinity"}`, some checkpoints `"Infinity"`. Absent, `default`.
 pub fn time_step_limit(
     config: &ModelConfig,
     default: (f32, f32),
 ) -> Result<(f32, f32), ModelError> {
+    let infinite = |spelling: &str| match spelling {
+        "Infinity" | "inf" => Some(f32::INFINITY),
+        "-Infinity" | "-inf" => Some(f32::NEG_INFINITY),
+        _ => None,
+    };
     let bound = |value: &serde_json::Value| match value {
         serde_json::Value::Number(number) => number.as_f64().map(|bound| bound as f32),
-        serde_json::Value::Object(object) => match object.get("__float__")?.as_str()? {
-            "Infinity" => Some(f32::INFINITY),
-            "-Infinity" => Some(f32::NEG_INFINITY),
-            _ => None,
-        },
+        serde_json::Value::String(spelling) => infinite(spelling),
+        serde_json::Value::Object(object) => infinite(object.get("__float__")?.as_str()?),
         _ => None,
     };
     match config.key::<Vec<serde_json::Value>>("time_step_limit")? {
@@ -423,6 +425,11 @@ mod tests {
         let infinite = config(json!({"time_step_limit": [0.0, {"__float__": "Infinity"}]}));
         assert_eq!(
             time_step_limit(&infinite, (1.0, 2.0)).unwrap(),
+            (0.0, f32::INFINITY)
+        );
+        let spelled = config(json!({"time_step_limit": [0.0, "Infinity"]}));
+        assert_eq!(
+            time_step_limit(&spelled, (1.0, 2.0)).unwrap(),
             (0.0, f32::INFINITY)
         );
         let finite = config(json!({"time_step_limit": [0.001, 100.0]}));
