@@ -6,8 +6,10 @@
 //! `h = exp(dt · A) · h + dt · x ⊗ B`, reads it with `C` and adds the skip `D · x`. The output is
 //! gated by `silu(z)` and RMS-normalized per group of heads (`MambaRMSNormGated`), then `out_proj`.
 //!
-//! The scan runs as MLX ops one position after another, as the decode path of the references
-//! does (it equals their chunked prefill scan). Each sequence of a packed pass runs through its
+//! The scan runs in chunks, as the references' prefill does (the state space duality): within a
+//! chunk the readouts are a causal decay-masked product of `C` and `B` against the inputs plus the
+//! decayed entering state, and the state leaves the chunk once; chunks end at every prefix-cache
+//! block boundary and at most every `SCAN_CHUNK` positions. Each sequence of a packed pass runs through its
 //! own convolution and state ([`RecurrentState`]: `conv` and, in the `delta` slot, the scan's
 //! state): sequences are packed without padding, so nothing of another ever reaches a state. At
 //! each prefix-cache block boundary the input crosses the layer records its whole state there,
@@ -288,7 +290,7 @@ impl Mamba2 {
             )?)?,
             (&limits.0, &limits.1),
         )?;
-        let decay = ops::exp(&ops::multiply(&step, &self.decay_rate)?)?;
+        let log_decay = ops::multiply(&step, &self.decay_rate)?;
         let stepped = ops::multiply(&values.as_dtype(Dtype::Float32)?, &step.expand_dims(-1)?)?;
         let state = match held.delta {
             Some(state) => state,
@@ -299,7 +301,7 @@ impl Mamba2 {
         };
         let boundaries = cache.boundaries_in(positions);
         let scan = Scan {
-            decay: &decay,
+            log_decay: &log_decay,
             stepped: &stepped,
             input_mix: &input_mix,
             output_mix: &output_mix,
@@ -361,43 +363,90 @@ fn flatten(weights: &mut Weights, name: &str, size: i32) -> Result<(), ModelErro
     })
 }
 
-/// One sequence's scan inputs, float32: `decay` `[1, positions, heads]`, `stepped` (`dt · x`)
-/// `[1, positions, heads, head_dim]`, `input_mix` (`B`) and `output_mix` (`C`)
-/// `[1, positions, heads, state_size]`.
+/// The most positions one chunk of the scan spans: its masks are `[heads, chunk, chunk]`.
+const SCAN_CHUNK: i32 = 64;
+
+/// One sequence's scan inputs, float32: `log_decay` (`dt · A`) `[1, positions, heads]`,
+/// `stepped` (`dt · x`) `[1, positions, heads, head_dim]`, `input_mix` (`B`) and `output_mix`
+/// (`C`) `[1, positions, heads, state_size]`.
 struct Scan<'a> {
-    decay: &'a Array,
+    log_decay: &'a Array,
     stepped: &'a Array,
     input_mix: &'a Array,
     output_mix: &'a Array,
 }
 
 impl Scan<'_> {
-    /// The scan from `state` (`[1, heads, head_dim, state_size]`) one position at a time:
-    /// returns the readouts `[1, positions, heads, head_dim]`, the final state, and the state
-    /// after each count of positions in `record` (ascending, in `1..=positions`).
+    /// The scan from `state` (`[1, heads, head_dim, state_size]`): returns the readouts
+    /// `[1, positions, heads, head_dim]`, the final state, and the state after each count of
+    /// positions in `record` (ascending, in `1..=positions`), where a chunk ends.
     fn run(
         &self,
         mut state: Array,
         record: &[i32],
     ) -> Result<(Array, Array, Vec<Array>), Exception> {
         let positions = self.stepped.dim(1);
-        let mut outputs = Vec::with_capacity(positions as usize);
+        let ends: Vec<i32> = (1..=positions)
+            .filter(|&end| end % SCAN_CHUNK == 0 || end == positions || record.contains(&end))
+            .collect();
+        let mut outputs = Vec::with_capacity(ends.len());
         let mut recorded = Vec::with_capacity(record.len());
-        for position in 0..positions {
-            let at = |array: &Array| array.index((.., position));
-            let decay = at(self.decay).reshape(&[1, -1, 1, 1])?;
-            let written = ops::multiply(
-                &at(self.stepped).expand_dims(-1)?,
-                &at(self.input_mix).expand_dims(-2)?,
-            )?;
-            state = ops::add(&ops::multiply(&state, &decay)?, &written)?;
-            let read = ops::matmul(&state, &at(self.output_mix).expand_dims(-1)?)?;
-            outputs.push(read.squeeze_axes(&[-1])?);
-            if record.contains(&(position + 1)) {
+        let mut start = 0;
+        for end in ends {
+            let (output, next) = self.chunk(&state, start, end)?;
+            outputs.push(output);
+            state = next;
+            if record.contains(&end) {
                 recorded.push(state.clone());
             }
+            start = end;
         }
-        Ok((ops::stack(&outputs, 1)?, state, recorded))
+        let output = match outputs.as_slice() {
+            [only] => only.clone(),
+            _ => ops::concatenate(&outputs, 1)?,
+        };
+        Ok((output, state, recorded))
+    }
+
+    /// Positions `start..end` from `state`: `y_t = C_t · (e^{a_t} h) + Σ_{s≤t} e^{a_t − a_s}
+    /// (C_t · B_s) dt_s x_s`, `a` the cumulative log decay, and the state after `end`,
+    /// `e^{a_end} h + Σ_s e^{a_end − a_s} dt_s x_s ⊗ B_s`.
+    fn chunk(&self, state: &Array, start: i32, end: i32) -> Result<(Array, Array), Exception> {
+        let length = end - start;
+        // Heads first: `[1, heads, length, ..]`.
+        let cut = |array: &Array| array.index((.., start..end)).swap_axes(1, 2);
+        let (stepped, input_mix, output_mix) = (
+            cut(self.stepped)?,
+            cut(self.input_mix)?,
+            cut(self.output_mix)?,
+        );
+        let cumulative = ops::cumsum(cut(self.log_decay)?, -1, None, None)?;
+        let gaps = ops::subtract(&cumulative.expand_dims(-1)?, &cumulative.expand_dims(-2)?)?;
+        // Only `s ≤ t` decays; the rest would overflow before the mask.
+        let causal = Array::tri::<bool>(length, None, None)?;
+        let decays = ops::exp(&ops::select(
+            &causal,
+            &gaps,
+            Array::from_f32(f32::NEG_INFINITY),
+        )?)?;
+        let mixed = ops::multiply(
+            &ops::matmul(&output_mix, &input_mix.swap_axes(-1, -2)?)?,
+            &decays,
+        )?;
+        let within = ops::matmul(&mixed, &stepped)?;
+        let entering = ops::multiply(
+            &ops::matmul(&output_mix, &state.swap_axes(-1, -2)?)?,
+            &ops::exp(&cumulative)?.expand_dims(-1)?,
+        )?;
+        let output = ops::add(&within, &entering)?.swap_axes(1, 2)?;
+        let last = cumulative.index((.., .., length - 1..length));
+        let to_end = ops::exp(&ops::subtract(&last, &cumulative)?)?.expand_dims(-1)?;
+        let written = ops::matmul(
+            &ops::multiply(&stepped, &to_end)?.swap_axes(-1, -2)?,
+            &input_mix,
+        )?;
+        let kept = ops::multiply(state, &ops::exp(&last)?.expand_dims(-1)?)?;
+        Ok((output, ops::add(&kept, &written)?))
     }
 }
 
