@@ -36,6 +36,10 @@ pub struct ModelDescription {
     /// directory (loaded as stored) and an unservable GGUF.
     #[serde(default)]
     pub gguf_loaded_bytes: BTreeMap<String, u64>,
+    /// What the model's caches take for one sequence, read by the worker from the
+    /// architecture's own layout (`None` when it cannot tell): the memory estimate's KV reserve.
+    #[serde(default)]
+    pub cache: Option<CacheSize>,
     /// Why the worker cannot serve this model; `None` when it can.
     pub unservable: Option<String>,
     /// What the model does, from its files; an older worker's description reads as `Chat`.
@@ -51,6 +55,44 @@ pub struct ModelDescription {
     /// each naming its file, for the supervisor to log.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// What one sequence's caches take, in the type they are kept in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheSize {
+    /// Bytes each position adds across the layers that keep every position.
+    pub bytes_per_position: u64,
+    /// The sliding-window layers, each keeping at most its window's positions.
+    pub windowed: Vec<WindowedCache>,
+    /// Bytes of the recurrent layers' states, the same at any length.
+    pub bytes_per_sequence: u64,
+}
+
+/// A sliding-window layer's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowedCache {
+    pub window: u64,
+    pub bytes_per_position: u64,
+}
+
+impl CacheSize {
+    /// Bytes one sequence of `positions` positions holds.
+    pub fn bytes_for(&self, positions: u64) -> u64 {
+        self.windowed
+            .iter()
+            .map(|layer| {
+                layer
+                    .window
+                    .min(positions)
+                    .saturating_mul(layer.bytes_per_position)
+            })
+            .fold(
+                self.bytes_per_position
+                    .saturating_mul(positions)
+                    .saturating_add(self.bytes_per_sequence),
+                u64::saturating_add,
+            )
+    }
 }
 
 /// The key of [`ModelDescription::gguf_loaded_bytes`] for a model loaded with `gguf_requantize`

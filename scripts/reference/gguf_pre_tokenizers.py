@@ -49,6 +49,7 @@ PRES = [
     "qwen35",
     "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2",
     "tekken",
+    "deepseek-v3",
 ]
 
 TEXTS = [

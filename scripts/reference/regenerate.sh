@@ -61,7 +61,7 @@ bash "$root/scripts/reference/gguf_architectures.sh"
 # mlx_lm.convert the mlx-community ones. A venv of its own, rebuilt whenever the pins change;
 # PyPI's torch wheel brings CUDA libraries (several GB) that the CPU run never loads.
 toolchain_venv=$work/hf-venv
-toolchain_pins="torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0"
+toolchain_pins="torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 sentencepiece==0.2.3"
 toolchain_pins+=" mlx${extra:-}==$mlx_version mlx-lm==$mlx_lm_version numpy==2.4.6"
 if [[ $(cat "$toolchain_venv/corral-pins" 2>/dev/null) != "$toolchain_pins" ]]; then
   rm -rf "$toolchain_venv"

@@ -22,8 +22,8 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    GgufLoadedBytes, Ledger, ModelLookup, RunDir, Spawner, UnloadableReport, WORKER_BINARY_NAME,
-    WorkerExit, WorkerProcesses, reap_orphans,
+    Described, DescribedSizes, Ledger, ModelLookup, RunDir, Spawner, UnloadableReport,
+    WORKER_BINARY_NAME, WorkerExit, WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};
@@ -95,22 +95,25 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
     let loaded_registry = registry.clone();
     let requantize = config.clone();
-    let gguf_loaded_bytes: GgufLoadedBytes = Arc::new(move |id| {
+    let described: Described = Arc::new(move |id| {
         let registry = loaded_registry.current();
-        let description = registry.get(id)?.description.as_ref()?;
+        let Some(description) = registry
+            .get(id)
+            .and_then(|entry| entry.description.as_ref())
+        else {
+            return DescribedSizes::default();
+        };
         let key = corral_ipc::describe::gguf_loaded_key(
             requantize.gguf_requantize(id).name(),
             requantize.gguf_exact_k_quants(id),
         );
-        description.gguf_loaded_bytes.get(&key).copied()
+        DescribedSizes {
+            gguf_loaded_bytes: description.gguf_loaded_bytes.get(&key).copied(),
+            cache: description.cache.clone(),
+        }
     });
-    let processes = WorkerProcesses::new(
-        spawner,
-        lookup,
-        gguf_loaded_bytes,
-        config.worker_stop_grace,
-        ledger,
-    );
+    let processes =
+        WorkerProcesses::new(spawner, lookup, described, config.worker_stop_grace, ledger);
     let budget = budget(&config);
     let pool = Pool::new(
         processes,

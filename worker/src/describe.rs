@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use corral_ipc::{ModelDescription, ModelFormat, ModelKind};
+use corral_ipc::{CacheSize, ModelDescription, ModelFormat, ModelKind, WindowedCache};
 use serde::Deserialize;
 
 use crate::embedding::bert::EncoderConfig;
 use crate::embedding::layout::{self, ConfigHead, Layout, Pooling, Role};
 use crate::gguf::{self, GgufHeader};
-use crate::model::{self, ModelConfig};
+use crate::model::{self, LayerCache, ModelConfig};
 use crate::sampling_defaults;
 
 pub fn describe(path: &Path) -> ModelDescription {
@@ -31,6 +31,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         parameters: None,
         active_parameters: None,
         gguf_loaded_bytes: Default::default(),
+        cache: None,
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -59,6 +60,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         parameters: None,
         active_parameters: None,
         gguf_loaded_bytes: Default::default(),
+        cache: None,
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: Default::default(),
@@ -81,9 +83,12 @@ fn describe_gguf(path: &Path) -> ModelDescription {
                     .map(|tensor| tensor.dims.iter().product::<u64>())
                     .sum(),
             );
-            description.unservable = gguf::check(&header).err().map(|error| error.to_string());
-            if description.unservable.is_none() {
-                description.gguf_loaded_bytes = gguf::loaded_bytes(&header);
+            match gguf::check(&header) {
+                Ok((config, _)) => {
+                    description.gguf_loaded_bytes = gguf::loaded_bytes(&header);
+                    description.cache = cache_size(&config, gguf::activation_bytes(&header));
+                }
+                Err(error) => description.unservable = Some(error.to_string()),
             }
         }
         Err(error) => description.unservable = Some(error.to_string()),
@@ -143,6 +148,16 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
             description.parameters = Some(count.total);
             description.active_parameters = count.active;
         }
+        let activation_bytes = match config
+            .key::<String>("dtype")
+            .ok()
+            .flatten()
+            .or_else(|| config.key::<String>("torch_dtype").ok().flatten())
+        {
+            Some(dtype) if dtype == "float32" => 4,
+            _ => 2,
+        };
+        description.cache = cache_size(config, activation_bytes);
         if let Some(quantization) = config.quantization {
             description.quantization = Some(quantization.mode.label(quantization.bits));
         } else if description.quantization.is_none() {
@@ -185,6 +200,37 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
     } else {
         None
     };
+}
+
+/// One sequence's caches for the layers `config`'s architecture lays out (`None` when the
+/// config does not say; the load will name why).
+fn cache_size(config: &ModelConfig, activation_bytes: u64) -> Option<CacheSize> {
+    let layers = model::layer_caches_for(config).ok()?;
+    Some(layers_cache_size(&layers, activation_bytes))
+}
+
+/// What `layers` keep for one sequence, each element `activation_bytes` wide (the recurrent
+/// memories in f32 whatever the model's type).
+pub fn layers_cache_size(layers: &[LayerCache], activation_bytes: u64) -> CacheSize {
+    let count = |value: i32| u64::try_from(value).unwrap_or(0);
+    let mut size = CacheSize::default();
+    for layer in layers {
+        match *layer {
+            LayerCache::Positions { shape, window } => {
+                let bytes = u64::try_from(shape.elements()).unwrap_or(0) * activation_bytes;
+                match window {
+                    Some(window) => size.windowed.push(WindowedCache {
+                        window: count(window),
+                        bytes_per_position: bytes,
+                    }),
+                    None => size.bytes_per_position += bytes,
+                }
+            }
+            LayerCache::State(state) => size.bytes_per_sequence += state.bytes(activation_bytes),
+            LayerCache::Shared => {}
+        }
+    }
+    size
 }
 
 /// Why an embedding or rerank model cannot be served, from its configuration.

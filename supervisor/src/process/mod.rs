@@ -23,4 +23,4 @@ pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};
 pub use spawn::{DEFAULT_START_TIMEOUT, ModelArgs, ModelLookup, Spawner, UnloadableReport};
 pub use stop::{StopStep, Stopped, stop};
-pub use workers::{GgufLoadedBytes, WorkerProcesses};
+pub use workers::{Described, DescribedSizes, WorkerProcesses};

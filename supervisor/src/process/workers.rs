@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use corral_ipc::CacheSize;
+
 use super::client::WorkerClient;
 use super::ledger::{Ledger, StopRecord, StopStarted};
 use super::spawn::{ModelLookup, Spawner};
@@ -14,16 +16,25 @@ use super::stop::stop;
 use crate::memory::{estimate_model_bytes, process_footprint};
 use crate::pool::{LaunchError, LaunchedWorker, Processes, StopOrder, Worker};
 
-/// Model id → the bytes its GGUF's weights take once loaded, as its worker described them;
-/// `None` for a directory, or a GGUF not described.
-pub type GgufLoadedBytes = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+/// What a model's worker described of its size before any start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescribedSizes {
+    /// The bytes a GGUF's weights take once loaded; `None` for a directory.
+    pub gguf_loaded_bytes: Option<u64>,
+    /// What its caches take for one sequence.
+    pub cache: Option<CacheSize>,
+}
+
+/// Model id → what its worker described of its size (nothing for a model not described).
+pub type Described = Arc<dyn Fn(&str) -> DescribedSizes + Send + Sync>;
 
 pub struct WorkerProcesses {
     spawner: Spawner,
     /// Where each model's files are, for its estimate.
     lookup: ModelLookup,
-    /// What a GGUF's weights become in memory, which its file's size does not tell.
-    gguf_loaded_bytes: GgufLoadedBytes,
+    /// What a GGUF's weights become in memory, which its file's size does not tell, and what
+    /// a model's caches take, which only the worker reads from its files.
+    described: Described,
     /// Each step of a graceful stop waits this long before the next.
     stop_grace: Duration,
     estimates: Mutex<HashMap<String, u64>>,
@@ -34,14 +45,14 @@ impl WorkerProcesses {
     pub fn new(
         spawner: Spawner,
         lookup: ModelLookup,
-        gguf_loaded_bytes: GgufLoadedBytes,
+        described: Described,
         stop_grace: Duration,
         ledger: Arc<Mutex<Ledger>>,
     ) -> Self {
         Self {
             spawner,
             lookup,
-            gguf_loaded_bytes,
+            described,
             stop_grace,
             estimates: Mutex::new(HashMap::new()),
             ledger,
@@ -108,9 +119,10 @@ impl Processes for WorkerProcesses {
         let Ok(dir) = (self.lookup)(model) else {
             return 0;
         };
-        match estimate_model_bytes(&dir) {
+        let described = (self.described)(model);
+        match estimate_model_bytes(&dir, described.cache.as_ref()) {
             Ok(mut estimate) => {
-                if let Some(bytes) = (self.gguf_loaded_bytes)(model) {
+                if let Some(bytes) = described.gguf_loaded_bytes {
                     estimate.weight_bytes = bytes;
                 }
                 estimates.insert(model.to_owned(), estimate.total());

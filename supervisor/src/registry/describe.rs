@@ -103,6 +103,7 @@ mod tests {
             parameters: None,
             active_parameters: None,
             gguf_loaded_bytes: Default::default(),
+            cache: None,
             unservable: unservable.map(str::to_owned),
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),

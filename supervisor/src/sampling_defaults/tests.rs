@@ -33,6 +33,7 @@ fn entry() -> ModelEntry {
         parameters: None,
         active_parameters: None,
         gguf_loaded_bytes: Default::default(),
+        cache: None,
         unservable: None,
         kind: ModelKind::Chat,
         gguf_sampling: values(|v| {

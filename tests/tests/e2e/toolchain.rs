@@ -6,23 +6,30 @@
 //! `mlx` and `mlx-q4`, llama.cpp's for `gguf-*`, at every prompt position and greedy decode step.
 //! A GGUF layout's directory holds one `model.gguf`, loaded as a GGUF file with its tokenizer.
 //! Its F16 and quantized types are held to llama.cpp's logits within the noise the type puts on
-//! llama.cpp's own (its CPU kernels round activations to f16 or 8 bits; corral's do not).
+//! llama.cpp's own (its CPU kernels round activations to f16 or 8 bits; corral's do not). The
+//! gated-DeltaNet hybrids' F32 GGUFs are also held to llama.cpp's logits in a batch and after a
+//! prefix-cache restore from their recurrent layers' snapshots.
 //!
 //! Where mlx-lm's float logits depart from transformers' on the same weights (mlx-lm 0.32.2
-//! ignores transformers 5's `rope_parameters` in several architectures), transformers decides:
-//! that layout is held to transformers' logits, and its 4-bit twin to them within the
-//! quantization's noise. A layout a tool could not make is listed in `index.json` with the
+//! ignores transformers 5's `rope_parameters` in several architectures), or llama.cpp's F32 ones
+//! by its rounding alone (its CPU GELU reads an f16 table), transformers decides: that layout is
+//! held to transformers' logits, and a 4-bit twin to them within the quantization's noise. A
+//! GGUF whose architecture is not served fails the test. A layout a tool could not make is listed in `index.json` with the
 //! tool's error; every served architecture must have at least its Hugging Face layout, unless
 //! `index.json` names it with the reason (`cannot_make`, `pending`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use corral_worker::describe::{describe, layers_cache_size};
 use corral_worker::gguf::{self, GgufHeader, GgufModel};
-use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES};
+use corral_worker::model::{Model, SUPPORTED_ARCHITECTURES, layer_caches_for};
+use mlx_rs::Dtype;
 use serde_json::Value;
 
-use crate::architectures::{Reference, read_reference, rows_alone};
+use crate::architectures::{
+    Reference, check_after_restore, check_alone, check_in_batch, read_reference, rows_alone,
+};
 
 /// Float layouts: the same weights in float32 on both sides, summed in another order.
 const FLOAT_TOLERANCE: f32 = 1e-3;
@@ -75,15 +82,6 @@ fn check_quantized(
     Ok(compared)
 }
 
-/// A float layout's tolerance: corral's own, unless the reference's implementation rounds
-/// somewhere itself and `index.json` says by how much (llama.cpp's f16 GELU table).
-fn float_tolerance(record: &Value) -> f32 {
-    record
-        .get("tolerance")
-        .and_then(Value::as_f64)
-        .map_or(FLOAT_TOLERANCE, |tolerance| tolerance as f32)
-}
-
 fn argmax(row: &[f32]) -> usize {
     row.iter()
         .enumerate()
@@ -114,15 +112,18 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             }
             let dir = data().join(architecture).join(layout);
             let gguf = dir.join("model.gguf");
-            // llama.cpp converts architectures corral serves only from safetensors (its
-            // README's GGUF list): listed, not failed.
+            // A GGUF whose architecture corral does not serve fails unless index.json names it
+            // as pending, with the reason.
             let gguf_arch = GgufHeader::read(&gguf)
                 .ok()
                 .and_then(|header| header.architecture().map(str::to_owned));
             if let Some(arch) =
                 gguf_arch.filter(|arch| !gguf::ARCHITECTURES.contains(&arch.as_str()))
             {
-                table.push(format!("{name}: GGUF architecture {arch:?} not served"));
+                match index["pending_gguf"].get(&arch).and_then(Value::as_str) {
+                    Some(why) => table.push(format!("{name}: GGUF {arch:?} pending: {why}")),
+                    None => failures.push(format!("{name}: GGUF architecture {arch:?} not served")),
+                }
                 continue;
             }
             let loaded = if gguf.exists() {
@@ -139,6 +140,28 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
                     continue;
                 }
             };
+            // The memory estimate's cache sizes, read from the config alone, are the built
+            // layers' own.
+            match layer_caches_for(&model.config) {
+                Ok(caches) if caches == model.layer_caches() => {}
+                Ok(caches) => failures.push(format!(
+                    "{name}: the config gives caches {caches:?}, the built layers {:?}",
+                    model.layer_caches()
+                )),
+                Err(error) => failures.push(format!("{name}: caches from the config: {error}")),
+            }
+            // ... and `describe` gives the supervisor those sizes in the model's own type.
+            let described = describe(if gguf.exists() { &gguf } else { &dir }).cache;
+            let element_bytes = match model.dtype() {
+                Dtype::Float32 => 4,
+                _ => 2,
+            };
+            let built = layers_cache_size(&model.layer_caches(), element_bytes);
+            if described.as_ref() != Some(&built) {
+                failures.push(format!(
+                    "{name}: described caches {described:?}, the built model's {built:?}"
+                ));
+            }
             let reference_layout = record["reference_layout"].as_str().unwrap_or(layout);
             let reference = read_reference(&data().join(architecture).join(reference_layout));
             let rows = rows_alone(&model, &reference);
@@ -151,10 +174,9 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
                     )),
                     Err(failure) => failures.push(failure),
                 },
-                None if difference > float_tolerance(record) => failures.push(format!(
+                None if difference > FLOAT_TOLERANCE => failures.push(format!(
                     "{name}: differs from {reference_layout}'s reference by {difference} \
-                     (tolerance {})",
-                    float_tolerance(record)
+                     (tolerance {FLOAT_TOLERANCE})"
                 )),
                 None => table.push(format!("{name}: largest difference {difference:.1e}")),
             }
@@ -180,5 +202,73 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             Some(why) => eprintln!("{served}: no checkpoint from transformers: {why}"),
             None => panic!("{served} is served but has no checkpoint made by transformers"),
         }
+    }
+}
+
+/// llama.cpp's F32 GGUFs of the models with recurrent layers (the gated-DeltaNet hybrids
+/// Qwen3.5 dense and MoE and Qwen3-Next; LFM2 and LFM2-MoE's short convolutions), restored from
+/// the snapshots their layers record at block boundaries, and of latent attention (DeepSeek V3,
+/// GLM-4.7-Flash: a cached latent and rotary key per position), held to llama.cpp's logits within
+/// 1e-3 also while each decode step shares its pass with three other sequences, and after the
+/// prompt's first blocks are restored from the prefix cache.
+#[test]
+fn gguf_recurrent_and_latent_attention_models_batch_and_restore() {
+    let mut checked = Vec::new();
+    for architecture in [
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_next",
+        "lfm2",
+        "lfm2_moe",
+        "deepseek_v3",
+        "glm4_moe_lite",
+    ] {
+        let name = format!("{architecture}/gguf-f32");
+        let dir = data().join(architecture).join("gguf-f32");
+        let model = GgufModel::load(&dir.join("model.gguf"))
+            .unwrap_or_else(|error| panic!("{name}: {error}"))
+            .model;
+        let reference = read_reference(&dir);
+        let in_batch = check_in_batch(&name, &model, &reference);
+        let restored = check_after_restore(&name, &model, &reference);
+        checked.push(format!(
+            "{name}: largest differences in a batch {in_batch:.1e}, after a restore {restored:.1e}"
+        ));
+    }
+    eprintln!("checked against llama.cpp:\n{}", checked.join("\n"));
+}
+
+/// Phi-3's longrope as transformers rotates: the prompt within `original_max_position_embeddings`
+/// (32 in the fixture) with the short factors, the greedy steps past it with the long ones, over
+/// keys cached with the short ones. Each layout transformers decides for (the Hugging Face one,
+/// mlx-lm's float one) holds its logits alone, with its decode steps in a batch, and after a
+/// prefix-cache restore, whose blocks keep the rotation of their positions.
+#[test]
+fn phi3_longrope_crosses_the_original_context_as_transformers_does() {
+    check_served_every_way("phi3", &["hf", "mlx"]);
+}
+
+/// Gemma 2's soft-capped scores, which the host kernels cannot compute, hold transformers'
+/// logits alone, with the decode steps in a batch (each row through MLX, beside a prefill), and
+/// after a prefix-cache restore.
+#[test]
+fn gemma2_soft_capped_attention_holds_in_a_batch_and_after_a_restore() {
+    check_served_every_way("gemma2", &["hf", "mlx"]);
+}
+
+/// `layouts` of `architecture` held to its Hugging Face layout's reference alone, in a batch and
+/// after a restore.
+fn check_served_every_way(architecture: &str, layouts: &[&str]) {
+    let reference = read_reference(&data().join(architecture).join("hf"));
+    for layout in layouts {
+        let name = format!("{architecture}/{layout}");
+        let model = Model::load(&data().join(architecture).join(layout)).unwrap();
+        let alone = check_alone(&name, &model, &reference);
+        let in_batch = check_in_batch(&name, &model, &reference);
+        let restored = check_after_restore(&name, &model, &reference);
+        eprintln!(
+            "{name}: largest differences alone {alone:.1e}, in a batch {in_batch:.1e}, after a \
+             restore {restored:.1e}"
+        );
     }
 }

@@ -3,25 +3,33 @@
 //!
 //! llama.cpp's converter permutes the q and k projections of `llama` (and Mistral and Mixtral,
 //! which it writes as `llama`, Mixtral with `expert_count`), `granite`, `smollm3` and `mistral3`
-//! (llamas to the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is that same
-//! rotation. The other architectures keep Hugging
-//! Face's layout and rotate halves.
+//! (llamas to the converter) so that its interleaved RoPE applies; MLX's `traditional` RoPE is
+//! that same rotation. DeepSeek's latent attention (`deepseek2`) rotates interleaved pairs in its
+//! own layout, unpermuted. The other architectures keep Hugging Face's layout and rotate halves.
 //!
 //! What llama.cpp does not store, it hard-codes per architecture; so does this translation, with
 //! llama.cpp's values: Qwen3-MoE normalizes its top-k weights, Gemma 3 scales queries by the
-//! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth,
-//! gpt-oss slides every even layer, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in
-//! chunks of 8192 (`llama4`). A layer of Qwen3-MoE without a router is dense. Nemotron-H keeps
-//! no layer pattern; `nemotron_h.rs` reads it back from the per-layer widths.
+//! head size (hidden/heads for the 62-layer 27B) and slides every layer but each sixth, Gemma 2
+//! scales them the same way (hidden/heads for the 46-layer 27B) and slides every even layer, as
+//! gpt-oss does, SmolLM3 skips RoPE in every fourth layer, Llama 4 attends in chunks of 8192
+//! (`llama4`). A layer of Qwen3-MoE without a router is dense. A family whose translation is long
+//! has its own file: the gated-DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe`
+//! (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those without
+//! key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the latent
+//! attention's sizes, the routing and YaRN as llama.cpp reads them), Nemotron-H
+//! (`nemotron_h.rs`: the layer pattern read back from the per-layer widths).
+
+mod deepseek2;
+mod lfm2;
+mod nemotron_h;
+mod qwen3_next;
 
 use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
-mod nemotron_h;
-
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 18] = [
+pub const ARCHITECTURES: [&str; 28] = [
     "llama",
     "llama4",
     "mistral",
@@ -38,6 +46,16 @@ pub const ARCHITECTURES: [&str; 18] = [
     "smollm3",
     "seed_oss",
     "olmo2",
+    "ernie4_5-moe",
+    "minimax-m2",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
+    "lfm2",
+    "lfm2moe",
+    "deepseek2",
+    "gemma2",
+    "glm4",
     "nemotron_h",
     "nemotron_h_moe",
 ];
@@ -52,8 +70,11 @@ fn model_type(arch: &str) -> &str {
         "mistral3" => "ministral3",
         "gpt-oss" => "gpt_oss",
         "glm4moe" => "glm4_moe",
+        "ernie4_5-moe" => "ernie4_5_moe",
+        "minimax-m2" => "minimax_m2",
         // llama.cpp writes OLMo 3 as `olmo2`, its sliding layers flagged per layer.
         "olmo2" => "olmo3",
+        "qwen3next" => "qwen3_next",
         other => other,
     }
 }
@@ -259,7 +280,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 put(key, value);
             }
         }
+        "gemma2" => gemma2(&keys, &mut config, layers, heads, head_dim)?,
         "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
+        "qwen3next" | "qwen35" | "qwen35moe" => {
+            return qwen3_next::hybrid(&keys, config, layers, head_dim);
+        }
         "llama4" => llama4(&keys, &mut config, feed_forward)?,
         "mistral3" => {
             let theta = keys.float("rope.freq_base").unwrap_or(1_000_000.0);
@@ -277,6 +302,26 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             "attention_out_bias",
             json!(keys.has_tensor("blk.0.attn_output.bias")),
         ),
+        "ernie4_5-moe" => ernie4_5_moe(&keys, &mut config)?,
+        "lfm2" | "lfm2moe" => lfm2::lfm2(&keys, &mut config, layers)?,
+        "deepseek2" => deepseek2::deepseek2(&keys, &mut config, layers)?,
+        "minimax-m2" => {
+            if let Some(gating) = keys.integer("expert_gating_func")
+                && gating != 2
+            {
+                return Err(header.invalid(format!(
+                    "minimax-m2.expert_gating_func {gating}: MiniMax-M2 routes by sigmoid (2)"
+                )));
+            }
+            for (key, value) in keys.experts("num_local_experts")? {
+                put(key, value);
+            }
+            put(
+                "intermediate_size",
+                json!(keys.required("expert_feed_forward_length")?),
+            );
+            put("rotary_dim", json!(keys.required("rope.dimension_count")?));
+        }
         // llama.cpp stores no NoPE layers: every fourth, hard-coded.
         "smollm3" => put("no_rope_layer_interval", json!(4)),
         "gpt-oss" => {
@@ -354,6 +399,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 json!(keys.has_tensor("blk.0.attn_q_norm.weight")),
             );
         }
+        // GLM-4's rotation of part of each head, in adjacent pairs as Hugging Face's.
+        "glm4" => put(
+            "partial_rotary_factor",
+            json!(rotary_fraction(&keys, head_dim)),
+        ),
         "phi3" => {
             put(
                 "partial_rotary_factor",
@@ -382,6 +432,51 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         return Ok(json!({"model_type": "llama4", "text_config": config}));
     }
     Ok(Json::Object(config))
+}
+
+/// Gemma 2: soft caps and window from the metadata (llama.cpp's defaults without them); every
+/// other layer slides unless `attention.sliding_window_pattern` says otherwise; queries scaled by
+/// the head size, by hidden/heads in the 46-layer 27B, as llama.cpp hard-codes.
+fn gemma2(
+    keys: &Keys,
+    config: &mut Map<String, Json>,
+    layers: u64,
+    heads: u64,
+    head_dim: u64,
+) -> Result<(), GgufError> {
+    let pattern = sliding_pattern(keys, 2)?;
+    let kinds: Vec<&str> = (0..layers)
+        .map(|layer| {
+            if (layer + 1) % pattern == 0 {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            }
+        })
+        .collect();
+    let hidden = keys.required("embedding_length")?;
+    let scalar = if layers == 46 {
+        hidden / heads.max(1)
+    } else {
+        head_dim
+    };
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    put("head_dim", json!(head_dim));
+    put("layer_types", json!(kinds));
+    put(
+        "sliding_window",
+        json!(keys.integer("attention.sliding_window").unwrap_or(4096)),
+    );
+    put("query_pre_attn_scalar", json!(scalar));
+    for (key, default) in [
+        ("attn_logit_softcapping", 50.0),
+        ("final_logit_softcapping", 30.0),
+    ] {
+        put(key, json!(keys.float(key).unwrap_or(default)));
+    }
+    Ok(())
 }
 
 /// Gemma 4: llama.cpp's `key_length` is the full layers' head (`global_head_dim`), `_swa` the
@@ -482,6 +577,34 @@ fn gemma4(
     if let Some(vocab) = per_layer_vocab {
         put("vocab_size_per_layer_input", json!(vocab));
     }
+    Ok(())
+}
+
+/// ERNIE 4.5 MoE: dense layers lead (`leading_dense_block_count`), then every
+/// `interleave_moe_layer_step`-th layer routes; `feed_forward_length` is the dense layers' MLP and
+/// the shared experts together are `expert_shared_feed_forward_length` wide.
+fn ernie4_5_moe(keys: &Keys, config: &mut Map<String, Json>) -> Result<(), GgufError> {
+    let inner = keys.required("expert_feed_forward_length")?;
+    let shared_width = keys
+        .integer("expert_shared_feed_forward_length")
+        .unwrap_or(0);
+    let mut put = |key: &str, value: Json| {
+        config.insert(key.into(), value);
+    };
+    for (key, value) in keys.experts("moe_num_experts")? {
+        put(key, value);
+    }
+    put("moe_intermediate_size", json!(inner));
+    put("moe_num_shared_experts", json!(shared_width / inner.max(1)));
+    put(
+        "moe_layer_start_index",
+        json!(keys.integer("leading_dense_block_count").unwrap_or(0)),
+    );
+    put(
+        "moe_layer_interval",
+        json!(keys.integer("interleave_moe_layer_step").unwrap_or(1)),
+    );
+    put("use_bias", json!(keys.has_tensor("blk.0.attn_q.bias")));
     Ok(())
 }
 
@@ -627,7 +750,7 @@ fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
 }
 
 /// `rope_scaling` from `rope.scaling.*`; Phi-3's longrope factors are tensors
-/// (`rope_factors_long`, `rope_factors_short`), read from the file.
+/// (`rope_factors_long`, `rope_factors_short`) in the file.
 fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
     let factor = || {
         keys.float("rope.scaling.factor")
@@ -662,10 +785,12 @@ fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
                     .read_f32(name)?
                     .ok_or_else(|| keys.header.invalid(format!("longrope without {name}")))
             };
+            // llama.cpp rotates every position with one set, chosen by the context it is given:
+            // the long factors past the original context. corral serves a GGUF at its whole
+            // context (`context_length`), so with those; `rope_factors_short` stays unread.
             Some(json!({
                 "type": "longrope",
                 "long_factor": read("rope_factors_long.weight")?,
-                "short_factor": read("rope_factors_short.weight")?,
             }))
         }
         Some(other) => {

@@ -29,7 +29,11 @@ pub fn parts(
         return Ok(None);
     };
     let names: &[&str] = match part {
-        "attn_qkv" if arch != "phi3" => &["attn_q", "attn_k", "attn_v"],
+        // A layer with a convolution is a hybrid's linear attention, whose `attn_qkv` is its
+        // own input projection (Qwen3-Next's, Qwen3.5's).
+        "attn_qkv" if arch != "phi3" && !has_convolution(header, layer) => {
+            &["attn_q", "attn_k", "attn_v"]
+        }
         "ffn_gate_up_exps" => &["ffn_gate_exps", "ffn_up_exps"],
         _ => return Ok(None),
     };
@@ -57,6 +61,11 @@ pub fn parts(
             .map(|(name, size)| (format!("blk.{layer}.{name}.{suffix}"), size))
             .collect(),
     ))
+}
+
+fn has_convolution(header: &GgufHeader, layer: &str) -> bool {
+    let name = format!("blk.{layer}.ssm_conv1d.weight");
+    header.tensors.iter().any(|tensor| tensor.name == name)
 }
 
 /// The output rows of a weight (ggml's second dimension) or of a bias (its first).
@@ -89,8 +98,10 @@ fn qkv_rows(header: &GgufHeader, arch: &str, layer: &str) -> Result<Vec<u64>, St
     let hidden = integer("embedding_length").ok_or_else(|| missing("embedding_length"))?;
     let key_length = integer("attention.key_length").unwrap_or(hidden / heads.max(1));
     let value_length = integer("attention.value_length").unwrap_or(key_length);
+    // Qwen3-Next's and 3.5's queries carry their output gate: two rows per query row.
+    let gated = matches!(arch, "qwen3next" | "qwen35" | "qwen35moe");
     Ok(vec![
-        heads * key_length,
+        (1 + u64::from(gated)) * heads * key_length,
         heads_kv * key_length,
         heads_kv * value_length,
     ])

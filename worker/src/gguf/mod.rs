@@ -106,6 +106,24 @@ pub fn loaded_bytes(header: &GgufHeader) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// Bytes of each element of the activations, and so of the caches, of a model loaded from
+/// `header`: its embedding's type sets the forward pass's (`weights::scale_dtype`).
+pub fn activation_bytes(header: &GgufHeader) -> u64 {
+    let embedding = header
+        .tensors
+        .iter()
+        .find(|tensor| tensor.name == "token_embd.weight");
+    let dtype = match embedding.and_then(|tensor| blocks::route(tensor.ggml_type)) {
+        Some(blocks::Route::Float(dtype)) => dtype,
+        // A quantized embedding's rows come out in the compute type.
+        _ => weights::scale_dtype(),
+    };
+    match dtype {
+        mlx_rs::Dtype::Float32 => 4,
+        _ => 2,
+    }
+}
+
 /// Everything that can be decided from the header alone: the tensor types, the architecture and
 /// hyperparameters, the tokenizer.
 pub fn check(header: &GgufHeader) -> Result<(ModelConfig, Tokenizer), GgufLoadError> {

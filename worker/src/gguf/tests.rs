@@ -59,6 +59,14 @@ impl Builder {
         self
     }
 
+    fn float(mut self, key: &str, value: f32) -> Self {
+        string(&mut self.metadata, key);
+        self.metadata.extend(6u32.to_le_bytes());
+        self.metadata.extend(value.to_le_bytes());
+        self.kv_count += 1;
+        self
+    }
+
     fn boolean(mut self, key: &str, value: bool) -> Self {
         string(&mut self.metadata, key);
         self.metadata.extend(7u32.to_le_bytes());
@@ -122,6 +130,67 @@ fn llama() -> Builder {
         .tensor("token_embd.weight", &[64, 96], GgmlType::Q8_0)
         .tensor("blk.0.attn_q.weight", &[64, 64], GgmlType::Q4_1)
         .tensor("output_norm.weight", &[64], GgmlType::F32)
+}
+
+/// A `deepseek2` of `layers` layers and `vocab` tokens, its metadata as llama.cpp's converter
+/// writes it for a model whose config has no `scoring_func`.
+fn deepseek2(layers: u32, vocab: u64) -> Builder {
+    Builder::default()
+        .text("general.architecture", "deepseek2")
+        .uint("deepseek2.embedding_length", 64)
+        .uint("deepseek2.feed_forward_length", 64)
+        .uint("deepseek2.block_count", layers)
+        .uint("deepseek2.attention.head_count", 4)
+        .uint("deepseek2.attention.head_count_kv", 1)
+        .float("deepseek2.attention.layer_norm_rms_epsilon", 1e-6)
+        .uint("deepseek2.attention.kv_lora_rank", 32)
+        .uint("deepseek2.attention.key_length", 40)
+        .uint("deepseek2.attention.value_length", 32)
+        .uint("deepseek2.attention.key_length_mla", 24)
+        .uint("deepseek2.attention.value_length_mla", 16)
+        .uint("deepseek2.rope.dimension_count", 8)
+        .uint("deepseek2.expert_count", 4)
+        .uint("deepseek2.expert_used_count", 2)
+        .uint("deepseek2.expert_feed_forward_length", 64)
+        .tensor("token_embd.weight", &[64, vocab], GgmlType::Q4_0)
+}
+
+fn config_of(builder: Builder) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    super::config::config_json(&header).unwrap()
+}
+
+#[test]
+fn deepseek2_routes_and_scales_yarn_as_llama_cpp_reads_the_file() {
+    let config = config_of(deepseek2(3, 128));
+    assert_eq!(config["model_type"], "deepseek_v3");
+    assert_eq!(config["qk_nope_head_dim"], 16);
+    assert_eq!(config["v_head_dim"], 16);
+    // No gating function: DeepSeek V2's softmax, but for GLM-4.7-Flash's shape.
+    assert_eq!(config["scoring_func"], "softmax");
+    assert_eq!(config_of(deepseek2(47, 154_880))["scoring_func"], "sigmoid");
+    let sigmoid = deepseek2(3, 128).uint("deepseek2.expert_gating_func", 2);
+    assert_eq!(config_of(sigmoid)["scoring_func"], "sigmoid");
+    let yarn = |builder: Builder| {
+        let builder = builder
+            .text("deepseek2.rope.scaling.type", "yarn")
+            .float("deepseek2.rope.scaling.factor", 40.0)
+            .uint("deepseek2.rope.scaling.original_context_length", 4096);
+        let scaling = config_of(builder)["rope_scaling"].clone();
+        let number = |key: &str| scaling[key].as_f64().unwrap();
+        (number("mscale"), number("mscale_all_dim"))
+    };
+    // DeepSeek V2-Lite's 0.707: llama.cpp takes `mscale` to be the same.
+    let (mscale, all_dims) =
+        yarn(deepseek2(3, 128).float("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707));
+    assert!((mscale - 0.707).abs() < 1e-6 && (all_dims - 0.707).abs() < 1e-6);
+    let with_one = deepseek2(3, 128).float("deepseek2.rope.scaling.yarn_log_multiplier", 0.1);
+    assert_eq!(yarn(with_one), (1.0, 1.0));
+    // No multiplier: llama.cpp scales the rotary channels and the scores by 1 + 0.1 ln 40.
+    let (mscale, all_dims) = yarn(deepseek2(3, 128));
+    assert_eq!(all_dims, 1.0);
+    assert!((mscale - (2.0 + 0.1 * 40f64.ln())).abs() < 1e-12);
 }
 
 fn error_of(builder: &Builder) -> String {
@@ -303,6 +372,36 @@ fn tensor_names_map_to_the_hugging_face_layout() {
     assert_eq!(
         hugging_face_name("phi3", "blk.0.ffn_up"),
         "model.layers.0.mlp.gate_up_proj"
+    );
+    // LFM2's own names: the final norm llama.cpp names after the embedding, the convolution.
+    assert_eq!(
+        hugging_face_name("lfm2", "token_embd_norm"),
+        "model.embedding_norm"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2moe", "blk.0.shortconv.in_proj"),
+        "model.layers.0.conv.in_proj"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2moe", "blk.1.ffn_down_exps"),
+        "model.layers.1.feed_forward.switch_mlp.down_proj"
+    );
+    assert_eq!(
+        hugging_face_name("lfm2", "blk.1.attn_q_norm"),
+        "model.layers.1.self_attn.q_norm"
+    );
+    // DeepSeek's latent attention: the converter's split of `kv_b_proj` is the model's.
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.2.attn_k_b"),
+        "model.layers.2.self_attn.embed_q"
+    );
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.2.attn_kv_a_mqa"),
+        "model.layers.2.self_attn.kv_a_proj_with_mqa"
+    );
+    assert_eq!(
+        hugging_face_name("deepseek2", "blk.1.exp_probs_b"),
+        "model.layers.1.mlp.gate.e_score_correction"
     );
 }
 
@@ -633,5 +732,141 @@ fn fused_projections_split_by_the_attentions_shape() {
     assert!(
         error.contains("100 rows") && error.contains("64 + 32 + 32"),
         "{error}"
+    );
+}
+
+/// A float32 metadata value.
+fn with_f32(mut builder: Builder, key: &str, value: f32) -> Builder {
+    string(&mut builder.metadata, key);
+    builder.metadata.extend(6u32.to_le_bytes());
+    builder.metadata.extend(value.to_le_bytes());
+    builder.kv_count += 1;
+    builder
+}
+
+/// A gated-DeltaNet hybrid of `arch` as llama.cpp's converter writes it: `layers` in
+/// `block_count`, 2 key heads and 4 value heads of 16, a kernel of 4.
+fn hybrid(arch: &str, layers: u32) -> Builder {
+    let key = |name: &str| format!("{arch}.{name}");
+    let builder = Builder::default()
+        .text("general.architecture", arch)
+        .uint(&key("block_count"), layers)
+        .uint(&key("embedding_length"), 64)
+        .uint(&key("feed_forward_length"), 64)
+        .uint(&key("attention.head_count"), 4)
+        .uint(&key("attention.head_count_kv"), 2)
+        .uint(&key("attention.key_length"), 16)
+        .uint(&key("rope.dimension_count"), 4)
+        .uint(&key("ssm.conv_kernel"), 4)
+        .uint(&key("ssm.state_size"), 16)
+        .uint(&key("ssm.group_count"), 2)
+        .uint(&key("ssm.time_step_rank"), 4)
+        .uint(&key("ssm.inner_size"), 64)
+        .tensor("token_embd.weight", &[64, 128], GgmlType::F32);
+    with_f32(builder, &key("attention.layer_norm_rms_epsilon"), 1e-6)
+}
+
+#[test]
+fn gated_delta_hybrids_read_their_linear_attention_from_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [true, false, true, false, false].map(|flag| vec![u8::from(flag)]);
+    // Qwen3.5 with one multi-token-prediction layer past its four.
+    let builder = hybrid("qwen35", 5)
+        .uint("qwen35.nextn_predict_layers", 1)
+        .array("qwen35.attention.recurrent_layers", 7, &flags);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let config = super::config::config_json(&header).unwrap();
+    assert_eq!(config["model_type"], "qwen3_5");
+    let text = &config["text_config"];
+    assert_eq!(text["model_type"], "qwen3_5_text");
+    assert_eq!(text["num_hidden_layers"], 4);
+    assert_eq!(
+        text["layer_types"],
+        serde_json::json!([
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "full_attention"
+        ])
+    );
+    for (key, value) in [
+        ("linear_num_key_heads", 2),
+        ("linear_num_value_heads", 4),
+        ("linear_key_head_dim", 16),
+        ("linear_value_head_dim", 16),
+        ("linear_conv_kernel_dim", 4),
+    ] {
+        assert_eq!(text[key], value, "{key}");
+    }
+    assert_eq!(text["rope_parameters"]["partial_rotary_factor"], 0.25);
+    assert_eq!(text["linear_value_heads_tiled"], true);
+    // Qwen3-Next: no per-layer flags, every fourth layer attends; value heads grouped.
+    let builder = hybrid("qwen3next", 4)
+        .uint("qwen3next.full_attention_interval", 4)
+        .uint("qwen3next.expert_count", 4)
+        .uint("qwen3next.expert_used_count", 2)
+        .uint("qwen3next.expert_feed_forward_length", 32)
+        .uint("qwen3next.expert_shared_feed_forward_length", 48);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let config = super::config::config_json(&header).unwrap();
+    assert_eq!(config["model_type"], "qwen3_next");
+    assert_eq!(config["layer_types"][2], "linear_attention");
+    assert_eq!(config["layer_types"][3], "full_attention");
+    assert_eq!(config["moe_intermediate_size"], 32);
+    assert_eq!(config["shared_expert_intermediate_size"], 48);
+    assert_eq!(config["norm_topk_prob"], true);
+    assert!(config.get("linear_value_heads_tiled").is_none());
+}
+
+#[test]
+fn gated_delta_hybrid_tensors_load_under_mlx_lms_names_and_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = hybrid("qwen3next", 3)
+        .uint("qwen3next.nextn_predict_layers", 1)
+        .tensor("blk.0.attn_qkv.weight", &[64, 128], GgmlType::F32)
+        .tensor("blk.0.attn_gate.weight", &[64, 64], GgmlType::F32)
+        .tensor("blk.0.ssm_ba.weight", &[64, 8], GgmlType::Q8_0)
+        .tensor("blk.0.ssm_conv1d.weight", &[4, 128], GgmlType::F32)
+        .tensor("blk.0.ssm_a", &[4], GgmlType::F32)
+        .tensor("blk.0.ssm_dt.bias", &[4], GgmlType::F32)
+        .tensor("blk.0.ffn_gate_inp_shexp.weight", &[64], GgmlType::F32)
+        // An attention layer's fused projection: gated queries, keys, values.
+        .tensor("blk.1.attn_qkv.weight", &[64, 192], GgmlType::F32)
+        .tensor("blk.2.attn_q.weight", &[64, 128], GgmlType::F32);
+    let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
+    let weights = super::weights::load(&header, super::Choices::default()).unwrap();
+    let layer = "model.layers.0.linear_attn";
+    let shape = |name: &str| weights.shape_of(name);
+    assert_eq!(
+        shape(&format!("{layer}.in_proj_qkv.weight")),
+        Some(vec![128, 64])
+    );
+    assert_eq!(
+        shape(&format!("{layer}.in_proj_z.weight")),
+        Some(vec![64, 64])
+    );
+    for part in ["in_proj_b", "in_proj_a"] {
+        assert_eq!(shape(&format!("{layer}.{part}.scales")), Some(vec![4, 2]));
+    }
+    assert_eq!(
+        shape(&format!("{layer}.conv1d.weight")),
+        Some(vec![128, 4, 1])
+    );
+    assert_eq!(shape(&format!("{layer}.A_log")), Some(vec![4]));
+    assert_eq!(shape(&format!("{layer}.dt_bias")), Some(vec![4]));
+    assert_eq!(
+        shape("model.layers.0.mlp.shared_expert_gate.weight"),
+        Some(vec![1, 64])
+    );
+    assert_eq!(
+        shape("model.layers.1.self_attn.q_proj.weight"),
+        Some(vec![128, 64])
+    );
+    let names = weights.leftover_names();
+    assert!(
+        !names.iter().any(|name| name.contains("in_proj_ba")
+            || name.contains("ssm_a")
+            || name.starts_with("model.layers.2.")),
+        "{names:?}"
     );
 }

@@ -48,6 +48,11 @@ const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+
 /// alone.
 const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// DeepSeek V3's last split, after numbers of up to three digits and runs of CJK ideographs and
+/// kana: a punctuation mark joins the ASCII letters after it, a word its marks and one leading
+/// non-letter, punctuation and symbol runs their newlines.
+const DEEPSEEK3: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
+
 /// How llama.cpp splits text for one family of `tokenizer.ggml.pre` names.
 struct PreTokenizer {
     names: &'static [&'static str],
@@ -63,7 +68,7 @@ struct PreTokenizer {
 
 /// The pre-tokenizers served: llama.cpp's mapping of names to splits (llama-vocab.cpp), with the
 /// tokenizer.json regexes its own engine rewrites.
-const PRE_TOKENIZERS: [PreTokenizer; 10] = [
+const PRE_TOKENIZERS: [PreTokenizer; 11] = [
     PreTokenizer {
         names: &["default"],
         splits: &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
@@ -153,6 +158,12 @@ const PRE_TOKENIZERS: [PreTokenizer; 10] = [
     PreTokenizer {
         names: &["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"],
         splits: &[GPT4O],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["deepseek-v3"],
+        splits: &[r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", DEEPSEEK3],
         ignore_merges: false,
         add_bos: false,
     },

@@ -19,6 +19,7 @@ use super::header::{GgufError, GgufHeader, TensorInfo};
 use crate::model::{QuantMode, Quantization, Weights};
 
 mod nemotron_h;
+mod qwen3_next;
 
 /// MLX's group size for every GGUF block type it keeps quantized.
 const GROUP_SIZE: i32 = 32;
@@ -31,9 +32,11 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
     let mut quantization = HashMap::new();
     for tensor in &header.tensors {
         // Phi-3's longrope factors and Gemma 4's proportional rotation, read into the config
-        // (`config.rs`).
+        // (`config.rs`); the multi-token-prediction layers of Qwen3-Next and 3.5, not run.
         if tensor.name.starts_with("rope_factors_")
             || (arch == "gemma4" && tensor.name == "rope_freqs.weight")
+            || (qwen3_next::serves(arch)
+                && qwen3_next::in_prediction_layer(header, arch, &tensor.name))
         {
             continue;
         }
@@ -76,9 +79,13 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
         }
         .map_err(failed)?;
     }
-    if arch == "gemma3" {
+    if qwen3_next::serves(arch) {
+        qwen3_next::finish(header, arch, &mut tensors, &mut quantization)
+            .map_err(|message| header.invalid(message))?;
+    }
+    if matches!(arch, "gemma2" | "gemma3") {
         unshift_norms(&mut tensors).map_err(|error| {
-            header.invalid(format!("MLX failed while shifting gemma3's norms: {error}"))
+            header.invalid(format!("MLX failed while shifting {arch}'s norms: {error}"))
         })?;
     }
     // Scales converted to f16 are still pending: the model starts from evaluated arrays.
@@ -116,7 +123,12 @@ fn insert(
                 None => gguf.to_owned(),
                 // Tensors mlx-lm names without a suffix, to which llama.cpp adds one.
                 Some(suffix) => match hugging_face_name(arch, base) {
-                    bare if bare.ends_with(".sinks") || bare.ends_with(".layer_scalar") => bare,
+                    bare if [".sinks", ".layer_scalar", ".dt_bias"]
+                        .iter()
+                        .any(|end| bare.ends_with(end)) =>
+                    {
+                        bare
+                    }
                     // Gemma 4's router scales: over its input, and per expert on its output.
                     router if suffix == "scale" && router.ends_with(".router.proj") => {
                         router.replace(".router.proj", ".router.scale")
@@ -191,8 +203,8 @@ fn is_nemotron_h(arch: &str) -> bool {
     matches!(arch, "nemotron_h" | "nemotron_h_moe")
 }
 
-/// llama.cpp's converter stores Gemma 3's norms as `1 + w` (its `Gemma3RMSNorm` adds the one at
-/// run time); the model's (1+w) norms read `w`, as Hugging Face and mlx-lm store it.
+/// llama.cpp's converter stores Gemma 2's and 3's norms as `1 + w` (their RMSNorm adds the one
+/// at run time); the model's (1+w) norms read `w`, as Hugging Face and mlx-lm store it.
 fn unshift_norms(tensors: &mut HashMap<String, Array>) -> Result<(), mlx_rs::error::Exception> {
     for (name, array) in tensors.iter_mut() {
         if name.ends_with("norm.weight") {
@@ -216,6 +228,10 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "per_layer_token_embd" => return "model.embed_tokens_per_layer".into(),
         "per_layer_model_proj" => return "model.per_layer_model_projection".into(),
         "per_layer_proj_norm" => return "model.per_layer_projection_norm".into(),
+        // LFM2's final norm, which llama.cpp names after the embedding.
+        "token_embd_norm" if matches!(arch, "lfm2" | "lfm2moe") => {
+            return "model.embedding_norm".into();
+        }
         _ => {}
     }
     let Some((layer, part)) = gguf
@@ -224,19 +240,28 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
     else {
         return gguf.to_owned();
     };
+    if let Some(renamed) = family_layer_name(arch, part) {
+        return format!("model.layers.{layer}.{renamed}");
+    }
     // gpt-oss's experts and router keep openai's names in mlx-lm, Mixtral's (a `llama` with
     // experts), Llama 4's and Gemma 4's their own blocks; the others' are Qwen's.
     let (block, router, experts) = match arch {
         "gpt-oss" => ("mlp", "router", "experts"),
         "llama4" => ("feed_forward", "router", "experts"),
         "gemma4" => ("experts", "router", "switch_glu"),
-        "llama" => ("block_sparse_moe", "gate", "switch_mlp"),
+        "llama" | "minimax-m2" => ("block_sparse_moe", "gate", "switch_mlp"),
         _ => ("mlp", "gate", "switch_mlp"),
     };
     let renamed = match part {
         "attn_norm" => "input_layernorm".into(),
-        // Gemma 3 and 4 have four norms a layer: `ffn_norm` is the one before the feed-forward.
-        "ffn_norm" if matches!(arch, "gemma3" | "gemma4") => "pre_feedforward_layernorm".into(),
+        // Gemma 2, 3 and 4 have four norms a layer: `ffn_norm` is the one before the
+        // feed-forward.
+        "ffn_norm" if matches!(arch, "gemma2" | "gemma3" | "gemma4") => {
+            "pre_feedforward_layernorm".into()
+        }
+        // GLM-4's norms on each block's output.
+        "post_attention_norm" if arch == "glm4" => "post_self_attn_layernorm".into(),
+        "post_ffw_norm" if arch == "glm4" => "post_mlp_layernorm".into(),
         "ffn_norm" | "post_attention_norm" => "post_attention_layernorm".into(),
         "post_ffw_norm" => "post_feedforward_layernorm".into(),
         "attn_q" => "self_attn.q_proj".into(),
@@ -253,8 +278,9 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "post_norm" => "post_per_layer_input_norm".into(),
         "layer_output_scale" => "layer_scalar".into(),
         "ffn_gate" => "mlp.gate_proj".into(),
-        // Phi-3's fused gate and up projection is llama.cpp's `ffn_up` of twice the width.
-        "ffn_up" if arch == "phi3" => "mlp.gate_up_proj".into(),
+        // Phi-3's and GLM-4's fused gate and up projection is llama.cpp's `ffn_up` of twice the
+        // width.
+        "ffn_up" if matches!(arch, "phi3" | "glm4") => "mlp.gate_up_proj".into(),
         "ffn_up" => "mlp.up_proj".into(),
         "ffn_down" => "mlp.down_proj".into(),
         "ffn_gate_inp" if arch == "gemma4" => "router.proj".into(),
@@ -262,7 +288,9 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "pre_ffw_norm_2" => "pre_feedforward_layernorm_2".into(),
         "post_ffw_norm_1" => "post_feedforward_layernorm_1".into(),
         "post_ffw_norm_2" => "post_feedforward_layernorm_2".into(),
-        "exp_probs_b" => "mlp.gate.e_score_correction".into(),
+        // ERNIE 4.5 keeps its correction bias in `moe_statics`, one row per expert group.
+        "exp_probs_b" if arch == "ernie4_5-moe" => "mlp.moe_statics.e_score_correction".into(),
+        "exp_probs_b" => format!("{block}.{router}.e_score_correction"),
         "ffn_gate_exps" => format!("{block}.{experts}.gate_proj"),
         "ffn_up_exps" => format!("{block}.{experts}.up_proj"),
         "ffn_down_exps" => format!("{block}.{experts}.down_proj"),
@@ -280,4 +308,42 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         _ => renamed,
     };
     format!("model.layers.{layer}.{renamed}")
+}
+
+/// A layer's tensor `part` in the families whose names are their own: LFM2's (`operator_norm`,
+/// `conv`, `feed_forward`) and DeepSeek's latent attention, whose `attn_k_b` and `attn_v_b` (the
+/// converter's split of `kv_b_proj`, the key half transposed) are already the `embed_q` and
+/// `unembed_out` the model splits it into.
+fn family_layer_name(arch: &str, part: &str) -> Option<&'static str> {
+    Some(match (arch, part) {
+        (arch, part) if qwen3_next::serves(arch) => return qwen3_next::layer_part(part),
+        ("lfm2" | "lfm2moe", part) => match part {
+            "attn_norm" => "operator_norm",
+            "ffn_norm" => "ffn_norm",
+            "shortconv.conv" => "conv.conv",
+            "shortconv.in_proj" => "conv.in_proj",
+            "shortconv.out_proj" => "conv.out_proj",
+            "ffn_gate" => "feed_forward.gate_proj",
+            "ffn_up" => "feed_forward.up_proj",
+            "ffn_down" => "feed_forward.down_proj",
+            "ffn_gate_inp" => "feed_forward.gate",
+            "exp_probs_b" => "feed_forward.gate.e_score_correction",
+            "ffn_gate_exps" => "feed_forward.switch_mlp.gate_proj",
+            "ffn_up_exps" => "feed_forward.switch_mlp.up_proj",
+            "ffn_down_exps" => "feed_forward.switch_mlp.down_proj",
+            _ => return None,
+        },
+        ("deepseek2", part) => match part {
+            "attn_q_a" => "self_attn.q_a_proj",
+            "attn_q_a_norm" => "self_attn.q_a_layernorm",
+            "attn_q_b" => "self_attn.q_b_proj",
+            "attn_kv_a_mqa" => "self_attn.kv_a_proj_with_mqa",
+            "attn_kv_a_norm" => "self_attn.kv_a_layernorm",
+            "attn_kv_b" => "self_attn.kv_b_proj",
+            "attn_k_b" => "self_attn.embed_q",
+            "attn_v_b" => "self_attn.unembed_out",
+            _ => return None,
+        },
+        _ => return None,
+    })
 }

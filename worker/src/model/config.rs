@@ -69,11 +69,12 @@ pub enum RopeScaling {
         /// false in gpt-oss's config; mlx-lm always rounds).
         truncate: bool,
     },
-    /// Phi-3's longrope (`su`): the long factors at every length (mlx-lm never uses the short
-    /// ones), and queries and keys scaled by the context's growth. The lengths are where the
-    /// checkpoint states them; an architecture fills in its defaults.
+    /// Phi-3's longrope (`su`): the long factors past `original_max_position_embeddings`, the
+    /// short ones (where given) before it, and queries and keys scaled by the context's growth.
+    /// The lengths are where the checkpoint states them; an architecture fills in its defaults.
     LongRope {
         long_factor: Vec<f32>,
+        short_factor: Option<Vec<f32>>,
         original_max_position_embeddings: Option<f64>,
         max_position_embeddings: Option<f64>,
     },
@@ -748,10 +749,16 @@ pub fn parse_rope_scaling(
                 .unwrap_or(true),
         })),
         "longrope" | "su" => {
-            let long_factor = value
-                .get("long_factor")
-                .and_then(|factors| serde_json::from_value(factors.clone()).ok())
+            let factors = |key: &str| {
+                value
+                    .get(key)
+                    .map(|factors| serde_json::from_value(factors.clone()))
+                    .transpose()
+                    .map_err(|_| format!("rope_scaling's {key} must be a list of numbers"))
+            };
+            let long_factor = factors("long_factor")?
                 .ok_or_else(|| format!("rope_scaling of type {kind} needs long_factor, a list"))?;
+            let short_factor = factors("short_factor")?;
             let length = |key: &str| {
                 value
                     .get(key)
@@ -760,6 +767,7 @@ pub fn parse_rope_scaling(
             };
             Ok(Some(RopeScaling::LongRope {
                 long_factor,
+                short_factor,
                 original_max_position_embeddings: length("original_max_position_embeddings"),
                 max_position_embeddings: config
                     .get("max_position_embeddings")

@@ -90,16 +90,7 @@ pub fn attention(
     sinks: Option<&Array>,
 ) -> Result<Array, Exception> {
     let (new_positions, cached) = (queries.dim(2), keys.dim(2));
-    // Keys before the first query's window are seen by no query.
-    let first = window.map_or(0, |window| window.first(cached - new_positions));
-    let (keys, values) = if first > 0 {
-        (
-            keys.index((.., .., first.., ..)),
-            values.index((.., .., first.., ..)),
-        )
-    } else {
-        (keys.clone(), values.clone())
-    };
+    let (first, keys, values) = seen_keys(new_positions, keys, values, window);
     let scores = queries.dim(1) as usize * new_positions as usize * keys.dim(2) as usize;
     let on_host = sinks.is_none() && polynomial_pays(queries.dtype(), scores);
     if window.is_none() && !on_host {
@@ -116,6 +107,60 @@ pub fn attention(
     }
     let mask = visible.as_ref().map(ScaledDotProductAttentionMask::Array);
     fast::scaled_dot_product_attention(queries, keys, values, scale, mask, sinks)
+}
+
+/// As [`attention`], each score `s` capped softly at `cap · tanh(s / cap)` before the mask and
+/// softmax (Gemma 2), as mlx-lm computes it: MLX's fused attention cannot cap, so the scores
+/// are written out, and the softmax is taken in f32.
+pub fn softcapped_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    cap: f32,
+    window: Option<Window>,
+) -> Result<Array, Exception> {
+    let (heads, new_positions, head_dim) = (queries.dim(1), queries.dim(2), queries.dim(3));
+    let (kv_heads, cached) = (keys.dim(1), keys.dim(2));
+    let (first, keys, values) = seen_keys(new_positions, keys, values, window);
+    let dtype = queries.dtype();
+    let queries = ops::multiply(queries, Array::from_f32(scale).as_dtype(dtype)?)?;
+    // Each key head serves `heads / kv_heads` query heads, grouped beside it.
+    let queries = queries.reshape(&[1, kv_heads, heads / kv_heads, new_positions, head_dim])?;
+    let keys = ops::expand_dims(&keys, 2)?;
+    let values = ops::expand_dims(&values, 2)?;
+    let scores = ops::matmul(&queries, keys.swap_axes(-1, -2)?)?;
+    let cap = Array::from_f32(cap).as_dtype(dtype)?;
+    let scores = ops::multiply(&ops::tanh(&ops::divide(&scores, &cap)?)?, &cap)?;
+    let scores = if new_positions > 1 {
+        let visible = visible_keys(new_positions, first, cached, window)?;
+        let hidden = Array::from_f32(f32::MIN).as_dtype(dtype)?;
+        ops::select(&visible, &scores, &hidden)?
+    } else {
+        scores
+    };
+    let weights = ops::softmax_axis(&scores, -1, true)?;
+    ops::matmul(&weights, &values)?.reshape(&[1, heads, new_positions, head_dim])
+}
+
+/// The keys and values some new position sees: from the first query's window on (`first`, the
+/// index of the first kept), all of them without a window.
+fn seen_keys(
+    new_positions: i32,
+    keys: &Array,
+    values: &Array,
+    window: Option<Window>,
+) -> (i32, Array, Array) {
+    let first = window.map_or(0, |window| window.first(keys.dim(2) - new_positions));
+    if first > 0 {
+        (
+            first,
+            keys.index((.., .., first.., ..)),
+            values.index((.., .., first.., ..)),
+        )
+    } else {
+        (0, keys.clone(), values.clone())
+    }
 }
 
 /// `[new_positions, cached - first]`: whether the `i`-th new position (at
@@ -211,3 +256,6 @@ pub fn attend_chunk(
     }
     host::attend_chunk(queries, cache, kv_heads as usize, scale, window)
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,9 +26,10 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
+pub use arch::caches as layer_caches_for;
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
-pub use shape::{CacheShape, FeedForwardShape, LayerShape, StateShape};
+pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
@@ -106,6 +107,15 @@ impl Model {
                 recurrent: layer.mixer.recurrent_state(),
                 feed_forward: layer.feed_forward.shape(),
             })
+            .collect()
+    }
+
+    /// What each layer keeps for a sequence, in order.
+    pub fn layer_caches(&self) -> Vec<LayerCache> {
+        self.decoder
+            .layers
+            .iter()
+            .map(|layer| layer.mixer.layer_cache())
             .collect()
     }
 

@@ -39,6 +39,23 @@ impl CacheShape {
     }
 }
 
+/// What one layer keeps for a sequence, the memory estimate's unit: known from a built model's
+/// layers ([`crate::model::Model::layer_caches`]) and, before any weight is read, from its
+/// config alone (`arch::caches`), and the two agree for every architecture (the `toolchain`
+/// and `architectures` tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerCache {
+    /// Keys and values for every position, or a sliding window's last `window` ones.
+    Positions {
+        shape: CacheShape,
+        window: Option<i32>,
+    },
+    /// A recurrent state, the same size at any length.
+    State(StateShape),
+    /// An earlier layer's keys and values, read, not kept (Gemma 4's KV-shared layers).
+    Shared,
+}
+
 /// Elements of a recurrent layer's state (also the size of its boundary snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateShape {

@@ -4,6 +4,7 @@
 pub const SUPPORTED: &[&str] = &[
     "deepseek_v3",
     "ernie4_5_moe",
+    "gemma2",
     "gemma3",
     "gemma3_text",
     "gemma4",

@@ -13,6 +13,14 @@ pub enum Window {
 }
 
 impl Window {
+    /// A sliding window's size; a chunk's cache keeps every position.
+    pub fn sliding(self) -> Option<i32> {
+        match self {
+            Self::Sliding(size) => Some(size),
+            Self::Chunk(_) => None,
+        }
+    }
+
     /// The first position the query at `position` sees.
     pub fn first(self, position: i32) -> i32 {
         match self {

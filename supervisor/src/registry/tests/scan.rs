@@ -198,6 +198,7 @@ done"#;
             parameters: None,
             active_parameters: None,
             gguf_loaded_bytes: Default::default(),
+            cache: None,
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
             gguf_sampling: Default::default(),

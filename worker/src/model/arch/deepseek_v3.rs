@@ -3,17 +3,19 @@
 //! (`glm4_moe_lite.py`, the same model with the config's norm epsilon in its low-rank norms):
 //! multi-head latent attention, whose cache holds a compressed latent per position; the first
 //! `first_k_dense_replace` layers dense, then every `moe_layer_freq`-th routing each position by
-//! grouped sigmoid scores with a correction bias to `num_experts_per_tok` of `n_routed_experts`
-//! experts beside shared ones. The multi-token-prediction layer past `num_hidden_layers` is not
-//! run.
+//! grouped sigmoid scores (softmax where `scoring_func` says so, as llama.cpp reads a `deepseek2`
+//! GGUF without a gating function) with a correction bias to `num_experts_per_tok` of
+//! `n_routed_experts` experts beside shared ones. The multi-token-prediction layer past
+//! `num_hidden_layers` is not run.
 
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
-use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec};
+use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec, latent_cache_shape};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 
 /// The routed experts of the sparse layers, `None` without `n_routed_experts`.
@@ -21,17 +23,52 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     let Some(experts) = config.key::<i32>("n_routed_experts")? else {
         return Ok(None);
     };
+    let (groups, top_groups) = (
+        config.key_or("n_group", 1)?,
+        config.key_or("topk_group", 1)?,
+    );
+    let normalize = config.key_or("norm_topk_prob", true)?;
+    let scaling = config.key_or("routed_scaling_factor", 1.0)?;
+    let scoring: String = config.key_or("scoring_func", "sigmoid".to_owned())?;
+    let routing = match scoring.as_str() {
+        "sigmoid" => Routing::GroupedSigmoid {
+            groups,
+            top_groups,
+            normalize,
+            scaling,
+        },
+        "softmax" => Routing::GroupedSoftmax {
+            groups,
+            top_groups,
+            normalize,
+            scaling,
+        },
+        other => {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!("unsupported scoring_func {other:?} (sigmoid or softmax)"),
+            });
+        }
+    };
     Ok(Some(MoeSpec::new(
         experts,
         config.key_or("num_experts_per_tok", 1)?,
         config.required("moe_intermediate_size")?,
-        Routing::GroupedSigmoid {
-            groups: config.key_or("n_group", 1)?,
-            top_groups: config.key_or("topk_group", 1)?,
-            normalize: config.key_or("norm_topk_prob", true)?,
-            scaling: config.key_or("routed_scaling_factor", 1.0)?,
-        },
+        routing,
     )))
+}
+
+/// What each layer keeps for a sequence: its latent and shared rotary key per position.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let shape = latent_cache_shape(
+        config.required("kv_lora_rank")?,
+        config.required("qk_rope_head_dim")?,
+    );
+    let layer = LayerCache::Positions {
+        shape,
+        window: None,
+    };
+    Ok(vec![layer; config.num_layers as usize])
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {

@@ -13,14 +13,35 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::{ModelConfig, parse_rope_scaling};
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+/// Each layer's window: `layer_types`, else all but every `sliding_window_pattern`-th layer
+/// slide.
+fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
     let pattern: i32 = config.key_or("sliding_window_pattern", 6)?;
     let layer_types = config.layer_types()?;
     let window: i32 = config.key_or("sliding_window", 512)?;
+    Ok((0..config.num_layers)
+        .map(|index| {
+            let sliding = match &layer_types {
+                Some(kinds) => kinds[index as usize] == "sliding_attention",
+                None => pattern > 0 && (index + 1) % pattern != 0,
+            };
+            sliding.then_some(Window::Sliding(window))
+        })
+        .collect())
+}
+
+/// What each layer keeps for a sequence.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    super::attention_caches(config, windows(config)?)
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let windows = windows(config)?;
     let scale = config.key_or("query_pre_attn_scalar", 256.0f32)?.powf(-0.5);
     let local_rope = match config.rope_parameters_of("sliding_attention") {
         Some(parameters) => kind_rope(config, weights, parameters)?,
@@ -37,14 +58,12 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
-            let sliding = match &layer_types {
-                Some(kinds) => kinds[index as usize] == "sliding_attention",
-                None => pattern > 0 && (index + 1) % pattern != 0,
-            };
+            let window = windows[index as usize];
+            let sliding = window.is_some();
             let attention = AttentionSpec {
                 head_norm: Some(HeadNorm::RmsOffset { eps }),
                 scale,
-                window: sliding.then_some(Window::Sliding(window)),
+                window,
                 ..AttentionSpec::new(
                     config,
                     if sliding { &local_rope } else { &global_rope }.clone(),

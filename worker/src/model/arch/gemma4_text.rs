@@ -21,11 +21,26 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::{ModelConfig, parse_rope_scaling};
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let (hidden, eps, layers) = (config.hidden_size, config.rms_norm_eps, config.num_layers);
+/// One layer's attention as the config lays it out.
+struct LayerAttention {
+    sliding: bool,
+    head_dim: i32,
+    kv_heads: i32,
+    values_are_keys: bool,
+    /// The earlier layer whose keys and values a KV-shared layer reads.
+    shared_kv: Option<usize>,
+    window: Option<Window>,
+}
+
+/// Each layer's attention: sliding or full (`layer_types`, else every `sliding_window_pattern`-th
+/// full), the full layers' own head size and KV heads, and the source of each KV-shared layer's
+/// keys and values; also the full layers' head size, which their rotation needs.
+fn attention_layout(config: &ModelConfig) -> Result<(Vec<LayerAttention>, i32), ModelError> {
+    let layers = config.num_layers;
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
         message,
@@ -68,14 +83,6 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         };
     let shared_layers: i32 = config.key_or("num_kv_shared_layers", 20)?;
     let first_shared = layers - shared_layers;
-    let double_wide: bool = config.key_or("use_double_wide_mlp", true)?;
-    let per_layer_width = config
-        .key_or_null("hidden_size_per_layer_input", 256)?
-        .unwrap_or(0);
-    let moe = experts(config)?;
-    let sliding_rope = rope(config, "sliding_attention", config.head_dim)?;
-    let full_rope = rope(config, "full_attention", global_head_dim)?;
-
     let mut last_of_type = HashMap::new();
     for (index, kind) in layer_types
         .iter()
@@ -84,13 +91,11 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     {
         last_of_type.insert(kind.as_str(), index);
     }
-    let layers = (0..layers)
+    let attention = (0..layers)
         .map(|index| {
-            let prefix = format!("model.layers.{index}");
             let kind = layer_types[index as usize].as_str();
             let sliding = kind == "sliding_attention";
-            let shared = shared_layers > 0 && index >= first_shared;
-            let shared_kv = if shared {
+            let shared_kv = if shared_layers > 0 && index >= first_shared {
                 let source = last_of_type.get(kind).ok_or_else(|| {
                     bad(format!(
                         "KV-shared layer {index} has no earlier {kind} layer"
@@ -100,24 +105,73 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             } else {
                 None
             };
-            let (head_dim, rope) = if sliding {
-                (config.head_dim, &sliding_rope)
-            } else {
-                (global_head_dim, &full_rope)
-            };
             let values_are_keys = k_eq_v && !sliding;
-            let attention = AttentionSpec {
-                head_dim,
+            Ok(LayerAttention {
+                sliding,
+                head_dim: if sliding {
+                    config.head_dim
+                } else {
+                    global_head_dim
+                },
                 kv_heads: match global_kv_heads {
                     Some(heads) if values_are_keys => heads,
                     _ => config.num_kv_heads,
                 },
-                head_norm: Some(HeadNorm::Rms { eps }),
-                value_norm: Some(HeadNorm::RmsUnweighted { eps }),
                 values_are_keys,
                 shared_kv,
-                scale: 1.0,
                 window: sliding.then_some(Window::Sliding(window)),
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    Ok((attention, global_head_dim))
+}
+
+/// What each layer keeps for a sequence.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let (layers, _) = attention_layout(config)?;
+    Ok(layers
+        .iter()
+        .map(|layer| match layer.shared_kv {
+            Some(_) => LayerCache::Shared,
+            None => LayerCache::Positions {
+                shape: CacheShape::heads(layer.kv_heads, layer.head_dim),
+                window: layer.window.and_then(Window::sliding),
+            },
+        })
+        .collect())
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps, layers) = (config.hidden_size, config.rms_norm_eps, config.num_layers);
+    let (attention_layers, global_head_dim) = attention_layout(config)?;
+    let shared_layers: i32 = config.key_or("num_kv_shared_layers", 20)?;
+    let first_shared = layers - shared_layers;
+    let double_wide: bool = config.key_or("use_double_wide_mlp", true)?;
+    let per_layer_width = config
+        .key_or_null("hidden_size_per_layer_input", 256)?
+        .unwrap_or(0);
+    let moe = experts(config)?;
+    let sliding_rope = rope(config, "sliding_attention", config.head_dim)?;
+    let full_rope = rope(config, "full_attention", global_head_dim)?;
+    let layers = (0..layers)
+        .map(|index| {
+            let prefix = format!("model.layers.{index}");
+            let layer = &attention_layers[index as usize];
+            let shared = shared_layers > 0 && index >= first_shared;
+            let rope = if layer.sliding {
+                &sliding_rope
+            } else {
+                &full_rope
+            };
+            let attention = AttentionSpec {
+                head_dim: layer.head_dim,
+                kv_heads: layer.kv_heads,
+                head_norm: Some(HeadNorm::Rms { eps }),
+                value_norm: Some(HeadNorm::RmsUnweighted { eps }),
+                values_are_keys: layer.values_are_keys,
+                shared_kv: layer.shared_kv,
+                scale: 1.0,
+                window: layer.window,
                 ..AttentionSpec::new(config, rope.clone())
             };
             let mut norm =

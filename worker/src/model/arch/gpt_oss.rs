@@ -19,6 +19,7 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
@@ -43,8 +44,8 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
     })
 }
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+/// Each layer's window: `layer_types`, else sliding and full layers alternating.
+fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
     let window: i32 = config.key_or("sliding_window", 128)?;
     let layer_types: Vec<String> = config.key_or(
         "layer_types",
@@ -52,19 +53,34 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             .map(|index| ["sliding_attention", "full_attention"][index as usize % 2].to_owned())
             .collect(),
     )?;
+    Ok((0..config.num_layers as usize)
+        .map(|index| {
+            let sliding = layer_types
+                .get(index)
+                .is_some_and(|kind| kind == "sliding_attention");
+            sliding.then_some(Window::Sliding(window))
+        })
+        .collect())
+}
+
+/// What each layer keeps for a sequence.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    super::attention_caches(config, windows(config)?)
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let windows = windows(config)?;
     let rope = Rope::for_config(config, weights)?;
     let moe = moe(config)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
-            let sliding = layer_types
-                .get(index as usize)
-                .is_some_and(|kind| kind == "sliding_attention");
             let attention = AttentionSpec {
                 qkv_bias: true,
                 o_bias: true,
                 sinks: true,
-                window: sliding.then_some(Window::Sliding(window)),
+                window: windows[index as usize],
                 ..AttentionSpec::new(config, rope.clone())
             };
             let mlp = format!("{prefix}.mlp");

@@ -19,6 +19,7 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
 /// Every layer's routed experts, `None` for a dense Granite 4.
@@ -33,6 +34,21 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
         config.intermediate_size()?,
         Routing::TopKSoftmax,
     )))
+}
+
+/// A Mamba-2 layer's state or an attention layer's keys and values, per layer.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let state = mamba_spec(config)?.state_shape();
+    Ok(mamba_layers(config)?
+        .into_iter()
+        .map(|mamba| match mamba {
+            true => LayerCache::State(state),
+            false => LayerCache::Positions {
+                shape: CacheShape::heads(config.num_kv_heads, config.head_dim),
+                window: None,
+            },
+        })
+        .collect())
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {

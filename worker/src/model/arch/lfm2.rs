@@ -13,10 +13,11 @@ use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
-use crate::model::blocks::short_conv::ShortConv;
+use crate::model::blocks::short_conv::{self, ShortConv};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
@@ -28,6 +29,22 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             weights, config, &mlp, inner, false,
         )?))
     })
+}
+
+/// What each layer of LFM2 and LFM2-MoE keeps for a sequence: an attention layer its keys and
+/// values, a convolution its last inputs.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let kernel: i32 = config.required("conv_L_cache")?;
+    Ok(attention_layers(config)?
+        .into_iter()
+        .map(|attends| match attends {
+            true => LayerCache::Positions {
+                shape: CacheShape::heads(config.num_kv_heads, config.head_dim),
+                window: None,
+            },
+            false => LayerCache::State(short_conv::state_shape(kernel, config.hidden_size)),
+        })
+        .collect())
 }
 
 /// The layers LFM2 and LFM2-MoE share, each layer's feed-forward block loaded by

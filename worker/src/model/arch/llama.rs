@@ -11,12 +11,35 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let layers = layers(config, weights, |_, attention| attention)?;
     Decoder::load(weights, config, layers)
+}
+
+/// Each layer's window: `sliding_window` for the layers `layer_types` marks `sliding_attention`.
+pub(super) fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
+    let layer_types: Vec<String> = config.key_or("layer_types", Vec::new())?;
+    (0..config.num_layers as usize)
+        .map(|index| {
+            let sliding = layer_types
+                .get(index)
+                .is_some_and(|kind| kind == "sliding_attention");
+            Ok(if sliding {
+                Some(Window::Sliding(config.required("sliding_window")?))
+            } else {
+                None
+            })
+        })
+        .collect()
+}
+
+/// What each layer of Llama's (or OLMo 3's) keeps for a sequence.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    super::attention_caches(config, windows(config)?)
 }
 
 /// Llama's layers, each layer's attention adjusted by `adjust(index, spec)`.
@@ -28,21 +51,13 @@ pub fn layers(
     let rope = Rope::for_config(config, weights)?;
     let attention_bias = config.key_or("attention_bias", false)?;
     let mlp_bias = config.key_or("mlp_bias", false)?;
-    let layer_types: Vec<String> = config.key_or("layer_types", Vec::new())?;
+    let windows = windows(config)?;
     (0..config.num_layers)
         .map(|index| {
-            let sliding = layer_types
-                .get(index as usize)
-                .is_some_and(|kind| kind == "sliding_attention");
-            let window = if sliding {
-                Some(Window::Sliding(config.required("sliding_window")?))
-            } else {
-                None
-            };
             let attention = AttentionSpec {
                 qkv_bias: attention_bias,
                 o_bias: attention_bias,
-                window,
+                window: windows[index as usize],
                 ..AttentionSpec::new(config, rope.clone())
             };
             let attention = adjust(index, attention);

@@ -4,6 +4,7 @@
 
 mod deepseek_v3;
 mod ernie4_5_moe;
+mod gemma2;
 mod gemma3_text;
 mod gemma4_text;
 mod glm4;
@@ -36,7 +37,9 @@ use super::blocks::moe::MoeSpec;
 use super::config::ModelConfig;
 use super::decoder::Decoder;
 use super::error::ModelError;
+use super::shape::{CacheShape, LayerCache};
 use super::weights::Weights;
+use super::window::Window;
 
 type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 
@@ -44,10 +47,15 @@ type Build = fn(&ModelConfig, &mut Weights) -> Result<Decoder, ModelError>;
 /// reads them (`None` when this config has none).
 type Experts = fn(&ModelConfig) -> Result<Option<MoeSpec>, ModelError>;
 
+/// What each layer keeps for a sequence, read from the config as `build` reads it, so the
+/// memory estimate knows it before any weight is read.
+type Caches = fn(&ModelConfig) -> Result<Vec<LayerCache>, ModelError>;
+
 struct Architecture {
     model_type: &'static str,
     build: Build,
     experts: Option<Experts>,
+    caches: Caches,
 }
 
 const fn dense(model_type: &'static str, build: Build) -> Architecture {
@@ -55,6 +63,7 @@ const fn dense(model_type: &'static str, build: Build) -> Architecture {
         model_type,
         build,
         experts: None,
+        caches: full_attention_caches,
     }
 }
 
@@ -63,49 +72,79 @@ const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Archit
         model_type,
         build,
         experts: Some(experts),
+        caches: full_attention_caches,
     }
 }
 
+impl Architecture {
+    /// An architecture whose layers are not all full attention over `num_key_value_heads` heads
+    /// of `head_dim`.
+    const fn caching(self, caches: Caches) -> Self {
+        Self { caches, ..self }
+    }
+}
+
+/// Every layer attends over all positions with the config's key/value heads.
+fn full_attention_caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    attention_caches(config, vec![None; config.num_layers as usize])
+}
+
+/// Every layer attends with the config's key/value heads, layer `i` within `windows[i]`.
+fn attention_caches(
+    config: &ModelConfig,
+    windows: Vec<Option<Window>>,
+) -> Result<Vec<LayerCache>, ModelError> {
+    Ok(windows
+        .into_iter()
+        .map(|window| LayerCache::Positions {
+            shape: CacheShape::heads(config.num_kv_heads, config.head_dim),
+            window: window.and_then(Window::sliding),
+        })
+        .collect())
+}
+
 const ARCHITECTURES: &[Architecture] = &[
-    moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts),
+    moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
     moe("ernie4_5_moe", ernie4_5_moe::build, ernie4_5_moe::experts),
-    dense("gemma3", gemma3_text::build),
-    dense("gemma3_text", gemma3_text::build),
-    moe("gemma4", gemma4_text::build, gemma4_text::experts),
-    moe("gemma4_text", gemma4_text::build, gemma4_text::experts),
+    dense("gemma2", gemma2::build).caching(gemma2::caches),
+    dense("gemma3", gemma3_text::build).caching(gemma3_text::caches),
+    dense("gemma3_text", gemma3_text::build).caching(gemma3_text::caches),
+    moe("gemma4", gemma4_text::build, gemma4_text::experts).caching(gemma4_text::caches),
+    moe("gemma4_text", gemma4_text::build, gemma4_text::experts).caching(gemma4_text::caches),
     dense("glm4", glm4::build),
     moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
-    moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts),
-    moe("gpt_oss", gpt_oss::build, gpt_oss::experts),
-    dense("granite", granite::build),
+    moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
+    moe("gpt_oss", gpt_oss::build, gpt_oss::experts).caching(gpt_oss::caches),
+    dense("granite", granite::build).caching(llama::caches),
     moe(
         "granitemoehybrid",
         granitemoehybrid::build,
         granitemoehybrid::experts,
-    ),
-    moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts),
-    moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts),
-    dense("lfm2", lfm2::build),
-    moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts),
-    dense("llama", llama::build),
+    )
+    .caching(granitemoehybrid::caches),
+    moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
+    moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
+    dense("lfm2", lfm2::build).caching(lfm2::caches),
+    moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts).caching(lfm2::caches),
+    dense("llama", llama::build).caching(llama::caches),
     moe("llama4", llama4::build, llama4::experts),
     moe("llama4_text", llama4_text::build, llama4_text::experts),
     moe("minimax_m2", minimax_m2::build, minimax_m2::experts),
-    dense("ministral3", ministral3::build),
-    dense("mistral", llama::build),
-    dense("mistral3", mistral3::build),
+    dense("ministral3", ministral3::build).caching(llama::caches),
+    dense("mistral", llama::build).caching(llama::caches),
+    dense("mistral3", mistral3::build).caching(llama::caches),
     moe("mixtral", mixtral::build, mixtral::experts),
-    moe("nemotron_h", nemotron_h::build, nemotron_h::experts),
-    dense("olmo3", olmo3::build),
+    moe("nemotron_h", nemotron_h::build, nemotron_h::experts).caching(nemotron_h::caches),
+    dense("olmo3", olmo3::build).caching(llama::caches),
     dense("phi3", phi3::build),
-    dense("qwen2", qwen2::build),
-    dense("qwen3", qwen3::build),
-    moe("qwen3_5", qwen3_5::build, qwen3_5::experts),
-    moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts),
+    dense("qwen2", qwen2::build).caching(llama::caches),
+    dense("qwen3", qwen3::build).caching(llama::caches),
+    moe("qwen3_5", qwen3_5::build, qwen3_5::experts).caching(qwen3_next::caches),
+    moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts).caching(qwen3_next::caches),
     moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts),
-    moe("qwen3_next", qwen3_next::build, qwen3_next::experts),
-    dense("seed_oss", seed_oss::build),
-    dense("smollm3", smollm3::build),
+    moe("qwen3_next", qwen3_next::build, qwen3_next::experts).caching(qwen3_next::caches),
+    dense("seed_oss", seed_oss::build).caching(llama::caches),
+    dense("smollm3", smollm3::build).caching(llama::caches),
 ];
 
 fn architecture(config: &ModelConfig) -> Result<&'static Architecture, ModelError> {
@@ -121,6 +160,11 @@ fn architecture(config: &ModelConfig) -> Result<&'static Architecture, ModelErro
 /// The decoder of `config`'s architecture, its tensors taken from `weights`.
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     (architecture(config)?.build)(config, weights)
+}
+
+/// What each layer of `config`'s architecture keeps for a sequence, from the config alone.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    (architecture(config)?.caches)(config)
 }
 
 /// The routed experts of `config`'s architecture, `None` for a dense model.

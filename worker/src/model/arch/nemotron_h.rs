@@ -22,6 +22,7 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -65,10 +66,25 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     }))
 }
 
-pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let blocks = blocks(config)?;
-    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let spec = Mamba2Spec {
+/// One cache per decoder layer, that is per mixer block: a Mamba-2 layer's state, an attention
+/// layer's keys and values.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let state = mamba_spec(config)?.state_shape();
+    Ok(blocks(config)?
+        .into_iter()
+        .filter_map(|block| match block {
+            Block::Mamba => Some(LayerCache::State(state)),
+            Block::Attention => Some(LayerCache::Positions {
+                shape: CacheShape::heads(config.num_kv_heads, config.head_dim),
+                window: None,
+            }),
+            Block::Mlp | Block::Experts => None,
+        })
+        .collect())
+}
+
+fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
+    Mamba2Spec {
         heads: config.required("mamba_num_heads")?,
         head_dim: config.required("mamba_head_dim")?,
         state_size: config.required("ssm_state_size")?,
@@ -80,9 +96,15 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         // `time_step_limit` says (mlx-lm reads that, (0, inf) here, and departs where softplus
         // gives less).
         time_step_limit: (config.key_or("time_step_min", 0.001)?, f32::INFINITY),
-        eps,
+        eps: config.rms_norm_eps,
     }
-    .checked(config)?;
+    .checked(config)
+}
+
+pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let blocks = blocks(config)?;
+    let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+    let spec = mamba_spec(config)?;
     let mlp_bias: bool = config.key_or("mlp_bias", false)?;
     let attention_bias: bool = config.key_or("attention_bias", false)?;
     let moe = experts(config)?;

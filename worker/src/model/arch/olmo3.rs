@@ -12,29 +12,20 @@ use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
-use crate::model::window::Window;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let rope = Rope::for_config(config, weights)?;
     let bias: bool = config.key_or("attention_bias", false)?;
-    let layer_types = config.layer_types()?;
+    let windows = super::llama::windows(config)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
-            let sliding = layer_types
-                .as_ref()
-                .is_some_and(|kinds| kinds[index as usize] == "sliding_attention");
-            let window = if sliding {
-                Some(Window::Sliding(config.required("sliding_window")?))
-            } else {
-                None
-            };
             let attention = AttentionSpec {
                 qkv_bias: bias,
                 o_bias: bias,
                 head_norm: Some(HeadNorm::RmsWhole { eps }),
-                window,
+                window: windows[index as usize],
                 ..AttentionSpec::new(config, rope.clone())
             };
             let attention =

@@ -1,6 +1,8 @@
 //! Phi-3 and Phi-4-mini (mlx-lm's `phi3.py`): Llama with fused projections (`qkv_proj` and
 //! `gate_up_proj`, split at load), the rotary embedding over the first `partial_rotary_factor`
-//! of each head, and longrope scaling read Phi-3's way.
+//! of each head, and longrope scaling read Phi-3's way, its short factors rotating the positions
+//! before the original context as transformers does (mlx-lm uses the long ones throughout; see
+//! `blocks/rope.rs`).
 
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
@@ -42,8 +44,13 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 /// warning there, so here too.
 fn scaling(config: &ModelConfig) -> Result<Option<RopeScaling>, ModelError> {
     Ok(match config.rope_scaling.clone() {
-        Some(RopeScaling::LongRope { long_factor, .. }) => Some(RopeScaling::LongRope {
+        Some(RopeScaling::LongRope {
             long_factor,
+            short_factor,
+            ..
+        }) => Some(RopeScaling::LongRope {
+            long_factor,
+            short_factor,
             original_max_position_embeddings: Some(
                 config.key_or("original_max_position_embeddings", 4096.0)?,
             ),

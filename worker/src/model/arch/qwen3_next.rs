@@ -19,6 +19,7 @@ use crate::model::blocks::rope::Rope;
 use crate::model::config::{ModelConfig, RopeScaling};
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
+use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
@@ -81,6 +82,40 @@ pub(super) fn partial_rope(
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))
 }
 
+/// Which layers are gated DeltaNet: `layer_types`, else all but every
+/// `full_attention_interval`-th.
+fn linear_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
+    let interval: i32 = config.key_or("full_attention_interval", 4)?;
+    let layer_types = config.layer_types()?;
+    Ok((0..config.num_layers)
+        .map(|index| match &layer_types {
+            Some(kinds) => kinds[index as usize] == "linear_attention",
+            None => (index + 1) % interval != 0,
+        })
+        .collect())
+}
+
+/// What each layer of Qwen3-Next and Qwen3.5 keeps for a sequence: an attention layer its
+/// keys and values, a gated DeltaNet its state.
+pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
+    let linear = linear_layers(config)?;
+    let state = if linear.contains(&true) {
+        Some(DeltaSpec::for_config(config)?.state_shape())
+    } else {
+        None
+    };
+    Ok(linear
+        .into_iter()
+        .map(|linear| match state.filter(|_| linear) {
+            Some(state) => LayerCache::State(state),
+            None => LayerCache::Positions {
+                shape: CacheShape::heads(config.num_kv_heads, config.head_dim),
+                window: None,
+            },
+        })
+        .collect())
+}
+
 /// The layers Qwen3-Next and Qwen3.5 share: `sparse[i]` says whether layer `i` routes to
 /// experts; `normalize` whether the chosen experts' weights are renormalized.
 pub(super) fn hybrid(
@@ -92,12 +127,8 @@ pub(super) fn hybrid(
 ) -> Result<Decoder, ModelError> {
     weights.discard_under("mtp.");
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let interval: i32 = config.key_or("full_attention_interval", 4)?;
-    let layer_types = config.layer_types()?;
-    let is_linear = |index: i32| match &layer_types {
-        Some(kinds) => kinds[index as usize] == "linear_attention",
-        None => (index + 1) % interval != 0,
-    };
+    let linear = linear_layers(config)?;
+    let is_linear = |index: i32| linear[index as usize];
     let delta = DeltaSpec::for_config(config)?;
     let original = (0..config.num_layers)
         .filter(|&index| is_linear(index))

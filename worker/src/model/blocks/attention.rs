@@ -1,8 +1,9 @@
 //! Grouped-query attention, as mlx-lm's `Attention` classes compute it, with the options the
 //! architectures differ by: biases, a norm over each query and key head, a query scale other
 //! than 1/sqrt(head_dim), no rotary embedding at all (NoPE layers), queries scaled by their
-//! position, a norm over each value head, values that are the keys' projection, and layers that
-//! attend over an earlier layer's keys and values instead of their own (Gemma 4).
+//! position, a norm over each value head, values that are the keys' projection, layers that
+//! attend over an earlier layer's keys and values instead of their own (Gemma 4), and scores
+//! capped softly before the softmax (Gemma 2).
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -56,6 +57,9 @@ pub struct AttentionSpec {
     /// `q_proj` gives each head its queries then as many gate channels, and the attention's
     /// output is multiplied by their sigmoid before `o_proj` (Qwen3-Next).
     pub output_gate: bool,
+    /// Caps each score `s` at `c · tanh(s / c)` before the mask and softmax (Gemma 2's
+    /// `attn_logit_softcapping`).
+    pub softcap: Option<f32>,
 }
 
 #[derive(Clone, Copy)]
@@ -100,6 +104,7 @@ impl AttentionSpec {
             values_are_keys: false,
             shared_kv: None,
             output_gate: false,
+            softcap: None,
         }
     }
 }
@@ -127,6 +132,7 @@ pub struct Attention {
     window: Option<Window>,
     sinks: Option<Array>,
     output_gate: bool,
+    softcap: Option<f32>,
 }
 
 impl Attention {
@@ -241,6 +247,7 @@ impl Attention {
             window: spec.window,
             sinks,
             output_gate: spec.output_gate,
+            softcap: spec.softcap,
         })
     }
 
@@ -355,10 +362,7 @@ impl Attention {
     /// query sees; a chunk's keys are cut by absolute position, so its cache keeps them all.
     /// The window of a sliding-window layer, whose cache lets go of older positions.
     pub fn sliding_window(&self) -> Option<i32> {
-        match self.window {
-            Some(Window::Sliding(window)) => Some(window),
-            Some(Window::Chunk(_)) | None => None,
-        }
+        self.window.and_then(Window::sliding)
     }
 
     pub fn new_cache(&self) -> KvCache {
@@ -404,6 +408,29 @@ impl Attention {
         }
     }
 
+    /// Whether the host kernels compute this layer's attention: they have neither sinks nor
+    /// capped scores.
+    fn host_can_attend(&self) -> bool {
+        self.sinks.is_none() && self.softcap.is_none()
+    }
+
+    /// MLX's attention of rotated `queries` over `keys` and `values`, the new positions last.
+    fn attend(&self, queries: &Array, keys: &Array, values: &Array) -> Result<Array, Exception> {
+        match self.softcap {
+            Some(cap) => {
+                kernels::softcapped_attention(queries, keys, values, self.scale, cap, self.window)
+            }
+            None => kernels::attention(
+                queries,
+                keys,
+                values,
+                self.scale,
+                self.window,
+                self.sinks.as_ref(),
+            ),
+        }
+    }
+
     /// One sequence's new positions (`[1, positions, width]` each) through its own attention;
     /// returns `[1, positions, heads * head_dim]`. Without keys and values of its own
     /// (`key_values` `None`) the layer reads `cache`, which its source layer already extended by
@@ -434,20 +461,14 @@ impl Attention {
             }
             None => cache.held().ok_or_else(|| Exception::from(SOURCE_EMPTY))?,
         };
-        let on_host = match &self.sinks {
-            None => kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)?,
-            Some(_) => None,
+        let on_host = if self.host_can_attend() {
+            kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)?
+        } else {
+            None
         };
         let output = match on_host {
             Some(output) => output,
-            None => kernels::attention(
-                &queries,
-                &all_keys,
-                &all_values,
-                self.scale,
-                self.window,
-                self.sinks.as_ref(),
-            )?,
+            None => self.attend(&queries, &all_keys, &all_values)?,
         };
         output
             .transpose_axes(&[0, 2, 1, 3])?
@@ -487,7 +508,7 @@ impl Attention {
                 cache.update_and_fetch(keys, values)?;
             }
         }
-        if self.sinks.is_none()
+        if self.host_can_attend()
             && let Some(output) = kernels::attend_rows(
                 &queries,
                 caches,
@@ -506,8 +527,7 @@ impl Attention {
                 let (keys, values) = cache
                     .held()
                     .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
-                let sinks = self.sinks.as_ref();
-                kernels::attention(&queries, &keys, &values, self.scale, self.window, sinks)
+                self.attend(&queries, &keys, &values)
             })
             .collect::<Result<Vec<_>, _>>()?;
         ops::concatenate(&per_row, 0)?

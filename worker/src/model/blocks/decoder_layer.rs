@@ -21,7 +21,7 @@ use super::short_conv::ShortConv;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kv_cache::KvCache;
-use crate::model::shape::{CacheShape, FeedForwardShape, StateShape};
+use crate::model::shape::{CacheShape, FeedForwardShape, LayerCache, StateShape};
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
@@ -138,6 +138,20 @@ impl Mixer {
             Self::GatedDelta(delta) => Some(delta.state_shape()),
             Self::ShortConv(conv) => Some(conv.state_shape()),
             Self::Mamba2(mamba) => Some(mamba.state_shape()),
+        }
+    }
+
+    /// What this layer keeps for a sequence.
+    pub fn layer_cache(&self) -> LayerCache {
+        if self.shared_kv().is_some() {
+            return LayerCache::Shared;
+        }
+        match self.recurrent_state() {
+            Some(state) => LayerCache::State(state),
+            None => LayerCache::Positions {
+                shape: self.cache_shape(),
+                window: self.sliding_window(),
+            },
         }
     }
 

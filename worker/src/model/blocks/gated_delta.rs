@@ -35,6 +35,9 @@ pub struct DeltaSpec {
     pub value_dim: i32,
     pub conv_kernel: i32,
     pub eps: f32,
+    /// Value head `h` reads key head `h % key_heads` (llama.cpp's converter reorders Qwen3.5's
+    /// value heads so, `linear_value_heads_tiled`) instead of `h / (value_heads / key_heads)`.
+    pub tiled_value_heads: bool,
 }
 
 impl DeltaSpec {
@@ -46,6 +49,7 @@ impl DeltaSpec {
             value_dim: config.required("linear_value_head_dim")?,
             conv_kernel: config.key_or("linear_conv_kernel_dim", 4)?,
             eps: config.rms_norm_eps,
+            tiled_value_heads: config.key_or("linear_value_heads_tiled", false)?,
         };
         if spec.key_heads <= 0 || spec.value_heads % spec.key_heads != 0 || spec.conv_kernel < 2 {
             return Err(ModelError::Config {
@@ -71,6 +75,28 @@ impl DeltaSpec {
     /// Channels of the convolution: queries, keys, values.
     fn conv_channels(&self) -> i32 {
         2 * self.key_width() + self.value_width()
+    }
+
+    /// Elements of a layer's state: the convolution's last `kernel - 1` inputs and the f32
+    /// memory, `[value_heads, value_dim, key_dim]`.
+    pub fn state_shape(&self) -> StateShape {
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(self.conv_kernel - 1) * count(self.conv_channels()),
+            f32_elements: count(self.value_heads) * count(self.value_dim) * count(self.key_dim),
+        }
+    }
+
+    /// `[1, positions, key_heads, dim]` queries or keys, one head per value head.
+    fn per_value_head(&self, x: &Array) -> Result<Array, Exception> {
+        let repeat = self.value_heads / self.key_heads;
+        if repeat == 1 {
+            Ok(x.clone())
+        } else if self.tiled_value_heads {
+            ops::tile(x, &[1, 1, repeat, 1])
+        } else {
+            ops::repeat_axis::<f32>(x.clone(), repeat, 2)
+        }
     }
 }
 
@@ -170,15 +196,9 @@ impl GatedDeltaNet {
         })
     }
 
-    /// Elements of the layer's state: the convolution's last `kernel - 1` inputs and the
-    /// f32 memory, `[value_heads, value_dim, key_dim]`.
+    /// Elements of the layer's state.
     pub fn state_shape(&self) -> StateShape {
-        let spec = &self.spec;
-        let count = |value: i32| u64::try_from(value).unwrap_or(0);
-        StateShape {
-            activation_elements: count(spec.conv_kernel - 1) * count(spec.conv_channels()),
-            f32_elements: count(spec.value_heads) * count(spec.value_dim) * count(spec.key_dim),
-        }
+        self.spec.state_shape()
     }
 
     /// An empty cache of this layer's kind.
@@ -277,6 +297,7 @@ impl GatedDeltaNet {
         let keys = heads(&parts[1], spec.key_heads, spec.key_dim)?;
         let values = heads(&parts[2], spec.value_heads, spec.value_dim)?;
         let (queries, keys) = normalize_qk(&queries, &keys, spec.key_dim)?;
+        let (queries, keys) = (spec.per_value_head(&queries)?, spec.per_value_head(&keys)?);
         let beta = ops::sigmoid(&input.b)?;
         let decay = ops::exp(&ops::multiply(
             &self.decay_rate,
@@ -340,7 +361,7 @@ fn normalize_qk(queries: &Array, keys: &Array, key_dim: i32) -> Result<(Array, A
     Ok((scaled(queries, inverse * inverse)?, scaled(keys, inverse)?))
 }
 
-/// The gated delta rule over `[1, positions, heads, dim]` queries, keys and values, one position
+/// The gated delta rule over `[1, positions, value_heads, dim]` queries, keys and values, one position
 /// at a time from `state` (`[1, value_heads, value_dim, key_dim]`, float32), as mlx-lm's
 /// `gated_delta_ops`: decay the memory, write each value's error against what the memory
 /// recalls for its key (scaled by `beta`), then read it with the query. Returns the outputs
@@ -355,20 +376,11 @@ fn delta_rule(
     mut state: Array,
     record: &[i32],
 ) -> Result<(Array, Array, Vec<Array>), Exception> {
-    let repeat = values.dim(2) / keys.dim(2);
-    let (queries, keys) = if repeat > 1 {
-        (
-            ops::repeat_axis::<f32>(queries.clone(), repeat, 2)?,
-            ops::repeat_axis::<f32>(keys.clone(), repeat, 2)?,
-        )
-    } else {
-        (queries.clone(), keys.clone())
-    };
     let mut outputs = Vec::with_capacity(values.dim(1) as usize);
     let mut recorded = Vec::with_capacity(record.len());
     for position in 0..values.dim(1) {
         let at = |array: &Array| array.index((.., position));
-        let (query, key, value) = (at(&queries), at(&keys), at(values));
+        let (query, key, value) = (at(queries), at(keys), at(values));
         let decayed = ops::multiply(&state, &at(decay).reshape(&[1, -1, 1, 1])?)?;
         let key_row = key.expand_dims(-2)?;
         let recalled = ops::multiply(&decayed, &key_row)?.sum_axis(-1, false)?;

@@ -200,11 +200,7 @@ impl LatentAttention {
 
     /// What a position costs in the cache: one latent and one shared rotary key.
     pub fn cache_shape(&self) -> CacheShape {
-        CacheShape {
-            kv_heads: 1,
-            key_dim: self.kv_lora_rank,
-            value_dim: self.qk_rope_head_dim,
-        }
+        latent_cache_shape(self.kv_lora_rank, self.qk_rope_head_dim)
     }
 
     /// `x` is `[1, positions, hidden]`: the new positions of several sequences one after the
@@ -373,3 +369,13 @@ fn split_kv_b_proj(
 
 #[cfg(test)]
 mod tests;
+
+/// A latent attention layer's cache per position: its latent as the keys, its shared rotary
+/// key as the values.
+pub fn latent_cache_shape(kv_lora_rank: i32, qk_rope_head_dim: i32) -> CacheShape {
+    CacheShape {
+        kv_heads: 1,
+        key_dim: kv_lora_rank,
+        value_dim: qk_rope_head_dim,
+    }
+}

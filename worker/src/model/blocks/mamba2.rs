@@ -70,6 +70,16 @@ impl Mamba2Spec {
         self.heads * self.head_dim
     }
 
+    /// Elements of the state a sequence carries: the convolution's last `kernel - 1` inputs
+    /// and the float32 scan state, `[heads, head_dim, state_size]`.
+    pub fn state_shape(&self) -> StateShape {
+        let count = |value: i32| u64::try_from(value).unwrap_or(0);
+        StateShape {
+            activation_elements: count(self.conv_kernel - 1) * count(self.conv_channels()),
+            f32_elements: count(self.heads) * count(self.head_dim) * count(self.state_size),
+        }
+    }
+
     /// Channels of the convolution: `x`, then `B` and `C` of every group.
     fn conv_channels(&self) -> i32 {
         self.inner() + 2 * self.groups * self.state_size
@@ -194,15 +204,9 @@ impl Mamba2 {
         })
     }
 
-    /// Elements of the layer's state: the convolution's last `kernel - 1` inputs and the
-    /// float32 scan state, `[heads, head_dim, state_size]`.
+    /// Elements of the layer's state ([`Mamba2Spec::state_shape`]).
     pub fn state_shape(&self) -> StateShape {
-        let spec = &self.spec;
-        let count = |value: i32| u64::try_from(value).unwrap_or(0);
-        StateShape {
-            activation_elements: count(spec.conv_kernel - 1) * count(spec.conv_channels()),
-            f32_elements: count(spec.heads) * count(spec.head_dim) * count(spec.state_size),
-        }
+        self.spec.state_shape()
     }
 
     /// An empty cache of this layer's kind.

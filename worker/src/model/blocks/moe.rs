@@ -37,6 +37,15 @@ pub enum Routing {
         normalize: bool,
         scaling: f32,
     },
+    /// As `GroupedSigmoid`, on softmax probabilities, the groups left out masked with −inf and
+    /// the weights renormalized even for one expert, as llama.cpp routes a `deepseek2` whose
+    /// `expert_gating_func` is softmax (DeepSeek V2's `scoring_func`).
+    GroupedSoftmax {
+        groups: i32,
+        top_groups: i32,
+        normalize: bool,
+        scaling: f32,
+    },
     /// Sigmoid scores in the router's dtype (LFM2-MoE): experts chosen by score, plus the
     /// router's `e_score_correction_bias` when `biased`; each chosen expert weighs its unbiased
     /// score, the k renormalized to sum to one (plus 1e-6) when `normalize`, all times `scaling`.
@@ -176,13 +185,17 @@ impl Moe {
         };
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
+        let bias = format!("{router}.e_score_correction_bias");
         let score_bias = match spec.routing {
             Routing::GroupedSigmoid { .. }
             | Routing::SigmoidTopK { biased: true, .. }
-            | Routing::SoftmaxBiasedTopK { .. } => Some(weights.take_float(
-                &format!("{router}.e_score_correction_bias"),
-                &[spec.experts],
-            )?),
+            | Routing::SoftmaxBiasedTopK { .. } => {
+                Some(weights.take_float(&bias, &[spec.experts])?)
+            }
+            // DeepSeek V2 has no correction bias; llama.cpp adds one where the file has it.
+            Routing::GroupedSoftmax { .. } if weights.contains(&bias) => {
+                Some(weights.take_float(&bias, &[spec.experts])?)
+            }
             _ => None,
         };
         Ok(Self {
@@ -302,31 +315,18 @@ impl Moe {
                 scaling,
             } => {
                 let scores = ops::sigmoid(&logits.as_dtype(Dtype::Float32)?)?;
-                let mut biased = match &self.score_bias {
-                    Some(bias) => ops::add(&scores, bias)?,
-                    None => scores.clone(),
-                };
-                let dropped = groups - top_groups;
-                if groups > 1 && dropped > 0 {
-                    let grouped = ops::unflatten(&biased, -1, &[groups, -1])?;
-                    let group_scores = topk_axis(&grouped, 2, -1)?.sum_axis(-1, true)?;
-                    let lowest = argpartition_axis(&group_scores, dropped - 1, -2)?.index((
-                        ..,
-                        ..,
-                        ..dropped,
-                        ..,
-                    ));
-                    biased = grouped
-                        .put_along_axis(&lowest, Array::from_f32(0.0), -2)?
-                        .flatten(-2, -1)?;
-                }
-                let indices = top_k(&biased, k)?;
-                let mut weights = take_along_axis(&scores, &indices, -1)?;
-                if k > 1 && normalize {
-                    weights = ops::divide(&weights, &weights.sum_axis(-1, true)?)?;
-                }
-                let weights = ops::multiply(&weights, Array::from_f32(scaling))?;
-                Ok((indices, weights))
+                let normalize = k > 1 && normalize;
+                self.grouped_top_k(&scores, [groups, top_groups], 0.0, normalize, scaling)
+            }
+            Routing::GroupedSoftmax {
+                groups,
+                top_groups,
+                normalize,
+                scaling,
+            } => {
+                let scores = ops::softmax_axis(&logits.as_dtype(Dtype::Float32)?, -1, true)?;
+                let masked = f32::NEG_INFINITY;
+                self.grouped_top_k(&scores, [groups, top_groups], masked, normalize, scaling)
             }
             Routing::SigmoidTopK {
                 normalize, scaling, ..
@@ -366,6 +366,40 @@ impl Moe {
                 Ok((indices, scores.as_dtype(logits.dtype())?))
             }
         }
+    }
+
+    /// The grouped choice of [`Routing::GroupedSigmoid`] on `scores` (f32, `[.., experts]`),
+    /// the biased scores of the groups left out set to `masked` (mlx-lm's 0, llama.cpp's −inf).
+    fn grouped_top_k(
+        &self,
+        scores: &Array,
+        [groups, top_groups]: [i32; 2],
+        masked: f32,
+        normalize: bool,
+        scaling: f32,
+    ) -> Result<(Array, Array), Exception> {
+        let k = self.top_k;
+        let mut biased = match &self.score_bias {
+            Some(bias) => ops::add(scores, bias)?,
+            None => scores.clone(),
+        };
+        let dropped = groups - top_groups;
+        if groups > 1 && dropped > 0 {
+            let grouped = ops::unflatten(&biased, -1, &[groups, -1])?;
+            let group_scores = topk_axis(&grouped, 2, -1)?.sum_axis(-1, true)?;
+            let lowest =
+                argpartition_axis(&group_scores, dropped - 1, -2)?.index((.., .., ..dropped, ..));
+            biased = grouped
+                .put_along_axis(&lowest, Array::from_f32(masked), -2)?
+                .flatten(-2, -1)?;
+        }
+        let indices = top_k(&biased, k)?;
+        let mut weights = take_along_axis(scores, &indices, -1)?;
+        if normalize {
+            weights = ops::divide(&weights, &weights.sum_axis(-1, true)?)?;
+        }
+        let weights = ops::multiply(&weights, Array::from_f32(scaling))?;
+        Ok((indices, weights))
     }
 
     /// Every position through each of its chosen experts: `[.., top_k, hidden]`. With many

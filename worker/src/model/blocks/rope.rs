@@ -1,6 +1,18 @@
 //! Rotary position embeddings, as mlx-lm's `initialize_rope` builds them: over the first `dims`
 //! channels of each head (the rest pass through), with the frequencies and the magnitude scale
 //! of each scaling kind.
+//!
+//! Longrope with short factors rotates as transformers does, not as mlx-lm (long factors
+//! always): a position before `original_max_position_embeddings` with the short factors, one at
+//! or past it with the long ones. transformers picks the set by the longest position of each
+//! forward call, and keys already cached keep the rotation they were cached with, so a sequence
+//! that decodes across the boundary holds short-rotated keys before it and long-rotated ones
+//! after it, as here. The choice is made per position rather than per call so that a sequence's
+//! logits do not depend on how its prompt is chunked or batched, and a prefix-cache block
+//! (rotated keys) restores into any sequence; it departs from transformers only on a prompt
+//! longer than the original context, whose positions before it transformers rotates with the
+//! long factors in one call (and its `generate` recomputes a cache that crosses the boundary
+//! with the long ones).
 
 use mlx_rs::error::Exception;
 
@@ -10,6 +22,7 @@ use crate::model::weights::Weights;
 
 /// Per-frequency RoPE factors, as GGUF files of Llama 3.1 and later carry their scaling.
 const ROPE_FACTORS: &str = "rope_freqs.weight";
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{self, select};
 use mlx_rs::{Array, fast};
 
@@ -24,6 +37,15 @@ pub struct Rope {
     /// Multiplies the rotated channels of queries and keys before they rotate (YaRN's mscale,
     /// longrope's context scale); 1 leaves them.
     input_scale: f32,
+    /// Longrope's short factors, for the positions before the original context.
+    short: Option<ShortFactors>,
+}
+
+/// The wavelengths that rotate the positions before `until`; `freqs` rotate the rest.
+#[derive(Clone)]
+struct ShortFactors {
+    freqs: Array,
+    until: i32,
 }
 
 impl Rope {
@@ -74,6 +96,7 @@ impl Rope {
         scaling: Option<RopeScaling>,
     ) -> Result<Self, Exception> {
         let mut input_scale = 1.0;
+        let mut short = None;
         let (scale, freqs) = match scaling {
             None => (1.0, None),
             Some(RopeScaling::Linear { factor }) => (1.0 / factor, None),
@@ -116,6 +139,7 @@ impl Rope {
             }
             Some(RopeScaling::LongRope {
                 long_factor,
+                short_factor,
                 original_max_position_embeddings,
                 max_position_embeddings,
             }) => {
@@ -126,25 +150,33 @@ impl Rope {
                         "longrope needs max_position_embeddings and original_max_position_embeddings",
                     ));
                 };
-                if long_factor.len() != dims as usize / 2 {
-                    return Err(Exception::custom(format!(
-                        "longrope has {} long factors for {} rotated channel pairs",
-                        long_factor.len(),
-                        dims / 2
-                    )));
+                for factors in std::iter::once(&long_factor).chain(&short_factor) {
+                    if factors.len() != dims as usize / 2 {
+                        return Err(Exception::custom(format!(
+                            "longrope has {} factors for {} rotated channel pairs",
+                            factors.len(),
+                            dims / 2
+                        )));
+                    }
                 }
                 // SuScaledRoPE: sqrt(1 + ln(growth) / ln(original)), in Python floats.
                 let growth = max / original;
                 if growth > 1.0 {
                     input_scale = (1.0 + growth.ln() / original.ln()).sqrt() as f32;
                 }
-                let factors = Array::from_slice(&long_factor, &[dims / 2]);
+                let wavelengths = |factors: &[f32]| {
+                    let factors = Array::from_slice(factors, &[dims / 2]);
+                    ops::multiply(&factors, &base_wavelengths(dims, base)?)
+                };
+                if let Some(factors) = &short_factor {
+                    short = Some(ShortFactors {
+                        freqs: wavelengths(factors)?,
+                        until: original as i32,
+                    });
+                }
                 // SuScaledRoPE rotates halves whatever the config says.
                 traditional = false;
-                (
-                    1.0,
-                    Some(ops::multiply(&factors, &base_wavelengths(dims, base)?)?),
-                )
+                (1.0, Some(wavelengths(&long_factor)?))
             }
         };
         Ok(Self {
@@ -154,6 +186,7 @@ impl Rope {
             scale,
             freqs,
             input_scale,
+            short,
         })
     }
 
@@ -173,6 +206,7 @@ impl Rope {
             scale: 1.0,
             freqs: Some(freqs),
             input_scale: 1.0,
+            short: None,
         })
     }
 
@@ -204,33 +238,68 @@ impl Rope {
             scale: 1.0,
             freqs: Some(ops::concatenate(&[turning, still], 0)?),
             input_scale: 1.0,
+            short: None,
         })
     }
 
     /// `x` is `[batch, heads, positions, head_dim]`; `offset` is the first position's index.
     pub fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
-        fast::rope(
-            self.scale_input(x)?,
-            self.dims,
-            self.traditional,
-            self.base(),
-            self.scale,
-            offset,
-            self.freqs.as_ref(),
-        )
+        let x = self.scale_input(x)?;
+        let Some(short) = &self.short else {
+            return self.rotate(&x, offset, self.freqs.as_ref());
+        };
+        let positions = x.dim(-2);
+        match (short.until - offset).clamp(0, positions) {
+            0 => self.rotate(&x, offset, self.freqs.as_ref()),
+            all if all == positions => self.rotate(&x, offset, Some(&short.freqs)),
+            before => {
+                let early = x.index((.., .., ..before, ..));
+                let late = x.index((.., .., before.., ..));
+                let early = self.rotate(&early, offset, Some(&short.freqs))?;
+                let late = self.rotate(&late, offset + before, self.freqs.as_ref())?;
+                ops::concatenate(&[early, late], -2)
+            }
+        }
     }
 
     /// As [`Rope::apply`] with one offset per batch row (`offsets` is `[batch]` int32), so the
-    /// rows of a decode step, each at its own position, rotate in one op.
+    /// rows of a decode step, each one position at its own offset, rotate in one op.
     pub fn apply_rows(&self, x: &Array, offsets: &Array) -> Result<Array, Exception> {
-        fast::rope_dynamic(
-            self.scale_input(x)?,
+        let x = self.scale_input(x)?;
+        let rotate = |freqs: Option<&Array>| {
+            let base = freqs.is_none().then_some(self.base);
+            fast::rope_dynamic(
+                &x,
+                self.dims,
+                self.traditional,
+                base,
+                self.scale,
+                offsets,
+                freqs,
+            )
+        };
+        let long = rotate(self.freqs.as_ref())?;
+        let Some(short) = &self.short else {
+            return Ok(long);
+        };
+        let before = offsets
+            .lt(Array::from_int(short.until))?
+            .reshape(&[-1, 1, 1, 1])?;
+        ops::select(&before, &rotate(Some(&short.freqs))?, &long)
+    }
+
+    /// `x` rotated from position `offset` by `freqs`, or by `base` without them (MLX takes one
+    /// or the other, never both).
+    fn rotate(&self, x: &Array, offset: i32, freqs: Option<&Array>) -> Result<Array, Exception> {
+        let base = freqs.is_none().then_some(self.base);
+        fast::rope(
+            x,
             self.dims,
             self.traditional,
-            self.base(),
+            base,
             self.scale,
-            offsets,
-            self.freqs.as_ref(),
+            offset,
+            freqs,
         )
     }
 
@@ -252,11 +321,6 @@ impl Rope {
             .collect();
         let scales = Array::from_slice(&scales, &[width]).as_dtype(x.dtype())?;
         ops::multiply(x, &scales)
-    }
-
-    /// MLX takes either a base or explicit frequencies, never both.
-    fn base(&self) -> Option<f32> {
-        self.freqs.is_none().then_some(self.base)
     }
 }
 
@@ -366,3 +430,6 @@ fn base_wavelengths(dims: i32, base: f32) -> Result<Array, Exception> {
     let exponents = ops::divide(&ops::arange::<i32, i32>(0, dims, 2)?, Array::from_int(dims))?;
     ops::power(Array::from_f32(base), &exponents)
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,7 +33,8 @@ pub struct ShortConv {
 impl ShortConv {
     /// `{prefix}.in_proj`, `{prefix}.conv` and `{prefix}.out_proj`, with biases when `bias`
     /// (config.json's `conv_bias`). The Hugging Face layout's conv weight (`[hidden, 1, kernel]`)
-    /// is moved to MLX's, as mlx-lm's `sanitize` does.
+    /// is moved to MLX's, as mlx-lm's `sanitize` does; llama.cpp's converter squeezes it to
+    /// `[hidden, kernel]`.
     pub fn load(
         weights: &mut Weights,
         config: &ModelConfig,
@@ -56,6 +57,8 @@ impl ShortConv {
         weights.convert(&conv_name, &conv_name, "moving conv's kernel axis", |w| {
             if w.shape() == [hidden, 1, kernel] {
                 w.swap_axes(1, 2)?.contiguous()
+            } else if w.shape() == [hidden, kernel] {
+                w.reshape(&[hidden, kernel, 1])
             } else {
                 Ok(w.clone())
             }
@@ -75,13 +78,8 @@ impl ShortConv {
         })
     }
 
-    /// The state a sequence carries: its last `kernel - 1` inputs.
     pub fn state_shape(&self) -> StateShape {
-        let count = |value: i32| u64::try_from(value).unwrap_or(0);
-        StateShape {
-            activation_elements: count(self.kernel - 1) * count(self.hidden),
-            f32_elements: 0,
-        }
+        state_shape(self.kernel, self.hidden)
     }
 
     /// An empty cache of this layer's kind.
@@ -156,5 +154,15 @@ impl ShortConv {
             positions,
         )?;
         Ok(out)
+    }
+}
+
+/// The state a sequence carries through a short convolution of `kernel` over `hidden`
+/// channels: its last `kernel - 1` inputs.
+pub fn state_shape(kernel: i32, hidden: i32) -> StateShape {
+    let count = |value: i32| u64::try_from(value).unwrap_or(0);
+    StateShape {
+        activation_elements: count(kernel - 1) * count(hidden),
+        f32_elements: 0,
     }
 }
