@@ -16,6 +16,7 @@ mod families;
 mod gguf_agreement;
 mod gguf_architectures;
 mod lifecycle;
+mod mamba2;
 mod operations;
 mod prefix_cache;
 mod pull;

@@ -16,10 +16,12 @@
 //! has its own file: the gated-DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe`
 //! (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those without
 //! key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the latent
-//! attention's sizes, the routing and YaRN as llama.cpp reads them).
+//! attention's sizes, the routing and YaRN as llama.cpp reads them), Nemotron-H
+//! (`nemotron_h.rs`: the layer pattern read back from the per-layer widths).
 
 mod deepseek2;
 mod lfm2;
+mod nemotron_h;
 mod qwen3_next;
 
 use serde_json::{Map, Value as Json, json};
@@ -27,7 +29,7 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 26] = [
+pub const ARCHITECTURES: [&str; 28] = [
     "llama",
     "llama4",
     "mistral",
@@ -54,6 +56,8 @@ pub const ARCHITECTURES: [&str; 26] = [
     "deepseek2",
     "gemma2",
     "glm4",
+    "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -157,6 +161,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         .iter()
         .find(|tensor| tensor.name == "token_embd.weight")
         .ok_or_else(|| header.invalid("no token_embd.weight tensor"))?;
+    let rows = embedding.dims.get(1).copied().unwrap_or(0);
+    if matches!(arch, "nemotron_h" | "nemotron_h_moe") {
+        return nemotron_h::config(&keys, rows);
+    }
     let mut config = Map::new();
     // Mixtral is a `llama` with experts to llama.cpp's converter.
     let mixtral = arch == "llama" && keys.integer("expert_count").is_some_and(|count| count > 0);

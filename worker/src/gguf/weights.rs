@@ -18,6 +18,7 @@ use super::fused;
 use super::header::{GgufError, GgufHeader, TensorInfo};
 use crate::model::{QuantMode, Quantization, Weights};
 
+mod nemotron_h;
 mod qwen3_next;
 
 /// MLX's group size for every GGUF block type it keeps quantized.
@@ -104,6 +105,14 @@ fn insert(
     tensors: &mut HashMap<String, Array>,
     quantization: &mut HashMap<String, Quantization>,
 ) -> Result<(), String> {
+    if let (true, Some(name), Loaded::Plain(array)) = (
+        is_nemotron_h(arch),
+        nemotron_h::unsuffixed_name(gguf),
+        &loaded,
+    ) {
+        tensors.insert(name, array.clone());
+        return Ok(());
+    }
     let (base, suffix) = gguf
         .rsplit_once('.')
         .map_or((gguf, None), |(base, suffix)| (base, Some(suffix)));
@@ -127,7 +136,10 @@ fn insert(
                     experts if suffix == "scale" && experts.ends_with(".switch_glu.down_proj") => {
                         experts.replace(".experts.switch_glu.down_proj", ".router.per_expert_scale")
                     }
-                    renamed if renamed.ends_with(".e_score_correction") => {
+                    renamed
+                        if renamed.ends_with(".e_score_correction")
+                            || (is_nemotron_h(arch) && renamed.ends_with(".mixer.dt")) =>
+                    {
                         format!("{renamed}_{suffix}")
                     }
                     _ => name(suffix),
@@ -187,6 +199,10 @@ pub fn tensor_scale_dtype(tensor: &TensorInfo, choices: Choices) -> Dtype {
     )
 }
 
+fn is_nemotron_h(arch: &str) -> bool {
+    matches!(arch, "nemotron_h" | "nemotron_h_moe")
+}
+
 /// llama.cpp's converter stores Gemma 2's and 3's norms as `1 + w` (their RMSNorm adds the one
 /// at run time); the model's (1+w) norms read `w`, as Hugging Face and mlx-lm store it.
 fn unshift_norms(tensors: &mut HashMap<String, Array>) -> Result<(), mlx_rs::error::Exception> {
@@ -202,6 +218,9 @@ fn unshift_norms(tensors: &mut HashMap<String, Array>) -> Result<(), mlx_rs::err
 /// (`general.architecture`) where llama.cpp's and mlx-lm's layouts differ per architecture; names
 /// outside the layout stay as they are (and end up in the model's warning about unused tensors).
 pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
+    if is_nemotron_h(arch) {
+        return nemotron_h::hugging_face_name(gguf).unwrap_or_else(|| gguf.to_owned());
+    }
     match gguf {
         "token_embd" => return "model.embed_tokens".into(),
         "output_norm" => return "model.norm".into(),

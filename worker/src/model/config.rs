@@ -221,7 +221,11 @@ struct RawConfig {
     /// LFM2 may name it `block_ff_dim` alone.
     intermediate_size: Option<i32>,
     block_ff_dim: Option<i32>,
-    num_hidden_layers: i32,
+    /// Nemotron-H's may leave it out: its layer list, `hybrid_override_pattern` or
+    /// transformers 5's `layers_block_type`, has one entry per layer.
+    num_hidden_layers: Option<i32>,
+    hybrid_override_pattern: Option<String>,
+    layers_block_type: Option<Vec<serde_json::Value>>,
     num_attention_heads: i32,
     num_key_value_heads: Option<i32>,
     head_dim: Option<i32>,
@@ -229,6 +233,8 @@ struct RawConfig {
     /// LFM2 names it `norm_eps`.
     rms_norm_eps: Option<f32>,
     norm_eps: Option<f32>,
+    /// Nemotron-H names it `layer_norm_epsilon`.
+    layer_norm_epsilon: Option<f32>,
     rope_theta: Option<f32>,
     #[serde(default)]
     rope_traditional: bool,
@@ -417,11 +423,23 @@ impl ModelConfig {
         let rms_norm_eps = raw
             .rms_norm_eps
             .or(raw.norm_eps)
+            .or(raw.layer_norm_epsilon)
             .ok_or_else(|| bad("missing field `rms_norm_eps`".into()))?;
+        let num_layers = raw
+            .num_hidden_layers
+            .or_else(|| {
+                let listed = match (&raw.hybrid_override_pattern, &raw.layers_block_type) {
+                    (Some(pattern), _) => pattern.chars().count(),
+                    (None, Some(types)) => types.len(),
+                    (None, None) => return None,
+                };
+                i32::try_from(listed).ok()
+            })
+            .ok_or_else(|| bad("missing field `num_hidden_layers`".into()))?;
         let positive = [
             ("hidden_size", raw.hidden_size),
             ("intermediate_size", dense_width.unwrap_or(1)),
-            ("num_hidden_layers", raw.num_hidden_layers),
+            ("num_hidden_layers", num_layers),
             ("num_attention_heads", raw.num_attention_heads),
             ("vocab_size", raw.vocab_size),
         ];
@@ -488,7 +506,7 @@ impl ModelConfig {
             model_type,
             hidden_size: raw.hidden_size,
             dense_width,
-            num_layers: raw.num_hidden_layers,
+            num_layers,
             num_heads: raw.num_attention_heads,
             num_kv_heads,
             head_dim,

@@ -13,8 +13,8 @@
 //! qk_rope_head_dim` elements instead of `2 · heads · head_dim`. Blocks are cut from it and
 //! restored into it as from any full cache, keys and values each at their own width.
 //!
-//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet or short-convolution
-//! layer) holds no positions at all, only the state after the last one ([`RecurrentState`]),
+//! A recurrent layer's cache (mlx-lm's `ArraysCache` of a gated DeltaNet, short-convolution or
+//! Mamba-2 layer) holds no positions at all, only the state after the last one ([`RecurrentState`]),
 //! the same size however long the sequence. Blocks of positions can be neither cut from it nor
 //! restored into it ([`KvCache::restores_from_blocks`]); instead, once told the prefix cache's
 //! block size ([`KvCache::snapshot_every`]), the layer records its whole state at each block
@@ -52,12 +52,13 @@ pub struct KvCache {
 }
 
 /// What a recurrent layer carries from one input to the next; `None` before its first. A gated
-/// DeltaNet layer holds both; LFM2's short-convolution layer only `conv`.
+/// DeltaNet layer and a Mamba-2 layer hold both; LFM2's short-convolution layer only `conv`.
 #[derive(Default, Clone)]
 pub struct RecurrentState {
     /// The short convolution's inputs of the last `kernel - 1` positions, `[1, kernel - 1, channels]`.
     pub conv: Option<Array>,
-    /// The delta rule's memory, `[1, value_heads, value_dim, key_dim]` in float32.
+    /// The delta rule's memory, `[1, value_heads, value_dim, key_dim]`, or a Mamba-2 layer's scan
+    /// state, `[1, heads, head_dim, state_size]`, in float32.
     pub delta: Option<Array>,
 }
 

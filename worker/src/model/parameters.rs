@@ -118,11 +118,14 @@ fn layer_index(name: &str) -> Option<i32> {
 }
 
 /// A routed expert's tensor, in either layout: stacked (`switch_mlp`, gpt-oss's and Llama 4's
-/// `experts.gate_proj`) or one per expert (`experts.7.w1`). Shared experts
-/// (`shared_experts`, `shared_expert`) run for every token and are not routed.
+/// `experts.gate_proj`, Granite 4's fused `block_sparse_moe.input_linear` and `output_linear`) or
+/// one per expert (`experts.7.w1`). Shared experts (`shared_experts`, `shared_expert`, Granite 4's
+/// `shared_mlp`) run for every token and are not routed.
 fn is_routed_expert(name: &str) -> bool {
     name.split('.')
         .any(|part| part == "experts" || part == "switch_mlp")
+        || name.contains("block_sparse_moe.input_linear.")
+        || name.contains("block_sparse_moe.output_linear.")
 }
 
 #[cfg(test)]

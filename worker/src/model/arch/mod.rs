@@ -11,6 +11,7 @@ mod glm4;
 mod glm4_moe;
 mod gpt_oss;
 mod granite;
+mod granitemoehybrid;
 mod lfm2;
 mod lfm2_moe;
 mod llama;
@@ -20,6 +21,7 @@ mod minimax_m2;
 mod ministral3;
 mod mistral3;
 mod mixtral;
+mod nemotron_h;
 mod olmo3;
 mod phi3;
 mod qwen2;
@@ -135,6 +137,12 @@ const ARCHITECTURES: &[Architecture] = &[
     moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
     moe("gpt_oss", gpt_oss::build, gpt_oss::experts).caching(gpt_oss::caches),
     dense("granite", granite::build).caching(llama::caches),
+    moe(
+        "granitemoehybrid",
+        granitemoehybrid::build,
+        granitemoehybrid::experts,
+    )
+    .caching(granitemoehybrid::caches),
     moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
     moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
     dense("lfm2", lfm2::build).caching(lfm2::caches),
@@ -147,6 +155,7 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("mistral", llama::build).caching(llama::caches),
     dense("mistral3", mistral3::build).caching(llama::caches),
     moe("mixtral", mixtral::build, mixtral::experts),
+    moe("nemotron_h", nemotron_h::build, nemotron_h::experts).caching(nemotron_h::caches),
     dense("olmo3", olmo3::build).caching(llama::caches),
     dense("phi3", phi3::build),
     dense("qwen2", qwen2::build).caching(llama::caches),

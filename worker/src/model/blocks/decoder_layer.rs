@@ -1,6 +1,6 @@
 //! One pre-norm residual layer: `h = x + mix(norm(x))`, `out = h + ffn(norm(h))`, where the
-//! token mixer is attention, a gated DeltaNet (Qwen3-Next's linear layers) or a short
-//! convolution (LFM2's), each block's output optionally normalized (Gemma) or scaled (Granite)
+//! token mixer is attention, a gated DeltaNet (Qwen3-Next's linear layers), a short
+//! convolution (LFM2's) or a Mamba-2 mixer (Nemotron-H's, Granite 4's), each block's output optionally normalized (Gemma) or scaled (Granite)
 //! before its sum; Gemma 4 then adds its gated per-layer input and scales the whole output.
 
 use mlx_rs::Array;
@@ -11,6 +11,7 @@ use super::attention::Attention;
 use super::attention::AttentionSpec;
 use super::gated_delta::GatedDeltaNet;
 use super::latent_attention::LatentAttention;
+use super::mamba2::Mamba2;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::norm::Norm;
@@ -27,6 +28,8 @@ pub enum FeedForward {
     Dense(Mlp),
     Experts(Box<Moe>),
     DenseAndExperts(Box<DenseAndExperts>),
+    /// None: a Nemotron-H mixer followed by another mixer is a layer of its own.
+    Absent,
 }
 
 /// Gemma 4's mixture-of-experts block: a dense MLP and the experts side by side, each output
@@ -48,6 +51,7 @@ impl FeedForward {
     pub fn shape(&self) -> FeedForwardShape {
         match self {
             Self::Dense(mlp) => FeedForwardShape::Dense { inner: mlp.inner() },
+            Self::Absent => FeedForwardShape::Dense { inner: 0 },
             Self::Experts(moe) => moe.shape(),
             // The dense MLP runs on every position, as a shared expert does.
             Self::DenseAndExperts(both) => match both.experts.shape() {
@@ -71,6 +75,8 @@ impl FeedForward {
     fn forward(&self, normed: &Array, x: &Array) -> Result<Array, Exception> {
         match self {
             Self::Dense(mlp) => mlp.forward(normed),
+            // `DecoderLayer::forward` skips the block.
+            Self::Absent => Ok(x.clone()),
             Self::Experts(moe) => moe.forward(normed),
             Self::DenseAndExperts(both) => {
                 let dense = both.post_mlp_norm.forward(&both.mlp.forward(normed)?)?;
@@ -92,6 +98,8 @@ pub enum Mixer {
     LatentAttention(Box<LatentAttention>),
     /// A gated causal convolution over the last few positions (LFM2).
     ShortConv(Box<ShortConv>),
+    /// A selective state-space scan (Nemotron-H, Granite 4).
+    Mamba2(Box<Mamba2>),
 }
 
 impl From<Attention> for Mixer {
@@ -105,7 +113,10 @@ impl Mixer {
     pub fn shared_kv(&self) -> Option<usize> {
         match self {
             Self::Attention(attention) => attention.shared_kv(),
-            Self::GatedDelta(_) | Self::LatentAttention(_) | Self::ShortConv(_) => None,
+            Self::GatedDelta(_)
+            | Self::LatentAttention(_)
+            | Self::ShortConv(_)
+            | Self::Mamba2(_) => None,
         }
     }
 
@@ -113,7 +124,10 @@ impl Mixer {
     pub fn sliding_window(&self) -> Option<i32> {
         match self {
             Self::Attention(attention) => attention.sliding_window(),
-            Self::GatedDelta(_) | Self::LatentAttention(_) | Self::ShortConv(_) => None,
+            Self::GatedDelta(_)
+            | Self::LatentAttention(_)
+            | Self::ShortConv(_)
+            | Self::Mamba2(_) => None,
         }
     }
 
@@ -123,6 +137,7 @@ impl Mixer {
             Self::Attention(_) | Self::LatentAttention(_) => None,
             Self::GatedDelta(delta) => Some(delta.state_shape()),
             Self::ShortConv(conv) => Some(conv.state_shape()),
+            Self::Mamba2(mamba) => Some(mamba.state_shape()),
         }
     }
 
@@ -145,7 +160,7 @@ impl Mixer {
         match self {
             Self::Attention(attention) => attention.cache_shape(),
             Self::LatentAttention(attention) => attention.cache_shape(),
-            Self::GatedDelta(_) | Self::ShortConv(_) => CacheShape::heads(0, 0),
+            Self::GatedDelta(_) | Self::ShortConv(_) | Self::Mamba2(_) => CacheShape::heads(0, 0),
         }
     }
 
@@ -156,6 +171,7 @@ impl Mixer {
             Self::GatedDelta(delta) => delta.new_cache(),
             Self::LatentAttention(_) => KvCache::default(),
             Self::ShortConv(conv) => conv.new_cache(),
+            Self::Mamba2(mamba) => mamba.new_cache(),
         }
     }
 
@@ -170,6 +186,7 @@ impl Mixer {
             Self::GatedDelta(delta) => delta.forward(x, lengths, caches),
             Self::LatentAttention(attention) => attention.forward(x, lengths, caches),
             Self::ShortConv(conv) => conv.forward(x, lengths, caches),
+            Self::Mamba2(mamba) => mamba.forward(x, lengths, caches),
         }
     }
 }
@@ -271,11 +288,15 @@ impl DecoderLayer {
             .forward(&self.input_norm.forward(x)?, lengths, caches)?;
         let attended = normalized(attended, self.post_attention_norm.as_ref())?;
         let h = ops::add(x, &scaled(attended, self.residual_scale)?)?;
-        let fed = self
-            .feed_forward
-            .forward(&self.pre_feed_forward_norm.forward(&h)?, &h)?;
-        let fed = normalized(fed, self.post_feed_forward_norm.as_ref())?;
-        let out = ops::add(&h, &scaled(fed, self.residual_scale)?)?;
+        let out = if matches!(self.feed_forward, FeedForward::Absent) {
+            h
+        } else {
+            let fed = self
+                .feed_forward
+                .forward(&self.pre_feed_forward_norm.forward(&h)?, &h)?;
+            let fed = normalized(fed, self.post_feed_forward_norm.as_ref())?;
+            ops::add(&h, &scaled(fed, self.residual_scale)?)?
+        };
         let out = match (&self.per_layer_gate, per_layer_input) {
             (Some(gate), Some(input)) => gate.forward(&out, input)?,
             _ => out,

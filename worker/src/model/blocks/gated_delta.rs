@@ -343,7 +343,7 @@ impl GatedDeltaNet {
 }
 
 /// `log(1 + exp(x))` as MLX's `nn.softplus` computes it.
-fn softplus(x: &Array) -> Result<Array, Exception> {
+pub(super) fn softplus(x: &Array) -> Result<Array, Exception> {
     ops::logaddexp(x, &Array::from_f32(0.0).as_dtype(x.dtype())?)
 }
 

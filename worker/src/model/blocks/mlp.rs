@@ -1,4 +1,5 @@
-//! The gated feed-forward block: `down(act(gate(x)) · up(x))`.
+//! The feed-forward block: gated, `down(act(gate(x)) · up(x))`, or without a gate,
+//! `down(act(up(x)))` (Nemotron-H's squared ReLU).
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -19,10 +20,29 @@ pub enum Activation {
     /// gpt-oss's SwiGLU: the gate clipped from above at `limit`, the linear part clipped to
     /// `±limit` and shifted by one: `(up + 1) · gate · sigmoid(alpha · gate)`.
     ClampedSwiglu { limit: f32, alpha: f32 },
+    /// Nemotron-H's `relu(up)²`, without a gate projection.
+    SquaredRelu,
 }
 
 impl Activation {
-    pub fn gate(self, gate: &Array, up: &Array) -> Result<Array, Exception> {
+    /// Whether the block has a gate projection.
+    pub fn is_gated(self) -> bool {
+        !matches!(self, Self::SquaredRelu)
+    }
+
+    /// The activation of `up`, gated by `gate` where the block has one.
+    pub fn apply(self, gate: Option<&Array>, up: &Array) -> Result<Array, Exception> {
+        match (self, gate) {
+            (Self::SquaredRelu, _) => {
+                let relu = ops::maximum(up, &Array::from_f32(0.0).as_dtype(up.dtype())?)?;
+                ops::square(&relu)
+            }
+            (gated, Some(gate)) => gated.gate(gate, up),
+            (_, None) => Err(Exception::from("a gated activation without its gate")),
+        }
+    }
+
+    fn gate(self, gate: &Array, up: &Array) -> Result<Array, Exception> {
         match self {
             Self::Silu => ops::multiply(&kernels::silu(gate)?, up),
             Self::GeluTanh => ops::multiply(&gelu_tanh(gate)?, up),
@@ -36,12 +56,14 @@ impl Activation {
                 )?;
                 ops::multiply(&ops::add(&up, &constant(1.0)?)?, &gated)
             }
+            Self::SquaredRelu => self.apply(None, up),
         }
     }
 }
 
 pub struct Mlp {
-    gate_proj: Linear,
+    /// `None` for an ungated activation.
+    gate_proj: Option<Linear>,
     up_proj: Linear,
     down_proj: Linear,
     activation: Activation,
@@ -70,10 +92,38 @@ impl Mlp {
             )
         };
         Ok(Self {
-            gate_proj: linear("gate_proj", inner, hidden)?,
+            gate_proj: Some(linear("gate_proj", inner, hidden)?),
             up_proj: linear("up_proj", inner, hidden)?,
             down_proj: linear("down_proj", hidden, inner)?,
             activation: Activation::Silu,
+            inner,
+        })
+    }
+
+    /// Nemotron-H's MLP: `{prefix}.up_proj` of width `inner`, squared ReLU, `{prefix}.down_proj`.
+    pub fn load_squared_relu(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        inner: i32,
+        bias: bool,
+    ) -> Result<Self, ModelError> {
+        let (hidden, quant) = (config.hidden_size, config.quantization);
+        let mut linear = |name: &str, out: i32, input: i32| {
+            Linear::load(
+                weights,
+                &format!("{prefix}.{name}"),
+                out,
+                input,
+                bias,
+                quant,
+            )
+        };
+        Ok(Self {
+            gate_proj: None,
+            up_proj: linear("up_proj", inner, hidden)?,
+            down_proj: linear("down_proj", hidden, inner)?,
+            activation: Activation::SquaredRelu,
             inner,
         })
     }
@@ -111,7 +161,7 @@ impl Mlp {
             quant,
         )?;
         Ok(Self {
-            gate_proj,
+            gate_proj: Some(gate_proj),
             up_proj,
             down_proj,
             activation: Activation::Silu,
@@ -125,9 +175,13 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let gate = self.gate_proj.forward(x)?;
+        let gate = match &self.gate_proj {
+            Some(gate_proj) => Some(gate_proj.forward(x)?),
+            None => None,
+        };
         let up = self.up_proj.forward(x)?;
-        self.down_proj.forward(&self.activation.gate(&gate, &up)?)
+        self.down_proj
+            .forward(&self.activation.apply(gate.as_ref(), &up)?)
     }
 }
 

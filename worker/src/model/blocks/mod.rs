@@ -5,6 +5,7 @@ pub mod decoder_layer;
 pub mod gated_delta;
 pub mod latent_attention;
 pub mod linear;
+pub mod mamba2;
 pub mod mlp;
 pub mod moe;
 pub mod multi_linear;

@@ -124,7 +124,8 @@ pub struct Moe {
     top_k: i32,
     /// Width of each expert's MLP.
     inner: i32,
-    gate_proj: SwitchLinear,
+    /// `None` for an ungated activation (Nemotron-H's squared ReLU).
+    gate_proj: Option<SwitchLinear>,
     up_proj: SwitchLinear,
     down_proj: SwitchLinear,
     activation: Activation,
@@ -177,7 +178,11 @@ impl Moe {
                 spec.biases,
             )
         };
-        let gate_proj = switch(gate, spec.inner, hidden)?;
+        let gate_proj = if spec.activation.is_gated() {
+            Some(switch(gate, spec.inner, hidden)?)
+        } else {
+            None
+        };
         let up_proj = switch(up, spec.inner, hidden)?;
         let down_proj = switch(down, hidden, spec.inner)?;
         let bias = format!("{router}.e_score_correction_bias");
@@ -417,11 +422,13 @@ impl Moe {
         } else {
             (x, indices.clone(), None)
         };
-        let gate = self.gate_proj.forward(&x, &expert_of_row, sort)?;
+        let gate = match &self.gate_proj {
+            Some(gate_proj) => Some(gate_proj.forward(&x, &expert_of_row, sort)?),
+            None => None,
+        };
         let up = self.up_proj.forward(&x, &expert_of_row, sort)?;
-        let out =
-            self.down_proj
-                .forward(&self.activation.gate(&gate, &up)?, &expert_of_row, sort)?;
+        let activated = self.activation.apply(gate.as_ref(), &up)?;
+        let out = self.down_proj.forward(&activated, &expert_of_row, sort)?;
         let out = match unsort {
             Some(unsort) => {
                 let mut shape = indices.shape().to_vec();

@@ -130,3 +130,23 @@ fn hybrid_and_gemma4_mixtures_run_top_k_of_their_routed_experts() {
     }
     assert_eq!(count_of("qwen3_5", "f32").active, None);
 }
+
+/// Granite 4's experts fuse their gate and up projections in `block_sparse_moe.input_linear`,
+/// beside a shared MLP with the same names under `shared_mlp` (tests/data/toolchain).
+#[test]
+fn granite_4s_fused_experts_are_routed_and_its_shared_mlp_is_not() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/toolchain/granitemoehybrid/hf");
+    let headers = tensor_headers(&dir).unwrap();
+    let routed: u64 = headers
+        .iter()
+        .filter(|(name, _)| name.contains(".block_sparse_moe.") && !name.contains(".router."))
+        .map(|(_, header)| header.elements())
+        .sum();
+    assert!(routed > 0);
+    let counted = count(&dir, &ModelConfig::load(&dir).unwrap()).unwrap();
+    assert_eq!(
+        counted.active,
+        Some(counted.total - routed + routed * 2 / 4)
+    );
+}
