@@ -17,10 +17,16 @@
 //! (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those without
 //! key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the latent
 //! attention's sizes, the routing and YaRN as llama.cpp reads them), Nemotron-H
-//! (`nemotron_h.rs`: the layer pattern read back from the per-layer widths).
+//! (`nemotron_h.rs`: the layer pattern read back from the per-layer widths), Gemma 2 and 4
+//! (`gemma.rs`), Llama 4 (`llama4.rs`), ERNIE 4.5 MoE (`ernie.rs`) and Ministral 3's rotation
+//! (`ministral3.rs`).
 
 mod deepseek2;
+mod ernie;
+mod gemma;
 mod lfm2;
+mod llama4;
+mod ministral3;
 mod nemotron_h;
 mod qwen3_next;
 
@@ -280,16 +286,19 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 put(key, value);
             }
         }
-        "gemma2" => gemma2(&keys, &mut config, layers, heads, head_dim)?,
-        "gemma4" => gemma4(&keys, &mut config, layers, feed_forward)?,
+        "gemma2" => gemma::gemma2(&keys, &mut config, layers, heads, head_dim)?,
+        "gemma4" => gemma::gemma4(&keys, &mut config, layers, feed_forward)?,
         "qwen3next" | "qwen35" | "qwen35moe" => {
             return qwen3_next::hybrid(&keys, config, layers, head_dim);
         }
-        "llama4" => llama4(&keys, &mut config, feed_forward)?,
+        "llama4" => llama4::llama4(&keys, &mut config, feed_forward)?,
         "mistral3" => {
             let theta = keys.float("rope.freq_base").unwrap_or(1_000_000.0);
             let context = keys.integer("context_length").unwrap_or(0);
-            put("rope_parameters", ministral3_rope(&keys, theta, context)?);
+            put(
+                "rope_parameters",
+                ministral3::ministral3_rope(&keys, theta, context)?,
+            );
         }
         "olmo2" => {
             if let Some(window) = keys.integer("attention.sliding_window") {
@@ -302,7 +311,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             "attention_out_bias",
             json!(keys.has_tensor("blk.0.attn_output.bias")),
         ),
-        "ernie4_5-moe" => ernie4_5_moe(&keys, &mut config)?,
+        "ernie4_5-moe" => ernie::ernie4_5_moe(&keys, &mut config)?,
         "lfm2" | "lfm2moe" => lfm2::lfm2(&keys, &mut config, layers)?,
         "deepseek2" => deepseek2::deepseek2(&keys, &mut config, layers)?,
         "minimax-m2" => {
@@ -425,242 +434,6 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         return Ok(json!({"model_type": "llama4", "text_config": config}));
     }
     Ok(Json::Object(config))
-}
-
-/// Gemma 2: soft caps and window from the metadata (llama.cpp's defaults without them); every
-/// other layer slides unless `attention.sliding_window_pattern` says otherwise; queries scaled by
-/// the head size, by hidden/heads in the 46-layer 27B, as llama.cpp hard-codes.
-fn gemma2(
-    keys: &Keys,
-    config: &mut Map<String, Json>,
-    layers: u64,
-    heads: u64,
-    head_dim: u64,
-) -> Result<(), GgufError> {
-    let kinds = periodic_kinds(layers, sliding_pattern(keys, 2)?);
-    let hidden = keys.required("embedding_length")?;
-    let scalar = if layers == 46 {
-        hidden / heads.max(1)
-    } else {
-        head_dim
-    };
-    let mut put = |key: &str, value: Json| {
-        config.insert(key.into(), value);
-    };
-    put("head_dim", json!(head_dim));
-    put("layer_types", json!(kinds));
-    put(
-        "sliding_window",
-        json!(keys.integer("attention.sliding_window").unwrap_or(4096)),
-    );
-    put("query_pre_attn_scalar", json!(scalar));
-    for (key, default) in [
-        ("attn_logit_softcapping", 50.0),
-        ("final_logit_softcapping", 30.0),
-    ] {
-        put(key, json!(keys.float(key).unwrap_or(default)));
-    }
-    Ok(())
-}
-
-/// Gemma 4: llama.cpp's `key_length` is the full layers' head (`global_head_dim`), `_swa` the
-/// sliding layers'; the sliding layers are per-layer flags; the KV-shared layers' MLP is twice as
-/// wide in `feed_forward_length`'s per-layer widths; the full layers' proportional rotation is the
-/// `rope_freqs` tensor (1 for each rotated pair, 1e30 for the pairs left unrotated); values equal
-/// keys where a full layer has no `attn_v`; a router (`ffn_gate_inp`) means experts beside each
-/// MLP (26B-A4B).
-fn gemma4(
-    keys: &Keys,
-    config: &mut Map<String, Json>,
-    layers: u64,
-    feed_forward: u64,
-) -> Result<(), GgufError> {
-    let header = keys.header;
-    let full_head = keys.required("attention.key_length")?;
-    let sliding_head = keys
-        .integer("attention.key_length_swa")
-        .unwrap_or(full_head);
-    let kinds = layer_kinds(keys, layers)?;
-    let shared = keys.integer("attention.shared_kv_layers").unwrap_or(0);
-    let widths = keys
-        .per_layer("feed_forward_length", layers)
-        .ok_or_else(|| keys.missing("feed_forward_length"))?;
-    let double_wide = widths
-        .iter()
-        .skip(layers.saturating_sub(shared) as usize)
-        .any(|&width| width == 2 * feed_forward);
-    let kv_heads = keys
-        .per_layer("attention.head_count_kv", layers)
-        .ok_or_else(|| keys.missing("attention.head_count_kv"))?;
-    let first_full = kinds.iter().position(|kind| *kind == "full_attention");
-    let global_kv_heads = first_full.map(|layer| kv_heads[layer]);
-    let values_are_keys =
-        first_full.is_some_and(|layer| !keys.has_tensor(&format!("blk.{layer}.attn_v.weight")));
-    let factors = header.read_f32("rope_freqs.weight")?.unwrap_or_default();
-    let rotated_pairs = factors.iter().filter(|&&factor| factor == 1.0).count();
-    let full_rotated = if factors.is_empty() {
-        1.0
-    } else {
-        (2 * rotated_pairs) as f64 / full_head.max(1) as f64
-    };
-    let per_layer_width = keys
-        .integer("embedding_length_per_layer_input")
-        .unwrap_or(0);
-    let per_layer_vocab = header
-        .tensors
-        .iter()
-        .find(|tensor| tensor.name == "per_layer_token_embd.weight")
-        .and_then(|tensor| tensor.dims.get(1).copied());
-    let mut put = |key: &str, value: Json| {
-        config.insert(key.into(), value);
-    };
-    put("head_dim", json!(sliding_head));
-    put("global_head_dim", json!(full_head));
-    put("layer_types", json!(kinds));
-    put(
-        "sliding_window",
-        json!(keys.required("attention.sliding_window")?),
-    );
-    put("num_kv_shared_layers", json!(shared));
-    put("use_double_wide_mlp", json!(double_wide));
-    put("num_key_value_heads", json!(kv_heads[0]));
-    put("num_global_key_value_heads", json!(global_kv_heads));
-    put("attention_k_eq_v", json!(values_are_keys));
-    put(
-        "rope_parameters",
-        json!({
-            "full_attention": {
-                "rope_type": "proportional",
-                "partial_rotary_factor": full_rotated,
-                "rope_theta": keys.float("rope.freq_base").unwrap_or(1_000_000.0),
-            },
-            "sliding_attention": {
-                "rope_type": "default",
-                "rope_theta": keys.float("rope.freq_base_swa").unwrap_or(10_000.0),
-            },
-        }),
-    );
-    put(
-        "final_logit_softcapping",
-        json!(keys.float("final_logit_softcapping")),
-    );
-    if keys.has_tensor("blk.0.ffn_gate_inp.weight") {
-        let [count, (_, top_k)] = keys.experts("num_experts")?;
-        put(count.0, count.1);
-        put("top_k_experts", top_k);
-        put("enable_moe_block", json!(true));
-        put(
-            "moe_intermediate_size",
-            json!(
-                keys.first_integer("expert_feed_forward_length")
-                    .ok_or_else(|| keys.missing("expert_feed_forward_length"))?
-            ),
-        );
-    }
-    put("hidden_size_per_layer_input", json!(per_layer_width));
-    if let Some(vocab) = per_layer_vocab {
-        put("vocab_size_per_layer_input", json!(vocab));
-    }
-    Ok(())
-}
-
-/// ERNIE 4.5 MoE: dense layers lead (`leading_dense_block_count`), then every
-/// `interleave_moe_layer_step`-th layer routes; `feed_forward_length` is the dense layers' MLP and
-/// the shared experts together are `expert_shared_feed_forward_length` wide.
-fn ernie4_5_moe(keys: &Keys, config: &mut Map<String, Json>) -> Result<(), GgufError> {
-    let inner = keys.required("expert_feed_forward_length")?;
-    let shared_width = keys
-        .integer("expert_shared_feed_forward_length")
-        .unwrap_or(0);
-    let mut put = |key: &str, value: Json| {
-        config.insert(key.into(), value);
-    };
-    for (key, value) in keys.experts("moe_num_experts")? {
-        put(key, value);
-    }
-    put("moe_intermediate_size", json!(inner));
-    put("moe_num_shared_experts", json!(shared_width / inner.max(1)));
-    put(
-        "moe_layer_start_index",
-        json!(keys.integer("leading_dense_block_count").unwrap_or(0)),
-    );
-    put(
-        "moe_layer_interval",
-        json!(keys.integer("interleave_moe_layer_step").unwrap_or(1)),
-    );
-    put("use_bias", json!(keys.has_tensor("blk.0.attn_q.bias")));
-    Ok(())
-}
-
-/// Llama 4 (Scout, Maverick): `feed_forward_length` is the dense layers' MLP
-/// (`intermediate_size_mlp`), `expert_feed_forward_length` the experts' and the shared expert's.
-/// llama.cpp hard-codes the rest: attention in chunks of 8192 positions and no RoPE in every
-/// fourth layer, whose queries are scaled by a temperature (floor 8192, scale 0.1), and the
-/// rotated layers' queries and keys L2-normed but in the 128-expert Maverick. Llama 3 rope
-/// scaling is the `rope_freqs` tensor, which the model reads.
-fn llama4(keys: &Keys, config: &mut Map<String, Json>, feed_forward: u64) -> Result<(), GgufError> {
-    if keys.integer("attention.sliding_window") == Some(0) {
-        return Err(keys.header.invalid(
-            "llama4 without chunked attention (MobileLLM, sliding_window 0) is not served as GGUF",
-        ));
-    }
-    let experts = keys.required("expert_count")?;
-    let mut put = |key: &str, value: Json| {
-        config.insert(key.into(), value);
-    };
-    put("model_type", json!("llama4_text"));
-    put("intermediate_size_mlp", json!(feed_forward));
-    put(
-        "intermediate_size",
-        json!(keys.required("expert_feed_forward_length")?),
-    );
-    for (key, value) in keys.experts("num_local_experts")? {
-        put(key, value);
-    }
-    put(
-        "interleave_moe_layer_step",
-        json!(keys.required("interleave_moe_layer_step")?),
-    );
-    put("attention_chunk_size", json!(8192));
-    put("attn_temperature_tuning", json!(true));
-    put("floor_scale", json!(8192));
-    put("attn_scale", json!(0.1));
-    put("use_qk_norm", json!(experts != 128));
-    Ok(())
-}
-
-/// Ministral 3's `rope_parameters`: YaRN (or none) from `rope.scaling.*`, with
-/// `rope.scaling.yarn_log_multiplier` as `mscale_all_dim` and `attention.temperature_scale` as
-/// `llama_4_scaling_beta`, as the converter writes them (no temperature scale: queries unscaled).
-fn ministral3_rope(keys: &Keys, theta: f64, context: u64) -> Result<Json, GgufError> {
-    let original = keys
-        .integer("rope.scaling.original_context_length")
-        .unwrap_or(context);
-    let mut rope = json!({
-        "rope_type": "default",
-        "rope_theta": theta,
-        "original_max_position_embeddings": original,
-        "llama_4_scaling_beta": keys.float("attention.temperature_scale").unwrap_or(0.0),
-    });
-    if let Some(Json::Object(yarn)) = rope_scaling(keys)? {
-        if yarn.get("type").and_then(Json::as_str) != Some("yarn") {
-            return Err(keys
-                .header
-                .invalid("mistral3 rope scaling other than YaRN is not served"));
-        }
-        for (key, value) in yarn {
-            rope[if key == "type" {
-                "rope_type".to_owned()
-            } else {
-                key
-            }] = value;
-        }
-        rope["mscale_all_dim"] = json!(
-            keys.float("rope.scaling.yarn_log_multiplier")
-                .unwrap_or(0.0)
-        );
-    }
-    Ok(rope)
 }
 
 /// `rope.dimension_count` as a fraction of the head (all of it when absent).
