@@ -50,6 +50,8 @@ PRES = [
     "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2",
     "tekken",
     "deepseek-v3",
+    "deepseek-llm",
+    "kimi-k2",
 ]
 
 TEXTS = [
@@ -63,6 +65,9 @@ TEXTS = [
     "a/b/c http://x.y/z?q=1&r=2 <tag attr=\"v\"/> $x+=y**2; // done...",
     "Hello\n\nWorld  the  world\t\tthe end",
     "xlCx wilCo re\u0301sume\u0301",
+    # An apostrophe no letter precedes: Kimi K2's split joins it to the word after it, so "e r"
+    # merges there; Llama 3's takes "'re" as a contraction first.
+    "'rer 2'rer\n'rer",
 ]
 
 
@@ -73,7 +78,11 @@ def regex_groups(vocab_cpp):
     types = {}
     start = 0
     for assignment in re.finditer(r"pre_type = (LLAMA_VOCAB_PRE_TYPE_\w+);", source):
-        for name in re.findall(r'tokenizer_pre == "([^"]+)"', source[start : assignment.start()]):
+        # Only the names of a condition choosing the type, not a test such as `is_kimi_k2`'s.
+        conditions = re.findall(
+            r'tokenizer_pre == "([^"]+)"\s*(?:\|\||\)\s*\{)', source[start : assignment.start()]
+        )
+        for name in conditions:
             types.setdefault(name, assignment.group(1))
         start = assignment.end()
     constructor = source[source.index("llm_tokenizer_bpe(const llama_vocab & vocab)") :]

@@ -53,6 +53,19 @@ const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])
 /// non-letter, punctuation and symbol runs their newlines.
 const DEEPSEEK3: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
 
+/// DeepSeek V2's (and DeepSeek LLM's) letters: Latin, Greek, Cyrillic, Armenian, Georgian,
+/// Cherokee and other cased scripts, with one leading space.
+const DEEPSEEK_LLM_LETTERS: &str = r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+/// DeepSeek V2's ASCII and full-width punctuation runs, with one leading space.
+const DEEPSEEK_LLM_PUNCTUATION: &str = r"\s?[!-/:-~！-／：-～‘-‟　-。]+";
+
+/// Kimi K2's split as llama.cpp's own code makes it (`unicode_regex_split_custom_kimi_k2`), not
+/// the tokenizer's regex: runs of Han ideographs (llama.cpp's blocks); then a word, its letters
+/// other than Han with one leading non-letter and a contraction, so CamelCase and combining marks
+/// do not split as the original regex would; numbers of up to three digits; punctuation runs;
+/// newlines; spaces.
+const KIMI_K2: &str = r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]+|[^\r\n\p{L}\p{N}]?[^\P{L}\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// How llama.cpp splits text for one family of `tokenizer.ggml.pre` names.
 struct PreTokenizer {
     names: &'static [&'static str],
@@ -68,7 +81,7 @@ struct PreTokenizer {
 
 /// The pre-tokenizers served: llama.cpp's mapping of names to splits (llama-vocab.cpp), with the
 /// tokenizer.json regexes its own engine rewrites.
-const PRE_TOKENIZERS: [PreTokenizer; 11] = [
+const PRE_TOKENIZERS: [PreTokenizer; 13] = [
     PreTokenizer {
         names: &["default"],
         splits: &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
@@ -164,6 +177,25 @@ const PRE_TOKENIZERS: [PreTokenizer; 11] = [
     PreTokenizer {
         names: &["deepseek-v3"],
         splits: &[r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", DEEPSEEK3],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["deepseek-llm"],
+        splits: &[
+            r"[\r\n]",
+            DEEPSEEK_LLM_LETTERS,
+            DEEPSEEK_LLM_PUNCTUATION,
+            r"\s+$",
+            "[一-龥ࠀ-一가-퟿]+",
+            r"\p{N}+",
+        ],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizer {
+        names: &["kimi-k2"],
+        splits: &[KIMI_K2],
         ignore_merges: false,
         add_bos: false,
     },
