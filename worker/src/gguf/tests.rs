@@ -533,7 +533,7 @@ fn pre_tokenized(pre: &str, text: &str) -> Vec<String> {
     pieces
         .get_splits(OffsetReferential::Original, OffsetType::Byte)
         .into_iter()
-        .map(|(piece, _, _)| piece.to_owned())
+        .map(|(_, (start, end), _)| text[start..end].to_owned())
         .collect()
 }
 
@@ -543,11 +543,60 @@ fn pre_tokenized(pre: &str, text: &str) -> Vec<String> {
 fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
     assert_eq!(
         pre_tokenized("gpt-4o", "HelloWorld's 12345 foo"),
-        ["Hello", "World's", "Ġ", "123", "45", "Ġfoo"]
+        ["Hello", "World's", " ", "123", "45", " foo"]
     );
     assert_eq!(
         pre_tokenized("refact", "abc 123"),
-        ["abc", "Ġ", "1", "2", "3"]
+        ["abc", " ", "1", "2", "3"]
+    );
+}
+
+/// Kimi K2's split is llama.cpp's code, not its regex: Han runs apart from kana, whole words
+/// (no CamelCase split), a combining mark apart, an apostrophe joining the word it leads.
+/// DeepSeek V2's regexes run in turn: newlines, cased letters, punctuation, trailing spaces,
+/// CJK, numbers.
+#[test]
+fn the_kimi_k2_and_deepseek_llm_pre_tokenizers_split_as_llama_cpp_does() {
+    assert_eq!(
+        pre_tokenized(
+            "kimi-k2",
+            "日本語の文章 CamelCase e\u{301} it's 'rer\n\n  x1234"
+        ),
+        [
+            "日本語",
+            "の",
+            "文章",
+            " CamelCase",
+            " e",
+            "\u{301}",
+            " it's",
+            " '",
+            "rer",
+            "\n\n",
+            " ",
+            " x",
+            "123",
+            "4"
+        ]
+    );
+    assert_eq!(
+        pre_tokenized("deepseek-llm", "Hello, world!\n\n  Ω 123 日本語 ok  "),
+        [
+            "Hello",
+            ",",
+            " world",
+            "!",
+            "\n",
+            "\n",
+            " ",
+            " Ω",
+            " ",
+            "123",
+            " ",
+            "日本語",
+            " ok",
+            "  "
+        ]
     );
 }
 
