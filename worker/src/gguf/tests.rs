@@ -554,7 +554,8 @@ fn the_gpt_4o_and_refact_pre_tokenizers_split_as_llama_cpp_does() {
 /// Kimi K2's split is llama.cpp's code, not its regex: Han runs apart from kana, whole words
 /// (no CamelCase split), a combining mark apart, an apostrophe joining the word it leads.
 /// DeepSeek V2's regexes run in turn: newlines, cased letters, punctuation, trailing spaces,
-/// CJK, numbers.
+/// CJK, numbers; a non-ASCII space is a space to each, never punctuation or CJK. The pieces are
+/// those llama.cpp's `unicode_regex_split` gives.
 #[test]
 fn the_kimi_k2_and_deepseek_llm_pre_tokenizers_split_as_llama_cpp_does() {
     assert_eq!(
@@ -580,7 +581,10 @@ fn the_kimi_k2_and_deepseek_llm_pre_tokenizers_split_as_llama_cpp_does() {
         ]
     );
     assert_eq!(
-        pre_tokenized("deepseek-llm", "Hello, world!\n\n  Ω 123 日本語 ok  "),
+        pre_tokenized(
+            "deepseek-llm",
+            "Hello, world!\n\n  Ω 123 日本語 ok \u{3000}ｗｏｒｌｄ！\u{3000}\u{2003}日本  "
+        ),
         [
             "Hello",
             ",",
@@ -595,6 +599,11 @@ fn the_kimi_k2_and_deepseek_llm_pre_tokenizers_split_as_llama_cpp_does() {
             " ",
             "日本語",
             " ok",
+            " ",
+            "\u{3000}ｗｏｒｌｄ",
+            "！",
+            "\u{3000}\u{2003}",
+            "日本",
             "  "
         ]
     );

@@ -56,8 +56,12 @@ const DEEPSEEK3: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r
 /// DeepSeek V2's (and DeepSeek LLM's) letters: Latin, Greek, Cyrillic, Armenian, Georgian,
 /// Cherokee and other cased scripts, with one leading space.
 const DEEPSEEK_LLM_LETTERS: &str = r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
-/// DeepSeek V2's ASCII and full-width punctuation runs, with one leading space.
-const DEEPSEEK_LLM_PUNCTUATION: &str = r"\s?[!-/:-~！-／：-～‘-‟　-。]+";
+/// DeepSeek V2's ASCII and full-width punctuation runs, with one leading space. Its range
+/// `\u{3000}-。` starts at `、` here: llama.cpp makes every non-ASCII space a vertical tab
+/// before these regexes run, so the ideographic space is only ever a space.
+const DEEPSEEK_LLM_PUNCTUATION: &str = r"\s?[!-/:-~！-／：-～‘-‟、-。]+";
+/// DeepSeek V2's CJK, Hangul and other runs from U+0800, spaces excepted (as above).
+const DEEPSEEK_LLM_CJK: &str = r"(?:(?!\s)[一-龥ࠀ-一가-퟿])+";
 
 /// Kimi K2's split as llama.cpp's own code makes it (`unicode_regex_split_custom_kimi_k2`), not
 /// the tokenizer's regex: runs of Han ideographs (llama.cpp's blocks); then a word, its letters
@@ -187,7 +191,7 @@ const PRE_TOKENIZERS: [PreTokenizer; 13] = [
             DEEPSEEK_LLM_LETTERS,
             DEEPSEEK_LLM_PUNCTUATION,
             r"\s+$",
-            "[一-龥ࠀ-一가-퟿]+",
+            DEEPSEEK_LLM_CJK,
             r"\p{N}+",
         ],
         ignore_merges: false,
