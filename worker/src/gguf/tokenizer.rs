@@ -65,9 +65,9 @@ const DEEPSEEK_LLM_CJK: &str = r"(?:(?!\s)[一-龥ࠀ-一가-퟿])+";
 
 /// Kimi K2's split as llama.cpp's own code makes it (`unicode_regex_split_custom_kimi_k2`), not
 /// the tokenizer's regex: runs of Han ideographs (llama.cpp's blocks); then a word, its letters
-/// other than Han with one leading non-letter and a contraction, so CamelCase and combining marks
-/// do not split as the original regex would; numbers of up to three digits; punctuation runs;
-/// newlines; spaces.
+/// other than Han with one leading non-letter and a contraction (unlike the original regex,
+/// CamelCase stays whole and a combining mark ends the word); numbers of up to three digits;
+/// punctuation runs; newlines; spaces.
 const KIMI_K2: &str = r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]+|[^\r\n\p{L}\p{N}]?[^\P{L}\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// How llama.cpp splits text for one family of `tokenizer.ggml.pre` names.
