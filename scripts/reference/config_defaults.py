@@ -1,6 +1,7 @@
-"""The config.json each served architecture's transformers config class writes with every
-default, and a minimal variant of it keeping only the keys every decoder needs, so a test can
-check that corral reads each key a release leaves out as transformers defaults it.
+"""For each served architecture, a minimal config.json keeping only the keys every decoder needs
+(their values the transformers config class's defaults), and the config.json that class writes
+when it reads that minimal one, every default written out, so a test can check that corral reads
+each key a release leaves out as transformers defaults it.
 
 Usage: config_defaults.py OUT.json TYPE [TYPE ...]
 
@@ -69,11 +70,14 @@ def main():
         if model_type not in CONFIG_MAPPING_NAMES:
             skipped[model_type] = f"transformers {version('transformers')} has no config class"
             continue
-        full = finite(without_towers(AutoConfig.for_model(model_type).to_dict()))
+        kept = minimal(without_towers(AutoConfig.for_model(model_type).to_dict()))
+        # What the class reads the minimal config as, every default written out: for a wrapper
+        # its text config's own class defaults, not the wrapper's default text config.
+        full = finite(without_towers(AutoConfig.for_model(**kept).to_dict()))
         for key in ("transformers_version", "architectures", "_name_or_path"):
             full.pop(key, None)
             full.get("text_config", {}).pop(key, None)
-        entries[model_type] = {"full": full, "minimal": minimal(full)}
+        entries[model_type] = {"full": full, "minimal": kept}
     with open(out, "w") as file:
         json.dump(
             {

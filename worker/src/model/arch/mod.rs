@@ -231,36 +231,35 @@ mod tests {
     /// the keys the worker's common config or the architecture reads without transformers'
     /// default; a type leaves this list when its keys default as transformers' do.
     const STILL_DIFFERENT: &[(&str, &str)] = &[
-        ("ernie4_5_moe", "num_key_value_heads"),
-        ("gemma2", "num_key_value_heads, head_dim"),
-        ("gemma3", "head_dim, sliding_window"),
+        (
+            "gemma3",
+            "sliding_window (transformers 4096, corral mlx-lm's 512)",
+        ),
         (
             "gemma3_text",
-            "num_key_value_heads, head_dim, sliding_window",
+            "sliding_window (transformers 4096, corral mlx-lm's 512)",
         ),
-        ("gemma4", "num_key_value_heads, head_dim"),
-        ("gemma4_text", "num_key_value_heads, head_dim"),
-        ("glm4", "num_key_value_heads"),
-        ("glm4_moe", "num_key_value_heads"),
-        ("gpt_oss", "head_dim"),
-        ("granitemoehybrid", "num_local_experts"),
-        ("lfm2", "num_key_value_heads"),
+        ("gemma4", "layer_types, the sliding layers' pattern"),
+        ("gemma4_text", "layer_types, the sliding layers' pattern"),
+        (
+            "granitemoehybrid",
+            "num_local_experts (transformers 8: experts by default)",
+        ),
         // transformers' class writes `layer_types: null`, and neither it nor mlx-lm defaults it.
         ("lfm2_moe", "layer_types"),
-        ("llama4", "num_key_value_heads"),
-        ("llama4_text", "num_key_value_heads, num_local_experts"),
-        ("minimax_m2", "num_key_value_heads, head_dim"),
-        ("ministral3", "num_key_value_heads"),
-        ("mistral", "num_key_value_heads"),
-        ("mistral3", "num_key_value_heads, head_dim"),
-        ("mixtral", "num_key_value_heads"),
-        ("nemotron_h", "num_key_value_heads"),
-        ("qwen3_5", "num_key_value_heads"),
+        (
+            "llama4_text",
+            "num_local_experts (transformers 16: experts by default)",
+        ),
         ("qwen3_5_moe", "num_experts, moe_intermediate_size"),
-        ("qwen3_moe", "num_key_value_heads, num_experts"),
-        ("qwen3_next", "num_key_value_heads, head_dim, num_experts"),
-        ("seed_oss", "head_dim"),
-        ("smollm3", "num_key_value_heads"),
+        (
+            "qwen3_moe",
+            "num_experts (transformers 128: experts by default)",
+        ),
+        (
+            "qwen3_next",
+            "num_experts (transformers 512: experts by default)",
+        ),
     ];
 
     /// Every served type transformers has a config class for, read from the config.json that

@@ -281,7 +281,8 @@ mod tests {
         let read = |layers: serde_json::Value| {
             let mut config = json!({
                 "model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 64,
-                "num_attention_heads": 4, "vocab_size": 128, "layer_norm_epsilon": 1e-5,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128,
+                "layer_norm_epsilon": 1e-5,
             });
             for (key, value) in layers.as_object().unwrap() {
                 config[key] = value.clone();
