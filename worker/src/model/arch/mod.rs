@@ -251,15 +251,6 @@ mod tests {
             "llama4_text",
             "num_local_experts (transformers 16: experts by default)",
         ),
-        ("qwen3_5_moe", "num_experts, moe_intermediate_size"),
-        (
-            "qwen3_moe",
-            "num_experts (transformers 128: experts by default)",
-        ),
-        (
-            "qwen3_next",
-            "num_experts (transformers 512: experts by default)",
-        ),
     ];
 
     /// Every served type transformers has a config class for, read from the config.json that
