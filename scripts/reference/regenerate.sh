@@ -86,6 +86,13 @@ fi
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
   "$llama_cpp_venv/bin/python"
 echo "wrote $root/tests/data/toolchain"
+# Each served type's config.json as its transformers class writes it with every default, and
+# with only the keys every decoder needs (config_defaults.py): the types are the worker's list.
+mapfile -t served < <(sed -n '/^pub const SUPPORTED/,/^];/s/^ *"\([a-z0-9_]*\)",$/\1/p' \
+  "$root/worker/src/model/supported.rs")
+"$toolchain_venv/bin/python" "$root/scripts/reference/config_defaults.py" \
+  "$root/tests/data/config_defaults.json" "${served[@]}"
+echo "wrote $root/tests/data/config_defaults.json"
 
 # A venv of its own: these pins do not mix with mlx-lm's. Rebuilt whenever the pins change.
 smollm2_venv=$work/smollm2-venv

@@ -54,8 +54,8 @@ fn a_wrappers_text_model_is_served_and_other_vision_models_are_not() {
     let root = tempfile::tempdir().unwrap();
     let text = serde_json::json!({
         "model_type": "mistral", "vocab_size": 100, "hidden_size": 8,
-        "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
-        "rms_norm_eps": 1e-5
+        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "intermediate_size": 16, "rms_norm_eps": 1e-5
     });
     let vision = |model_type: &str| {
         serde_json::json!({

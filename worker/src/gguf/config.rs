@@ -194,12 +194,11 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 .unwrap_or(heads)
         ),
     );
+    // Always written: llama.cpp's default (hidden / heads) is not every transformers class's.
     let head_dim = keys
         .integer("attention.key_length")
         .unwrap_or(hidden / heads.max(1));
-    if keys.integer("attention.key_length").is_some() {
-        config.insert("head_dim".into(), json!(head_dim));
-    }
+    config.insert("head_dim".into(), json!(head_dim));
     // The table's rows, not the tokenizer's length: converters pad the embedding.
     config.insert(
         "vocab_size".into(),

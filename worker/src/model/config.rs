@@ -12,6 +12,8 @@ use serde::Deserialize;
 use super::error::ModelError;
 use super::supported::SUPPORTED;
 
+mod class_defaults;
+
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     /// `model_type`, one of [`SUPPORTED`].
@@ -446,7 +448,15 @@ impl ModelConfig {
         if let Some((name, value)) = positive.iter().find(|(_, value)| *value <= 0) {
             return Err(bad(format!("{name} must be positive, found {value}")));
         }
-        let num_kv_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
+        // The class whose defaults apply: a wrapper's text model's.
+        let class = text
+            .get("model_type")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(&model_type);
+        let num_kv_heads = raw
+            .num_key_value_heads
+            .or_else(|| class_defaults::kv_heads(class))
+            .unwrap_or(raw.num_attention_heads);
         if num_kv_heads <= 0 || raw.num_attention_heads % num_kv_heads != 0 {
             return Err(bad(format!(
                 "num_key_value_heads {num_kv_heads} does not divide num_attention_heads {}",
@@ -455,6 +465,7 @@ impl ModelConfig {
         }
         let head_dim = raw
             .head_dim
+            .or_else(|| class_defaults::head_dim(class))
             .unwrap_or(raw.hidden_size / raw.num_attention_heads);
         if head_dim <= 0 || head_dim % 2 != 0 {
             return Err(bad(format!(
@@ -617,14 +628,13 @@ fn gemma3_text_config(
 }
 
 /// gemma4's own `vocab_size` replaces its text model's where it states one (default 262144),
-/// and the text model's head counts default to 8 and 1.
+/// and the text model's query heads default to 8.
 fn gemma4_text_config(
     config: &serde_json::Value,
     text: &mut serde_json::Map<String, serde_json::Value>,
 ) {
     wrapper_vocab(config, text, 262_144);
     text.entry("num_attention_heads").or_insert(8.into());
-    text.entry("num_key_value_heads").or_insert(1.into());
 }
 
 /// The vocabulary: the wrapper's `vocab_size` where it states one, else the text config's, else

@@ -42,20 +42,21 @@ pub(super) fn config(keys: &Keys, embedding_rows: u64) -> Result<Json, GgufError
         config.insert(key.into(), value);
     };
     put("model_type", json!("nemotron_h"));
-    put("hidden_size", json!(keys.required("embedding_length")?));
+    let hidden = keys.required("embedding_length")?;
+    let attention_heads = keys.required("attention.head_count")?;
+    put("hidden_size", json!(hidden));
     put("num_hidden_layers", json!(layers));
     put("hybrid_override_pattern", json!(pattern));
-    put(
-        "num_attention_heads",
-        json!(keys.required("attention.head_count")?),
-    );
+    put("num_attention_heads", json!(attention_heads));
     put(
         "num_key_value_heads",
         json!(kv_heads.iter().copied().max().unwrap_or(0).max(1)),
     );
-    if let Some(head_dim) = keys.integer("attention.key_length") {
-        put("head_dim", json!(head_dim));
-    }
+    // Always written: llama.cpp's default (hidden / heads) is not transformers' (128).
+    let head_dim = keys
+        .integer("attention.key_length")
+        .unwrap_or(hidden / attention_heads.max(1));
+    put("head_dim", json!(head_dim));
     put("vocab_size", json!(embedding_rows));
     put("layer_norm_epsilon", json!(eps));
     put(

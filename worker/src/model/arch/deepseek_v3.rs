@@ -9,7 +9,9 @@
 //! `num_hidden_layers` is not run.
 
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
-use crate::model::blocks::latent_attention::{LatentAttention, LatentSpec, latent_cache_shape};
+use crate::model::blocks::latent_attention::{
+    LatentAttention, LatentDefaults, LatentSpec, latent_cache_shape,
+};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
 use crate::model::config::ModelConfig;
@@ -18,17 +20,72 @@ use crate::model::error::ModelError;
 use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 
-/// The routed experts of the sparse layers, `None` without `n_routed_experts`.
+/// The defaults of the keys a release may leave out: transformers' config class's for the
+/// type, mlx-lm's DeepSeek V3 `ModelArgs`' for kimi_k2, which transformers has no class for.
+struct Defaults {
+    /// `None`: a dense model (mlx-lm's).
+    routed_experts: Option<i32>,
+    top_k: i32,
+    groups: i32,
+    top_groups: i32,
+    moe_inner: i32,
+    scaling: f32,
+    latent: LatentDefaults,
+}
+
+fn defaults(config: &ModelConfig) -> Defaults {
+    match config.model_type.as_str() {
+        "glm4_moe_lite" => Defaults {
+            routed_experts: Some(64),
+            top_k: 4,
+            groups: 1,
+            top_groups: 1,
+            moe_inner: 1536,
+            scaling: 1.8,
+            latent: LatentDefaults {
+                qk_nope_head_dim: 192,
+                v_head_dim: 256,
+            },
+        },
+        "kimi_k2" => Defaults {
+            routed_experts: None,
+            top_k: 1,
+            groups: 1,
+            top_groups: 1,
+            moe_inner: 1407,
+            scaling: 1.0,
+            latent: LatentDefaults {
+                qk_nope_head_dim: 128,
+                v_head_dim: 128,
+            },
+        },
+        _ => Defaults {
+            routed_experts: Some(256),
+            top_k: 8,
+            groups: 8,
+            top_groups: 4,
+            moe_inner: 2048,
+            scaling: 2.5,
+            latent: LatentDefaults {
+                qk_nope_head_dim: 128,
+                v_head_dim: 128,
+            },
+        },
+    }
+}
+
+/// The routed experts of the sparse layers, `None` for a dense model.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let Some(experts) = config.key::<i32>("n_routed_experts")? else {
+    let defaults = defaults(config);
+    let Some(experts) = config.key("n_routed_experts")?.or(defaults.routed_experts) else {
         return Ok(None);
     };
     let (groups, top_groups) = (
-        config.key_or("n_group", 1)?,
-        config.key_or("topk_group", 1)?,
+        config.key_or("n_group", defaults.groups)?,
+        config.key_or("topk_group", defaults.top_groups)?,
     );
     let normalize = config.key_or("norm_topk_prob", true)?;
-    let scaling = config.key_or("routed_scaling_factor", 1.0)?;
+    let scaling = config.key_or("routed_scaling_factor", defaults.scaling)?;
     let scoring: String = config.key_or("scoring_func", "sigmoid".to_owned())?;
     let routing = match scoring.as_str() {
         "sigmoid" => Routing::GroupedSigmoid {
@@ -52,8 +109,8 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     };
     Ok(Some(MoeSpec::new(
         experts,
-        config.key_or("num_experts_per_tok", 1)?,
-        config.required("moe_intermediate_size")?,
+        config.key_or("num_experts_per_tok", defaults.top_k)?,
+        config.key_or("moe_intermediate_size", defaults.moe_inner)?,
         routing,
     )))
 }
@@ -61,8 +118,8 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 /// What each layer keeps for a sequence: its latent and shared rotary key per position.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
     let shape = latent_cache_shape(
-        config.required("kv_lora_rank")?,
-        config.required("qk_rope_head_dim")?,
+        config.key_or("kv_lora_rank", 512)?,
+        config.key_or("qk_rope_head_dim", 64)?,
     );
     let layer = LayerCache::Positions {
         shape,
@@ -89,10 +146,11 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let moe_every: i32 = config.key_or("moe_layer_freq", 1)?;
     let shared_experts: Option<i32> = config.key("n_shared_experts")?;
     let moe = experts(config)?;
+    let latent = defaults(config).latent;
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));
     let layers = (0..config.num_layers)
         .map(|index| {
-            let spec = LatentSpec::from_config(config, lora_eps)?;
+            let spec = LatentSpec::from_config(config, lora_eps, latent)?;
             let prefix = format!("model.layers.{index}.self_attn");
             let attention = LatentAttention::load(weights, config, &prefix, spec)?;
             let mixer = Mixer::LatentAttention(Box::new(attention));

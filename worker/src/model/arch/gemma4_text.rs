@@ -285,6 +285,7 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 fn moe_spec(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
     Ok(MoeSpec {
         activation: Activation::GeluTanh,
+        // Neither transformers nor mlx-lm defaults the experts of an `enable_moe_block` model.
         ..MoeSpec::new(
             config.required("num_experts")?,
             config.required("top_k_experts")?,

@@ -18,18 +18,18 @@ use crate::model::weights::Weights;
 /// The routed experts of the layers past `first_k_dense_replace`, `None` without
 /// `n_routed_experts`.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let Some(experts) = config.key::<i32>("n_routed_experts")? else {
+    let Some(experts) = config.key_or("n_routed_experts", 128).map(Some)? else {
         return Ok(None);
     };
     Ok(Some(MoeSpec::new(
         experts,
-        config.required("num_experts_per_tok")?,
-        config.required("moe_intermediate_size")?,
+        config.key_or("num_experts_per_tok", 8)?,
+        config.key_or("moe_intermediate_size", 1408)?,
         Routing::GroupedSigmoid {
-            groups: config.required("n_group")?,
-            top_groups: config.required("topk_group")?,
-            normalize: config.required("norm_topk_prob")?,
-            scaling: config.required("routed_scaling_factor")?,
+            groups: config.key_or("n_group", 1)?,
+            top_groups: config.key_or("topk_group", 1)?,
+            normalize: config.key_or("norm_topk_prob", true)?,
+            scaling: config.key_or("routed_scaling_factor", 1.0)?,
         },
     )))
 }
@@ -46,15 +46,15 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let rope_dims = (f64::from(config.head_dim) * partial) as i32;
     let rope = Rope::new(rope_dims, config.rope_theta, false, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
-    let attention_bias: bool = config.required("attention_bias")?;
+    let attention_bias: bool = config.key_or("attention_bias", false)?;
     let head_norm = config
-        .required::<bool>("use_qk_norm")?
+        .key_or("use_qk_norm", false)?
         .then_some(HeadNorm::Rms {
             eps: config.rms_norm_eps,
         });
-    let dense_layers: i32 = config.required("first_k_dense_replace")?;
+    let dense_layers: i32 = config.key_or("first_k_dense_replace", 1)?;
     let shared_experts: Option<i32> = config.key("n_shared_experts")?;
-    let moe_inner: i32 = config.required("moe_intermediate_size")?;
+    let moe_inner: i32 = config.key_or("moe_intermediate_size", 1408)?;
     let moe = experts(config)?;
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));
     let layers = (0..config.num_layers)

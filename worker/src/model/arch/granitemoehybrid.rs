@@ -99,7 +99,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 /// width (`mamba_expand × hidden`) over its heads. The time step is clipped to
 /// `time_step_limit`, transformers' (0, inf) where config.json has none.
 fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
-    let heads: i32 = config.required("mamba_n_heads")?;
+    let heads: i32 = config.key_or("mamba_n_heads", 128)?;
     let head_dim = match config.key::<serde_json::Value>("mamba_d_head")? {
         Some(serde_json::Value::Number(dim)) => {
             dim.as_i64().and_then(|dim| i32::try_from(dim).ok())
@@ -113,7 +113,7 @@ fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
     Mamba2Spec {
         heads,
         head_dim,
-        state_size: config.required("mamba_d_state")?,
+        state_size: config.key_or("mamba_d_state", 256)?,
         groups: config.key_or("mamba_n_groups", 1)?,
         conv_kernel: config.key_or("mamba_d_conv", 4)?,
         conv_bias: config.key_or("mamba_conv_bias", true)?,
@@ -130,7 +130,10 @@ fn mamba_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
         path: config.path.clone(),
         message,
     };
-    let types: Vec<String> = config.required("layer_types")?;
+    // transformers' default: every layer a Mamba-2 one.
+    let types: Vec<String> = config.key_or_else("layer_types", || {
+        Ok(vec!["mamba".to_owned(); config.num_layers as usize])
+    })?;
     if types.len() != config.num_layers as usize {
         return Err(bad(format!(
             "layer_types names {} layers, num_hidden_layers is {}",

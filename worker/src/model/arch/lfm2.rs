@@ -34,7 +34,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 /// What each layer of LFM2 and LFM2-MoE keeps for a sequence: an attention layer its keys and
 /// values, a convolution its last inputs.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    let kernel: i32 = config.required("conv_L_cache")?;
+    let kernel: i32 = config.key_or("conv_L_cache", 3)?;
     Ok(attention_layers(config)?
         .into_iter()
         .map(|attends| match attends {
@@ -56,7 +56,7 @@ pub(super) fn hybrid(
 ) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let attends = attention_layers(config)?;
-    let kernel: i32 = config.required("conv_L_cache")?;
+    let kernel: i32 = config.key_or("conv_L_cache", 3)?;
     if kernel < 2 {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -128,7 +128,14 @@ fn attention_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
     if let Some(indices) = config.key::<Vec<usize>>("full_attn_idxs")? {
         return Ok((0..layers).map(|index| indices.contains(&index)).collect());
     }
-    let types: Vec<String> = config.required("layer_types")?;
+    // transformers' LFM2 default: every layer attention; LFM2-MoE has none, nor has mlx-lm.
+    let types: Vec<String> = config.key_or_else("layer_types", || {
+        if config.model_type == "lfm2" {
+            Ok(vec!["full_attention".to_owned(); layers])
+        } else {
+            config.required("layer_types")
+        }
+    })?;
     if types.len() != layers {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -168,7 +175,7 @@ fn feed_forward_width(config: &ModelConfig) -> Result<i32, ModelError> {
     if let Some(multiplier) = config.key::<f64>("block_ffn_dim_multiplier")? {
         width = (multiplier * f64::from(width)) as i32;
     }
-    let multiple: i32 = config.required("block_multiple_of")?;
+    let multiple: i32 = config.key_or("block_multiple_of", 256)?;
     if multiple <= 0 {
         return Err(ModelError::Config {
             path: config.path.clone(),

@@ -19,19 +19,19 @@ use crate::model::weights::Weights;
 /// The routed experts of the layers past `num_dense_layers`.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     Ok(Some(MoeSpec::new(
-        config.required("num_experts")?,
-        config.required("num_experts_per_tok")?,
-        config.required("moe_intermediate_size")?,
+        config.key_or("num_experts", 32)?,
+        config.key_or("num_experts_per_tok", 4)?,
+        config.key_or("moe_intermediate_size", 1792)?,
         Routing::SigmoidTopK {
-            biased: config.required("use_expert_bias")?,
-            normalize: config.required("norm_topk_prob")?,
+            biased: config.key_or("use_expert_bias", true)?,
+            normalize: config.key_or("norm_topk_prob", true)?,
             scaling: config.key_or("routed_scaling_factor", 1.0)?,
         },
     )))
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let dense_layers: i32 = config.required("num_dense_layers")?;
+    let dense_layers: i32 = config.key_or("num_dense_layers", 2)?;
     let spec = experts(config)?.ok_or_else(|| ModelError::Config {
         path: config.path.clone(),
         message: "lfm2_moe needs num_experts".into(),

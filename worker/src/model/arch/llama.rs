@@ -22,14 +22,34 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 
 /// Each layer's window: `sliding_window` for the layers `layer_types` marks `sliding_attention`.
 pub(super) fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
-    let layer_types: Vec<String> = config.key_or("layer_types", Vec::new())?;
+    let layer_types: Vec<String> = config.key_or_else("layer_types", || {
+        // transformers' OLMo 3 default: three sliding layers, then a full one.
+        Ok(if config.model_type == "olmo3" {
+            (1..=config.num_layers)
+                .map(|layer| {
+                    let kind = if layer % 4 == 0 { "full" } else { "sliding" };
+                    format!("{kind}_attention")
+                })
+                .collect()
+        } else {
+            Vec::new()
+        })
+    })?;
     (0..config.num_layers as usize)
         .map(|index| {
             let sliding = layer_types
                 .get(index)
                 .is_some_and(|kind| kind == "sliding_attention");
             Ok(if sliding {
-                Some(Window::Sliding(config.required("sliding_window")?))
+                // transformers' default where its class has one; Llama's and the others' have
+                // none, nor has mlx-lm.
+                Some(Window::Sliding(config.key_or_else(
+                    "sliding_window",
+                    || match config.model_type.as_str() {
+                        "mistral" | "olmo3" => Ok(4096),
+                        _ => config.required("sliding_window"),
+                    },
+                )?))
             } else {
                 None
             })

@@ -32,7 +32,7 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 }
 
 fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
-    let top_k: i32 = config.required("num_experts_per_tok")?;
+    let top_k: i32 = config.key_or("num_experts_per_tok", 1)?;
     if top_k != 1 {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -42,7 +42,7 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
         });
     }
     Ok(MoeSpec::new(
-        config.required("num_local_experts")?,
+        config.key_or("num_local_experts", 16)?,
         top_k,
         config.intermediate_size()?,
         Routing::TopOneSigmoidInput,
@@ -54,23 +54,23 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         path: config.path.clone(),
         message,
     };
-    let chunk: i32 = config.required("attention_chunk_size")?;
-    let moe_step: i32 = config.required("interleave_moe_layer_step")?;
+    let chunk: i32 = config.key_or("attention_chunk_size", 8192)?;
+    let moe_step: i32 = config.key_or("interleave_moe_layer_step", 1)?;
     if chunk <= 0 || moe_step <= 0 {
         return Err(bad(format!(
             "attention_chunk_size {chunk} and interleave_moe_layer_step {moe_step} must be positive"
         )));
     }
     let moe = moe(config)?;
-    let attention_bias: bool = config.required("attention_bias")?;
-    let qk_norm: bool = config.required("use_qk_norm")?;
+    let attention_bias: bool = config.key_or("attention_bias", false)?;
+    let qk_norm: bool = config.key_or("use_qk_norm", true)?;
     let temperature = truthy(config.key("attn_temperature_tuning")?.unwrap_or(4.into())).then_some(
         QueryScale::Temperature {
             floor_scale: config.key_or("floor_scale", 8192.0)?,
             scale: config.key_or("attn_scale", 0.1)?,
         },
     );
-    let mlp_inner: i32 = config.required("intermediate_size_mlp")?;
+    let mlp_inner: i32 = config.key_or("intermediate_size_mlp", 16384)?;
     // Interleaved, from `rope_scaling` or a GGUF's `rope_freqs` factors.
     let interleaved = ModelConfig {
         rope_traditional: true,

@@ -40,7 +40,12 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     if has_experts(config)? {
         return llama4::build(config, weights);
     }
-    let uses_rope: Vec<i32> = config.required("no_rope_layers")?;
+    // transformers' default: every fourth layer without rotation.
+    let uses_rope: Vec<i32> = config.key_or_else("no_rope_layers", || {
+        Ok((1..=config.num_layers)
+            .map(|layer| i32::from(layer % 4 != 0))
+            .collect())
+    })?;
     if uses_rope.len() < config.num_layers as usize {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -52,11 +57,11 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         });
     }
     let head_norm = config
-        .required::<bool>("use_qk_norm")?
+        .key_or("use_qk_norm", true)?
         .then_some(HeadNorm::RmsUnweighted {
             eps: config.rms_norm_eps,
         });
-    let inner: i32 = config.required("intermediate_size_mlp")?;
+    let inner: i32 = config.key_or("intermediate_size_mlp", 16384)?;
     let rope = Rope::new(config.head_dim, config.rope_theta, true, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
     let layers = (0..config.num_layers)
@@ -72,7 +77,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             })
         })
         .collect::<Result<_, _>>()?;
-    let head = if config.required("tie_word_embeddings")? {
+    let head = if config.key_or("tie_word_embeddings", false)? {
         None
     } else {
         // mlx-lm names it `output`; a transformers checkpoint, `lm_head`.

@@ -12,7 +12,20 @@ use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let parameters: serde_json::Value = config.required("rope_parameters")?;
+    // transformers' default: Ministral 3's YaRN over 16384 positions.
+    let parameters: serde_json::Value = config.key_or_else("rope_parameters", || {
+        Ok(serde_json::json!({
+            "rope_type": "yarn",
+            "rope_theta": 1_000_000.0,
+            "factor": 16.0,
+            "original_max_position_embeddings": 16384,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale_all_dim": 1.0,
+            "mscale": 1.0,
+            "llama_4_scaling_beta": 0.1,
+        }))
+    })?;
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
         message: format!("rope_parameters: {message}"),

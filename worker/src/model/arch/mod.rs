@@ -226,4 +226,95 @@ mod tests {
         supported.sort_unstable();
         assert_eq!(listed, supported);
     }
+
+    /// The types whose minimal config still reads differently from transformers' full one, and
+    /// the keys the worker's common config or the architecture reads without transformers'
+    /// default; a type leaves this list when its keys default as transformers' do.
+    const STILL_DIFFERENT: &[(&str, &str)] = &[
+        (
+            "gemma3",
+            "sliding_window (transformers 4096, corral mlx-lm's 512)",
+        ),
+        (
+            "gemma3_text",
+            "sliding_window (transformers 4096, corral mlx-lm's 512)",
+        ),
+        ("gemma4", "layer_types, the sliding layers' pattern"),
+        ("gemma4_text", "layer_types, the sliding layers' pattern"),
+        (
+            "granitemoehybrid",
+            "num_local_experts (transformers 8: experts by default)",
+        ),
+        // transformers' class writes `layer_types: null`, and neither it nor mlx-lm defaults it.
+        ("lfm2_moe", "layer_types"),
+        (
+            "llama4_text",
+            "num_local_experts (transformers 16: experts by default)",
+        ),
+    ];
+
+    /// Every served type transformers has a config class for, read from the config.json that
+    /// class writes with all its defaults and from one keeping only the keys every decoder
+    /// needs (tests/data/config_defaults.json, scripts/reference/config_defaults.py): a key a
+    /// release leaves out must read as transformers' default.
+    #[test]
+    fn an_absent_key_takes_transformers_default() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/config_defaults.json");
+        let text = std::fs::read_to_string(&path).expect("tests/data/config_defaults.json");
+        let data: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        let configs = data["configs"].as_object().expect("configs");
+        let skipped = data["skipped"].as_object().expect("skipped");
+        for model_type in crate::model::supported::SUPPORTED {
+            assert!(
+                configs.contains_key(*model_type) || skipped.contains_key(*model_type),
+                "{model_type} is missing from config_defaults.json"
+            );
+        }
+        let mut failures = Vec::new();
+        let mut agreeing = Vec::new();
+        for (model_type, entry) in configs {
+            let before = failures.len();
+            let read = |variant: &str| {
+                let config = super::ModelConfig::from_json(entry[variant].clone(), &path)
+                    .map_err(|error| format!("{model_type} {variant}: {error}"))?;
+                let caches = super::caches(&config)
+                    .map_err(|error| format!("{model_type} {variant}: {error}"))?;
+                let experts = super::experts(&config)
+                    .map_err(|error| format!("{model_type} {variant}: {error}"))?;
+                Ok::<_, String>((caches, experts))
+            };
+            match (read("full"), read("minimal")) {
+                (Ok((full, full_experts)), Ok((minimal, minimal_experts))) => {
+                    if let Some(layer) = (0..full.len().max(minimal.len()))
+                        .find(|&layer| full.get(layer) != minimal.get(layer))
+                    {
+                        failures.push(format!(
+                            "{model_type} layer {layer}: minimal {:?}, full {:?}",
+                            minimal.get(layer),
+                            full.get(layer)
+                        ));
+                    }
+                    if full_experts != minimal_experts {
+                        failures.push(format!(
+                            "{model_type} experts: minimal {minimal_experts:?}, full {full_experts:?}"
+                        ));
+                    }
+                }
+                (full, minimal) => failures.extend(full.err().into_iter().chain(minimal.err())),
+            }
+            let known = STILL_DIFFERENT.iter().any(|(known, _)| known == model_type);
+            if known && failures.len() == before {
+                agreeing.push(model_type.as_str());
+            }
+            if known {
+                failures.truncate(before);
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert!(
+            agreeing.is_empty(),
+            "{agreeing:?} now agree with transformers: drop them from STILL_DIFFERENT"
+        );
+    }
 }

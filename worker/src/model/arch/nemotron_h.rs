@@ -58,9 +58,9 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     Ok(Some(MoeSpec {
         activation: Activation::SquaredRelu,
         ..MoeSpec::new(
-            config.required("n_routed_experts")?,
-            config.required("num_experts_per_tok")?,
-            config.required("moe_intermediate_size")?,
+            config.key_or("n_routed_experts", 8)?,
+            config.key_or("num_experts_per_tok", 2)?,
+            config.key_or("moe_intermediate_size", 7688)?,
             routing,
         )
     }))
@@ -85,10 +85,10 @@ pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
 
 fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
     Mamba2Spec {
-        heads: config.required("mamba_num_heads")?,
-        head_dim: config.required("mamba_head_dim")?,
-        state_size: config.required("ssm_state_size")?,
-        groups: config.required("n_groups")?,
+        heads: config.key_or("mamba_num_heads", 128)?,
+        head_dim: config.key_or("mamba_head_dim", 64)?,
+        state_size: config.key_or("ssm_state_size", 128)?,
+        groups: config.key_or("n_groups", 8)?,
         conv_kernel: config.key_or("conv_kernel", 4)?,
         conv_bias: config.key_or("use_conv_bias", true)?,
         proj_bias: config.key_or("mamba_proj_bias", false)?,
@@ -227,7 +227,7 @@ fn nemotron_experts(
         weights,
         config,
         &format!("{block}.shared_experts"),
-        config.required("moe_shared_expert_intermediate_size")?,
+        config.key_or("moe_shared_expert_intermediate_size", 7688)?,
         bias,
     )?;
     Ok(moe.with_shared_experts(shared))
@@ -244,6 +244,7 @@ fn blocks(config: &ModelConfig) -> Result<Vec<Block>, ModelError> {
         Some(pattern) => pattern.chars().map(String::from).collect(),
         None => match config.key::<Vec<String>>("layers_block_type")? {
             Some(types) => types,
+            // Neither transformers nor mlx-lm defaults the layer list.
             None => config.required("layer_types")?,
         },
     };
@@ -280,7 +281,8 @@ mod tests {
         let read = |layers: serde_json::Value| {
             let mut config = json!({
                 "model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 64,
-                "num_attention_heads": 4, "vocab_size": 128, "layer_norm_epsilon": 1e-5,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128,
+                "layer_norm_epsilon": 1e-5,
             });
             for (key, value) in layers.as_object().unwrap() {
                 config[key] = value.clone();

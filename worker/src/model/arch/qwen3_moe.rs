@@ -5,27 +5,18 @@
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
-use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
+use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, unfuse_experts};
 use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+use super::qwen3_next;
+
 /// The routed experts, `None` when `num_experts` is 0 (every layer dense).
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let experts: i32 = config.key_named_or(&["num_experts", "num_local_experts"], 0)?;
-    if experts <= 0 {
-        return Ok(None);
-    }
-    Ok(Some(MoeSpec::new(
-        experts,
-        config.key_or("num_experts_per_tok", 1)?,
-        config.key_or_else("moe_intermediate_size", || config.intermediate_size())?,
-        Routing::SoftmaxTopK {
-            normalize: config.key_or("norm_topk_prob", false)?,
-        },
-    )))
+    qwen3_next::routed_experts(config, config.key_or("norm_topk_prob", false)?)
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {

@@ -47,10 +47,10 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 
 /// The routed experts of a Qwen3-Next config (`None` for a dense one).
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    routed_experts(config, config.key_or("norm_topk_prob", false)?)
+    routed_experts(config, config.key_or("norm_topk_prob", true)?)
 }
 
-/// The routed experts of a Qwen3-Next or Qwen3.5 config whose renormalization of the chosen
+/// The routed experts of a Qwen3-MoE, Qwen3-Next or Qwen3.5 config whose renormalization of the chosen
 /// experts' weights is `normalize` (`None` for a dense one).
 pub(super) fn routed_experts(
     config: &ModelConfig,
@@ -61,10 +61,21 @@ pub(super) fn routed_experts(
 }
 
 fn moe_spec(config: &ModelConfig, normalize: bool) -> Result<MoeSpec, ModelError> {
+    // transformers' class defaults: (experts, top k, expert width); mlx-lm's for the dense
+    // types, whose experts' width is the dense MLP's.
+    let (experts, top_k, inner) = match config.model_type.as_str() {
+        "qwen3_moe" => (128, 8, Some(768)),
+        "qwen3_next" => (512, 10, Some(512)),
+        "qwen3_5_moe" => (256, 8, Some(512)),
+        _ => (0, 1, None),
+    };
     Ok(MoeSpec::new(
-        config.key_named_or(&["num_experts", "num_local_experts"], 0)?,
-        config.key_or("num_experts_per_tok", 1)?,
-        config.key_or_else("moe_intermediate_size", || config.intermediate_size())?,
+        config.key_named_or(&["num_experts", "num_local_experts"], experts)?,
+        config.key_or("num_experts_per_tok", top_k)?,
+        config.key_or_else("moe_intermediate_size", || match inner {
+            Some(inner) => Ok(inner),
+            None => config.intermediate_size(),
+        })?,
         Routing::SoftmaxTopK { normalize },
     ))
 }

@@ -43,10 +43,10 @@ pub struct DeltaSpec {
 impl DeltaSpec {
     pub fn for_config(config: &ModelConfig) -> Result<Self, ModelError> {
         let spec = Self {
-            key_heads: config.required("linear_num_key_heads")?,
-            value_heads: config.required("linear_num_value_heads")?,
-            key_dim: config.required("linear_key_head_dim")?,
-            value_dim: config.required("linear_value_head_dim")?,
+            key_heads: config.key_or("linear_num_key_heads", 16)?,
+            value_heads: config.key_or("linear_num_value_heads", 32)?,
+            key_dim: config.key_or("linear_key_head_dim", 128)?,
+            value_dim: config.key_or("linear_value_head_dim", 128)?,
             conv_kernel: config.key_or("linear_conv_kernel_dim", 4)?,
             eps: config.rms_norm_eps,
             tiled_value_heads: config.key_or("linear_value_heads_tiled", false)?,

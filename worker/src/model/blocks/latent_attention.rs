@@ -41,12 +41,24 @@ pub struct LatentSpec {
     pub rope: Rope,
 }
 
+/// The defaults of the head sizes, which differ by type (DeepSeek V3's 128 and 128, GLM-4.7-Flash's
+/// 192 and 256).
+#[derive(Clone, Copy)]
+pub struct LatentDefaults {
+    pub qk_nope_head_dim: i32,
+    pub v_head_dim: i32,
+}
+
 impl LatentSpec {
     /// The spec config.json describes with DeepSeek V3's keys; the query scale grows with YaRN's
-    /// `mscale_all_dim` as mlx-lm's does.
-    pub fn from_config(config: &ModelConfig, lora_eps: f32) -> Result<Self, ModelError> {
-        let rope_dim: i32 = config.required("qk_rope_head_dim")?;
-        let nope: i32 = config.required("qk_nope_head_dim")?;
+    /// `mscale_all_dim` as mlx-lm's does; a key config.json leaves out takes the type's default.
+    pub fn from_config(
+        config: &ModelConfig,
+        lora_eps: f32,
+        defaults: LatentDefaults,
+    ) -> Result<Self, ModelError> {
+        let rope_dim: i32 = config.key_or("qk_rope_head_dim", 64)?;
+        let nope: i32 = config.key_or("qk_nope_head_dim", defaults.qk_nope_head_dim)?;
         let mut scale = f64::from(nope + rope_dim).powf(-0.5);
         if let Some(RopeScaling::Yarn {
             factor,
@@ -74,10 +86,10 @@ impl LatentSpec {
             heads: config.num_heads,
             hidden: config.hidden_size,
             q_lora_rank: config.key("q_lora_rank")?,
-            kv_lora_rank: config.required("kv_lora_rank")?,
+            kv_lora_rank: config.key_or("kv_lora_rank", 512)?,
             qk_nope_head_dim: nope,
             qk_rope_head_dim: rope_dim,
-            v_head_dim: config.required("v_head_dim")?,
+            v_head_dim: config.key_or("v_head_dim", defaults.v_head_dim)?,
             bias: config.key_or("attention_bias", false)?,
             lora_eps,
             scale: scale as f32,

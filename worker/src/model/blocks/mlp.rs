@@ -11,7 +11,7 @@ use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::weights::Weights;
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     /// SwiGLU: `silu(gate) · up`.
     Silu,

@@ -19,7 +19,7 @@ use crate::model::shape::FeedForwardShape;
 use crate::model::weights::Weights;
 
 /// How the router's logits become the chosen experts and their weights.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Routing {
     /// Softmax over all experts, then the top k; their weights renormalized to sum to one when
     /// `normalize` (Qwen3-MoE's `norm_topk_prob`).
@@ -131,7 +131,7 @@ pub struct Moe {
     activation: Activation,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MoeSpec {
     pub experts: i32,
     pub top_k: i32,

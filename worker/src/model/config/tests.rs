@@ -53,8 +53,8 @@ fn a_wrapper_is_read_as_its_text_model_with_the_text_models_names() {
         "model_type": "mistral3",
         "text_config": {
             "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
-            "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 96,
-            "rms_norm_eps": 1e-5,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "vocab_size": 96, "rms_norm_eps": 1e-5,
         },
         "quantization": {
             "group_size": 64, "bits": 4,
