@@ -80,24 +80,7 @@ impl Mlp {
         inner: i32,
         bias: bool,
     ) -> Result<Self, ModelError> {
-        let (hidden, quant) = (config.hidden_size, config.quantization);
-        let mut linear = |name: &str, out: i32, input: i32| {
-            Linear::load(
-                weights,
-                &format!("{prefix}.{name}"),
-                out,
-                input,
-                bias,
-                quant,
-            )
-        };
-        Ok(Self {
-            gate_proj: Some(linear("gate_proj", inner, hidden)?),
-            up_proj: linear("up_proj", inner, hidden)?,
-            down_proj: linear("down_proj", hidden, inner)?,
-            activation: Activation::Silu,
-            inner,
-        })
+        Self::load_with(weights, config, prefix, inner, bias, Some(Activation::Silu))
     }
 
     /// Nemotron-H's MLP: `{prefix}.up_proj` of width `inner`, squared ReLU, `{prefix}.down_proj`.
@@ -107,6 +90,18 @@ impl Mlp {
         prefix: &str,
         inner: i32,
         bias: bool,
+    ) -> Result<Self, ModelError> {
+        Self::load_with(weights, config, prefix, inner, bias, None)
+    }
+
+    /// Gated by `gate_proj` through `gated`, else ungated with squared ReLU.
+    fn load_with(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        inner: i32,
+        bias: bool,
+        gated: Option<Activation>,
     ) -> Result<Self, ModelError> {
         let (hidden, quant) = (config.hidden_size, config.quantization);
         let mut linear = |name: &str, out: i32, input: i32| {
@@ -119,11 +114,15 @@ impl Mlp {
                 quant,
             )
         };
+        let gate_proj = match gated {
+            Some(_) => Some(linear("gate_proj", inner, hidden)?),
+            None => None,
+        };
         Ok(Self {
-            gate_proj: None,
+            gate_proj,
             up_proj: linear("up_proj", inner, hidden)?,
             down_proj: linear("down_proj", hidden, inner)?,
-            activation: Activation::SquaredRelu,
+            activation: gated.unwrap_or(Activation::SquaredRelu),
             inner,
         })
     }
