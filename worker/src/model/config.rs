@@ -338,6 +338,17 @@ impl ModelConfig {
         }
     }
 
+    /// An architecture's own keys as its typed record `A`, whose `Default` holds transformers'
+    /// class defaults: a key the config leaves out takes that default, a key `A` does not name
+    /// is ignored, and a malformed one (`null` included, where the record has no `Option`) is an
+    /// error naming it.
+    pub fn args<A: serde::de::DeserializeOwned>(&self) -> Result<A, ModelError> {
+        serde_path_to_error::deserialize(&self.raw).map_err(|error| ModelError::Config {
+            path: self.path.clone(),
+            message: format!("{}: {}", error.path(), error.inner()),
+        })
+    }
+
     /// An architecture's own key: `Ok(None)` when absent, an error naming it when malformed.
     pub fn key<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ModelError> {
         match self.raw.get(name) {

@@ -12,6 +12,8 @@
 //! (mlx-community's stacked `switch_mlp.fc1` / `fc2`). Experts through a latent projection
 //! (`moe_latent_size`) are refused.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{Attention, AttentionSpec};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::mamba2::{Mamba2, Mamba2Spec};
@@ -25,6 +27,67 @@ use crate::model::error::ModelError;
 use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
+/// Nemotron-H's own keys, defaulting as transformers' `NemotronHConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// The release's layer pattern (`M-M*-`); transformers 5 writes `layers_block_type`, and
+    /// mlx-lm also reads `layer_types`. No one defaults the layer list.
+    hybrid_override_pattern: Option<String>,
+    layers_block_type: Option<Vec<String>>,
+    layer_types: Option<Vec<String>>,
+    mamba_num_heads: i32,
+    mamba_head_dim: i32,
+    ssm_state_size: i32,
+    n_groups: i32,
+    conv_kernel: i32,
+    use_conv_bias: bool,
+    mamba_proj_bias: bool,
+    time_step_min: f32,
+    mlp_bias: bool,
+    attention_bias: bool,
+    n_routed_experts: i32,
+    num_experts_per_tok: i32,
+    moe_intermediate_size: i32,
+    n_shared_experts: i32,
+    moe_shared_expert_intermediate_size: i32,
+    moe_latent_size: Option<i32>,
+    n_group: i32,
+    topk_group: i32,
+    norm_topk_prob: bool,
+    routed_scaling_factor: f32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            hybrid_override_pattern: None,
+            layers_block_type: None,
+            layer_types: None,
+            mamba_num_heads: 128,
+            mamba_head_dim: 64,
+            ssm_state_size: 128,
+            n_groups: 8,
+            conv_kernel: 4,
+            use_conv_bias: true,
+            mamba_proj_bias: false,
+            time_step_min: 0.001,
+            mlp_bias: false,
+            attention_bias: false,
+            n_routed_experts: 8,
+            num_experts_per_tok: 2,
+            moe_intermediate_size: 7688,
+            n_shared_experts: 1,
+            moe_shared_expert_intermediate_size: 7688,
+            moe_latent_size: None,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.0,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Block {
     Mamba,
@@ -35,13 +98,14 @@ enum Block {
 
 /// The routed experts of the `E` layers; `None` without any.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    if !blocks(config)?.contains(&Block::Experts) {
+    experts_of(config, &config.args()?)
+}
+
+fn experts_of(config: &ModelConfig, args: &Args) -> Result<Option<MoeSpec>, ModelError> {
+    if !blocks(config, args)?.contains(&Block::Experts) {
         return Ok(None);
     }
-    if config
-        .key_or_null::<i32>("moe_latent_size", 0)?
-        .is_some_and(|size| size > 0)
-    {
+    if args.moe_latent_size.is_some_and(|size| size > 0) {
         return Err(ModelError::Config {
             path: config.path.clone(),
             message: "Nemotron-H's experts through a latent projection (moe_latent_size) are not \
@@ -50,17 +114,17 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
         });
     }
     let routing = Routing::GroupedSigmoid {
-        groups: config.key_or("n_group", 1)?,
-        top_groups: config.key_or("topk_group", 1)?,
-        normalize: config.key_or("norm_topk_prob", true)?,
-        scaling: config.key_or("routed_scaling_factor", 1.0)?,
+        groups: args.n_group,
+        top_groups: args.topk_group,
+        normalize: args.norm_topk_prob,
+        scaling: args.routed_scaling_factor,
     };
     Ok(Some(MoeSpec {
         activation: Activation::SquaredRelu,
         ..MoeSpec::new(
-            config.key_or("n_routed_experts", 8)?,
-            config.key_or("num_experts_per_tok", 2)?,
-            config.key_or("moe_intermediate_size", 7688)?,
+            args.n_routed_experts,
+            args.num_experts_per_tok,
+            args.moe_intermediate_size,
             routing,
         )
     }))
@@ -69,8 +133,9 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 /// One cache per decoder layer, that is per mixer block: a Mamba-2 layer's state, an attention
 /// layer's keys and values.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    let state = mamba_spec(config)?.state_shape();
-    Ok(blocks(config)?
+    let args = config.args()?;
+    let state = mamba_spec(config, &args)?.state_shape();
+    Ok(blocks(config, &args)?
         .into_iter()
         .filter_map(|block| match block {
             Block::Mamba => Some(LayerCache::State(state)),
@@ -83,31 +148,31 @@ pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
         .collect())
 }
 
-fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
+fn mamba_spec(config: &ModelConfig, args: &Args) -> Result<Mamba2Spec, ModelError> {
     Mamba2Spec {
-        heads: config.key_or("mamba_num_heads", 128)?,
-        head_dim: config.key_or("mamba_head_dim", 64)?,
-        state_size: config.key_or("ssm_state_size", 128)?,
-        groups: config.key_or("n_groups", 8)?,
-        conv_kernel: config.key_or("conv_kernel", 4)?,
-        conv_bias: config.key_or("use_conv_bias", true)?,
-        proj_bias: config.key_or("mamba_proj_bias", false)?,
+        heads: args.mamba_num_heads,
+        head_dim: args.mamba_head_dim,
+        state_size: args.ssm_state_size,
+        groups: args.n_groups,
+        conv_kernel: args.conv_kernel,
+        conv_bias: args.use_conv_bias,
+        proj_bias: args.mamba_proj_bias,
         // transformers' mixer clamps the time step from below at `time_step_min`, whatever
         // `time_step_limit` says (mlx-lm reads that, (0, inf) here, and departs where softplus
         // gives less).
-        time_step_limit: (config.key_or("time_step_min", 0.001)?, f32::INFINITY),
+        time_step_limit: (args.time_step_min, f32::INFINITY),
         eps: config.rms_norm_eps,
     }
     .checked(config)
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let blocks = blocks(config)?;
+    let args: Args = config.args()?;
+    let blocks = blocks(config, &args)?;
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let spec = mamba_spec(config)?;
-    let mlp_bias: bool = config.key_or("mlp_bias", false)?;
-    let attention_bias: bool = config.key_or("attention_bias", false)?;
-    let moe = experts(config)?;
+    let spec = mamba_spec(config, &args)?;
+    let (mlp_bias, attention_bias) = (args.mlp_bias, args.attention_bias);
+    let moe = experts_of(config, &args)?;
     // Attention is NoPE; the spec's constructor wants a rotation it then goes without.
     let rope = Rope::new(config.head_dim, config.rope_theta, false, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
@@ -160,7 +225,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                     path: config.path.clone(),
                     message: "experts without their sizes".into(),
                 })?;
-                FeedForward::experts(nemotron_experts(weights, config, &block, spec, mlp_bias)?)
+                FeedForward::experts(nemotron_experts(weights, config, &args, &block, spec)?)
             }
             _ => FeedForward::Absent,
         };
@@ -197,9 +262,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 fn nemotron_experts(
     weights: &mut Weights,
     config: &ModelConfig,
+    args: &Args,
     block: &str,
     spec: MoeSpec,
-    bias: bool,
 ) -> Result<Moe, ModelError> {
     let names = [
         ("gate_proj", "gate_proj"),
@@ -216,37 +281,38 @@ fn nemotron_experts(
         }
     });
     let moe = Moe::load(weights, config, &format!("{block}.gate"), names, spec)?;
-    if config
-        .key_or_null::<i32>("n_shared_experts", 0)?
-        .unwrap_or(0)
-        == 0
-    {
+    if args.n_shared_experts == 0 {
         return Ok(moe);
     }
     let shared = Mlp::load_squared_relu(
         weights,
         config,
         &format!("{block}.shared_experts"),
-        config.key_or("moe_shared_expert_intermediate_size", 7688)?,
-        bias,
+        args.moe_shared_expert_intermediate_size,
+        args.mlp_bias,
     )?;
     Ok(moe.with_shared_experts(shared))
 }
 
 /// Each layer's block, from `hybrid_override_pattern` or else `layers_block_type` /
 /// `layer_types` (with the legacy names mlx-lm also reads).
-fn blocks(config: &ModelConfig) -> Result<Vec<Block>, ModelError> {
+fn blocks(config: &ModelConfig, args: &Args) -> Result<Vec<Block>, ModelError> {
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
         message,
     };
-    let names: Vec<String> = match config.key::<String>("hybrid_override_pattern")? {
-        Some(pattern) => pattern.chars().map(String::from).collect(),
-        None => match config.key::<Vec<String>>("layers_block_type")? {
-            Some(types) => types,
-            // Neither transformers nor mlx-lm defaults the layer list.
-            None => config.required("layer_types")?,
-        },
+    let names: Vec<String> = match (
+        &args.hybrid_override_pattern,
+        &args.layers_block_type,
+        &args.layer_types,
+    ) {
+        (Some(pattern), _, _) => pattern.chars().map(String::from).collect(),
+        (None, Some(types), _) | (None, None, Some(types)) => types.clone(),
+        (None, None, None) => {
+            return Err(bad(
+                "nemotron_h needs hybrid_override_pattern or layers_block_type".into(),
+            ));
+        }
     };
     let blocks = names
         .iter()
@@ -288,7 +354,10 @@ mod tests {
                 config[key] = value.clone();
             }
             let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
-            (config.num_layers, blocks(&config).unwrap())
+            (
+                config.num_layers,
+                blocks(&config, &config.args().unwrap()).unwrap(),
+            )
         };
         let pattern = read(json!({"hybrid_override_pattern": "M-M*-"}));
         let listed = read(json!({"layers_block_type":
