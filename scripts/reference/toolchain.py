@@ -35,6 +35,7 @@ greedy steps, and how far mlx-lm's float logits are from transformers' on the sa
 import json
 import shutil
 import sys
+import tempfile
 import traceback
 from importlib.metadata import version
 from pathlib import Path
@@ -272,7 +273,30 @@ def transformers_decides(entry, float_logits, q4_logits, prompt_length):
         q4["quantization_bound"] = round(2 * noise, 4)
 
 
+def release_spelled(spec, hf_dir, scratch):
+    """The `hf` folder as the mirrored release spells its config.json, for the tools that read
+    only that spelling: transformers 5 renames some values on save (Granite 4's layer types),
+    and `release_spelling` in the spec maps them back, key by key. `hf_dir` itself otherwise."""
+    spelling = spec.get("release_spelling")
+    if spelling is None:
+        return hf_dir
+    copy = Path(scratch) / "hf"
+    shutil.copytree(hf_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    for key, renames in spelling["values"].items():
+        value = config[key]
+        config[key] = [renames.get(item, item) for item in value] if isinstance(value, list) \
+            else renames.get(value, value)
+    (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return copy
+
+
 def make_architecture(name, spec, out, prompt_length, decode_steps, llama_python):
+    with tempfile.TemporaryDirectory() as scratch:
+        return make_layouts(name, spec, out, prompt_length, decode_steps, llama_python, scratch)
+
+
+def make_layouts(name, spec, out, prompt_length, decode_steps, llama_python, scratch):
     arch_dir = out / name
     shutil.rmtree(arch_dir, ignore_errors=True)
     arch_dir.mkdir(parents=True)
@@ -288,10 +312,13 @@ def make_architecture(name, spec, out, prompt_length, decode_steps, llama_python
         "min_top_two_gap": round(top_two_gap(ref["logits"], decode_steps), 6),
     }
     made = {}
+    tool_input = release_spelled(spec, hf_dir, scratch)
+    if tool_input != hf_dir:
+        entry["release_spelling"] = spec["release_spelling"]["why"]
     for layout, quantize in (("mlx", False), ("mlx-q4", True)):
         directory = arch_dir / layout
         try:
-            logits, decoded = make_mlx(hf_dir, directory, prompt_length, decode_steps, quantize)
+            logits, decoded = make_mlx(tool_input, directory, prompt_length, decode_steps, quantize)
         except Exception as error:  # a tool's failure is recorded, never papered over
             shutil.rmtree(directory, ignore_errors=True)
             last = traceback.format_exception_only(error)[-1].strip()
@@ -314,7 +341,7 @@ def make_architecture(name, spec, out, prompt_length, decode_steps, llama_python
     departed = entry["layouts"]["mlx"].get("max_abs_diff_to_transformers", 0) > FLOAT_TOLERANCE
     if departed:
         transformers_decides(entry, made["mlx"], made.get("mlx-q4"), prompt_length)
-    make_gguf(entry, hf_dir, arch_dir, ref, llama_python, decode_steps, top_two_gap, FLOAT_TOLERANCE)
+    make_gguf(entry, tool_input, arch_dir, ref, llama_python, decode_steps, top_two_gap, FLOAT_TOLERANCE)
     return entry
 
 

@@ -206,7 +206,8 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
 }
 
 /// llama.cpp's F32 GGUFs of the models with recurrent layers (the gated-DeltaNet hybrids
-/// Qwen3.5 dense and MoE and Qwen3-Next; LFM2 and LFM2-MoE's short convolutions), restored from
+/// Qwen3.5 dense and MoE and Qwen3-Next; LFM2 and LFM2-MoE's short convolutions; the Mamba-2
+/// hybrids Nemotron 3 and Granite 4), restored from
 /// the snapshots their layers record at block boundaries, and of latent attention (DeepSeek V3,
 /// GLM-4.7-Flash: a cached latent and rotary key per position), held to llama.cpp's logits within
 /// 1e-3 also while each decode step shares its pass with three other sequences, and after the
@@ -222,6 +223,8 @@ fn gguf_recurrent_and_latent_attention_models_batch_and_restore() {
         "lfm2_moe",
         "deepseek_v3",
         "glm4_moe_lite",
+        "nemotron_h_moe",
+        "granitemoehybrid",
     ] {
         let name = format!("{architecture}/gguf-f32");
         let dir = data().join(architecture).join("gguf-f32");

@@ -17,13 +17,15 @@
 //! (`qwen3_next.rs`), LFM2 and LFM2-MoE (`lfm2.rs`: convolution layers are those without
 //! key-value heads), DeepSeek V2/V3, Kimi K2 and GLM-4.7-Flash (`deepseek2.rs`: the latent
 //! attention's sizes, the routing and YaRN as llama.cpp reads them), Nemotron-H
-//! (`nemotron_h.rs`: the layer pattern read back from the per-layer widths), Gemma 2 and 4
+//! (`nemotron_h.rs`: the layer pattern read back from the per-layer widths), Granite 4
+//! (`granite_hybrid.rs`: its Mamba-2 layers are those without key-value heads), Gemma 2 and 4
 //! (`gemma.rs`), Llama 4 (`llama4.rs`), ERNIE 4.5 MoE (`ernie.rs`) and Ministral 3's rotation
 //! (`ministral3.rs`).
 
 mod deepseek2;
 mod ernie;
 mod gemma;
+mod granite_hybrid;
 mod lfm2;
 mod llama4;
 mod ministral3;
@@ -35,7 +37,7 @@ use serde_json::{Map, Value as Json, json};
 use super::header::{GgufError, GgufHeader, Value};
 
 /// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 28] = [
+pub const ARCHITECTURES: [&str; 29] = [
     "llama",
     "llama4",
     "mistral",
@@ -64,6 +66,7 @@ pub const ARCHITECTURES: [&str; 28] = [
     "glm4",
     "nemotron_h",
     "nemotron_h_moe",
+    "granitehybrid",
 ];
 
 /// The `model_type` the model reads for `general.architecture`.
@@ -81,6 +84,7 @@ fn model_type(arch: &str) -> &str {
         // llama.cpp writes OLMo 3 as `olmo2`, its sliding layers flagged per layer.
         "olmo2" => "olmo3",
         "qwen3next" => "qwen3_next",
+        "granitehybrid" => "granitemoehybrid",
         other => other,
     }
 }
@@ -218,7 +222,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         "rope_traditional".into(),
         json!(matches!(
             model_type,
-            "llama" | "granite" | "mixtral" | "smollm3" | "ministral3"
+            "llama" | "granite" | "granitemoehybrid" | "mixtral" | "smollm3" | "ministral3"
         )),
     );
     if let Some(context) = keys.integer("context_length") {
@@ -312,6 +316,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
         ),
         "ernie4_5-moe" => ernie::ernie4_5_moe(&keys, &mut config)?,
         "lfm2" | "lfm2moe" => lfm2::lfm2(&keys, &mut config, layers)?,
+        "granitehybrid" => granite_hybrid::granite_hybrid(&keys, &mut config, layers)?,
         "deepseek2" => deepseek2::deepseek2(&keys, &mut config, layers)?,
         "minimax-m2" => {
             if let Some(gating) = keys.integer("expert_gating_func")

@@ -105,11 +105,7 @@ fn insert(
     tensors: &mut HashMap<String, Array>,
     quantization: &mut HashMap<String, Quantization>,
 ) -> Result<(), String> {
-    if let (true, Some(name), Loaded::Plain(array)) = (
-        is_nemotron_h(arch),
-        nemotron_h::unsuffixed_name(gguf),
-        &loaded,
-    ) {
+    if let (Some(name), Loaded::Plain(array)) = (mamba2_unsuffixed_name(arch, gguf), &loaded) {
         tensors.insert(name, array.clone());
         return Ok(());
     }
@@ -138,7 +134,7 @@ fn insert(
                     }
                     renamed
                         if renamed.ends_with(".e_score_correction")
-                            || (is_nemotron_h(arch) && renamed.ends_with(".mixer.dt")) =>
+                            || (has_mamba2(arch) && renamed.ends_with(".dt")) =>
                     {
                         format!("{renamed}_{suffix}")
                     }
@@ -201,6 +197,29 @@ pub fn tensor_scale_dtype(tensor: &TensorInfo, choices: Choices) -> Dtype {
 
 fn is_nemotron_h(arch: &str) -> bool {
     matches!(arch, "nemotron_h" | "nemotron_h_moe")
+}
+
+/// The families with Mamba-2 mixers, whose time-step bias `ssm_dt.bias` is `dt_bias`.
+fn has_mamba2(arch: &str) -> bool {
+    is_nemotron_h(arch) || arch == "granitehybrid"
+}
+
+/// The Mamba-2 tensors llama.cpp names without a `.weight` suffix, `blk.3.ssm_a` and
+/// `blk.3.ssm_d` (`A = -exp(A_log)` and `D`), under the family's mixer.
+fn mamba2_unsuffixed_name(arch: &str, gguf: &str) -> Option<String> {
+    if is_nemotron_h(arch) {
+        return nemotron_h::unsuffixed_name(gguf);
+    }
+    if arch != "granitehybrid" {
+        return None;
+    }
+    let (layer, part) = gguf.strip_prefix("blk.")?.split_once('.')?;
+    let renamed = match part {
+        "ssm_a" => "A",
+        "ssm_d" => "D",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.mamba.{renamed}"))
 }
 
 /// llama.cpp's converter stores Gemma 2's and 3's norms as `1 + w` (their RMSNorm adds the one
@@ -331,6 +350,22 @@ fn family_layer_name(arch: &str, part: &str) -> Option<&'static str> {
             "ffn_gate_exps" => "feed_forward.switch_mlp.gate_proj",
             "ffn_up_exps" => "feed_forward.switch_mlp.up_proj",
             "ffn_down_exps" => "feed_forward.switch_mlp.down_proj",
+            _ => return None,
+        },
+        // Granite 4: Mamba-2 mixers, and experts beside a shared MLP under Granite's names.
+        ("granitehybrid", part) => match part {
+            "ssm_in" => "mamba.in_proj",
+            "ssm_conv1d" => "mamba.conv1d",
+            "ssm_dt" => "mamba.dt",
+            "ssm_norm" => "mamba.norm",
+            "ssm_out" => "mamba.out_proj",
+            "ffn_gate_inp" => "block_sparse_moe.router.layer",
+            "ffn_gate_exps" => "block_sparse_moe.switch_mlp.gate_proj",
+            "ffn_up_exps" => "block_sparse_moe.switch_mlp.up_proj",
+            "ffn_down_exps" => "block_sparse_moe.switch_mlp.down_proj",
+            "ffn_gate_shexp" => "shared_mlp.gate_proj",
+            "ffn_up_shexp" => "shared_mlp.up_proj",
+            "ffn_down_shexp" => "shared_mlp.down_proj",
             _ => return None,
         },
         ("deepseek2", part) => match part {

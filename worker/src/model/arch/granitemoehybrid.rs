@@ -179,7 +179,12 @@ fn feed_forward(
         &format!("{shared}.output_linear"),
         &format!("{shared}.down_proj"),
     );
-    let shared_mlp = Mlp::load_fused(weights, config, &shared, shared_inner)?;
+    // llama.cpp's converter splits the shared MLP's fused projection.
+    let shared_mlp = if weights.contains(&format!("{shared}.gate_proj.weight")) {
+        Mlp::load(weights, config, &shared, shared_inner, false)?
+    } else {
+        Mlp::load_fused(weights, config, &shared, shared_inner)?
+    };
     let Some(moe) = moe else {
         return Ok(FeedForward::Dense(shared_mlp));
     };
