@@ -274,18 +274,34 @@ def transformers_decides(entry, float_logits, q4_logits, prompt_length):
 
 
 def release_spelled(spec, hf_dir, scratch):
-    """The `hf` folder as the mirrored release spells its config.json, for the tools that read
-    only that spelling: transformers 5 renames some values on save (Granite 4's layer types),
-    and `release_spelling` in the spec maps them back, key by key. `hf_dir` itself otherwise."""
+    """The `hf` folder with its config.json spelled as the mirrored release's, for the tools that
+    read only that spelling (mlx_lm.convert, which made mlx-community's conversions from those
+    files, and llama.cpp's converter): transformers 5 renames some keys and values on save.
+    `release_spelling` in the spec says how, and why: `rope_theta_at_top_level` moves
+    `rope_parameters` back to `rope_theta`, `partial_rotary_factor` and `rope_scaling`, as
+    transformers 4 wrote every release before; `renamed_keys` restores a key's old name,
+    `release_keys` adds a key transformers 5 no longer writes with the release's value, and
+    `values` maps a key's values back. Applied to a wrapper's `text_config` as to the top
+    level. `hf_dir` itself when the spec has none."""
     spelling = spec.get("release_spelling")
     if spelling is None:
         return hf_dir
     copy = Path(scratch) / "hf"
     shutil.copytree(hf_dir, copy)
     config = json.loads((copy / "config.json").read_text())
-    for key, renames in spelling["values"].items():
-        value = config[key]
-        config[key] = [renames.get(item, item) for item in value] if isinstance(value, list) \
+    text = config.get("text_config", config)
+    if spelling.get("rope_theta_at_top_level"):
+        parameters = dict(text.pop("rope_parameters"))
+        text["rope_theta"] = parameters.pop("rope_theta")
+        if "partial_rotary_factor" in parameters:
+            text["partial_rotary_factor"] = parameters.pop("partial_rotary_factor")
+        text["rope_scaling"] = None if parameters.get("rope_type") == "default" else parameters
+    for old, new in spelling.get("renamed_keys", {}).items():
+        text[new] = text.pop(old)
+    text.update(spelling.get("release_keys", {}))
+    for key, renames in spelling.get("values", {}).items():
+        value = text[key]
+        text[key] = [renames.get(item, item) for item in value] if isinstance(value, list) \
             else renames.get(value, value)
     (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return copy
@@ -339,7 +355,11 @@ def make_layouts(name, spec, out, prompt_length, decode_steps, llama_python, scr
         # A tower left at its class's default size: the fixtures must stay tiny.
         raise SystemExit(f"{name}: {size} bytes of fixtures; shrink its config")
     departed = entry["layouts"]["mlx"].get("max_abs_diff_to_transformers", 0) > FLOAT_TOLERANCE
-    if departed:
+    # mlx_lm.convert may leave out a tensor on purpose (`mlx_drops` says which and why): the
+    # file then holds less than the hf folder, and mlx-lm's answer is the only one it gives.
+    if departed and "mlx_drops" in spec:
+        entry["layouts"]["mlx"]["mlx_drops"] = spec["mlx_drops"]
+    elif departed:
         transformers_decides(entry, made["mlx"], made.get("mlx-q4"), prompt_length)
     make_gguf(entry, tool_input, arch_dir, ref, llama_python, decode_steps, top_two_gap, FLOAT_TOLERANCE)
     return entry
