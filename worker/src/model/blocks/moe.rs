@@ -58,7 +58,7 @@ pub enum Routing {
     /// (Llama 4).
     TopOneSigmoidInput,
     /// Softmax over all experts in f32, experts chosen by probability plus the router's
-    /// `e_score_correction_bias`; each chosen expert weighs its unbiased probability, the k
+    /// `e_score_correction_bias` where the file has one; each chosen expert weighs its unbiased probability, the k
     /// renormalized by their sum, at least `min_total` (ERNIE 4.5's `moe_norm_min`).
     SoftmaxBiasedTopK { min_total: f32 },
 }
@@ -187,13 +187,14 @@ impl Moe {
         let down_proj = switch(down, hidden, spec.inner)?;
         let bias = format!("{router}.e_score_correction_bias");
         let score_bias = match spec.routing {
-            Routing::GroupedSigmoid { .. }
-            | Routing::SigmoidTopK { biased: true, .. }
-            | Routing::SoftmaxBiasedTopK { .. } => {
+            Routing::GroupedSigmoid { .. } | Routing::SigmoidTopK { biased: true, .. } => {
                 Some(weights.take_float(&bias, &[spec.experts])?)
             }
             // DeepSeek V2 has no correction bias; llama.cpp adds one where the file has it.
-            Routing::GroupedSoftmax { .. } if weights.contains(&bias) => {
+            // mlx-lm drops ERNIE 4.5's, so mlx-community's files route by probability alone.
+            Routing::GroupedSoftmax { .. } | Routing::SoftmaxBiasedTopK { .. }
+                if weights.contains(&bias) =>
+            {
                 Some(weights.take_float(&bias, &[spec.experts])?)
             }
             _ => None,
