@@ -7,7 +7,8 @@
 //! layers project no keys or values: each attends over those of the last earlier layer of its
 //! type, and its MLP is twice as wide with `use_double_wide_mlp`. Each layer adds its per-layer
 //! input gated by its output and multiplies its output by `layer_scalar`; with
-//! `enable_moe_block`, experts run beside the MLP. The logits are soft-capped.
+//! `enable_moe_block`, experts run beside the MLP. The logits are soft-capped where
+//! `final_logit_softcapping` says.
 
 use std::collections::HashMap;
 

@@ -5,8 +5,9 @@
 //! head is `output`.
 //!
 //! transformers' `llama4_text` is also Scout's and Maverick's text model on its own
-//! (`Llama4ForCausalLM`), with experts in the layers `moe_layers` lists: that one is built as
-//! the `llama4` wrapper's text model.
+//! (`Llama4ForCausalLM`), with experts in the layers `moe_layers` lists (without the key, every
+//! `interleave_moe_layer_step`-th, as transformers fills it in): that one is built as the
+//! `llama4` wrapper's text model.
 
 use serde::Deserialize;
 
