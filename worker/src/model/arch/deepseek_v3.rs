@@ -8,9 +8,11 @@
 //! `n_routed_experts` experts beside shared ones. The multi-token-prediction layer past
 //! `num_hidden_layers` is not run.
 
+use serde::Deserialize;
+
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::latent_attention::{
-    LatentAttention, LatentDefaults, LatentSpec, latent_cache_shape,
+    LatentArgs, LatentAttention, LatentDefaults, LatentSpec, latent_cache_shape,
 };
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
@@ -20,8 +22,51 @@ use crate::model::error::ModelError;
 use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 
-/// The defaults of the keys a release may leave out: transformers' config class's for the
-/// type, mlx-lm's DeepSeek V3 `ModelArgs`' for kimi_k2, which transformers has no class for.
+/// DeepSeek V3's own keys (GLM-4.7-Flash's and Kimi K2's too), defaulting as transformers'
+/// `DeepseekV3Config` does; a key whose default differs by type is `None` here and takes
+/// [`defaults`]' value for the type.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// `None` and no type default: a dense model.
+    n_routed_experts: Option<i32>,
+    num_experts_per_tok: Option<i32>,
+    moe_intermediate_size: Option<i32>,
+    n_group: Option<i32>,
+    topk_group: Option<i32>,
+    routed_scaling_factor: Option<f32>,
+    first_k_dense_replace: Option<i32>,
+    norm_topk_prob: bool,
+    /// mlx-lm's keys, which transformers' class does not have.
+    scoring_func: String,
+    topk_method: String,
+    moe_layer_freq: i32,
+    /// transformers defaults to 1, but a GGUF without shared experts leaves it out
+    /// (`gguf/config/deepseek2.rs`): absent means none.
+    n_shared_experts: Option<i32>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            n_routed_experts: None,
+            num_experts_per_tok: None,
+            moe_intermediate_size: None,
+            n_group: None,
+            topk_group: None,
+            routed_scaling_factor: None,
+            first_k_dense_replace: None,
+            norm_topk_prob: true,
+            scoring_func: "sigmoid".to_owned(),
+            topk_method: "noaux_tc".to_owned(),
+            moe_layer_freq: 1,
+            n_shared_experts: None,
+        }
+    }
+}
+
+/// The defaults of the keys whose default differs by type: transformers' config class's for
+/// the type, mlx-lm's DeepSeek V3 `ModelArgs`' for kimi_k2, which transformers has no class for.
 struct Defaults {
     /// `None`: a dense model (mlx-lm's).
     routed_experts: Option<i32>,
@@ -30,11 +75,13 @@ struct Defaults {
     top_groups: i32,
     moe_inner: i32,
     scaling: f32,
+    dense_layers: i32,
     latent: LatentDefaults,
 }
 
 fn defaults(config: &ModelConfig) -> Defaults {
     match config.model_type.as_str() {
+        // transformers' `Glm4MoeLiteConfig` makes the first layer dense (`mlp_layer_types`).
         "glm4_moe_lite" => Defaults {
             routed_experts: Some(64),
             top_k: 4,
@@ -42,6 +89,7 @@ fn defaults(config: &ModelConfig) -> Defaults {
             top_groups: 1,
             moe_inner: 1536,
             scaling: 1.8,
+            dense_layers: 1,
             latent: LatentDefaults {
                 qk_nope_head_dim: 192,
                 v_head_dim: 256,
@@ -54,6 +102,7 @@ fn defaults(config: &ModelConfig) -> Defaults {
             top_groups: 1,
             moe_inner: 1407,
             scaling: 1.0,
+            dense_layers: 0,
             latent: LatentDefaults {
                 qk_nope_head_dim: 128,
                 v_head_dim: 128,
@@ -66,6 +115,7 @@ fn defaults(config: &ModelConfig) -> Defaults {
             top_groups: 4,
             moe_inner: 2048,
             scaling: 2.5,
+            dense_layers: 3,
             latent: LatentDefaults {
                 qk_nope_head_dim: 128,
                 v_head_dim: 128,
@@ -76,18 +126,21 @@ fn defaults(config: &ModelConfig) -> Defaults {
 
 /// The routed experts of the sparse layers, `None` for a dense model.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    experts_of(config, &config.args()?)
+}
+
+fn experts_of(config: &ModelConfig, args: &Args) -> Result<Option<MoeSpec>, ModelError> {
     let defaults = defaults(config);
-    let Some(experts) = config.key("n_routed_experts")?.or(defaults.routed_experts) else {
+    let Some(experts) = args.n_routed_experts.or(defaults.routed_experts) else {
         return Ok(None);
     };
     let (groups, top_groups) = (
-        config.key_or("n_group", defaults.groups)?,
-        config.key_or("topk_group", defaults.top_groups)?,
+        args.n_group.unwrap_or(defaults.groups),
+        args.topk_group.unwrap_or(defaults.top_groups),
     );
-    let normalize = config.key_or("norm_topk_prob", true)?;
-    let scaling = config.key_or("routed_scaling_factor", defaults.scaling)?;
-    let scoring: String = config.key_or("scoring_func", "sigmoid".to_owned())?;
-    let routing = match scoring.as_str() {
+    let normalize = args.norm_topk_prob;
+    let scaling = args.routed_scaling_factor.unwrap_or(defaults.scaling);
+    let routing = match args.scoring_func.as_str() {
         "sigmoid" => Routing::GroupedSigmoid {
             groups,
             top_groups,
@@ -109,18 +162,16 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     };
     Ok(Some(MoeSpec::new(
         experts,
-        config.key_or("num_experts_per_tok", defaults.top_k)?,
-        config.key_or("moe_intermediate_size", defaults.moe_inner)?,
+        args.num_experts_per_tok.unwrap_or(defaults.top_k),
+        args.moe_intermediate_size.unwrap_or(defaults.moe_inner),
         routing,
     )))
 }
 
 /// What each layer keeps for a sequence: its latent and shared rotary key per position.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    let shape = latent_cache_shape(
-        config.key_or("kv_lora_rank", 512)?,
-        config.key_or("qk_rope_head_dim", 64)?,
-    );
+    let latent: LatentArgs = config.args()?;
+    let shape = latent_cache_shape(latent.kv_lora_rank, latent.qk_rope_head_dim);
     let layer = LayerCache::Positions {
         shape,
         window: None,
@@ -129,7 +180,9 @@ pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let topk_method: String = config.key_or("topk_method", "noaux_tc".to_owned())?;
+    let args: Args = config.args()?;
+    let latent_args: LatentArgs = config.args()?;
+    let topk_method = &args.topk_method;
     if topk_method != "noaux_tc" {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -142,15 +195,16 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     } else {
         1e-6
     };
-    let dense_layers: i32 = config.key_or("first_k_dense_replace", 0)?;
-    let moe_every: i32 = config.key_or("moe_layer_freq", 1)?;
-    let shared_experts: Option<i32> = config.key("n_shared_experts")?;
-    let moe = experts(config)?;
-    let latent = defaults(config).latent;
+    let defaults = defaults(config);
+    let dense_layers = args.first_k_dense_replace.unwrap_or(defaults.dense_layers);
+    let moe_every = args.moe_layer_freq;
+    let shared_experts = args.n_shared_experts;
+    let moe = experts_of(config, &args)?;
+    let latent = defaults.latent;
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));
     let layers = (0..config.num_layers)
         .map(|index| {
-            let spec = LatentSpec::from_config(config, lora_eps, latent)?;
+            let spec = LatentSpec::from_config(config, &latent_args, lora_eps, latent)?;
             let prefix = format!("model.layers.{index}.self_attn");
             let attention = LatentAttention::load(weights, config, &prefix, spec)?;
             let mixer = Mixer::LatentAttention(Box::new(attention));

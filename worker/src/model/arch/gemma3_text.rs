@@ -5,6 +5,8 @@
 //! attend within `sliding_window` with the local RoPE base; the last attends globally with
 //! `rope_theta` and `rope_scaling`. The head is tied unless the checkpoint has `lm_head`.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, SandwichNorms};
 use crate::model::blocks::mlp::{Activation, Mlp};
@@ -17,31 +19,53 @@ use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
+/// Gemma 3's own keys, defaulting as transformers' `Gemma3TextConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// transformers' 4096 (mlx-lm's is 512).
+    sliding_window: i32,
+    /// Older configs' pattern, which transformers still reads when `layer_types` is absent.
+    sliding_window_pattern: i32,
+    query_pre_attn_scalar: f32,
+    /// The sliding layers' RoPE base where `rope_parameters` has none per kind.
+    rope_local_base_freq: f32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            sliding_window: 4096,
+            sliding_window_pattern: 6,
+            query_pre_attn_scalar: 256.0,
+            rope_local_base_freq: 10_000.0,
+        }
+    }
+}
+
 /// Each layer's window: `layer_types`, else all but every `sliding_window_pattern`-th layer
 /// slide.
-fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
-    let pattern: i32 = config.key_or("sliding_window_pattern", 6)?;
-    super::sliding_windows(config, 512, |index| {
+fn windows(config: &ModelConfig, args: &Args) -> Result<Vec<Option<Window>>, ModelError> {
+    let pattern = args.sliding_window_pattern;
+    super::sliding_windows(config, args.sliding_window, |index| {
         pattern > 0 && (index + 1) % pattern != 0
     })
 }
 
 /// What each layer keeps for a sequence.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    super::attention_caches(config, windows(config)?)
+    super::attention_caches(config, windows(config, &config.args()?)?)
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let windows = windows(config)?;
-    let scale = config.key_or("query_pre_attn_scalar", 256.0f32)?.powf(-0.5);
+    let args: Args = config.args()?;
+    let windows = windows(config, &args)?;
+    let scale = args.query_pre_attn_scalar.powf(-0.5);
     let local_rope = match config.rope_parameters_of("sliding_attention") {
         Some(parameters) => kind_rope(config, weights, parameters)?,
-        None => {
-            let base: f32 = config.key_or("rope_local_base_freq", 10_000.0)?;
-            Rope::new(config.head_dim, base, false, None)
-                .map_err(|source| weights.mlx_error("building rotary frequencies", source))?
-        }
+        None => Rope::new(config.head_dim, args.rope_local_base_freq, false, None)
+            .map_err(|source| weights.mlx_error("building rotary frequencies", source))?,
     };
     let global_rope = match config.rope_parameters_of("full_attention") {
         Some(parameters) => kind_rope(config, weights, parameters)?,

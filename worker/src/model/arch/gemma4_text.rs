@@ -7,9 +7,12 @@
 //! layers project no keys or values: each attends over those of the last earlier layer of its
 //! type, and its MLP is twice as wide with `use_double_wide_mlp`. Each layer adds its per-layer
 //! input gated by its output and multiplies its output by `layer_scalar`; with
-//! `enable_moe_block`, experts run beside the MLP. The logits are soft-capped.
+//! `enable_moe_block`, experts run beside the MLP. The logits are soft-capped where
+//! `final_logit_softcapping` says.
 
 use std::collections::HashMap;
+
+use serde::Deserialize;
 
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, DenseAndExperts, FeedForward};
@@ -25,6 +28,53 @@ use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
+/// Gemma 4's own keys, defaulting as transformers' `Gemma4TextConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    sliding_window: i32,
+    /// transformers 5.23's full-attention overrides per layer index.
+    per_layer_config: Option<HashMap<String, LayerOverride>>,
+    /// Earlier configs' full-attention head size (`null` or 0: `head_dim`).
+    global_head_dim: Option<i32>,
+    attention_k_eq_v: bool,
+    num_global_key_value_heads: Option<i32>,
+    /// transformers' 0 and false (mlx-lm's 20 and true).
+    num_kv_shared_layers: i32,
+    use_double_wide_mlp: bool,
+    /// `null`: no per-layer inputs.
+    hidden_size_per_layer_input: Option<i32>,
+    vocab_size_per_layer_input: i32,
+    /// transformers' `None`, no cap (mlx-lm's is 30).
+    final_logit_softcapping: Option<f32>,
+    enable_moe_block: bool,
+    /// Neither transformers nor mlx-lm defaults the experts of an `enable_moe_block` model.
+    num_experts: Option<i32>,
+    top_k_experts: Option<i32>,
+    moe_intermediate_size: Option<i32>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            sliding_window: 512,
+            per_layer_config: None,
+            global_head_dim: Some(512),
+            attention_k_eq_v: false,
+            num_global_key_value_heads: None,
+            num_kv_shared_layers: 0,
+            use_double_wide_mlp: false,
+            hidden_size_per_layer_input: Some(256),
+            vocab_size_per_layer_input: 262_144,
+            final_logit_softcapping: None,
+            enable_moe_block: false,
+            num_experts: None,
+            top_k_experts: None,
+            moe_intermediate_size: None,
+        }
+    }
+}
+
 /// One layer's attention as the config lays it out.
 struct LayerAttention {
     sliding: bool,
@@ -36,52 +86,51 @@ struct LayerAttention {
     window: Option<Window>,
 }
 
-/// Each layer's attention: sliding or full (`layer_types`, else every `sliding_window_pattern`-th
-/// full), the full layers' own head size and KV heads, and the source of each KV-shared layer's
-/// keys and values; also the full layers' head size, which their rotation needs.
-fn attention_layout(config: &ModelConfig) -> Result<(Vec<LayerAttention>, i32), ModelError> {
+/// Each layer's attention: sliding or full (`layer_types`, else as transformers'
+/// `Gemma4TextConfig` lays them out: every sixth full, and the last), the full layers' own head
+/// size and KV heads, and the source of each KV-shared layer's keys and values; also the full
+/// layers' head size, which their rotation needs.
+fn attention_layout(
+    config: &ModelConfig,
+    args: &Args,
+) -> Result<(Vec<LayerAttention>, i32), ModelError> {
     let layers = config.num_layers;
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
         message,
     };
-    let window: i32 = config.key_or("sliding_window", 512)?;
-    let pattern: usize = config.key_or("sliding_window_pattern", 5)?;
-    let layer_types: Vec<String> = config.key_or(
-        "layer_types",
-        (1..=layers as usize)
-            .map(|layer| match layer % pattern.max(1) {
-                0 => "full_attention".to_owned(),
-                _ => "sliding_attention".to_owned(),
+    let window = args.sliding_window;
+    let layer_types = config.layer_types()?.unwrap_or_else(|| {
+        (1..=layers)
+            .map(|layer| {
+                if layer % 6 == 0 || layer == layers {
+                    "full_attention".to_owned()
+                } else {
+                    "sliding_attention".to_owned()
+                }
             })
-            .collect(),
-    )?;
-    if layer_types.len() != layers as usize {
-        return Err(bad(format!("layer_types must name {layers} layers")));
-    }
+            .collect()
+    });
     // transformers 5.23 writes the full-attention layers' head size and KV heads as overrides
     // per layer (`per_layer_config`), where earlier configs have `global_head_dim` and
     // `num_global_key_value_heads`.
-    let per_layer: HashMap<String, LayerOverride> =
-        config.key_or("per_layer_config", HashMap::new())?;
     let full_override = layer_types
         .iter()
         .position(|kind| kind == "full_attention")
-        .and_then(|index| per_layer.get(&index.to_string()));
+        .zip(args.per_layer_config.as_ref())
+        .and_then(|(index, per_layer)| per_layer.get(&index.to_string()));
     let global_head_dim = match full_override.and_then(|layer| layer.head_dim) {
         Some(dim) => dim,
-        None => config
-            .key_or_null("global_head_dim", 512)?
+        None => args
+            .global_head_dim
             .filter(|&dim| dim > 0)
             .unwrap_or(config.head_dim),
     };
-    let k_eq_v: bool = config.key_or("attention_k_eq_v", false)?;
-    let global_kv_heads: Option<i32> =
-        match full_override.and_then(|layer| layer.num_key_value_heads) {
-            Some(heads) => Some(heads),
-            None => config.key("num_global_key_value_heads")?,
-        };
-    let shared_layers: i32 = config.key_or("num_kv_shared_layers", 20)?;
+    let k_eq_v = args.attention_k_eq_v;
+    let global_kv_heads = full_override
+        .and_then(|layer| layer.num_key_value_heads)
+        .or(args.num_global_key_value_heads);
+    let shared_layers = args.num_kv_shared_layers;
     let first_shared = layers - shared_layers;
     let mut last_of_type = HashMap::new();
     for (index, kind) in layer_types
@@ -128,7 +177,7 @@ fn attention_layout(config: &ModelConfig) -> Result<(Vec<LayerAttention>, i32), 
 
 /// What each layer keeps for a sequence.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    let (layers, _) = attention_layout(config)?;
+    let (layers, _) = attention_layout(config, &config.args()?)?;
     Ok(layers
         .iter()
         .map(|layer| match layer.shared_kv {
@@ -143,14 +192,13 @@ pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps, layers) = (config.hidden_size, config.rms_norm_eps, config.num_layers);
-    let (attention_layers, global_head_dim) = attention_layout(config)?;
-    let shared_layers: i32 = config.key_or("num_kv_shared_layers", 20)?;
+    let args: Args = config.args()?;
+    let (attention_layers, global_head_dim) = attention_layout(config, &args)?;
+    let shared_layers = args.num_kv_shared_layers;
     let first_shared = layers - shared_layers;
-    let double_wide: bool = config.key_or("use_double_wide_mlp", true)?;
-    let per_layer_width = config
-        .key_or_null("hidden_size_per_layer_input", 256)?
-        .unwrap_or(0);
-    let moe = experts(config)?;
+    let double_wide = args.use_double_wide_mlp;
+    let per_layer_width = args.hidden_size_per_layer_input.unwrap_or(0);
+    let moe = experts_of(config, &args)?;
     let sliding_rope = rope(config, "sliding_attention", config.head_dim)?;
     let full_rope = rope(config, "full_attention", global_head_dim)?;
     let layers = (0..layers)
@@ -209,9 +257,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let tied = config.tie_word_embeddings.unwrap_or(true);
     let mut decoder = Decoder::load_around(weights, config, layers, norm, tied)?;
     decoder.embedding_scale = Some(f64::from(hidden).sqrt() as f32);
-    decoder.logit_softcap = config.key_or_null("final_logit_softcapping", 30.0)?;
+    decoder.logit_softcap = args.final_logit_softcapping;
     if per_layer_width > 0 {
-        let vocab = config.key_or("vocab_size_per_layer_input", 262_144)?;
+        let vocab = args.vocab_size_per_layer_input;
         decoder.per_layer_inputs = Some(PerLayerInputs::load(
             weights,
             config,
@@ -223,7 +271,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 }
 
 /// One layer's entry in transformers 5.23's `per_layer_config`.
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
 struct LayerOverride {
     head_dim: Option<i32>,
     num_key_value_heads: Option<i32>,
@@ -236,9 +284,9 @@ fn rope(config: &ModelConfig, kind: &str, dims: i32) -> Result<Rope, ModelError>
         path: config.path.clone(),
         message: format!("rope_parameters.{kind}: {message}"),
     };
-    let parameters: serde_json::Value = config
-        .key("rope_parameters")?
-        .and_then(|all: serde_json::Value| all.get(kind).cloned())
+    let parameters = config
+        .rope_parameters_of(kind)
+        .cloned()
         .unwrap_or_else(|| match kind {
             "full_attention" => serde_json::json!({
                 "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0, "rope_type": "proportional"
@@ -276,23 +324,29 @@ fn rope(config: &ModelConfig, kind: &str, dims: i32) -> Result<Rope, ModelError>
 
 /// The experts a config with `enable_moe_block` runs beside each layer's MLP.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    config
-        .key_or("enable_moe_block", false)?
-        .then(|| moe_spec(config))
-        .transpose()
+    experts_of(config, &config.args()?)
 }
 
-fn moe_spec(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
-    Ok(MoeSpec {
+fn experts_of(config: &ModelConfig, args: &Args) -> Result<Option<MoeSpec>, ModelError> {
+    if !args.enable_moe_block {
+        return Ok(None);
+    }
+    let (Some(experts), Some(top_k), Some(inner)) = (
+        args.num_experts,
+        args.top_k_experts,
+        args.moe_intermediate_size,
+    ) else {
+        return Err(ModelError::Config {
+            path: config.path.clone(),
+            message: "gemma4 with enable_moe_block needs num_experts, top_k_experts and \
+                      moe_intermediate_size"
+                .into(),
+        });
+    };
+    Ok(Some(MoeSpec {
         activation: Activation::GeluTanh,
-        // Neither transformers nor mlx-lm defaults the experts of an `enable_moe_block` model.
-        ..MoeSpec::new(
-            config.required("num_experts")?,
-            config.required("top_k_experts")?,
-            config.required("moe_intermediate_size")?,
-            Routing::TopKSoftmax,
-        )
-    })
+        ..MoeSpec::new(experts, top_k, inner, Routing::TopKSoftmax)
+    }))
 }
 
 /// The experts under `{prefix}.experts` beside the layer's `mlp`, their router `{prefix}.router`.

@@ -3,6 +3,8 @@
 //! `gate_up_proj` (split at load), and each block's output normalized before its residual sum
 //! (`post_self_attn_layernorm`, `post_mlp_layernorm`) besides the usual pre-norms.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{Attention, AttentionSpec};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, SandwichNorms};
 use crate::model::blocks::mlp::Mlp;
@@ -13,11 +15,26 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// GLM-4's own keys, defaulting as transformers' `Glm4Config` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    attention_bias: bool,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            attention_bias: true,
+        }
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let partial: f64 = config.rope_key_or("partial_rotary_factor", 0.5)?;
     let rope = Rope::partial_for_config(config, weights, partial, true)?;
-    let qkv_bias: bool = config.key_or("attention_bias", true)?;
+    let qkv_bias = config.args::<Args>()?.attention_bias;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");

@@ -5,6 +5,8 @@
 //! scores to `num_experts_per_tok` of `n_routed_experts` experts beside shared ones. The
 //! checkpoint's multi-token-prediction layer (the one past `num_hidden_layers`) is not run.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
@@ -15,27 +17,68 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
-/// The routed experts of the layers past `first_k_dense_replace`, `None` without
-/// `n_routed_experts`.
+/// GLM-4.5's own keys, defaulting as transformers' `Glm4MoeConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    n_routed_experts: i32,
+    num_experts_per_tok: i32,
+    moe_intermediate_size: i32,
+    n_group: i32,
+    topk_group: i32,
+    norm_topk_prob: bool,
+    routed_scaling_factor: f32,
+    /// mlx-lm's key, which transformers' class does not have.
+    topk_method: String,
+    attention_bias: bool,
+    use_qk_norm: bool,
+    first_k_dense_replace: i32,
+    /// transformers defaults to 1, but a GGUF without shared experts leaves it out
+    /// (`gguf/config.rs`): absent means none.
+    n_shared_experts: Option<i32>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            n_routed_experts: 128,
+            num_experts_per_tok: 8,
+            moe_intermediate_size: 1408,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.0,
+            topk_method: "noaux_tc".to_owned(),
+            attention_bias: false,
+            use_qk_norm: false,
+            first_k_dense_replace: 1,
+            n_shared_experts: None,
+        }
+    }
+}
+
+/// The routed experts of the layers past `first_k_dense_replace`.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let Some(experts) = config.key_or("n_routed_experts", 128).map(Some)? else {
-        return Ok(None);
-    };
-    Ok(Some(MoeSpec::new(
-        experts,
-        config.key_or("num_experts_per_tok", 8)?,
-        config.key_or("moe_intermediate_size", 1408)?,
+    Ok(Some(moe(&config.args()?)))
+}
+
+fn moe(args: &Args) -> MoeSpec {
+    MoeSpec::new(
+        args.n_routed_experts,
+        args.num_experts_per_tok,
+        args.moe_intermediate_size,
         Routing::GroupedSigmoid {
-            groups: config.key_or("n_group", 1)?,
-            top_groups: config.key_or("topk_group", 1)?,
-            normalize: config.key_or("norm_topk_prob", true)?,
-            scaling: config.key_or("routed_scaling_factor", 1.0)?,
+            groups: args.n_group,
+            top_groups: args.topk_group,
+            normalize: args.norm_topk_prob,
+            scaling: args.routed_scaling_factor,
         },
-    )))
+    )
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let topk_method: String = config.key_or("topk_method", "noaux_tc".to_owned())?;
+    let args: Args = config.args()?;
+    let topk_method = &args.topk_method;
     if topk_method != "noaux_tc" {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -46,16 +89,13 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let rope_dims = (f64::from(config.head_dim) * partial) as i32;
     let rope = Rope::new(rope_dims, config.rope_theta, false, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
-    let attention_bias: bool = config.key_or("attention_bias", false)?;
-    let head_norm = config
-        .key_or("use_qk_norm", false)?
-        .then_some(HeadNorm::Rms {
-            eps: config.rms_norm_eps,
-        });
-    let dense_layers: i32 = config.key_or("first_k_dense_replace", 1)?;
-    let shared_experts: Option<i32> = config.key("n_shared_experts")?;
-    let moe_inner: i32 = config.key_or("moe_intermediate_size", 1408)?;
-    let moe = experts(config)?;
+    let attention_bias = args.attention_bias;
+    let head_norm = args.use_qk_norm.then_some(HeadNorm::Rms {
+        eps: config.rms_norm_eps,
+    });
+    let (dense_layers, shared_experts) = (args.first_k_dense_replace, args.n_shared_experts);
+    let moe_inner = args.moe_intermediate_size;
+    let moe = moe(&args);
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));
     let layers = (0..config.num_layers)
         .map(|index| {
@@ -66,13 +106,14 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             };
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
-                let Some(moe) = moe.clone().filter(|_| index >= dense_layers) else {
+                if index < dense_layers {
                     return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
                         .map(FeedForward::Dense);
-                };
+                }
                 unfuse_experts(weights, &mlp)?;
                 let names = ExpertNames::swiglu_under(&mlp);
-                let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
+                let mut experts =
+                    Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
                 if let Some(shared) = shared_experts {
                     let prefix = format!("{mlp}.shared_experts");
                     let inner = moe_inner * shared;

@@ -46,7 +46,8 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
 
 /// Each layer's window: `layer_types`, else sliding and full layers alternating.
 fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
-    super::sliding_windows(config, 128, |index| index % 2 == 0)
+    let window = config.key_or("sliding_window", 128)?;
+    super::sliding_windows(config, window, |index| index % 2 == 0)
 }
 
 /// What each layer keeps for a sequence.

@@ -13,6 +13,7 @@
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
+use serde::Deserialize;
 
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
@@ -26,13 +27,47 @@ use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
-/// The routed experts of every `interleave_moe_layer_step`-th layer.
-pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    moe(config).map(Some)
+/// Llama 4's own keys, defaulting as transformers' `Llama4TextConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    num_experts_per_tok: i32,
+    num_local_experts: i32,
+    attention_chunk_size: i32,
+    interleave_moe_layer_step: i32,
+    attention_bias: bool,
+    use_qk_norm: bool,
+    /// A bool, or a number as some releases write it (Python tests it for truth).
+    attn_temperature_tuning: serde_json::Value,
+    floor_scale: f32,
+    attn_scale: f32,
+    intermediate_size_mlp: i32,
 }
 
-fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
-    let top_k: i32 = config.key_or("num_experts_per_tok", 1)?;
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_experts_per_tok: 1,
+            num_local_experts: 16,
+            attention_chunk_size: 8192,
+            interleave_moe_layer_step: 1,
+            attention_bias: false,
+            use_qk_norm: true,
+            attn_temperature_tuning: true.into(),
+            floor_scale: 8192.0,
+            attn_scale: 0.1,
+            intermediate_size_mlp: 16384,
+        }
+    }
+}
+
+/// The routed experts of every `interleave_moe_layer_step`-th layer.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    moe(config, &config.args()?).map(Some)
+}
+
+fn moe(config: &ModelConfig, args: &Args) -> Result<MoeSpec, ModelError> {
+    let top_k = args.num_experts_per_tok;
     if top_k != 1 {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -42,7 +77,7 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
         });
     }
     Ok(MoeSpec::new(
-        config.key_or("num_local_experts", 16)?,
+        args.num_local_experts,
         top_k,
         config.intermediate_size()?,
         Routing::TopOneSigmoidInput,
@@ -54,23 +89,20 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         path: config.path.clone(),
         message,
     };
-    let chunk: i32 = config.key_or("attention_chunk_size", 8192)?;
-    let moe_step: i32 = config.key_or("interleave_moe_layer_step", 1)?;
+    let args: Args = config.args()?;
+    let (chunk, moe_step) = (args.attention_chunk_size, args.interleave_moe_layer_step);
     if chunk <= 0 || moe_step <= 0 {
         return Err(bad(format!(
             "attention_chunk_size {chunk} and interleave_moe_layer_step {moe_step} must be positive"
         )));
     }
-    let moe = moe(config)?;
-    let attention_bias: bool = config.key_or("attention_bias", false)?;
-    let qk_norm: bool = config.key_or("use_qk_norm", true)?;
-    let temperature = truthy(config.key("attn_temperature_tuning")?.unwrap_or(4.into())).then_some(
-        QueryScale::Temperature {
-            floor_scale: config.key_or("floor_scale", 8192.0)?,
-            scale: config.key_or("attn_scale", 0.1)?,
-        },
-    );
-    let mlp_inner: i32 = config.key_or("intermediate_size_mlp", 16384)?;
+    let moe = moe(config, &args)?;
+    let (attention_bias, qk_norm) = (args.attention_bias, args.use_qk_norm);
+    let temperature = truthy(&args.attn_temperature_tuning).then_some(QueryScale::Temperature {
+        floor_scale: args.floor_scale,
+        scale: args.attn_scale,
+    });
+    let mlp_inner = args.intermediate_size_mlp;
     // Interleaved, from `rope_scaling` or a GGUF's `rope_freqs` factors.
     let interleaved = ModelConfig {
         rope_traditional: true,
@@ -120,9 +152,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 }
 
 /// A config flag that may be a bool or a number (`attn_temperature_tuning`), as Python tests it.
-fn truthy(value: serde_json::Value) -> bool {
+fn truthy(value: &serde_json::Value) -> bool {
     match value {
-        serde_json::Value::Bool(flag) => flag,
+        serde_json::Value::Bool(flag) => *flag,
         serde_json::Value::Number(number) => number.as_f64().is_some_and(|number| number != 0.0),
         _ => false,
     }

@@ -5,8 +5,11 @@
 //! head is `output`.
 //!
 //! transformers' `llama4_text` is also Scout's and Maverick's text model on its own
-//! (`Llama4ForCausalLM`), with experts in the layers `moe_layers` lists: that one is built as
-//! the `llama4` wrapper's text model.
+//! (`Llama4ForCausalLM`), with experts in the layers `moe_layers` lists (without the key, every
+//! `interleave_moe_layer_step`-th, as transformers fills it in): that one is built as the
+//! `llama4` wrapper's text model.
+
+use serde::Deserialize;
 
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
@@ -21,15 +24,44 @@ use crate::model::weights::Weights;
 
 use super::llama4;
 
-/// Scout's text model has experts where `moe_layers` lists layers; MobileLLM-R1 has none.
-fn has_experts(config: &ModelConfig) -> Result<bool, ModelError> {
-    Ok(!config
-        .key_or::<Vec<i32>>("moe_layers", Vec::new())?
-        .is_empty())
+/// The text model's own keys, defaulting as transformers' `Llama4TextConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// `None`: every `interleave_moe_layer_step`-th layer, so experts by default.
+    moe_layers: Option<Vec<i32>>,
+    interleave_moe_layer_step: i32,
+    /// `None` or empty: all but every `no_rope_layer_interval`-th layer rotate.
+    no_rope_layers: Option<Vec<i32>>,
+    no_rope_layer_interval: i32,
+    use_qk_norm: bool,
+    intermediate_size_mlp: i32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            moe_layers: None,
+            interleave_moe_layer_step: 1,
+            no_rope_layers: None,
+            no_rope_layer_interval: 4,
+            use_qk_norm: true,
+            intermediate_size_mlp: 16384,
+        }
+    }
+}
+
+/// Scout's text model has experts where `moe_layers` lists layers (by default, every
+/// `interleave_moe_layer_step`-th, as transformers fills it in); MobileLLM-R1 lists none.
+fn has_experts(config: &ModelConfig, args: &Args) -> bool {
+    match &args.moe_layers {
+        Some(layers) => !layers.is_empty(),
+        None => args.interleave_moe_layer_step.max(1) <= config.num_layers,
+    }
 }
 
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    if has_experts(config)? {
+    if has_experts(config, &config.args()?) {
         llama4::experts(config)
     } else {
         Ok(None)
@@ -37,15 +69,19 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    if has_experts(config)? {
+    let args: Args = config.args()?;
+    if has_experts(config, &args) {
         return llama4::build(config, weights);
     }
-    // transformers' default: every fourth layer without rotation.
-    let uses_rope: Vec<i32> = config.key_or_else("no_rope_layers", || {
-        Ok((1..=config.num_layers)
-            .map(|layer| i32::from(layer % 4 != 0))
-            .collect())
-    })?;
+    let uses_rope: Vec<i32> = match args.no_rope_layers {
+        Some(layers) if !layers.is_empty() => layers,
+        _ => {
+            let interval = args.no_rope_layer_interval;
+            (1..=config.num_layers)
+                .map(|layer| i32::from(interval <= 0 || layer % interval != 0))
+                .collect()
+        }
+    };
     if uses_rope.len() < config.num_layers as usize {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -56,12 +92,10 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             ),
         });
     }
-    let head_norm = config
-        .key_or("use_qk_norm", true)?
-        .then_some(HeadNorm::RmsUnweighted {
-            eps: config.rms_norm_eps,
-        });
-    let inner: i32 = config.key_or("intermediate_size_mlp", 16384)?;
+    let head_norm = args.use_qk_norm.then_some(HeadNorm::RmsUnweighted {
+        eps: config.rms_norm_eps,
+    });
+    let inner = args.intermediate_size_mlp;
     let rope = Rope::new(config.head_dim, config.rope_theta, true, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
     let layers = (0..config.num_layers)
@@ -77,7 +111,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             })
         })
         .collect::<Result<_, _>>()?;
-    let head = if config.key_or("tie_word_embeddings", false)? {
+    let head = if config.tie_word_embeddings.unwrap_or(false) {
         None
     } else {
         // mlx-lm names it `output`; a transformers checkpoint, `lm_head`.

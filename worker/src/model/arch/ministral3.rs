@@ -3,6 +3,8 @@
 //! rotated queries are scaled by `1 + llama_4_scaling_beta · ln(1 + floor(position /
 //! original_max_position_embeddings))`.
 
+use serde::Deserialize;
+
 use super::llama;
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::query_scale::QueryScale;
@@ -11,10 +13,18 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// Ministral 3's own keys, defaulting as transformers' `Ministral3Config` does.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Args {
+    /// `None`: transformers' default, Ministral 3's YaRN over 16384 positions.
+    rope_parameters: Option<serde_json::Value>,
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    // transformers' default: Ministral 3's YaRN over 16384 positions.
-    let parameters: serde_json::Value = config.key_or_else("rope_parameters", || {
-        Ok(serde_json::json!({
+    let args: Args = config.args()?;
+    let parameters = args.rope_parameters.unwrap_or_else(|| {
+        serde_json::json!({
             "rope_type": "yarn",
             "rope_theta": 1_000_000.0,
             "factor": 16.0,
@@ -24,8 +34,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             "mscale_all_dim": 1.0,
             "mscale": 1.0,
             "llama_4_scaling_beta": 0.1,
-        }))
-    })?;
+        })
+    });
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
         message: format!("rope_parameters: {message}"),

@@ -3,6 +3,8 @@
 //! original checkpoints name expert `e`'s projections `block_sparse_moe.experts.{e}.w1` (gate),
 //! `w3` (up) and `w2` (down).
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing};
@@ -12,15 +14,33 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// Mixtral's own keys, defaulting as transformers' `MixtralConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    num_local_experts: i32,
+    num_experts_per_tok: i32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_local_experts: 8,
+            num_experts_per_tok: 2,
+        }
+    }
+}
+
 /// Every layer's routed experts.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     moe(config).map(Some)
 }
 
 fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
+    let args: Args = config.args()?;
     Ok(MoeSpec::new(
-        config.key_or("num_local_experts", 8)?,
-        config.key_or("num_experts_per_tok", 2)?,
+        args.num_local_experts,
+        args.num_experts_per_tok,
         config.intermediate_size()?,
         Routing::TopKSoftmax,
     ))

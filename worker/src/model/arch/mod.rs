@@ -84,15 +84,14 @@ impl Architecture {
     }
 }
 
-/// Each layer's window: `sliding_window` (`default_window` without it) for the layers
+/// Each layer's window: `window` (the architecture's `sliding_window`) for the layers
 /// `layer_types` marks `sliding_attention`, or without `layer_types` those `slides_by_default`
 /// picks by index (Gemma 2's even layers, Gemma 3's all but every sixth, gpt-oss's even layers).
 fn sliding_windows(
     config: &ModelConfig,
-    default_window: i32,
+    window: i32,
     slides_by_default: impl Fn(i32) -> bool,
 ) -> Result<Vec<Option<Window>>, ModelError> {
-    let window: i32 = config.key_or("sliding_window", default_window)?;
     let layer_types = config.layer_types()?;
     Ok((0..config.num_layers)
         .map(|index| {
@@ -232,25 +231,11 @@ mod tests {
     /// default; a type leaves this list when its keys default as transformers' do.
     const STILL_DIFFERENT: &[(&str, &str)] = &[
         (
-            "gemma3",
-            "sliding_window (transformers 4096, corral mlx-lm's 512)",
-        ),
-        (
-            "gemma3_text",
-            "sliding_window (transformers 4096, corral mlx-lm's 512)",
-        ),
-        ("gemma4", "layer_types, the sliding layers' pattern"),
-        ("gemma4_text", "layer_types, the sliding layers' pattern"),
-        (
             "granitemoehybrid",
             "num_local_experts (transformers 8: experts by default)",
         ),
         // transformers' class writes `layer_types: null`, and neither it nor mlx-lm defaults it.
         ("lfm2_moe", "layer_types"),
-        (
-            "llama4_text",
-            "num_local_experts (transformers 16: experts by default)",
-        ),
     ];
 
     /// Every served type transformers has a config class for, read from the config.json that

@@ -4,6 +4,8 @@
 //! before the original context as transformers does (mlx-lm uses the long ones throughout; see
 //! `blocks/rope.rs`).
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
@@ -13,6 +15,21 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// Phi-3's own keys, defaulting as transformers' `Phi3Config` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    original_max_position_embeddings: f64,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            original_max_position_embeddings: 4096.0,
+        }
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let partial: f64 = config.rope_key_or("partial_rotary_factor", 1.0)?;
     let rope_dims = (f64::from(config.head_dim) * partial) as i32;
@@ -20,7 +37,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         rope_dims,
         config.rope_theta,
         config.rope_traditional,
-        scaling(config)?,
+        scaling(config, &config.args()?),
     )
     .map_err(|source| weights.mlx_error("building rotary frequencies", source))?;
     let layers = (0..config.num_layers)
@@ -40,10 +57,10 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 }
 
 /// `rope_scaling` as `phi3.py` reads it: longrope takes the context lengths from the top level of
-/// config.json (defaults 131072 and 4096); a kind other than longrope or linear is dropped with a
-/// warning there, so here too.
-fn scaling(config: &ModelConfig) -> Result<Option<RopeScaling>, ModelError> {
-    Ok(match config.rope_scaling.clone() {
+/// config.json (both 4096 by default, as transformers' `Phi3Config` has them; mlx-lm's full length
+/// is 131072); a kind other than longrope or linear is dropped with a warning there, so here too.
+fn scaling(config: &ModelConfig, args: &Args) -> Option<RopeScaling> {
+    match config.rope_scaling.clone() {
         Some(RopeScaling::LongRope {
             long_factor,
             short_factor,
@@ -51,10 +68,8 @@ fn scaling(config: &ModelConfig) -> Result<Option<RopeScaling>, ModelError> {
         }) => Some(RopeScaling::LongRope {
             long_factor,
             short_factor,
-            original_max_position_embeddings: Some(
-                config.key_or("original_max_position_embeddings", 4096.0)?,
-            ),
-            max_position_embeddings: Some(config.key_or("max_position_embeddings", 131_072.0)?),
+            original_max_position_embeddings: Some(args.original_max_position_embeddings),
+            max_position_embeddings: Some(config.max_position_embeddings as f64),
         }),
         Some(RopeScaling::Linear { factor }) => Some(RopeScaling::Linear { factor }),
         Some(other) => {
@@ -62,5 +77,5 @@ fn scaling(config: &ModelConfig) -> Result<Option<RopeScaling>, ModelError> {
             None
         }
         None => None,
-    })
+    }
 }

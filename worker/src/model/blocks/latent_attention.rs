@@ -12,6 +12,7 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{self, dequantize, quantize};
 use mlx_rs::{Array, Dtype};
+use serde::Deserialize;
 
 use super::linear::Linear;
 use super::multi_linear::MultiLinear;
@@ -41,6 +42,34 @@ pub struct LatentSpec {
     pub rope: Rope,
 }
 
+/// The latent attention keys of a DeepSeek V3 config, defaulting as transformers'
+/// `DeepseekV3Config` does, except the head sizes (whose defaults differ by type, see
+/// [`LatentDefaults`]) and `q_lora_rank`: transformers defaults it to 1536, but a GGUF with a
+/// single query projection leaves it out (`gguf/config/deepseek2.rs`), so absent means none.
+#[derive(Deserialize)]
+#[serde(default)]
+pub struct LatentArgs {
+    q_lora_rank: Option<i32>,
+    pub kv_lora_rank: i32,
+    pub qk_rope_head_dim: i32,
+    qk_nope_head_dim: Option<i32>,
+    v_head_dim: Option<i32>,
+    attention_bias: bool,
+}
+
+impl Default for LatentArgs {
+    fn default() -> Self {
+        Self {
+            q_lora_rank: None,
+            kv_lora_rank: 512,
+            qk_rope_head_dim: 64,
+            qk_nope_head_dim: None,
+            v_head_dim: None,
+            attention_bias: false,
+        }
+    }
+}
+
 /// The defaults of the head sizes, which differ by type (DeepSeek V3's 128 and 128, GLM-4.7-Flash's
 /// 192 and 256).
 #[derive(Clone, Copy)]
@@ -50,15 +79,16 @@ pub struct LatentDefaults {
 }
 
 impl LatentSpec {
-    /// The spec config.json describes with DeepSeek V3's keys; the query scale grows with YaRN's
-    /// `mscale_all_dim` as mlx-lm's does; a key config.json leaves out takes the type's default.
+    /// The spec `args` describe; the query scale grows with YaRN's `mscale_all_dim` as mlx-lm's
+    /// does; a head size config.json leaves out takes the type's default.
     pub fn from_config(
         config: &ModelConfig,
+        args: &LatentArgs,
         lora_eps: f32,
         defaults: LatentDefaults,
     ) -> Result<Self, ModelError> {
-        let rope_dim: i32 = config.key_or("qk_rope_head_dim", 64)?;
-        let nope: i32 = config.key_or("qk_nope_head_dim", defaults.qk_nope_head_dim)?;
+        let rope_dim = args.qk_rope_head_dim;
+        let nope = args.qk_nope_head_dim.unwrap_or(defaults.qk_nope_head_dim);
         let mut scale = f64::from(nope + rope_dim).powf(-0.5);
         if let Some(RopeScaling::Yarn {
             factor,
@@ -85,12 +115,12 @@ impl LatentSpec {
         Ok(Self {
             heads: config.num_heads,
             hidden: config.hidden_size,
-            q_lora_rank: config.key("q_lora_rank")?,
-            kv_lora_rank: config.key_or("kv_lora_rank", 512)?,
+            q_lora_rank: args.q_lora_rank,
+            kv_lora_rank: args.kv_lora_rank,
             qk_nope_head_dim: nope,
             qk_rope_head_dim: rope_dim,
-            v_head_dim: config.key_or("v_head_dim", defaults.v_head_dim)?,
-            bias: config.key_or("attention_bias", false)?,
+            v_head_dim: args.v_head_dim.unwrap_or(defaults.v_head_dim),
+            bias: args.attention_bias,
             lora_eps,
             scale: scale as f32,
             rope,
