@@ -373,9 +373,10 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                         .unwrap_or(feed_forward)
                 ),
             );
-            if let Some(shared) = keys.integer("expert_shared_count").filter(|&n| n > 0) {
-                put("n_shared_experts", json!(shared));
-            }
+            put(
+                "n_shared_experts",
+                json!(keys.integer("expert_shared_count").unwrap_or(0)),
+            );
             put(
                 "first_k_dense_replace",
                 json!(keys.integer("leading_dense_block_count").unwrap_or(0)),

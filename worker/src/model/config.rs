@@ -338,6 +338,17 @@ impl ModelConfig {
         }
     }
 
+    /// For a typed record's key whose `null` means something else than its absence
+    /// (`#[serde(default, deserialize_with = "ModelConfig::present")]` on an
+    /// `Option<Option<T>>`): absent is `None`, `null` is `Some(None)`.
+    pub fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+        T: serde::Deserialize<'de>,
+    {
+        Option::<T>::deserialize(deserializer).map(Some)
+    }
+
     /// An architecture's own keys as its typed record `A`, whose `Default` holds transformers'
     /// class defaults: a key the config leaves out takes that default, a key `A` does not name
     /// is ignored, and a malformed one (`null` included, where the record has no `Option`) is an

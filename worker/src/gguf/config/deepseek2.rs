@@ -97,12 +97,13 @@ pub(super) fn deepseek2(
         "kv_lora_rank",
         json!(keys.required("attention.kv_lora_rank")?),
     );
-    if keys.has_tensor("blk.0.attn_q_a.weight") {
-        put(
-            "q_lora_rank",
-            json!(keys.required("attention.q_lora_rank")?),
-        );
-    }
+    // Written either way: transformers' default is a low-rank query.
+    let q_lora_rank = if keys.has_tensor("blk.0.attn_q_a.weight") {
+        json!(keys.required("attention.q_lora_rank")?)
+    } else {
+        Json::Null
+    };
+    put("q_lora_rank", q_lora_rank);
     put(
         "first_k_dense_replace",
         json!(keys.integer("leading_dense_block_count").unwrap_or(0)),
@@ -121,9 +122,10 @@ pub(super) fn deepseek2(
                     .ok_or_else(|| keys.missing("expert_feed_forward_length"))?
             ),
         );
-        if let Some(shared) = keys.integer("expert_shared_count").filter(|&n| n > 0) {
-            put("n_shared_experts", json!(shared));
-        }
+        put(
+            "n_shared_experts",
+            json!(keys.integer("expert_shared_count").unwrap_or(0)),
+        );
         put(
             "scoring_func",
             json!(if sigmoid { "sigmoid" } else { "softmax" }),

@@ -41,8 +41,7 @@ struct Args {
     scoring_func: String,
     topk_method: String,
     moe_layer_freq: i32,
-    /// transformers defaults to 1, but a GGUF without shared experts leaves it out
-    /// (`gguf/config/deepseek2.rs`): absent means none.
+    /// `null` or 0: none.
     n_shared_experts: Option<i32>,
 }
 
@@ -60,7 +59,7 @@ impl Default for Args {
             scoring_func: "sigmoid".to_owned(),
             topk_method: "noaux_tc".to_owned(),
             moe_layer_freq: 1,
-            n_shared_experts: None,
+            n_shared_experts: Some(1),
         }
     }
 }
@@ -91,6 +90,7 @@ fn defaults(config: &ModelConfig) -> Defaults {
             scaling: 1.8,
             dense_layers: 1,
             latent: LatentDefaults {
+                q_lora_rank: 768,
                 qk_nope_head_dim: 192,
                 v_head_dim: 256,
             },
@@ -104,6 +104,7 @@ fn defaults(config: &ModelConfig) -> Defaults {
             scaling: 1.0,
             dense_layers: 0,
             latent: LatentDefaults {
+                q_lora_rank: 1536,
                 qk_nope_head_dim: 128,
                 v_head_dim: 128,
             },
@@ -117,6 +118,7 @@ fn defaults(config: &ModelConfig) -> Defaults {
             scaling: 2.5,
             dense_layers: 3,
             latent: LatentDefaults {
+                q_lora_rank: 1536,
                 qk_nope_head_dim: 128,
                 v_head_dim: 128,
             },
@@ -198,7 +200,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let defaults = defaults(config);
     let dense_layers = args.first_k_dense_replace.unwrap_or(defaults.dense_layers);
     let moe_every = args.moe_layer_freq;
-    let shared_experts = args.n_shared_experts;
+    let shared_experts = args.n_shared_experts.filter(|&shared| shared > 0);
     let moe = experts_of(config, &args)?;
     let latent = defaults.latent;
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));

@@ -33,8 +33,7 @@ struct Args {
     attention_bias: bool,
     use_qk_norm: bool,
     first_k_dense_replace: i32,
-    /// transformers defaults to 1, but a GGUF without shared experts leaves it out
-    /// (`gguf/config.rs`): absent means none.
+    /// `null` or 0: none.
     n_shared_experts: Option<i32>,
 }
 
@@ -52,7 +51,7 @@ impl Default for Args {
             attention_bias: false,
             use_qk_norm: false,
             first_k_dense_replace: 1,
-            n_shared_experts: None,
+            n_shared_experts: Some(1),
         }
     }
 }
@@ -93,7 +92,8 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let head_norm = args.use_qk_norm.then_some(HeadNorm::Rms {
         eps: config.rms_norm_eps,
     });
-    let (dense_layers, shared_experts) = (args.first_k_dense_replace, args.n_shared_experts);
+    let dense_layers = args.first_k_dense_replace;
+    let shared_experts = args.n_shared_experts.filter(|&shared| shared > 0);
     let moe_inner = args.moe_intermediate_size;
     let moe = moe(&args);
     weights.discard_under(&format!("model.layers.{}.", config.num_layers));

@@ -44,12 +44,13 @@ pub struct LatentSpec {
 
 /// The latent attention keys of a DeepSeek V3 config, defaulting as transformers'
 /// `DeepseekV3Config` does, except the head sizes (whose defaults differ by type, see
-/// [`LatentDefaults`]) and `q_lora_rank`: transformers defaults it to 1536, but a GGUF with a
-/// single query projection leaves it out (`gguf/config/deepseek2.rs`), so absent means none.
+/// [`LatentDefaults`]) and `q_lora_rank`'s, whose `null` (DeepSeek V2 Lite's single query
+/// projection) is not its absence.
 #[derive(Deserialize)]
 #[serde(default)]
 pub struct LatentArgs {
-    q_lora_rank: Option<i32>,
+    #[serde(deserialize_with = "ModelConfig::present")]
+    q_lora_rank: Option<Option<i32>>,
     pub kv_lora_rank: i32,
     pub qk_rope_head_dim: i32,
     qk_nope_head_dim: Option<i32>,
@@ -70,10 +71,11 @@ impl Default for LatentArgs {
     }
 }
 
-/// The defaults of the head sizes, which differ by type (DeepSeek V3's 128 and 128, GLM-4.7-Flash's
-/// 192 and 256).
+/// The defaults of the query's rank and the head sizes, which differ by type (DeepSeek V3's 1536,
+/// 128 and 128, GLM-4.7-Flash's 768, 192 and 256).
 #[derive(Clone, Copy)]
 pub struct LatentDefaults {
+    pub q_lora_rank: i32,
     pub qk_nope_head_dim: i32,
     pub v_head_dim: i32,
 }
@@ -115,7 +117,7 @@ impl LatentSpec {
         Ok(Self {
             heads: config.num_heads,
             hidden: config.hidden_size,
-            q_lora_rank: args.q_lora_rank,
+            q_lora_rank: args.q_lora_rank.unwrap_or(Some(defaults.q_lora_rank)),
             kv_lora_rank: args.kv_lora_rank,
             qk_nope_head_dim: nope,
             qk_rope_head_dim: rope_dim,
