@@ -509,6 +509,7 @@ impl ModelConfig {
                     .as_f64()
                     .map(|theta| theta as f32)
             })
+            .or_else(|| class_defaults::rope_theta(class))
             .unwrap_or(DEFAULT_ROPE_THETA);
         let rope_scaling = raw
             .rope_scaling

@@ -267,10 +267,15 @@ mod tests {
                     .map_err(|error| format!("{model_type} {variant}: {error}"))?;
                 let experts = super::experts(&config)
                     .map_err(|error| format!("{model_type} {variant}: {error}"))?;
-                Ok::<_, String>((caches, experts))
+                Ok::<_, String>((caches, experts, config.rope_theta))
             };
             match (read("full"), read("minimal")) {
-                (Ok((full, full_experts)), Ok((minimal, minimal_experts))) => {
+                (Ok((full, full_experts, full_theta)), Ok((minimal, minimal_experts, theta))) => {
+                    if full_theta != theta {
+                        failures.push(format!(
+                            "{model_type} rope_theta: minimal {theta}, full {full_theta}"
+                        ));
+                    }
                     if let Some(layer) = (0..full.len().max(minimal.len()))
                         .find(|&layer| full.get(layer) != minimal.get(layer))
                     {
