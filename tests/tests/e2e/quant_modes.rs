@@ -16,7 +16,7 @@ use corral_worker::describe::describe;
 use corral_worker::model::Model;
 use serde_json::Value;
 
-use crate::architectures::{read_reference, rows_alone};
+use crate::logit_checks::{read_reference, rows_alone};
 
 /// Measured worst: 1.9e-5 (qwen3, 8-bit affine in groups of 64, logits reaching 70), Mixtral's
 /// within 6e-7 of logits reaching 2: both sides run MLX's same kernels on the same packed
