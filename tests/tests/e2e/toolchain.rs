@@ -6,9 +6,10 @@
 //! `mlx` and `mlx-q4`, llama.cpp's for `gguf-*`, at every prompt position and greedy decode step.
 //! A GGUF layout's directory holds one `model.gguf`, loaded as a GGUF file with its tokenizer.
 //! Its F16 and quantized types are held to llama.cpp's logits within the noise the type puts on
-//! llama.cpp's own (its CPU kernels round activations to f16 or 8 bits; corral's do not). The
-//! gated-DeltaNet hybrids' F32 GGUFs are also held to llama.cpp's logits in a batch and after a
-//! prefix-cache restore from their recurrent layers' snapshots.
+//! llama.cpp's own (its CPU kernels round activations to f16 or 8 bits; corral's do not). Each
+//! architecture's served float layout, and the F32 GGUFs of the models with recurrent layers or
+//! latent attention, are also held to their references in a batch and after a prefix-cache
+//! restore (the checks are `logit_checks.rs`').
 //!
 //! Where mlx-lm's float logits depart from transformers' on the same weights (mlx-lm 0.32.2
 //! ignores transformers 5's `rope_parameters` in several architectures), or llama.cpp's F32 ones
