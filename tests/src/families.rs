@@ -280,9 +280,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         arch: "kimi_k2",
-        // No tool makes a bare Kimi K2 (its config class is remote code): Kimi K2.5 wraps
-        // the same DeepSeek V3 text model.
-        checkpoint: "kimi_k25",
+        checkpoint: "kimi_k2",
         template: "kimi-k2.jinja",
         added: &[
             ("[BOS]", true),
