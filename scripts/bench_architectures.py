@@ -3,14 +3,16 @@
 Usage (from the repository root, after `cargo xtask cargo build --release --bins` and with the
 reference venv of `cargo xtask reference`):
 
-    build/reference/venv/bin/python scripts/bench_architectures.py [--archs qwen3_moe,llama]
+    build/reference/hf-venv/bin/python scripts/bench_architectures.py [--archs qwen3_moe,llama]
         [--passes 3] [--no-sweep] [--no-peer] [--work /tmp/corral-bench-architectures]
 
-Each architecture of scripts/reference/architectures.json (the configs of the test fixtures in
-tests/data/architectures) is scaled to hidden size 512 and 4 layers (vocabulary 1024), built by
-mlx-lm's own model class with random weights and saved in the mlx-community layout with a small
-byte-level BPE tokenizer trained here on local text. Both servers then serve that directory, one
-at a time, and per pass measure:
+Each architecture of scripts/reference/toolchain.json (the configs of the test fixtures in
+tests/data/toolchain) is scaled to hidden size 512 and 4 layers (vocabulary 1024), built as
+toolchain.py builds it (transformers' own config class and model, seeded random weights,
+`save_pretrained`) with a small byte-level BPE tokenizer trained here on local text, and
+converted by `mlx_lm.convert` (float32) to the mlx-community layout; where mlx-lm cannot convert
+it, the Hugging Face layout is served. Both servers then serve that directory, one at a time, and
+per pass measure:
 
 - decode tok/s at 1 sequence: one streamed request, (tokens - 1) / (last - first token time);
 - decode tok/s at 8 sequences: 8 concurrent streamed requests, all their tokens after each one's
@@ -87,7 +89,7 @@ def scaled(config, experts=None, top_k=None):
         if isinstance(text.get(key), list) and text[key]:
             pattern = text[key]
             text[key] = [pattern[i % len(pattern)] for i in range(LAYERS)]
-    scaling = text.get("rope_scaling") or {}
+    scaling = text.get("rope_parameters") or text.get("rope_scaling") or {}
     for key in ["long_factor", "short_factor"]:
         if isinstance(scaling.get(key), list):
             rotated = text.get("head_dim", HIDDEN // heads) * text.get("partial_rotary_factor", 1)
@@ -137,22 +139,30 @@ def train_tokenizer(directory):
 
 
 def build_checkpoint(spec, directory, tokenizer_dir, hf_layout=False):
-    import architectures as fixtures
+    """The checkpoint to serve: mlx_lm.convert's float32 layout in `directory`, or with
+    `hf_layout` (or where mlx-lm cannot convert it) transformers' own, beside it."""
+    import torch
+    import toolchain
+    from mlx_lm.convert import convert
 
-    if (directory / "config.json").exists():
-        return
-    model, config = fixtures.build_model(spec)
-    if hf_layout:
-        import mlx.core as mx
-        from mlx.utils import tree_flatten
-
-        weights = dict(tree_flatten(model.parameters()))
-        config, weights = fixtures.HF_LAYOUTS[config["model_type"]](copy.deepcopy(config), weights)
-        fixtures.save_hf(directory, {k: v.astype(mx.float32) for k, v in weights.items()}, config)
-    else:
-        fixtures.save_mlx(directory, model, config)
-    for name in ["tokenizer.json", "tokenizer_config.json"]:
-        shutil.copy(tokenizer_dir / name, directory / name)
+    hf_dir = directory if hf_layout else directory.with_name(directory.name + "-hf")
+    if not (hf_dir / "config.json").exists():
+        config = toolchain.build_config(spec)
+        torch.manual_seed(spec["seed"])
+        model = toolchain.model_class(spec).from_config(config, dtype=torch.float32)
+        toolchain.redraw(model, spec["seed"])
+        model.save_pretrained(hf_dir, save_original_format=spec.get("save_original_format", True))
+        for name in ["tokenizer.json", "tokenizer_config.json"]:
+            shutil.copy(tokenizer_dir / name, hf_dir / name)
+    if hf_layout or (directory / "config.json").exists():
+        return directory
+    try:
+        convert(hf_path=str(hf_dir), mlx_path=str(directory), dtype="float32")
+    except Exception as error:  # mlx-lm's own limit: both servers get transformers' layout
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"mlx_lm.convert cannot convert it ({error}); serving the Hugging Face layout")
+        return hf_dir
+    return directory
 
 
 # ----------------------------------------------------------------------------------------------
@@ -364,7 +374,7 @@ def main():
     tokenizer_dir = args.work / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").exists():
         train_tokenizer(tokenizer_dir)
-    specs = json.loads((ROOT / "scripts/reference/architectures.json").read_text())["architectures"]
+    specs = json.loads((ROOT / "scripts/reference/toolchain.json").read_text())["architectures"]
     chosen = args.archs.split(",") if args.archs else list(specs)
 
     rows = []
@@ -377,7 +387,7 @@ def main():
             spec = {**specs[arch], "config": scaled(specs[arch]["config"])}
             directory = args.work / "models" / arch
             try:
-                build_checkpoint(spec, directory, tokenizer_dir)
+                directory = build_checkpoint(spec, directory, tokenizer_dir)
             except Exception as error:
                 print_row(arch, "-", {"error": f"building: {error}"[:80]}, flush=True)
                 continue

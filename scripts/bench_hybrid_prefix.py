@@ -3,14 +3,16 @@
 of a long conversation's next turn cold, RAM-warm and SSD-warm (after the worker was killed), decode tok/s
 at 1 and 8 sequences, and bytes per snapshot. Prints one markdown table; no assertions.
 
-The model is mlx-lm's tiny Qwen3.5 (tests/data/architectures/qwen3_5/f32: 2 DeltaNet and 2
-attention layers, hidden 64) with its embedding grown to the `corral fixture --size tiny`
-tokenizer, as the e2e test builds it. Tiny on purpose: it measures the cache's mechanics (what
+The model is transformers' tiny Qwen3.5 (tests/data/toolchain/qwen3_5/hf: 2 DeltaNet and 2
+attention layers, hidden 64) with its embedding and head grown to the `corral fixture --size
+tiny` tokenizer, as the e2e test builds it. Tiny on purpose: it measures the cache's mechanics (what
 is prefilled, what a restore costs), not a real model's compute. Times are noisy on a shared
 machine: compare rows within one run.
 
 With --mlx-lm PYTHON (a venv with mlx-lm, e.g. build/reference/venv/bin/python), the same
-turns against mlx_lm.server on the same checkpoint (its own prompt cache; no SSD tier).
+turns against mlx_lm.server on the same checkpoint (its own prompt cache; no SSD tier); mlx-lm
+0.32.2 cannot read transformers' Qwen3.5 checkpoint (tests/data/toolchain/index.json has its
+error), so that row records its failure until a later mlx-lm does.
 
 Usage: scripts/bench_hybrid_prefix.py [--bin-dir target/debug] [--tokens 8400] [--port 18230]
        [--mlx-lm PYTHON]
@@ -31,13 +33,15 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINT = ROOT / "tests/data/architectures/qwen3_5/f32"
-EMBEDDING = "language_model.model.embed_tokens.weight"
+CHECKPOINT = ROOT / "tests/data/toolchain/qwen3_5/hf"
+# The tensors with a row per token: the embedding and the untied head.
+PER_TOKEN = {"model.language_model.embed_tokens.weight", "lm_head.weight"}
 BLOCK_TOKENS = 256
 
 
 def grow_embedding(source: Path, target: Path, vocab: int):
-    """Copies a safetensors file, the embedding grown to `vocab` rows of small random values."""
+    """Copies a safetensors file, the embedding and head grown to `vocab` rows of small random
+    values."""
     raw = source.read_bytes()
     header_len = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8 : 8 + header_len])
@@ -51,7 +55,7 @@ def grow_embedding(source: Path, target: Path, vocab: int):
         begin, end = meta["data_offsets"]
         payload = data[begin:end]
         shape = list(meta["shape"])
-        if name == EMBEDDING:
+        if name in PER_TOKEN:
             extra = (vocab - shape[0]) * shape[1]
             payload += struct.pack(f"<{extra}f", *(rng.gauss(0, 0.02) for _ in range(extra)))
             shape[0] = vocab

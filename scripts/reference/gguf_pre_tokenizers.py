@@ -20,7 +20,19 @@ from pathlib import Path
 import gguf
 from llama_cpp import Llama
 
-from gguf_architectures import byte_tokens
+
+def byte_tokens(vocab):
+    """GPT-2's byte-to-character table for the first `vocab` bytes."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(vocab)]
+
 
 MERGES = [
     "H e", "l l", "He ll", "Hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d",

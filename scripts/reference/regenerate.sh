@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates tests/data/reference_logits.json and tests/data/architectures (architectures.py:
-# tiny random checkpoints of each architecture with their logits) with mlx-lm,
-# tests/data/quant_modes (quant_modes.py: some of them as mlx_lm.convert quantizes them in each
-# mode and recipe, with their logits),
+# Regenerates tests/data/reference_logits.json with mlx-lm,
 # tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
 # llama.cpp's converter and quantizer write it, with each one's logits),
-# tests/data/gguf_architectures (gguf_architectures.sh: those checkpoints as llama.cpp GGUFs),
+# tests/data/quant_modes (quant_modes.py: some of their Hugging Face layouts as mlx_lm.convert
+# quantizes them in each mode and recipe, with mlx-lm's logits),
+# tests/data/gguf_forms (gguf_forms.py: split, fused and MXFP4 GGUFs by llama.cpp's tools),
 # tests/data/smollm2_reference.json with transformers and llama.cpp,
 # tests/data/smollm2_requantized.json (llama.cpp's greedy answers on SmolLM2 as Q4_K_M, Q5_K_M and
 # Q6_K, files `cargo xtask setup` makes beside the Q4_1 one), tests/data/gguf_pre_tokenizers.json
@@ -46,17 +45,6 @@ done <"$root/scripts/reference/fixtures.txt"
   "$root/tests/data/reference_logits.json" "${models[@]}"
 echo "wrote $root/tests/data/reference_logits.json"
 
-"$venv/bin/python" "$root/scripts/reference/architectures.py" \
-  "$root/scripts/reference/architectures.json" "$root/tests/data/architectures"
-echo "wrote $root/tests/data/architectures"
-
-# Those float checkpoints as mlx_lm.convert quantizes them in each mode and recipe.
-"$venv/bin/python" "$root/scripts/reference/quant_modes.py" \
-  "$root/tests/data/architectures" "$root/tests/data/quant_modes"
-echo "wrote $root/tests/data/quant_modes"
-
-bash "$root/scripts/reference/gguf_architectures.sh"
-
 # The layouts the real tools make (toolchain.py): transformers writes the Hugging Face folder,
 # mlx_lm.convert the mlx-community ones. A venv of its own, rebuilt whenever the pins change;
 # PyPI's torch wheel brings CUDA libraries (several GB) that the CPU run never loads.
@@ -86,6 +74,14 @@ fi
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
   "$llama_cpp_venv/bin/python"
 echo "wrote $root/tests/data/toolchain"
+# Some of those Hugging Face layouts as mlx_lm.convert quantizes them in each mode and recipe.
+"$toolchain_venv/bin/python" "$root/scripts/reference/quant_modes.py" \
+  "$root/tests/data/toolchain" "$root/tests/data/quant_modes"
+echo "wrote $root/tests/data/quant_modes"
+# The GGUFs in parts, with fused projections, with MXFP4 experts, by llama.cpp's own tools.
+"$toolchain_venv/bin/python" "$root/scripts/reference/gguf_forms.py" \
+  "$root/tests/data/toolchain" "$root/tests/data/gguf_forms" "$llama_cpp_venv/bin/python"
+echo "wrote $root/tests/data/gguf_forms"
 # Each served type's config.json as its transformers class writes it with every default, and
 # with only the keys every decoder needs (config_defaults.py): the types are the worker's list.
 mapfile -t served < <(sed -n '/^pub const SUPPORTED/,/^];/s/^ *"\([a-z0-9_]*\)",$/\1/p' \

@@ -50,7 +50,7 @@ from transformers import AutoConfig, PreTrainedTokenizerFast
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from architectures import prompt_ids, reference as mlx_reference  # noqa: E402
+from mlx_reference import prompt_ids, reference as mlx_reference  # noqa: E402
 from toolchain_gguf import make_gguf  # noqa: E402
 from mlx_lm.convert import convert  # noqa: E402
 from mlx_lm.utils import load as mlx_load  # noqa: E402

@@ -6,7 +6,6 @@
 mod agent_turns;
 mod agents;
 mod anthropic;
-mod architectures;
 mod batching;
 mod clients;
 mod discovery;
@@ -14,8 +13,9 @@ mod embeddings;
 mod engine;
 mod families;
 mod gguf_agreement;
-mod gguf_architectures;
+mod gguf_forms;
 mod lifecycle;
+mod logit_checks;
 mod mamba2;
 mod operations;
 mod prefix_cache;

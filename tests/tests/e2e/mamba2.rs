@@ -12,9 +12,9 @@ use corral_worker::gguf::GgufModel;
 use corral_worker::model::Model;
 use serde_json::Value;
 
-use crate::architectures::{check_after_restore, check_alone, check_in_batch, read_reference};
+use crate::logit_checks::{check_after_restore, check_alone, check_in_batch, read_reference};
 
-const ARCHITECTURES: [&str; 3] = ["nemotron_h", "nemotron_h_moe", "granitemoehybrid"];
+pub(crate) const ARCHITECTURES: [&str; 3] = ["nemotron_h", "nemotron_h_moe", "granitemoehybrid"];
 
 #[test]
 fn mamba2_hybrids_match_their_references_alone_in_a_batch_and_after_a_restore() {

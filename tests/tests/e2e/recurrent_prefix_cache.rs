@@ -4,9 +4,9 @@
 //! end) and prefills only the new tokens; after the worker was killed, from the SSD's boundary
 //! snapshot of the first prompt's last whole block; answering as a worker without a cache does.
 //!
-//! The model is mlx-lm's tiny Qwen3.5 (`tests/data/architectures/qwen3_5/f32`) with its
-//! embedding grown to the fixture tokenizer's vocabulary, so the real binaries serve it with a
-//! chat template.
+//! The model is transformers' tiny Qwen3.5 (`tests/data/toolchain/qwen3_5/hf`) with its
+//! embedding and head grown to the fixture tokenizer's vocabulary, so the real binaries serve it
+//! with a chat template.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 
 const MODEL: &str = "hybrid";
 const BLOCK_TOKENS: u64 = 128;
-const EMBEDDING: &str = "language_model.model.embed_tokens.weight";
+/// The tensors with a row per token: the embedding and the untied head.
+const PER_TOKEN: [&str; 2] = ["model.language_model.embed_tokens.weight", "lm_head.weight"];
 
 /// The tiny Qwen3.5 under `models/hybrid`, with the tiny Llama fixture's tokenizer and template.
 fn hybrid_dirs() -> Dirs {
@@ -49,25 +50,26 @@ fn hybrid_dirs() -> Dirs {
             .unwrap()["vocab_size"]
             .as_i64()
             .unwrap() as i32;
-    let checkpoint = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/architectures/qwen3_5/f32");
+    let checkpoint = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/toolchain/qwen3_5/hf");
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(checkpoint.join("config.json")).unwrap())
             .unwrap();
     config["text_config"]["vocab_size"] = json!(vocab);
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let mut weights = Array::load_safetensors(checkpoint.join("model.safetensors")).unwrap();
-    let embedding = &weights[EMBEDDING];
-    let hidden = embedding.dim(1);
-    let key = mlx_rs::random::key(7).unwrap();
-    let added = mlx_rs::random::normal::<f32>(
-        &[vocab - embedding.dim(0), hidden],
-        None,
-        Some(0.02),
-        Some(&key),
-    )
-    .unwrap();
-    let grown = mlx_rs::ops::concatenate(&[embedding, &added], 0).unwrap();
-    weights.insert(EMBEDDING.to_owned(), grown);
+    for (seed, name) in PER_TOKEN.into_iter().enumerate() {
+        let rows = &weights[name];
+        let key = mlx_rs::random::key(7 + seed as u64).unwrap();
+        let added = mlx_rs::random::normal::<f32>(
+            &[vocab - rows.dim(0), rows.dim(1)],
+            None,
+            Some(0.02),
+            Some(&key),
+        )
+        .unwrap();
+        let grown = mlx_rs::ops::concatenate(&[rows, &added], 0).unwrap();
+        weights.insert(name.to_owned(), grown);
+    }
     Array::save_safetensors(weights, None, dir.join("model.safetensors")).unwrap();
     Dirs {
         models,

@@ -75,39 +75,39 @@ fn a_wrappers_text_model_is_served_and_other_vision_models_are_not() {
 
 #[test]
 fn a_checkpoint_is_described_with_its_parameters_active_parameters_and_quantization() {
-    let fixture = |arch: &str, variant: &str| {
+    let fixture = |arch: &str, layout: &str| {
         describe(
             &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../tests/data/architectures")
+                .join("../tests/data/toolchain")
                 .join(arch)
-                .join(variant),
+                .join(layout),
         )
     };
-    let routed = 4 * 3 * 64 * 64;
-    let moe = fixture("qwen3_moe", "f32");
+    // transformers' `num_parameters()`; 2 layers route to 2 of 4 experts of 3 × 64 × 64.
+    let routed = 2 * 4 * 3 * 64 * 64;
+    let moe = fixture("mixtral", "mlx");
     assert_eq!(
         (
             moe.parameters,
             moe.active_parameters,
             moe.quantization.as_deref()
         ),
-        (Some(103_040), Some(103_040 - routed / 2), Some("f32"))
+        (Some(140_096), Some(140_096 - routed / 2), Some("f32"))
     );
     // Only model.safetensors: the reference logits beside it are not weights.
     let model = std::fs::metadata(moe.path.join("model.safetensors")).unwrap();
     assert_eq!(moe.size_bytes, model.len());
-    let q4 = fixture("qwen3_moe", "q4");
+    let q4 = fixture("mixtral", "mlx-q4");
     assert_eq!(
         (q4.parameters, q4.quantization.as_deref()),
-        (Some(103_040), Some("4-bit"))
+        (Some(140_096), Some("4-bit"))
     );
-    let mxfp4 = fixture("gpt_oss", "hf-mxfp4");
-    assert_eq!(mxfp4.quantization.as_deref(), Some("mxfp4"));
-    // The wrapper's vision tower is not the model served.
-    let mistral3 = fixture("mistral3", "hf");
+    // The wrapper's vision tower is not the model served: transformers counts 57_664 in its
+    // language model (the head tied to the embedding), 76_736 with the tower and projector.
+    let mistral3 = fixture("ministral3", "hf");
     assert_eq!(
         (mistral3.parameters, mistral3.active_parameters),
-        (Some(65_856), None)
+        (Some(57_664), None)
     );
 }
 
@@ -117,12 +117,12 @@ fn a_checkpoint_is_described_with_its_parameters_active_parameters_and_quantizat
 #[test]
 fn each_quantization_mode_is_described_and_what_mlx_cannot_compute_is_unservable() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
-    let float = |arch: &str| describe(&data.join("architectures").join(arch).join("f32"));
+    let float = |arch: &str| describe(&data.join("toolchain").join(arch).join("hf"));
     for (fixture, arch, label) in [
-        ("llama_mixed_2_6", "llama", "4-bit"),
-        ("llama_nvfp4", "llama", "nvfp4"),
-        ("qwen3_moe_mxfp8", "qwen3_moe", "mxfp8"),
-        ("gpt_oss_mxfp4", "gpt_oss", "mxfp4"),
+        ("qwen3_mixed_2_6", "qwen3", "4-bit"),
+        ("qwen3_nvfp4", "qwen3", "nvfp4"),
+        ("mixtral_mxfp8", "mixtral", "mxfp8"),
+        ("mixtral_mxfp4", "mixtral", "mxfp4"),
     ] {
         let described = describe(&data.join("quant_modes").join(fixture));
         assert_eq!(described.unservable, None, "{fixture}");
@@ -134,10 +134,10 @@ fn each_quantization_mode_is_described_and_what_mlx_cannot_compute_is_unservable
             "{fixture}"
         );
     }
-    let refused = describe(&data.join("quant_modes/qwen3_moe_nvfp4_global_scale"));
+    let refused = describe(&data.join("quant_modes/mixtral_nvfp4_global_scale"));
     let reason = refused.unservable.unwrap();
     assert!(
-        reason.contains("model.layers.1.mlp.switch_mlp.") && reason.contains("nvfp4"),
+        reason.contains("model.layers.0.block_sparse_moe.switch_mlp.") && reason.contains("nvfp4"),
         "{reason}"
     );
 }

@@ -524,6 +524,9 @@ fn sliding_pattern(keys: &Keys, default: u64) -> Result<u64, GgufError> {
     }
 }
 
+/// The architectures whose YaRN betas llama.cpp reads from `rope.scaling.yarn_beta_*`.
+const YARN_BETAS_READ: &[&str] = &["mistral3"];
+
 /// `rope_scaling` from `rope.scaling.*`; Phi-3's longrope factors are tensors
 /// (`rope_factors_long`, `rope_factors_short`) in the file.
 fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
@@ -544,12 +547,16 @@ fn rope_scaling(keys: &Keys) -> Result<Option<Json>, GgufError> {
                     .integer("rope.scaling.original_context_length")
                     .ok_or_else(|| keys.missing("rope.scaling.original_context_length"))?,
             });
-            for (key, name) in [
-                ("rope.scaling.yarn_beta_fast", "beta_fast"),
-                ("rope.scaling.yarn_beta_slow", "beta_slow"),
-            ] {
-                if let Some(value) = keys.float(key) {
-                    yarn[name] = json!(value);
+            // llama.cpp reads YaRN's betas from the file for these alone; the others rotate
+            // with its defaults (32 and 1) whatever the file says (Kimi K2's DeepSeek: 1 and 1).
+            if YARN_BETAS_READ.contains(&keys.arch) {
+                for (key, name) in [
+                    ("rope.scaling.yarn_beta_fast", "beta_fast"),
+                    ("rope.scaling.yarn_beta_slow", "beta_slow"),
+                ] {
+                    if let Some(value) = keys.float(key) {
+                        yarn[name] = json!(value);
+                    }
                 }
             }
             Some(yarn)

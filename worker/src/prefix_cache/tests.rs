@@ -31,30 +31,26 @@ fn tiny_llama() -> (tempfile::TempDir, LoadedModel) {
     (dir, loaded)
 }
 
-/// mlx-lm's tiny Gemma 4 (`tests/data/architectures/gemma4_text/f32`: a sliding layer of 2 kv
-/// heads of 16, a full one of 2 heads of 32, and two layers that share their keys and values),
+/// transformers' tiny Gemma 4 (`tests/data/toolchain/gemma4_text/hf`: a sliding layer of 1 kv
+/// head of 16, a full one of 1 head of 32, and two layers that share their keys and values),
 /// with the tiny Llama's tokenizer, which the cache never reads.
 fn tiny_gemma4() -> (tempfile::TempDir, LoadedModel) {
-    tiny_reference("gemma4_text/f32")
+    tiny_reference("gemma4_text/hf")
 }
 
-/// mlx-lm's tiny Qwen3.5 (`tests/data/architectures/qwen3_5/f32`: two gated DeltaNet layers,
+/// transformers' tiny Qwen3.5 (`tests/data/toolchain/qwen3_5/hf`: two gated DeltaNet layers,
 /// two attention layers), with the tiny Llama's tokenizer.
 fn tiny_qwen3_5() -> (tempfile::TempDir, LoadedModel) {
-    tiny_reference("qwen3_5/f32")
+    tiny_reference("qwen3_5/hf")
 }
 
-/// A checkpoint of `tests/data/architectures/` with the tiny Llama's tokenizer.
+/// A checkpoint of `tests/data/toolchain/` with the tiny Llama's tokenizer.
 fn tiny_reference(checkpoint: &str) -> (tempfile::TempDir, LoadedModel) {
     let (dir, _) = tiny_llama();
     let checkpoint = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/architectures")
+        .join("../tests/data/toolchain")
         .join(checkpoint);
-    for file in [
-        "config.json",
-        "model.safetensors",
-        "model.safetensors.index.json",
-    ] {
+    for file in ["config.json", "model.safetensors"] {
         std::fs::copy(checkpoint.join(file), dir.path().join(file)).unwrap();
     }
     let loaded = LoadedModel::load(dir.path()).unwrap();
@@ -174,11 +170,8 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
         assert!(prefix.flush(std::time::Duration::from_secs(300)));
     }
     let (shapes, payload_len) = first_block_file(disk.path());
-    assert_eq!(shapes, [(2, 16, 16), (2, 32, 32)]);
-    assert_eq!(
-        payload_len,
-        2 * (2 * 16 + 2 * 32) * BLOCK_TOKENS as u64 * 4 + 1
-    );
+    assert_eq!(shapes, [(1, 16, 16), (1, 32, 32)]);
+    assert_eq!(payload_len, 2 * (16 + 32) * BLOCK_TOKENS as u64 * 4 + 1);
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));
@@ -191,11 +184,12 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     assert!(worst <= TOLERANCE, "logits differ by {worst}");
 }
 
-/// mlx-lm's tiny DeepSeek V3 (`tests/data/architectures/deepseek_v3/f32`): each layer caches a
-/// 64-wide latent and a 16-wide rotary key per position, which blocks carry at their own widths.
+/// mlx-lm's tiny DeepSeek V3 (`tests/data/toolchain/deepseek_v3/mlx`): each of its 3 layers
+/// caches a 32-wide latent and an 8-wide rotary key per position, which blocks carry at their
+/// own widths.
 #[test]
 fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
-    let (_dir, loaded) = tiny_reference("deepseek_v3/f32");
+    let (_dir, loaded) = tiny_reference("deepseek_v3/mlx");
     let model = &loaded.model;
     let disk = tempfile::tempdir().unwrap();
     let first: Vec<u32> = (0..14).map(|index| 3 + index * 5).collect();
@@ -214,8 +208,8 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
         assert!(prefix.flush(std::time::Duration::from_secs(300)));
     }
     let (shapes, payload_len) = first_block_file(disk.path());
-    assert_eq!(shapes, [(1, 64, 16), (1, 64, 16)]);
-    assert_eq!(payload_len, 2 * (64 + 16) * BLOCK_TOKENS as u64 * 4 + 1);
+    assert_eq!(shapes, [(1, 32, 8), (1, 32, 8), (1, 32, 8)]);
+    assert_eq!(payload_len, 3 * (32 + 8) * BLOCK_TOKENS as u64 * 4 + 1);
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));

@@ -1,30 +1,33 @@
-//! Counts of the architecture fixtures (tests/data/architectures), in every layout and
-//! quantization, against the `total_parameters` mlx-lm wrote into their index.
+//! Counts of the toolchain fixtures (tests/data/toolchain), in every layout the tools made,
+//! against the `total_parameters` mlx_lm.convert wrote into its index and transformers'
+//! `num_parameters()`.
 
 use std::path::PathBuf;
 
 use super::*;
 
-fn fixture(arch: &str, variant: &str) -> PathBuf {
+/// The layouts counted: the GGUF files are counted by their own reader.
+const LAYOUTS: &[&str] = &["hf", "mlx", "mlx-q4"];
+
+fn fixture(arch: &str, layout: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/architectures")
+        .join("../tests/data/toolchain")
         .join(arch)
-        .join(variant)
+        .join(layout)
 }
 
-fn count_of(arch: &str, variant: &str) -> ParameterCount {
-    let dir = fixture(arch, variant);
+fn count_of(arch: &str, layout: &str) -> ParameterCount {
+    let dir = fixture(arch, layout);
     let config = ModelConfig::load(&dir).unwrap();
     count(&dir, &config).unwrap()
 }
 
-/// mlx-lm's count from the f32 fixture's index.
-fn mlx_lm_total(arch: &str) -> u64 {
-    let index =
-        std::fs::read_to_string(fixture(arch, "f32").join(corral_ipc::weight_files::INDEX_FILE))
-            .unwrap();
-    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
-    index["metadata"]["total_parameters"].as_u64().unwrap()
+/// The layouts of `arch` the tools made.
+fn layouts(arch: &str) -> impl Iterator<Item = &'static str> + '_ {
+    LAYOUTS
+        .iter()
+        .copied()
+        .filter(move |layout| fixture(arch, layout).join("config.json").exists())
 }
 
 #[test]
@@ -36,14 +39,20 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
         let Some(arch) = arch_dir.file_name().and_then(|name| name.to_str()) else {
             continue;
         };
-        if ModelConfig::load(&arch_dir.join("f32")).is_err() {
-            continue; // not a directory of variants, or an architecture not served
-        }
+        // Only mlx_lm.convert's layout carries mlx-lm's count.
+        let Ok(index) = std::fs::read_to_string(
+            arch_dir
+                .join("mlx")
+                .join(corral_ipc::weight_files::INDEX_FILE),
+        ) else {
+            continue;
+        };
+        let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+        let mlx_lm_total = index["metadata"]["total_parameters"].as_u64().unwrap();
         // mlx-lm counts leaf modules only, which leaves out the parameters a module with
-        // children holds itself: gpt-oss's attention sinks, the gated DeltaNet's `A_log` and
-        // `dt_bias`, Gemma 4's router scale, expert scales and layer scalars, LFM2-MoE's
-        // `expert_bias`.
-        let outside_leaves: u64 = crate::model::weights::tensor_headers(&arch_dir.join("f32"))
+        // children holds itself: the gated DeltaNet's and Mamba-2's `A_log` and `dt_bias`
+        // (`D` too), Gemma's and LFM2-MoE's expert scales and biases.
+        let outside_leaves: u64 = crate::model::weights::tensor_headers(&arch_dir.join("mlx"))
             .unwrap()
             .iter()
             .filter(|(name, _)| {
@@ -51,6 +60,7 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
                     ".sinks",
                     ".A_log",
                     ".dt_bias",
+                    ".D",
                     ".router.scale",
                     ".per_expert_scale",
                     ".layer_scalar",
@@ -61,15 +71,14 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
             })
             .map(|(_, header)| header.elements())
             .sum();
-        let expected = mlx_lm_total(arch) + outside_leaves;
-        for variant in std::fs::read_dir(&arch_dir).unwrap() {
-            let variant = variant.unwrap().file_name().into_string().unwrap();
-            assert_eq!(count_of(arch, &variant).total, expected, "{arch}/{variant}");
+        let expected = mlx_lm_total + outside_leaves;
+        for layout in layouts(arch) {
+            assert_eq!(count_of(arch, layout).total, expected, "{arch}/{layout}");
             checked += 1;
         }
     }
     assert!(
-        checked >= 30,
+        checked >= 45,
         "only {checked} fixtures found under {}",
         root.display()
     );
@@ -77,58 +86,58 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
 
 #[test]
 fn a_mixture_of_experts_runs_top_k_of_its_routed_experts_and_all_the_rest() {
-    // qwen3_moe: layer 1 routes to 2 of 4 experts, each gate, up and down 64 × 64.
-    let routed = 4 * 3 * 64 * 64;
-    let total = 103_040;
-    let expected = total - routed + routed * 2 / 4;
-    for variant in ["f32", "q4", "hf"] {
-        let counted = count_of("qwen3_moe", variant);
-        assert_eq!(
-            (counted.total, counted.active),
-            (total, Some(expected)),
-            "{variant}"
-        );
+    // transformers' `num_parameters()`; each MoE layer routes to 2 of 4 experts, each gate, up
+    // and down 64 × 64: qwen3_moe and mixtral 2 such layers.
+    let routed = 2 * 4 * 3 * 64 * 64;
+    for (arch, total) in [("qwen3_moe", 140_160), ("mixtral", 140_096)] {
+        for layout in layouts(arch) {
+            let counted = count_of(arch, layout);
+            assert_eq!(
+                (counted.total, counted.active),
+                (total, Some(total - routed + routed * 2 / 4)),
+                "{arch}/{layout}"
+            );
+        }
     }
-    // glm4_moe: its shared expert runs for every token; llama4: one of 4 experts, its shared
-    // expert too, and the vision tower of the original layout does not count.
-    let glm = count_of("glm4_moe", "f32");
+    // glm4_moe: 2 MoE layers after a dense one, their shared expert runs for every token;
+    // transformers' 189_760 and the router's 2 × 4 score biases, which it keeps as buffers and
+    // the checkpoint holds. llama4: one of 4 experts in 2 layers, its shared expert too, and the
+    // vision tower of the original layout does not count (transformers counts 226_880 with it).
+    let glm_total = 189_760 + 2 * 4;
+    let glm = count_of("glm4_moe", "hf");
     assert_eq!(
-        glm.active,
-        Some(115_588 - 4 * 3 * 64 * 64 + 2 * 3 * 64 * 64)
+        (glm.total, glm.active),
+        (glm_total, Some(glm_total - routed + routed * 2 / 4))
     );
-    for variant in ["f32", "hf"] {
-        let llama4 = count_of("llama4", variant);
-        let routed = 2 * 4 * 3 * 64 * 64;
-        assert_eq!(
-            (llama4.total, llama4.active),
-            (214_080, Some(214_080 - routed + routed / 4)),
-            "{variant}"
-        );
-    }
-    assert_eq!(count_of("qwen3", "f32").active, None);
+    let llama4 = count_of("llama4", "hf");
+    assert_eq!(
+        (llama4.total, llama4.active),
+        (214_080, Some(214_080 - routed + routed / 4))
+    );
+    assert_eq!(count_of("qwen3", "mlx").active, None);
 }
 
 #[test]
 fn hybrid_and_gemma4_mixtures_run_top_k_of_their_routed_experts() {
     // Each of these fixtures routes to 2 of 4 experts.
-    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4_text_moe", "lfm2_moe"] {
-        let headers = tensor_headers(&fixture(arch, "f32")).unwrap();
+    for arch in ["qwen3_next", "qwen3_5_moe", "gemma4", "lfm2_moe"] {
+        let headers = tensor_headers(&fixture(arch, "hf")).unwrap();
         let routed: u64 = headers
             .iter()
             .filter(|(name, _)| is_routed_expert(name))
             .map(|(_, header)| header.elements())
             .sum();
         assert!(routed > 0, "{arch}: no routed experts");
-        for variant in ["f32", "q4", "hf"] {
-            let counted = count_of(arch, variant);
+        for layout in layouts(arch) {
+            let counted = count_of(arch, layout);
             assert_eq!(
                 counted.active,
                 Some(counted.total - routed + routed * 2 / 4),
-                "{arch}/{variant}"
+                "{arch}/{layout}"
             );
         }
     }
-    assert_eq!(count_of("qwen3_5", "f32").active, None);
+    assert_eq!(count_of("qwen3_5", "hf").active, None);
 }
 
 /// Granite 4's experts fuse their gate and up projections in `block_sparse_moe.input_linear`,
