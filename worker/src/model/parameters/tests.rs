@@ -51,7 +51,7 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
         let mlx_lm_total = index["metadata"]["total_parameters"].as_u64().unwrap();
         // mlx-lm counts leaf modules only, which leaves out the parameters a module with
         // children holds itself: the gated DeltaNet's and Mamba-2's `A_log` and `dt_bias`
-        // (`D` too), Gemma's and LFM2-MoE's expert scales and biases.
+        // (`D` too), Gemma's and LFM2-MoE's expert scales and biases, MiniMax-M2's routing bias.
         let outside_leaves: u64 = crate::model::weights::tensor_headers(&arch_dir.join("mlx"))
             .unwrap()
             .iter()
@@ -65,6 +65,7 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
                     ".per_expert_scale",
                     ".layer_scalar",
                     ".expert_bias",
+                    ".block_sparse_moe.e_score_correction_bias",
                 ]
                 .iter()
                 .any(|end| name.ends_with(end))
@@ -72,7 +73,22 @@ fn every_layout_and_quantization_counts_the_parameters_mlx_lm_counts() {
             .map(|(_, header)| header.elements())
             .sum();
         let expected = mlx_lm_total + outside_leaves;
+        // mlx_lm.convert leaves ERNIE 4.5's routers' correction biases out of its files
+        // (index.json's `mlx_drops`): the Hugging Face layout holds them besides.
+        let dropped: u64 = crate::model::weights::tensor_headers(&arch_dir.join("hf"))
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| {
+                arch == "ernie4_5_moe" && name.ends_with(".e_score_correction_bias")
+            })
+            .map(|(_, header)| header.elements())
+            .sum();
         for layout in layouts(arch) {
+            let expected = if layout == "hf" {
+                expected + dropped
+            } else {
+                expected
+            };
             assert_eq!(count_of(arch, layout).total, expected, "{arch}/{layout}");
             checked += 1;
         }
