@@ -141,6 +141,20 @@ impl Keys<'_> {
         ])
     }
 
+    /// Granite's scales of the attention, embedding, residual and logits, under transformers'
+    /// names, those the file has.
+    fn granite_multipliers(&self) -> Vec<(&'static str, Json)> {
+        [
+            ("attention.scale", "attention_multiplier"),
+            ("embedding_scale", "embedding_multiplier"),
+            ("residual_scale", "residual_multiplier"),
+            ("logit_scale", "logits_scaling"),
+        ]
+        .into_iter()
+        .filter_map(|(key, name)| Some((name, json!(self.float(key)?))))
+        .collect()
+    }
+
     fn missing(&self, key: &str) -> GgufError {
         self.header
             .invalid(format!("no {}.{key} in the metadata", self.arch))
@@ -421,15 +435,8 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
             }
         }
         "granite" => {
-            for (key, name) in [
-                ("attention.scale", "attention_multiplier"),
-                ("embedding_scale", "embedding_multiplier"),
-                ("residual_scale", "residual_multiplier"),
-                ("logit_scale", "logits_scaling"),
-            ] {
-                if let Some(value) = keys.float(key) {
-                    put(name, json!(value));
-                }
+            for (name, value) in keys.granite_multipliers() {
+                put(name, value);
             }
         }
         _ => {}

@@ -207,19 +207,17 @@ fn has_mamba2(arch: &str) -> bool {
 /// The Mamba-2 tensors llama.cpp names without a `.weight` suffix, `blk.3.ssm_a` and
 /// `blk.3.ssm_d` (`A = -exp(A_log)` and `D`), under the family's mixer.
 fn mamba2_unsuffixed_name(arch: &str, gguf: &str) -> Option<String> {
-    if is_nemotron_h(arch) {
-        return nemotron_h::unsuffixed_name(gguf);
-    }
-    if arch != "granitehybrid" {
-        return None;
-    }
     let (layer, part) = gguf.strip_prefix("blk.")?.split_once('.')?;
     let renamed = match part {
         "ssm_a" => "A",
         "ssm_d" => "D",
         _ => return None,
     };
-    Some(format!("model.layers.{layer}.mamba.{renamed}"))
+    match arch {
+        "nemotron_h" | "nemotron_h_moe" => Some(format!("backbone.layers.{layer}.mixer.{renamed}")),
+        "granitehybrid" => Some(format!("model.layers.{layer}.mamba.{renamed}")),
+        _ => None,
+    }
 }
 
 /// llama.cpp's converter stores Gemma 2's and 3's norms as `1 + w` (their RMSNorm adds the one

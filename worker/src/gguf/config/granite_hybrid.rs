@@ -66,15 +66,8 @@ pub(super) fn granite_hybrid(
         .or_else(|| keys.first_integer("feed_forward_length"))
         .ok_or_else(|| keys.missing("feed_forward_length"))?;
     put("shared_intermediate_size", json!(shared));
-    for (key, name) in [
-        ("attention.scale", "attention_multiplier"),
-        ("embedding_scale", "embedding_multiplier"),
-        ("residual_scale", "residual_multiplier"),
-        ("logit_scale", "logits_scaling"),
-    ] {
-        if let Some(value) = keys.float(key) {
-            put(name, json!(value));
-        }
+    for (name, value) in keys.granite_multipliers() {
+        put(name, value);
     }
     Ok(())
 }

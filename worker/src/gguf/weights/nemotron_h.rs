@@ -35,14 +35,3 @@ pub(super) fn hugging_face_name(gguf: &str) -> Option<String> {
     };
     Some(format!("backbone.layers.{layer}.{renamed}"))
 }
-
-/// The tensors llama.cpp names without a `.weight` suffix: `blk.3.ssm_a` and `blk.3.ssm_d`.
-pub(super) fn unsuffixed_name(gguf: &str) -> Option<String> {
-    let (layer, part) = gguf.strip_prefix("blk.")?.split_once('.')?;
-    let renamed = match part {
-        "ssm_a" => "A",
-        "ssm_d" => "D",
-        _ => return None,
-    };
-    Some(format!("backbone.layers.{layer}.mixer.{renamed}"))
-}
