@@ -13,6 +13,7 @@ use corral_worker::generation::{Event, FinishReason, GenerateRequest, Prompt};
 use corral_worker::model::{KvCache, Model, Segment};
 use corral_worker::prefix_cache::PrefixCacheOptions;
 
+use crate::logit_checks::worst_difference;
 use crate::reference_logits::host_rows;
 
 const TOLERANCE: f32 = 1e-3;
@@ -151,11 +152,7 @@ fn check_schedule(model: &Model, schedule: &[Scheduled]) {
         let alone = solo_logits(model, &sequence.prompt, sequence.steps);
         assert_eq!(batched[index].len(), alone.len(), "sequence {index}: steps");
         for (step, (got, want)) in batched[index].iter().zip(&alone).enumerate() {
-            let worst = got
-                .iter()
-                .zip(want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
+            let worst = worst_difference(got, want);
             assert!(
                 worst <= TOLERANCE,
                 "{} sequences, sequence {index} (prompt of {}, joined at {}), step {step}: \

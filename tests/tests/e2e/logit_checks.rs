@@ -49,14 +49,18 @@ fn last_row(model: &Model, tokens: &[u32], cache: &mut [KvCache]) -> Vec<f32> {
     rows.last().unwrap().clone()
 }
 
+/// The largest difference between two rows of logits.
+pub(crate) fn worst_difference(got: &[f32], want: &[f32]) -> f32 {
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max)
+}
+
 /// Asserts `got` is within [`TOLERANCE`] of `want`; returns the largest difference.
 fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "{name} {what}: vocabulary size");
-    let worst = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let worst = worst_difference(got, want);
     assert!(
         worst <= TOLERANCE,
         "{name} {what}: differs from the reference by {worst} (tolerance {TOLERANCE})"
