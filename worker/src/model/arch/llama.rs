@@ -50,7 +50,7 @@ fn windows_of(config: &ModelConfig, args: &Args) -> Result<Vec<Option<Window>>, 
         Some(kinds) => kinds
             .get(index)
             .is_some_and(|kind| kind == "sliding_attention"),
-        None => olmo3 && (index + 1) % 4 != 0,
+        None => olmo3 && !(index + 1).is_multiple_of(4),
     };
     let window = match (args.sliding_window, config.model_type.as_str()) {
         (Some(stated), _) => Ok(stated),
