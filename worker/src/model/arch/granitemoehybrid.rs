@@ -284,3 +284,46 @@ fn feed_forward(
         experts.with_shared_experts(shared_mlp),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn read(keys: serde_json::Value) -> Result<(Option<MoeSpec>, Mamba2Spec), ModelError> {
+        let mut config = json!({
+            "model_type": "granitemoehybrid", "hidden_size": 64, "intermediate_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128,
+            "rms_norm_eps": 1e-6, "mamba_n_heads": 4, "mamba_d_state": 16,
+        });
+        for (key, value) in keys.as_object().unwrap() {
+            config[key] = value.clone();
+        }
+        let config = ModelConfig::from_json(config, Path::new("config.json"))?;
+        let args: Args = config.args()?;
+        Ok((experts_of(&config, &args)?, mamba_spec(&config, &args)?))
+    }
+
+    #[test]
+    fn experts_and_head_size_default_as_transformers_and_null_means_dense() {
+        let (experts, mamba) = read(json!({})).unwrap();
+        let experts = experts.unwrap();
+        assert_eq!((experts.experts, experts.top_k, experts.inner), (8, 2, 32));
+        // "auto" (the default): mamba_expand × hidden over the heads.
+        assert_eq!(mamba.head_dim, 2 * 64 / 4);
+        assert!(
+            read(json!({"num_local_experts": null}))
+                .unwrap()
+                .0
+                .is_none()
+        );
+        assert!(read(json!({"num_local_experts": 0})).unwrap().0.is_none());
+        let (_, sized) = read(json!({"mamba_d_head": 32, "mamba_expand": 2})).unwrap();
+        assert_eq!(sized.head_dim, 32);
+        let error = read(json!({"mamba_d_head": "half"})).err().unwrap();
+        assert!(error.to_string().contains("mamba_d_head"), "{error}");
+    }
+}

@@ -265,4 +265,18 @@ mod tests {
             vec![2, 5, 8, 10, 12, 14]
         );
     }
+
+    #[test]
+    fn without_its_keys_the_width_is_adjusted_as_transformers_defaults() {
+        // Lfm2Config: block_auto_adjust_ff_dim true, multiplier 1.0, multiple of 256.
+        let config = json!({
+            "model_type": "lfm2", "hidden_size": 64, "intermediate_size": 1000,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 128, "norm_eps": 1e-5,
+        });
+        let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+        let args = config.args().unwrap();
+        assert_eq!(feed_forward_width(&config, &args).unwrap(), 768);
+        assert_eq!(attention_layers(&config, &args).unwrap(), vec![true, true]);
+    }
 }
