@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::arch;
 use super::config::ModelConfig;
 use super::error::ModelError;
@@ -23,6 +25,14 @@ pub struct ParameterCount {
     pub active: Option<u64>,
 }
 
+/// The one architecture key the count reads itself: Gemma 4's, defaulting as transformers'
+/// `Gemma4TextConfig` does.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CountArgs {
+    num_kv_shared_layers: i32,
+}
+
 /// The parameters of the checkpoint in `model_dir`, whose `config.json` is `config`.
 pub fn count(model_dir: &Path, config: &ModelConfig) -> Result<ParameterCount, ModelError> {
     let mut tensors = tensor_headers(model_dir)?;
@@ -34,7 +44,7 @@ pub fn count(model_dir: &Path, config: &ModelConfig) -> Result<ParameterCount, M
     }
     // Gemma 4's last layers read an earlier layer's keys and values; checkpoints may still carry
     // their own projections, which the loader drops.
-    let first_kv_shared = config.num_layers - config.key_or("num_kv_shared_layers", 0)?;
+    let first_kv_shared = config.num_layers - config.args::<CountArgs>()?.num_kv_shared_layers;
     let (mut total, mut routed) = (0u64, 0u64);
     for (name, tensor) in &tensors {
         let layer = layer_index(name);

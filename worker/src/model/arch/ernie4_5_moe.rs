@@ -4,6 +4,8 @@
 //! position to `moe_k` of `moe_num_experts` experts by softmax plus a correction bias (the
 //! router's `moe_statics`), beside `moe_num_shared_experts` shared experts.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
@@ -14,16 +16,59 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// ERNIE 4.5's own keys, defaulting as transformers' `Ernie4_5_MoeConfig` does (its
+/// `attribute_map` reads `num_experts` and `num_experts_per_tok` as `moe_num_experts` and
+/// `moe_k`; the `moe_` spelling first where a config has both).
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// 64 without either spelling.
+    moe_num_experts: Option<i32>,
+    num_experts: Option<i32>,
+    /// 6 without either spelling.
+    moe_k: Option<i32>,
+    num_experts_per_tok: Option<i32>,
+    moe_intermediate_size: i32,
+    moe_norm_min: f32,
+    use_bias: bool,
+    moe_num_shared_experts: i32,
+    moe_layer_interval: i32,
+    moe_layer_start_index: i32,
+    /// -1: the last layer.
+    moe_layer_end_index: i32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            moe_num_experts: None,
+            num_experts: None,
+            moe_k: None,
+            num_experts_per_tok: None,
+            moe_intermediate_size: 1536,
+            moe_norm_min: 1e-12,
+            use_bias: false,
+            moe_num_shared_experts: 2,
+            moe_layer_interval: 1,
+            moe_layer_start_index: 1,
+            moe_layer_end_index: -1,
+        }
+    }
+}
+
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let experts: i32 = config.key_named_or(&["moe_num_experts", "num_experts"], 64)?;
-    Ok(Some(MoeSpec::new(
-        experts,
-        config.key_named_or(&["moe_k", "num_experts_per_tok"], 6)?,
-        config.key_or("moe_intermediate_size", 1536)?,
+    Ok(Some(moe(&config.args()?)))
+}
+
+fn moe(args: &Args) -> MoeSpec {
+    MoeSpec::new(
+        args.moe_num_experts.or(args.num_experts).unwrap_or(64),
+        args.moe_k.or(args.num_experts_per_tok).unwrap_or(6),
+        args.moe_intermediate_size,
         Routing::SoftmaxBiasedTopK {
-            min_total: config.key_or("moe_norm_min", 1e-12)?,
+            min_total: args.moe_norm_min,
         },
-    )))
+    )
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
@@ -32,12 +77,13 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         ..config.clone()
     };
     let rope = Rope::for_config(&interleaved, weights)?;
-    let bias: bool = config.key_or("use_bias", false)?;
-    let moe = experts(config)?;
-    let shared: i32 = config.key_or("moe_num_shared_experts", 2)?;
-    let interval: i32 = config.key_or("moe_layer_interval", 1)?;
-    let start: i32 = config.key_or("moe_layer_start_index", 1)?;
-    let end = match config.key_or("moe_layer_end_index", -1)? {
+    let args: Args = config.args()?;
+    let bias = args.use_bias;
+    let moe = Some(moe(&args));
+    let shared = args.moe_num_shared_experts;
+    let interval = args.moe_layer_interval;
+    let start = args.moe_layer_start_index;
+    let end = match args.moe_layer_end_index {
         -1 => config.num_layers - 1,
         end => end,
     };

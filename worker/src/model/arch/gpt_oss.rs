@@ -9,6 +9,7 @@
 //! mlx-lm's names.
 
 use mlx_rs::Dtype;
+use serde::Deserialize;
 
 use crate::model::blocks::attention::{Attention, AttentionSpec};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
@@ -23,21 +24,46 @@ use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
-/// Every layer's routed experts.
-pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    moe(config).map(Some)
+/// gpt-oss's own keys, defaulting as transformers' `GptOssConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    num_local_experts: i32,
+    num_experts_per_tok: i32,
+    /// `null`: no window, the sliding layers attending over all positions as transformers'
+    /// do (corral took 128).
+    sliding_window: Option<i32>,
+    swiglu_limit: f32,
+    swiglu_alpha: f32,
 }
 
-fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_local_experts: 128,
+            num_experts_per_tok: 4,
+            sliding_window: Some(128),
+            swiglu_limit: 7.0,
+            swiglu_alpha: 1.702,
+        }
+    }
+}
+
+/// Every layer's routed experts.
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    moe(config, &config.args()?).map(Some)
+}
+
+fn moe(config: &ModelConfig, args: &Args) -> Result<MoeSpec, ModelError> {
     Ok(MoeSpec {
         activation: Activation::ClampedSwiglu {
-            limit: 7.0,
-            alpha: 1.702,
+            limit: args.swiglu_limit,
+            alpha: args.swiglu_alpha,
         },
         biases: true,
         ..MoeSpec::new(
-            config.key_or("num_local_experts", 128)?,
-            config.key_or("num_experts_per_tok", 4)?,
+            args.num_local_experts,
+            args.num_experts_per_tok,
             config.intermediate_size()?,
             Routing::TopKSoftmax,
         )
@@ -45,21 +71,24 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
 }
 
 /// Each layer's window: `layer_types`, else sliding and full layers alternating.
-fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
-    let window = config.key_or("sliding_window", 128)?;
-    super::sliding_windows(config, window, |index| index % 2 == 0)
+fn windows(config: &ModelConfig, args: &Args) -> Result<Vec<Option<Window>>, ModelError> {
+    match args.sliding_window {
+        Some(window) => super::sliding_windows(config, window, |index| index % 2 == 0),
+        None => Ok(vec![None; config.num_layers as usize]),
+    }
 }
 
 /// What each layer keeps for a sequence.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    super::attention_caches(config, windows(config)?)
+    super::attention_caches(config, windows(config, &config.args()?)?)
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let args: Args = config.args()?;
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let windows = windows(config)?;
+    let windows = windows(config, &args)?;
     let rope = Rope::for_config(config, weights)?;
-    let moe = moe(config)?;
+    let moe = moe(config, &args)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");

@@ -3,6 +3,8 @@
 //! output before its residual sum (`residual_multiplier`), and dividing the logits
 //! (`logits_scaling`).
 
+use serde::Deserialize;
+
 use super::llama;
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::config::ModelConfig;
@@ -10,9 +12,30 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// Granite's own keys, defaulting as transformers' `GraniteConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    attention_multiplier: f32,
+    residual_multiplier: f32,
+    embedding_multiplier: f32,
+    logits_scaling: f32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            attention_multiplier: 1.0,
+            residual_multiplier: 1.0,
+            embedding_multiplier: 1.0,
+            logits_scaling: 1.0,
+        }
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let attention_scale: f32 = config.key_or("attention_multiplier", 1.0)?;
-    let residual_scale: f32 = config.key_or("residual_multiplier", 1.0)?;
+    let args: Args = config.args()?;
+    let (attention_scale, residual_scale) = (args.attention_multiplier, args.residual_multiplier);
     let mut layers = llama::layers(config, weights, |_, attention| AttentionSpec {
         scale: attention_scale,
         ..attention
@@ -21,7 +44,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         layer.residual_scale = Some(residual_scale);
     }
     let mut decoder = Decoder::load(weights, config, layers)?;
-    decoder.embedding_scale = Some(config.key_or("embedding_multiplier", 1.0)?);
-    decoder.logit_scale = Some(1.0 / config.key_or("logits_scaling", 1.0f32)?);
+    decoder.embedding_scale = Some(args.embedding_multiplier);
+    decoder.logit_scale = Some(1.0 / args.logits_scaling);
     Ok(decoder)
 }

@@ -1,7 +1,7 @@
 //! Granite 4 (mlx-lm's `granitemoehybrid.py`): IBM's hybrid of Mamba-2 mixers and attention,
 //! the layers `layer_types` calls `mamba` (transformers 5: `linear_attention`) mixing with
-//! Mamba-2, the others attending (without positional encoding when `position_embedding_type` is
-//! `nope`, Granite 4's setting), scaled by `attention_multiplier`. Every layer's feed-forward
+//! Mamba-2, the others attending (rotated only when `position_embedding_type` is `rope`, as in
+//! transformers; Granite 4 says `nope`), scaled by `attention_multiplier`. Every layer's feed-forward
 //! block is experts (top k, then softmax) beside an always-on shared SwiGLU MLP, or that MLP
 //! alone without `num_local_experts`. Granite 3's multipliers: embedding, residual, logits.
 //!
@@ -9,6 +9,8 @@
 //! (`[experts, 2 × inner, hidden]`, gate rows first) and the shared MLP's in
 //! `shared_mlp.input_linear`; the experts are split to mlx-community's stacked `switch_mlp`
 //! names at load, the shared MLP's rows along its loaded blocks.
+
+use serde::Deserialize;
 
 use crate::model::blocks::attention::{Attention, AttentionSpec};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
@@ -22,15 +24,80 @@ use crate::model::error::ModelError;
 use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
+/// Granite 4's own keys, defaulting as transformers' `GraniteMoeHybridConfig` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// 8: experts unless the config says 0 or `null` (mlx-lm: none without the key).
+    num_local_experts: Option<i32>,
+    num_experts_per_tok: i32,
+    /// 1024, transformers' default (corral took `intermediate_size`, as mlx-lm leaves it unset).
+    shared_intermediate_size: i32,
+    attention_bias: bool,
+    /// transformers rotates only for `rope`; its default `None` does not (mlx-lm's: `rope`).
+    position_embedding_type: Option<String>,
+    attention_multiplier: f32,
+    residual_multiplier: f32,
+    embedding_multiplier: f32,
+    logits_scaling: f32,
+    mamba_n_heads: i32,
+    mamba_d_head: HeadDim,
+    mamba_expand: i32,
+    mamba_d_state: i32,
+    mamba_n_groups: i32,
+    mamba_d_conv: i32,
+    mamba_conv_bias: bool,
+    mamba_proj_bias: bool,
+    /// Every layer a Mamba-2 one without it.
+    layer_types: Option<Vec<String>>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_local_experts: Some(8),
+            num_experts_per_tok: 2,
+            shared_intermediate_size: 1024,
+            attention_bias: false,
+            position_embedding_type: None,
+            attention_multiplier: 1.0,
+            residual_multiplier: 1.0,
+            embedding_multiplier: 1.0,
+            logits_scaling: 1.0,
+            mamba_n_heads: 128,
+            mamba_d_head: HeadDim::Auto(String::from("auto")),
+            mamba_expand: 2,
+            mamba_d_state: 256,
+            mamba_n_groups: 1,
+            mamba_d_conv: 4,
+            mamba_conv_bias: true,
+            mamba_proj_bias: false,
+            layer_types: None,
+        }
+    }
+}
+
+/// `mamba_d_head`: a size, or `"auto"` for the mixer's width over its heads.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HeadDim {
+    Size(i32),
+    Auto(String),
+}
+
 /// Every layer's routed experts, `None` for a dense Granite 4.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    let experts: i32 = config.key_or_null("num_local_experts", 0)?.unwrap_or(0);
+    experts_of(config, &config.args()?)
+}
+
+fn experts_of(config: &ModelConfig, args: &Args) -> Result<Option<MoeSpec>, ModelError> {
+    let experts = args.num_local_experts.unwrap_or(0);
     if experts == 0 {
         return Ok(None);
     }
     Ok(Some(MoeSpec::new(
         experts,
-        config.key_or("num_experts_per_tok", 2)?,
+        args.num_experts_per_tok,
         config.intermediate_size()?,
         Routing::TopKSoftmax,
     )))
@@ -38,8 +105,9 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 
 /// A Mamba-2 layer's state or an attention layer's keys and values, per layer.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    let state = mamba_spec(config)?.state_shape();
-    Ok(mamba_layers(config)?
+    let args: Args = config.args()?;
+    let state = mamba_spec(config, &args)?.state_shape();
+    Ok(mamba_layers(config, &args)?
         .into_iter()
         .map(|mamba| match mamba {
             true => LayerCache::State(state),
@@ -52,25 +120,21 @@ pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let mamba_layers = mamba_layers(config)?;
-    let spec = mamba_spec(config)?;
-    let moe = experts(config)?;
-    let shared_inner: i32 =
-        config.key_or_else("shared_intermediate_size", || config.intermediate_size())?;
-    let attention_bias: bool = config.key_or("attention_bias", false)?;
-    let nope = config
-        .key_or_null("position_embedding_type", "rope".to_owned())?
-        .is_some_and(|kind| kind == "nope");
+    let args: Args = config.args()?;
+    let mamba_layers = mamba_layers(config, &args)?;
+    let spec = mamba_spec(config, &args)?;
+    let moe = experts_of(config, &args)?;
+    let shared_inner = args.shared_intermediate_size;
+    let rotates = args.position_embedding_type.as_deref() == Some("rope");
     let rope = Rope::for_config(config, weights)?;
-    let scale: f32 = config.key_or("attention_multiplier", 1.0)?;
     let attention = || AttentionSpec {
-        qkv_bias: attention_bias,
-        o_bias: attention_bias,
-        scale,
-        rope: Some(rope.clone()).filter(|_| !nope),
+        qkv_bias: args.attention_bias,
+        o_bias: args.attention_bias,
+        scale: args.attention_multiplier,
+        rope: Some(rope.clone()).filter(|_| rotates),
         ..AttentionSpec::new(config, rope.clone())
     };
-    let residual_scale: f32 = config.key_or("residual_multiplier", 1.0)?;
+    let residual_scale = args.residual_multiplier;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
@@ -90,34 +154,36 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         })
         .collect::<Result<_, ModelError>>()?;
     let mut decoder = Decoder::load(weights, config, layers)?;
-    decoder.embedding_scale = Some(config.key_or("embedding_multiplier", 1.0)?);
-    decoder.logit_scale = Some(1.0 / config.key_or("logits_scaling", 1.0f32)?);
+    decoder.embedding_scale = Some(args.embedding_multiplier);
+    decoder.logit_scale = Some(1.0 / args.logits_scaling);
     Ok(decoder)
 }
 
 /// The Mamba-2 sizes from the `mamba_*` keys; `mamba_d_head` may be `"auto"`, the mixer's
 /// width (`mamba_expand × hidden`) over its heads. The time step is clipped to
 /// `time_step_limit`, transformers' (0, inf) where config.json has none.
-fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
-    let heads: i32 = config.key_or("mamba_n_heads", 128)?;
-    let head_dim = match config.key::<serde_json::Value>("mamba_d_head")? {
-        Some(serde_json::Value::Number(dim)) => {
-            dim.as_i64().and_then(|dim| i32::try_from(dim).ok())
+fn mamba_spec(config: &ModelConfig, args: &Args) -> Result<Mamba2Spec, ModelError> {
+    let heads = args.mamba_n_heads;
+    let head_dim = match &args.mamba_d_head {
+        HeadDim::Size(dim) => *dim,
+        HeadDim::Auto(word) if word == "auto" => {
+            args.mamba_expand * config.hidden_size / heads.max(1)
         }
-        _ => None,
-    };
-    let head_dim = match head_dim {
-        Some(dim) => dim,
-        None => config.key_or::<i32>("mamba_expand", 2)? * config.hidden_size / heads.max(1),
+        HeadDim::Auto(other) => {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!("mamba_d_head {other:?} is neither a size nor \"auto\""),
+            });
+        }
     };
     Mamba2Spec {
         heads,
         head_dim,
-        state_size: config.key_or("mamba_d_state", 256)?,
-        groups: config.key_or("mamba_n_groups", 1)?,
-        conv_kernel: config.key_or("mamba_d_conv", 4)?,
-        conv_bias: config.key_or("mamba_conv_bias", true)?,
-        proj_bias: config.key_or("mamba_proj_bias", false)?,
+        state_size: args.mamba_d_state,
+        groups: args.mamba_n_groups,
+        conv_kernel: args.mamba_d_conv,
+        conv_bias: args.mamba_conv_bias,
+        proj_bias: args.mamba_proj_bias,
         time_step_limit: mamba2::time_step_limit(config, (0.0, f32::INFINITY))?,
         eps: config.rms_norm_eps,
     }
@@ -125,15 +191,15 @@ fn mamba_spec(config: &ModelConfig) -> Result<Mamba2Spec, ModelError> {
 }
 
 /// Whether each layer is a Mamba-2 one, from `layer_types`.
-fn mamba_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
+fn mamba_layers(config: &ModelConfig, args: &Args) -> Result<Vec<bool>, ModelError> {
     let bad = |message: String| ModelError::Config {
         path: config.path.clone(),
         message,
     };
-    // transformers' default: every layer a Mamba-2 one.
-    let types: Vec<String> = config.key_or_else("layer_types", || {
-        Ok(vec!["mamba".to_owned(); config.num_layers as usize])
-    })?;
+    let types = args
+        .layer_types
+        .clone()
+        .unwrap_or_else(|| vec!["mamba".to_owned(); config.num_layers as usize]);
     if types.len() != config.num_layers as usize {
         return Err(bad(format!(
             "layer_types names {} layers, num_hidden_layers is {}",
@@ -217,4 +283,47 @@ fn feed_forward(
     Ok(FeedForward::experts(
         experts.with_shared_experts(shared_mlp),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn read(keys: serde_json::Value) -> Result<(Option<MoeSpec>, Mamba2Spec), ModelError> {
+        let mut config = json!({
+            "model_type": "granitemoehybrid", "hidden_size": 64, "intermediate_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128,
+            "rms_norm_eps": 1e-6, "mamba_n_heads": 4, "mamba_d_state": 16,
+        });
+        for (key, value) in keys.as_object().unwrap() {
+            config[key] = value.clone();
+        }
+        let config = ModelConfig::from_json(config, Path::new("config.json"))?;
+        let args: Args = config.args()?;
+        Ok((experts_of(&config, &args)?, mamba_spec(&config, &args)?))
+    }
+
+    #[test]
+    fn experts_and_head_size_default_as_transformers_and_null_means_dense() {
+        let (experts, mamba) = read(json!({})).unwrap();
+        let experts = experts.unwrap();
+        assert_eq!((experts.experts, experts.top_k, experts.inner), (8, 2, 32));
+        // "auto" (the default): mamba_expand × hidden over the heads.
+        assert_eq!(mamba.head_dim, 2 * 64 / 4);
+        assert!(
+            read(json!({"num_local_experts": null}))
+                .unwrap()
+                .0
+                .is_none()
+        );
+        assert!(read(json!({"num_local_experts": 0})).unwrap().0.is_none());
+        let (_, sized) = read(json!({"mamba_d_head": 32, "mamba_expand": 2})).unwrap();
+        assert_eq!(sized.head_dim, 32);
+        let error = read(json!({"mamba_d_head": "half"})).err().unwrap();
+        assert!(error.to_string().contains("mamba_d_head"), "{error}");
+    }
 }

@@ -8,6 +8,8 @@
 //! `out_proj` and `feed_forward.w1/w3/w2`; they are renamed to the blocks' names on load. The
 //! Hugging Face layout's conv weight is `[hidden, 1, kernel]`, moved as mlx-lm's `sanitize` does.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::mlp::Mlp;
@@ -20,8 +22,45 @@ use crate::model::error::ModelError;
 use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
+/// LFM2's own keys, defaulting as transformers' `Lfm2Config` does; LFM2-MoE's class defaults the
+/// convolution's alike and has no default layer list.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    #[serde(rename = "conv_L_cache")]
+    conv_l_cache: i32,
+    conv_bias: bool,
+    full_attn_idxs: Option<Vec<usize>>,
+    layer_types: Option<Vec<String>>,
+    rope_parameters: Option<serde_json::Value>,
+    /// transformers 5 keeps it in `rope_parameters`; the class's base is 1e6.
+    rope_theta: f32,
+    block_ff_dim: Option<i32>,
+    /// true, transformers' default (corral had false; mlx-lm has none).
+    block_auto_adjust_ff_dim: bool,
+    block_ffn_dim_multiplier: Option<f64>,
+    block_multiple_of: i32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            conv_l_cache: 3,
+            conv_bias: false,
+            full_attn_idxs: None,
+            layer_types: None,
+            rope_parameters: None,
+            rope_theta: 1_000_000.0,
+            block_ff_dim: None,
+            block_auto_adjust_ff_dim: true,
+            block_ffn_dim_multiplier: Some(1.0),
+            block_multiple_of: 256,
+        }
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let inner = feed_forward_width(config)?;
+    let inner = feed_forward_width(config, &config.args()?)?;
     hybrid(config, weights, |weights, _, prefix| {
         let mlp = format!("{prefix}.feed_forward");
         rename_feed_forward(weights, &mlp);
@@ -34,8 +73,9 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 /// What each layer of LFM2 and LFM2-MoE keeps for a sequence: an attention layer its keys and
 /// values, a convolution its last inputs.
 pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
-    let kernel: i32 = config.key_or("conv_L_cache", 3)?;
-    Ok(attention_layers(config)?
+    let args: Args = config.args()?;
+    let kernel = args.conv_l_cache;
+    Ok(attention_layers(config, &args)?
         .into_iter()
         .map(|attends| match attends {
             true => LayerCache::Positions {
@@ -54,17 +94,18 @@ pub(super) fn hybrid(
     weights: &mut Weights,
     feed_forward: impl Fn(&mut Weights, i32, &str) -> Result<FeedForward, ModelError>,
 ) -> Result<Decoder, ModelError> {
+    let args: Args = config.args()?;
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-    let attends = attention_layers(config)?;
-    let kernel: i32 = config.key_or("conv_L_cache", 3)?;
+    let attends = attention_layers(config, &args)?;
+    let kernel = args.conv_l_cache;
     if kernel < 2 {
         return Err(ModelError::Config {
             path: config.path.clone(),
             message: format!("conv_L_cache {kernel} must be at least 2"),
         });
     }
-    let conv_bias: bool = config.key_or("conv_bias", false)?;
-    let rope = rope(config, weights)?;
+    let conv_bias = args.conv_bias;
+    let rope = rope(config, &args, weights)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
@@ -123,19 +164,23 @@ pub(super) fn rename_feed_forward(weights: &mut Weights, mlp: &str) {
 
 /// Whether each layer attends: `full_attn_idxs` where config.json has it, else the layers
 /// `layer_types` calls `full_attention`.
-fn attention_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
+fn attention_layers(config: &ModelConfig, args: &Args) -> Result<Vec<bool>, ModelError> {
     let layers = config.num_layers as usize;
-    if let Some(indices) = config.key::<Vec<usize>>("full_attn_idxs")? {
+    if let Some(indices) = &args.full_attn_idxs {
         return Ok((0..layers).map(|index| indices.contains(&index)).collect());
     }
-    // transformers' LFM2 default: every layer attention; LFM2-MoE has none, nor has mlx-lm.
-    let types: Vec<String> = config.key_or_else("layer_types", || {
-        if config.model_type == "lfm2" {
-            Ok(vec!["full_attention".to_owned(); layers])
-        } else {
-            config.required("layer_types")
+    // transformers' LFM2 default: every layer attention; LFM2-MoE's class keeps `null` and its
+    // model cannot run without a list, nor can mlx-lm's.
+    let types = match &args.layer_types {
+        Some(types) => types.clone(),
+        None if config.model_type == "lfm2" => vec!["full_attention".to_owned(); layers],
+        None => {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!("{} needs layer_types", config.model_type),
+            });
         }
-    })?;
+    };
     if types.len() != layers {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -149,16 +194,16 @@ fn attention_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
 }
 
 /// The rotation over each whole head at `rope_parameters.rope_theta`, else `rope_theta`, else
-/// mlx-lm's default of 1e6.
-fn rope(config: &ModelConfig, weights: &Weights) -> Result<Rope, ModelError> {
-    let parameters: serde_json::Value =
-        config.key_or("rope_parameters", serde_json::Value::Null)?;
-    let base = match parameters
-        .get("rope_theta")
+/// the classes' (and mlx-lm's) default of 1e6.
+fn rope(config: &ModelConfig, args: &Args, weights: &Weights) -> Result<Rope, ModelError> {
+    let base = match args
+        .rope_parameters
+        .as_ref()
+        .and_then(|parameters| parameters.get("rope_theta"))
         .and_then(serde_json::Value::as_f64)
     {
         Some(base) => base as f32,
-        None => config.key_or("rope_theta", 1_000_000.0)?,
+        None => args.rope_theta,
     };
     Rope::new(config.hidden_size / config.num_heads, base, false, None)
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))
@@ -166,16 +211,19 @@ fn rope(config: &ModelConfig, weights: &Weights) -> Result<Rope, ModelError> {
 
 /// The SwiGLU width mlx-lm's `MLP` derives: with `block_auto_adjust_ff_dim`, two thirds of
 /// `block_ff_dim`, times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`.
-fn feed_forward_width(config: &ModelConfig) -> Result<i32, ModelError> {
-    let width: i32 = config.key_or_else("block_ff_dim", || config.intermediate_size())?;
-    if !config.key_or("block_auto_adjust_ff_dim", false)? {
+fn feed_forward_width(config: &ModelConfig, args: &Args) -> Result<i32, ModelError> {
+    let width = match args.block_ff_dim {
+        Some(width) => width,
+        None => config.intermediate_size()?,
+    };
+    if !args.block_auto_adjust_ff_dim {
         return Ok(width);
     }
     let mut width = (2 * width) / 3;
-    if let Some(multiplier) = config.key::<f64>("block_ffn_dim_multiplier")? {
+    if let Some(multiplier) = args.block_ffn_dim_multiplier {
         width = (multiplier * f64::from(width)) as i32;
     }
-    let multiple: i32 = config.key_or("block_multiple_of", 256)?;
+    let multiple = args.block_multiple_of;
     if multiple <= 0 {
         return Err(ModelError::Config {
             path: config.path.clone(),
@@ -209,11 +257,26 @@ mod tests {
             (config.intermediate_size().unwrap(), config.rms_norm_eps),
             (6656, 1e-5)
         );
-        assert_eq!(feed_forward_width(&config).unwrap(), 4608);
-        let attends = attention_layers(&config).unwrap();
+        let args = config.args().unwrap();
+        assert_eq!(feed_forward_width(&config, &args).unwrap(), 4608);
+        let attends = attention_layers(&config, &args).unwrap();
         assert_eq!(
             (0..16).filter(|&index| attends[index]).collect::<Vec<_>>(),
             vec![2, 5, 8, 10, 12, 14]
         );
+    }
+
+    #[test]
+    fn without_its_keys_the_width_is_adjusted_as_transformers_defaults() {
+        // Lfm2Config: block_auto_adjust_ff_dim true, multiplier 1.0, multiple of 256.
+        let config = json!({
+            "model_type": "lfm2", "hidden_size": 64, "intermediate_size": 1000,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 128, "norm_eps": 1e-5,
+        });
+        let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+        let args = config.args().unwrap();
+        assert_eq!(feed_forward_width(&config, &args).unwrap(), 768);
+        assert_eq!(attention_layers(&config, &args).unwrap(), vec![true, true]);
     }
 }

@@ -7,6 +7,8 @@
 //! expert (`feed_forward.experts.{e}.w1`); mlx-community's are renamed and stacked
 //! (`feed_forward.switch_mlp.gate_proj`). Both load.
 
+use serde::Deserialize;
+
 use super::lfm2::{hybrid, rename_feed_forward};
 use crate::model::blocks::decoder_layer::FeedForward;
 use crate::model::blocks::mlp::Mlp;
@@ -16,26 +18,56 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// LFM2-MoE's own keys, defaulting as transformers' `Lfm2MoeConfig` does (the layers' own are
+/// read with LFM2's).
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    num_experts: i32,
+    num_experts_per_tok: i32,
+    moe_intermediate_size: i32,
+    use_expert_bias: bool,
+    norm_topk_prob: bool,
+    routed_scaling_factor: f32,
+    num_dense_layers: i32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_experts: 32,
+            num_experts_per_tok: 4,
+            moe_intermediate_size: 1792,
+            use_expert_bias: true,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.0,
+            num_dense_layers: 2,
+        }
+    }
+}
+
 /// The routed experts of the layers past `num_dense_layers`.
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    Ok(Some(MoeSpec::new(
-        config.key_or("num_experts", 32)?,
-        config.key_or("num_experts_per_tok", 4)?,
-        config.key_or("moe_intermediate_size", 1792)?,
+    Ok(Some(moe(&config.args()?)))
+}
+
+fn moe(args: &Args) -> MoeSpec {
+    MoeSpec::new(
+        args.num_experts,
+        args.num_experts_per_tok,
+        args.moe_intermediate_size,
         Routing::SigmoidTopK {
-            biased: config.key_or("use_expert_bias", true)?,
-            normalize: config.key_or("norm_topk_prob", true)?,
-            scaling: config.key_or("routed_scaling_factor", 1.0)?,
+            biased: args.use_expert_bias,
+            normalize: args.norm_topk_prob,
+            scaling: args.routed_scaling_factor,
         },
-    )))
+    )
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let dense_layers: i32 = config.key_or("num_dense_layers", 2)?;
-    let spec = experts(config)?.ok_or_else(|| ModelError::Config {
-        path: config.path.clone(),
-        message: "lfm2_moe needs num_experts".into(),
-    })?;
+    let args: Args = config.args()?;
+    let dense_layers = args.num_dense_layers;
+    let spec = moe(&args);
     hybrid(config, weights, |weights, index, prefix| {
         let mlp = format!("{prefix}.feed_forward");
         if index < dense_layers {

@@ -4,6 +4,8 @@
 //! ignores it).
 //! Architectures that are Llama with a twist (SmolLM3, Granite) wire it through [`layers`].
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::AttentionSpec;
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
@@ -15,6 +17,22 @@ use crate::model::shape::LayerCache;
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
+/// Llama's own keys, defaulting as transformers' `LlamaConfig` does; the types built on its
+/// layers read them too, and their classes default them alike.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Args {
+    attention_bias: bool,
+    mlp_bias: bool,
+    /// OLMo 3's class computes a pattern without it; Llama's and the others' have none.
+    layer_types: Option<Vec<String>>,
+    /// Mistral's and OLMo 3's classes default it to 4096; Llama's and the others' have none,
+    /// nor has mlx-lm. `null` (Qwen's classes write it so without `use_sliding_window`): no
+    /// window, the sliding layers attending over all positions as transformers' do.
+    #[serde(deserialize_with = "ModelConfig::present")]
+    sliding_window: Option<Option<i32>>,
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let layers = layers(config, weights, |_, attention| attention)?;
     Decoder::load(weights, config, layers)
@@ -22,37 +40,31 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
 
 /// Each layer's window: `sliding_window` for the layers `layer_types` marks `sliding_attention`.
 pub(super) fn windows(config: &ModelConfig) -> Result<Vec<Option<Window>>, ModelError> {
-    let layer_types: Vec<String> = config.key_or_else("layer_types", || {
-        // transformers' OLMo 3 default: three sliding layers, then a full one.
-        Ok(if config.model_type == "olmo3" {
-            (1..=config.num_layers)
-                .map(|layer| {
-                    let kind = if layer % 4 == 0 { "full" } else { "sliding" };
-                    format!("{kind}_attention")
-                })
-                .collect()
-        } else {
-            Vec::new()
-        })
-    })?;
+    windows_of(config, &config.args()?)
+}
+
+fn windows_of(config: &ModelConfig, args: &Args) -> Result<Vec<Option<Window>>, ModelError> {
+    let olmo3 = config.model_type == "olmo3";
+    // transformers' OLMo 3 default: three sliding layers, then a full one.
+    let sliding = |index: usize| match &args.layer_types {
+        Some(kinds) => kinds
+            .get(index)
+            .is_some_and(|kind| kind == "sliding_attention"),
+        None => olmo3 && !(index + 1).is_multiple_of(4),
+    };
+    let window = match (args.sliding_window, config.model_type.as_str()) {
+        (Some(stated), _) => Ok(stated),
+        (None, "mistral" | "olmo3") => Ok(Some(4096)),
+        (None, _) => Err(()),
+    };
     (0..config.num_layers as usize)
-        .map(|index| {
-            let sliding = layer_types
-                .get(index)
-                .is_some_and(|kind| kind == "sliding_attention");
-            Ok(if sliding {
-                // transformers' default where its class has one; Llama's and the others' have
-                // none, nor has mlx-lm.
-                Some(Window::Sliding(config.key_or_else(
-                    "sliding_window",
-                    || match config.model_type.as_str() {
-                        "mistral" | "olmo3" => Ok(4096),
-                        _ => config.required("sliding_window"),
-                    },
-                )?))
-            } else {
-                None
-            })
+        .map(|index| match (sliding(index), window) {
+            (false, _) => Ok(None),
+            (true, Ok(window)) => Ok(window.map(Window::Sliding)),
+            (true, Err(())) => Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!("{} needs sliding_window", config.model_type),
+            }),
         })
         .collect()
 }
@@ -68,10 +80,10 @@ pub fn layers(
     weights: &mut Weights,
     adjust: impl Fn(i32, AttentionSpec) -> AttentionSpec,
 ) -> Result<Vec<DecoderLayer>, ModelError> {
+    let args: Args = config.args()?;
     let rope = Rope::for_config(config, weights)?;
-    let attention_bias = config.key_or("attention_bias", false)?;
-    let mlp_bias = config.key_or("mlp_bias", false)?;
-    let windows = windows(config)?;
+    let (attention_bias, mlp_bias) = (args.attention_bias, args.mlp_bias);
+    let windows = windows_of(config, &args)?;
     (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec {

@@ -5,6 +5,8 @@
 //! `e_score_correction_bias`, weighted by their renormalized scores. The experts are named as
 //! Mixtral's (`block_sparse_moe.experts.{e}.w1`...).
 
+use serde::Deserialize;
+
 use super::mixtral::expert_names;
 use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
@@ -15,14 +17,38 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
-pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    moe(config).map(Some)
+/// MiniMax-M2's own keys, defaulting as transformers' `MiniMaxM2Config` does.
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// 256 without either spelling (the class's `attribute_map` reads `num_experts` as it);
+    /// `num_local_experts` first where a config has both.
+    num_local_experts: Option<i32>,
+    num_experts: Option<i32>,
+    num_experts_per_tok: i32,
+    /// The released checkpoints' spelling of the rotated part, before `partial_rotary_factor`.
+    rotary_dim: Option<f64>,
 }
 
-fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_local_experts: None,
+            num_experts: None,
+            num_experts_per_tok: 8,
+            rotary_dim: None,
+        }
+    }
+}
+
+pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
+    moe(config, &config.args()?).map(Some)
+}
+
+fn moe(config: &ModelConfig, args: &Args) -> Result<MoeSpec, ModelError> {
     Ok(MoeSpec::new(
-        config.key_named_or(&["num_local_experts", "num_experts"], 256)?,
-        config.key_or("num_experts_per_tok", 8)?,
+        args.num_local_experts.or(args.num_experts).unwrap_or(256),
+        args.num_experts_per_tok,
         config.intermediate_size()?,
         // One group: the sigmoid routing of GLM-4.5's `noaux_tc` without its group choice.
         Routing::GroupedSigmoid {
@@ -35,13 +61,13 @@ fn moe(config: &ModelConfig) -> Result<MoeSpec, ModelError> {
 }
 
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let rotary_dim: Option<f64> = config.key("rotary_dim")?;
-    let partial = match rotary_dim {
+    let args: Args = config.args()?;
+    let partial = match args.rotary_dim {
         Some(dims) => dims / f64::from(config.head_dim),
         None => config.rope_key_or("partial_rotary_factor", 1.0)?,
     };
     let rope = Rope::partial_for_config(config, weights, partial, false)?;
-    let moe = moe(config)?;
+    let moe = moe(config, &args)?;
     let layers = (0..config.num_layers)
         .map(|index| {
             let attention = AttentionSpec {

@@ -3,6 +3,8 @@
 //! together, before the rotation; layers `layer_types` marks `sliding_attention` attend within
 //! `sliding_window`.
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, SandwichNorms};
 use crate::model::blocks::mlp::Mlp;
@@ -13,10 +15,18 @@ use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// OLMo 3's own key, defaulting as transformers' `Olmo3Config` does (its window and layer
+/// pattern are read with Llama's, in [`super::llama::windows`]).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Args {
+    attention_bias: bool,
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let rope = Rope::for_config(config, weights)?;
-    let bias: bool = config.key_or("attention_bias", false)?;
+    let bias = config.args::<Args>()?.attention_bias;
     let windows = super::llama::windows(config)?;
     let layers = (0..config.num_layers)
         .map(|index| {

@@ -5,16 +5,79 @@
 //! `rope_parameters`, whose multi-section RoPE (`mrope_section`) rotates text, where all three
 //! position ids are equal, as plain RoPE.
 
-use super::qwen3_next::{hybrid, partial_rope, routed_experts};
-use crate::model::blocks::moe::MoeSpec;
+use serde::Deserialize;
+
+use super::qwen3_next::{hybrid, partial_rope};
+use crate::model::blocks::moe::{MoeSpec, Routing};
 use crate::model::config::{ModelConfig, parse_rope_scaling};
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
 
+/// Qwen3.5's own keys, defaulting as transformers' `Qwen3_5TextConfig` (dense) and
+/// `Qwen3_5MoeTextConfig` (`qwen3_5_moe`) do; the expert keys are `None` where the type's class
+/// sets them (see [`Args::moe`]).
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    rope_parameters: Option<serde_json::Value>,
+    /// `num_experts` first where a config has both spellings.
+    num_experts: Option<i32>,
+    num_local_experts: Option<i32>,
+    num_experts_per_tok: Option<i32>,
+    moe_intermediate_size: Option<i32>,
+    shared_expert_intermediate_size: Option<i32>,
+    /// Neither class has it: transformers always renormalizes, as mlx-lm's default does.
+    norm_topk_prob: bool,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            rope_parameters: None,
+            num_experts: None,
+            num_local_experts: None,
+            num_experts_per_tok: None,
+            moe_intermediate_size: None,
+            shared_expert_intermediate_size: None,
+            norm_topk_prob: true,
+        }
+    }
+}
+
+impl Args {
+    /// The routed experts and the shared expert's width: `Qwen3_5MoeTextConfig`'s defaults
+    /// (256 experts, top 8, 512 wide, shared 512); the dense class has no experts (mlx-lm: 0,
+    /// their width the dense MLP's).
+    fn moe(&self, config: &ModelConfig) -> Result<(MoeSpec, i32), ModelError> {
+        let (experts, top_k, inner, shared) = match config.model_type.as_str() {
+            "qwen3_5_moe" => (256, 8, Some(512), 512),
+            _ => (0, 1, None, 0),
+        };
+        let inner = match self.moe_intermediate_size.or(inner) {
+            Some(inner) => inner,
+            None => config.intermediate_size()?,
+        };
+        let spec = MoeSpec::new(
+            self.num_experts
+                .or(self.num_local_experts)
+                .unwrap_or(experts),
+            self.num_experts_per_tok.unwrap_or(top_k),
+            inner,
+            Routing::SoftmaxTopK {
+                normalize: self.norm_topk_prob,
+            },
+        );
+        Ok((spec, self.shared_expert_intermediate_size.unwrap_or(shared)))
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
-    let parameters: serde_json::Value =
-        config.key_or("rope_parameters", serde_json::Value::Null)?;
+    let args: Args = config.args()?;
+    let parameters = args
+        .rope_parameters
+        .clone()
+        .unwrap_or(serde_json::Value::Null);
     let number = |key: &str, default: f64| {
         parameters
             .get(key)
@@ -41,18 +104,13 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         number("rope_theta", 100_000.0),
         scaling,
     )?;
-    let experts: i32 = config.key_named_or(&["num_experts", "num_local_experts"], 0)?;
-    let sparse = vec![experts > 0; config.num_layers as usize];
-    hybrid(
-        config,
-        weights,
-        rope,
-        sparse,
-        config.key_or("norm_topk_prob", true)?,
-    )
+    let (moe, shared_inner) = args.moe(config)?;
+    let sparse = vec![moe.experts > 0; config.num_layers as usize];
+    hybrid(config, weights, rope, sparse, moe, shared_inner)
 }
 
 /// The routed experts of a Qwen3.5 config (`None` for a dense one).
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    routed_experts(config, config.key_or("norm_topk_prob", true)?)
+    let (spec, _) = config.args::<Args>()?.moe(config)?;
+    Ok((spec.experts > 0).then_some(spec))
 }

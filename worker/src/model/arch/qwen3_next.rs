@@ -8,6 +8,8 @@
 //! `[channels, 1, kernel]`; mlx-lm's `sanitize` converts both where it finds the latter, and so
 //! does [`hybrid`].
 
+use serde::Deserialize;
+
 use crate::model::blocks::attention::{Attention, AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward, Mixer};
 use crate::model::blocks::gated_delta::{DeltaSpec, GatedDeltaNet};
@@ -22,7 +24,74 @@ use crate::model::error::ModelError;
 use crate::model::shape::{CacheShape, LayerCache};
 use crate::model::weights::Weights;
 
+/// Qwen3-Next's own keys, defaulting as transformers' `Qwen3NextConfig` does; the keys its layers
+/// share with Qwen3.5 are [`HybridArgs`].
+#[derive(Deserialize)]
+#[serde(default)]
+struct Args {
+    /// 512 without either spelling; `num_experts` first where a config has both.
+    num_experts: Option<i32>,
+    num_local_experts: Option<i32>,
+    num_experts_per_tok: i32,
+    moe_intermediate_size: i32,
+    /// 512, transformers' default (corral had 0; mlx-lm has none).
+    shared_expert_intermediate_size: i32,
+    /// true, transformers' default, in `build` too (which had mlx-lm's false).
+    norm_topk_prob: bool,
+    decoder_sparse_step: i32,
+    /// None: no layer kept dense.
+    mlp_only_layers: Option<Vec<i32>>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            num_experts: None,
+            num_local_experts: None,
+            num_experts_per_tok: 10,
+            moe_intermediate_size: 512,
+            shared_expert_intermediate_size: 512,
+            norm_topk_prob: true,
+            decoder_sparse_step: 1,
+            mlp_only_layers: None,
+        }
+    }
+}
+
+impl Args {
+    fn moe(&self) -> MoeSpec {
+        MoeSpec::new(
+            self.num_experts.or(self.num_local_experts).unwrap_or(512),
+            self.num_experts_per_tok,
+            self.moe_intermediate_size,
+            Routing::SoftmaxTopK {
+                normalize: self.norm_topk_prob,
+            },
+        )
+    }
+}
+
+/// The keys of the layers Qwen3-Next and Qwen3.5 share, defaulting as transformers'
+/// `Qwen3NextConfig`, `Qwen3_5TextConfig` and `Qwen3_5MoeTextConfig` all do
+/// (`full_attention_interval` is the argument their constructors derive `layer_types` from).
+#[derive(Deserialize)]
+#[serde(default)]
+struct HybridArgs {
+    full_attention_interval: i32,
+    attention_bias: bool,
+}
+
+impl Default for HybridArgs {
+    fn default() -> Self {
+        Self {
+            full_attention_interval: 4,
+            attention_bias: false,
+        }
+    }
+}
+
 pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, ModelError> {
+    let args: Args = config.args()?;
     let rope = partial_rope(
         config,
         weights,
@@ -30,54 +99,28 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         config.rope_theta,
         config.rope_scaling.clone(),
     )?;
-    let experts: i32 = config.key_named_or(&["num_experts", "num_local_experts"], 0)?;
-    let sparse_step: i32 = config.key_or("decoder_sparse_step", 1)?;
-    let dense_layers: Vec<i32> = config.key_or("mlp_only_layers", Vec::new())?;
+    let moe = args.moe();
+    let step = args.decoder_sparse_step;
+    let dense_layers = args.mlp_only_layers.unwrap_or_default();
     let sparse = (0..config.num_layers)
         .map(|index| {
-            experts > 0
-                && sparse_step > 0
-                && !dense_layers.contains(&index)
-                && (index + 1) % sparse_step == 0
+            moe.experts > 0 && step > 0 && !dense_layers.contains(&index) && (index + 1) % step == 0
         })
         .collect();
-    let normalize = config.key_or("norm_topk_prob", false)?;
-    hybrid(config, weights, rope, sparse, normalize)
+    hybrid(
+        config,
+        weights,
+        rope,
+        sparse,
+        moe,
+        args.shared_expert_intermediate_size,
+    )
 }
 
 /// The routed experts of a Qwen3-Next config (`None` for a dense one).
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
-    routed_experts(config, config.key_or("norm_topk_prob", true)?)
-}
-
-/// The routed experts of a Qwen3-MoE, Qwen3-Next or Qwen3.5 config whose renormalization of the chosen
-/// experts' weights is `normalize` (`None` for a dense one).
-pub(super) fn routed_experts(
-    config: &ModelConfig,
-    normalize: bool,
-) -> Result<Option<MoeSpec>, ModelError> {
-    let spec = moe_spec(config, normalize)?;
+    let spec = config.args::<Args>()?.moe();
     Ok((spec.experts > 0).then_some(spec))
-}
-
-fn moe_spec(config: &ModelConfig, normalize: bool) -> Result<MoeSpec, ModelError> {
-    // transformers' class defaults: (experts, top k, expert width); mlx-lm's for the dense
-    // types, whose experts' width is the dense MLP's.
-    let (experts, top_k, inner) = match config.model_type.as_str() {
-        "qwen3_moe" => (128, 8, Some(768)),
-        "qwen3_next" => (512, 10, Some(512)),
-        "qwen3_5_moe" => (256, 8, Some(512)),
-        _ => (0, 1, None),
-    };
-    Ok(MoeSpec::new(
-        config.key_named_or(&["num_experts", "num_local_experts"], experts)?,
-        config.key_or("num_experts_per_tok", top_k)?,
-        config.key_or_else("moe_intermediate_size", || match inner {
-            Some(inner) => Ok(inner),
-            None => config.intermediate_size(),
-        })?,
-        Routing::SoftmaxTopK { normalize },
-    ))
 }
 
 /// A rotation of the first `factor` of each head's channels.
@@ -96,7 +139,7 @@ pub(super) fn partial_rope(
 /// Which layers are gated DeltaNet: `layer_types`, else all but every
 /// `full_attention_interval`-th.
 fn linear_layers(config: &ModelConfig) -> Result<Vec<bool>, ModelError> {
-    let interval: i32 = config.key_or("full_attention_interval", 4)?;
+    let interval = config.args::<HybridArgs>()?.full_attention_interval;
     let layer_types = config.layer_types()?;
     Ok((0..config.num_layers)
         .map(|index| match &layer_types {
@@ -128,13 +171,14 @@ pub fn caches(config: &ModelConfig) -> Result<Vec<LayerCache>, ModelError> {
 }
 
 /// The layers Qwen3-Next and Qwen3.5 share: `sparse[i]` says whether layer `i` routes to
-/// experts; `normalize` whether the chosen experts' weights are renormalized.
+/// the experts `moe`, beside a gated shared expert `shared_inner` wide.
 pub(super) fn hybrid(
     config: &ModelConfig,
     weights: &mut Weights,
     rope: Rope,
     sparse: Vec<bool>,
-    normalize: bool,
+    moe: MoeSpec,
+    shared_inner: i32,
 ) -> Result<Decoder, ModelError> {
     weights.discard_under("mtp.");
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
@@ -161,9 +205,7 @@ pub(super) fn hybrid(
     } else {
         HeadNorm::Rms { eps }
     };
-    let moe = moe_spec(config, normalize)?;
-    let shared_inner: i32 = config.key_or("shared_expert_intermediate_size", 0)?;
-    let bias = config.key_or("attention_bias", false)?;
+    let bias = config.args::<HybridArgs>()?.attention_bias;
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");

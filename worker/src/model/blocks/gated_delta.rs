@@ -16,6 +16,7 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{self, zeros_dtype};
 use mlx_rs::{Array, Dtype, fast};
+use serde::Deserialize;
 
 use super::linear::Linear;
 use super::packed::per_sequence;
@@ -40,16 +41,43 @@ pub struct DeltaSpec {
     pub tiled_value_heads: bool,
 }
 
+/// The layer's keys, defaulting as transformers' `Qwen3NextConfig`, `Qwen3_5TextConfig` and
+/// `Qwen3_5MoeTextConfig` all do; `linear_value_heads_tiled` is the GGUF translation's own.
+#[derive(Deserialize)]
+#[serde(default)]
+struct GatedDeltaArgs {
+    linear_num_key_heads: i32,
+    linear_num_value_heads: i32,
+    linear_key_head_dim: i32,
+    linear_value_head_dim: i32,
+    linear_conv_kernel_dim: i32,
+    linear_value_heads_tiled: bool,
+}
+
+impl Default for GatedDeltaArgs {
+    fn default() -> Self {
+        Self {
+            linear_num_key_heads: 16,
+            linear_num_value_heads: 32,
+            linear_key_head_dim: 128,
+            linear_value_head_dim: 128,
+            linear_conv_kernel_dim: 4,
+            linear_value_heads_tiled: false,
+        }
+    }
+}
+
 impl DeltaSpec {
     pub fn for_config(config: &ModelConfig) -> Result<Self, ModelError> {
+        let args: GatedDeltaArgs = config.args()?;
         let spec = Self {
-            key_heads: config.key_or("linear_num_key_heads", 16)?,
-            value_heads: config.key_or("linear_num_value_heads", 32)?,
-            key_dim: config.key_or("linear_key_head_dim", 128)?,
-            value_dim: config.key_or("linear_value_head_dim", 128)?,
-            conv_kernel: config.key_or("linear_conv_kernel_dim", 4)?,
+            key_heads: args.linear_num_key_heads,
+            value_heads: args.linear_num_value_heads,
+            key_dim: args.linear_key_head_dim,
+            value_dim: args.linear_value_head_dim,
+            conv_kernel: args.linear_conv_kernel_dim,
             eps: config.rms_norm_eps,
-            tiled_value_heads: config.key_or("linear_value_heads_tiled", false)?,
+            tiled_value_heads: args.linear_value_heads_tiled,
         };
         if spec.key_heads <= 0 || spec.value_heads % spec.key_heads != 0 || spec.conv_kernel < 2 {
             return Err(ModelError::Config {
