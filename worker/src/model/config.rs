@@ -262,34 +262,6 @@ impl ModelConfig {
         })
     }
 
-    /// An architecture's own key, else `default()`: for a default that may itself be an error,
-    /// evaluated only when the key is absent.
-    pub fn key_or_else<T: serde::de::DeserializeOwned>(
-        &self,
-        name: &str,
-        default: impl FnOnce() -> Result<T, ModelError>,
-    ) -> Result<T, ModelError> {
-        match self.key(name)? {
-            Some(value) => Ok(value),
-            None => default(),
-        }
-    }
-
-    /// The first of several names transformers and mlx-lm give one key (`num_experts`,
-    /// `num_local_experts`), else `default`.
-    pub fn key_named_or<T: serde::de::DeserializeOwned>(
-        &self,
-        names: &[&str],
-        default: T,
-    ) -> Result<T, ModelError> {
-        for name in names {
-            if let Some(value) = self.key(name)? {
-                return Ok(value);
-            }
-        }
-        Ok(default)
-    }
-
     /// Each layer's kind (`full_attention`, `sliding_attention`, `linear_attention`, ...) where
     /// config.json lists them, as transformers 5 writes every layered config: it then decides
     /// over an architecture's older pattern keys (`sliding_window_pattern`,
@@ -360,7 +332,8 @@ impl ModelConfig {
         })
     }
 
-    /// An architecture's own key: `Ok(None)` when absent, an error naming it when malformed.
+    /// One key read outside a typed record (the checkpoint's `dtype`, a nested rotation key):
+    /// `Ok(None)` when absent or `null`, an error naming it when malformed.
     pub fn key<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ModelError> {
         match self.raw.get(name) {
             None | Some(serde_json::Value::Null) => Ok(None),
@@ -370,36 +343,6 @@ impl ModelConfig {
                     path: self.path.clone(),
                     message: format!("{name}: {error}"),
                 }),
-        }
-    }
-
-    /// An architecture's own key that mlx-lm requires: an error naming it when absent.
-    pub fn required<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T, ModelError> {
-        self.key(name)?.ok_or_else(|| ModelError::Config {
-            path: self.path.clone(),
-            message: format!("{} needs {name}", self.model_type),
-        })
-    }
-
-    /// An architecture's own key, `default` when absent.
-    pub fn key_or<T: serde::de::DeserializeOwned>(
-        &self,
-        name: &str,
-        default: T,
-    ) -> Result<T, ModelError> {
-        Ok(self.key(name)?.unwrap_or(default))
-    }
-
-    /// An architecture's own key that mlx-lm defaults when absent but passes on as `None` when
-    /// config.json says `null`.
-    pub fn key_or_null<T: serde::de::DeserializeOwned>(
-        &self,
-        name: &str,
-        default: T,
-    ) -> Result<Option<T>, ModelError> {
-        match self.raw.get(name) {
-            None => Ok(Some(default)),
-            Some(_) => self.key(name),
         }
     }
 

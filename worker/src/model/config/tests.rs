@@ -155,8 +155,10 @@ fn a_mixture_of_experts_without_intermediate_size_reads_and_asks_for_it_only_whe
             "full_attention".to_owned()
         ])
     );
-    let width = parsed.key_or_else("moe_intermediate_size", || parsed.intermediate_size());
-    assert_eq!(width.unwrap(), 32);
+    assert_eq!(
+        parsed.key::<i32>("moe_intermediate_size").unwrap(),
+        Some(32)
+    );
 }
 
 #[test]
