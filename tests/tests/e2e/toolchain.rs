@@ -68,7 +68,7 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
                 .ok()
                 .and_then(|header| header.architecture().map(str::to_owned));
             if let Some(arch) =
-                gguf_arch.filter(|arch| !gguf::ARCHITECTURES.contains(&arch.as_str()))
+                gguf_arch.filter(|arch| !gguf::architectures().contains(&arch.as_str()))
             {
                 match index["pending_gguf"].get(&arch).and_then(Value::as_str) {
                     Some(why) => table.push(format!("{name}: GGUF {arch:?} pending: {why}")),
@@ -144,7 +144,7 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             .iter()
             .find_map(|list| index[*list].get(name).and_then(Value::as_str))
     };
-    for served in SUPPORTED_ARCHITECTURES {
+    for served in &SUPPORTED_ARCHITECTURES {
         if served_with_hf.contains(*served) {
             continue;
         }

@@ -36,57 +36,10 @@ use serde_json::{Map, Value as Json, json};
 
 use super::header::{GgufError, GgufHeader, Value};
 
-/// The architectures the worker serves, as `general.architecture` names them.
-pub const ARCHITECTURES: [&str; 29] = [
-    "llama",
-    "llama4",
-    "mistral",
-    "mistral3",
-    "qwen2",
-    "qwen3",
-    "qwen3moe",
-    "gemma3",
-    "gemma4",
-    "gpt-oss",
-    "glm4moe",
-    "phi3",
-    "granite",
-    "smollm3",
-    "seed_oss",
-    "olmo2",
-    "ernie4_5-moe",
-    "minimax-m2",
-    "qwen3next",
-    "qwen35",
-    "qwen35moe",
-    "lfm2",
-    "lfm2moe",
-    "deepseek2",
-    "gemma2",
-    "glm4",
-    "nemotron_h",
-    "nemotron_h_moe",
-    "granitehybrid",
-];
-
-/// The `model_type` the model reads for `general.architecture`.
-fn model_type(arch: &str) -> &str {
-    match arch {
-        "mistral" => "llama",
-        "qwen3moe" => "qwen3_moe",
-        "gemma3" => "gemma3_text",
-        "gemma4" => "gemma4_text",
-        "mistral3" => "ministral3",
-        "gpt-oss" => "gpt_oss",
-        "glm4moe" => "glm4_moe",
-        "ernie4_5-moe" => "ernie4_5_moe",
-        "minimax-m2" => "minimax_m2",
-        // llama.cpp writes OLMo 3 as `olmo2`, its sliding layers flagged per layer.
-        "olmo2" => "olmo3",
-        "qwen3next" => "qwen3_next",
-        "granitehybrid" => "granitemoehybrid",
-        other => other,
-    }
+/// The architectures the worker serves, as `general.architecture` names them: the rows of
+/// `model/arch/`, with llama.cpp's names.
+pub fn architectures() -> Vec<&'static str> {
+    crate::model::gguf_architectures().collect()
 }
 
 /// The metadata of one architecture, its keys (`{arch}.…`) read by suffix.
@@ -173,12 +126,12 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     let arch = header
         .architecture()
         .ok_or_else(|| header.invalid("no general.architecture"))?;
-    if !ARCHITECTURES.contains(&arch) {
+    let Some(model_type) = crate::model::model_type_of_gguf(arch) else {
         return Err(header.invalid(format!(
             "architecture {arch:?} is not served (supported: {})",
-            ARCHITECTURES.join(", ")
+            architectures().join(", ")
         )));
-    }
+    };
     let keys = Keys { header, arch };
     let embedding = header
         .tensors
@@ -192,7 +145,7 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
     let mut config = Map::new();
     // Mixtral is a `llama` with experts to llama.cpp's converter.
     let mixtral = arch == "llama" && keys.integer("expert_count").is_some_and(|count| count > 0);
-    let model_type = if mixtral { "mixtral" } else { model_type(arch) };
+    let model_type = if mixtral { "mixtral" } else { model_type };
     config.insert("model_type".into(), json!(model_type));
     let hidden = keys.required("embedding_length")?;
     config.insert("hidden_size".into(), json!(hidden));

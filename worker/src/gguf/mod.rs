@@ -18,7 +18,7 @@ use std::path::Path;
 use tokenizers::Tokenizer;
 
 pub use blocks::{Choices, Requantize};
-pub use config::ARCHITECTURES;
+pub use config::architectures;
 pub use header::{GgufError, GgufHeader, Value};
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};

@@ -1,6 +1,7 @@
 //! One file per architecture, each reading its own config keys and wiring the blocks as mlx-lm's
-//! file for the same `model_type` does. An architecture is added by writing its file and naming
-//! it here.
+//! file for the same `model_type` does. An architecture is added by writing its file and adding
+//! its row to [`ARCHITECTURES`]: the served types, the GGUF names read as each, the builder, the
+//! experts and the caches the memory estimate needs all come from the rows.
 
 mod deepseek_v3;
 mod ernie4_5_moe;
@@ -53,6 +54,8 @@ type Caches = fn(&ModelConfig) -> Result<Vec<LayerCache>, ModelError>;
 
 struct Architecture {
     model_type: &'static str,
+    /// llama.cpp's `general.architecture` names of the GGUF files read as this type.
+    gguf: &'static [&'static str],
     build: Build,
     experts: Option<Experts>,
     caches: Caches,
@@ -61,6 +64,7 @@ struct Architecture {
 const fn dense(model_type: &'static str, build: Build) -> Architecture {
     Architecture {
         model_type,
+        gguf: &[],
         build,
         experts: None,
         caches: full_attention_caches,
@@ -70,6 +74,7 @@ const fn dense(model_type: &'static str, build: Build) -> Architecture {
 const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Architecture {
     Architecture {
         model_type,
+        gguf: &[],
         build,
         experts: Some(experts),
         caches: full_attention_caches,
@@ -81,6 +86,11 @@ impl Architecture {
     /// of `head_dim`.
     const fn caching(self, caches: Caches) -> Self {
         Self { caches, ..self }
+    }
+
+    /// An architecture llama.cpp also writes, under these `general.architecture` names.
+    const fn in_gguf(self, gguf: &'static [&'static str]) -> Self {
+        Self { gguf, ..self }
     }
 }
 
@@ -123,49 +133,114 @@ fn attention_caches(
         .collect())
 }
 
-const ARCHITECTURES: &[Architecture] = &[
-    moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
-    moe("ernie4_5_moe", ernie4_5_moe::build, ernie4_5_moe::experts),
-    dense("gemma2", gemma2::build).caching(gemma2::caches),
+const ARCHITECTURES: [Architecture; 36] = [
+    moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts)
+        .caching(deepseek_v3::caches)
+        .in_gguf(&["deepseek2"]),
+    moe("ernie4_5_moe", ernie4_5_moe::build, ernie4_5_moe::experts).in_gguf(&["ernie4_5-moe"]),
+    dense("gemma2", gemma2::build)
+        .caching(gemma2::caches)
+        .in_gguf(&["gemma2"]),
     dense("gemma3", gemma3_text::build).caching(gemma3_text::caches),
-    dense("gemma3_text", gemma3_text::build).caching(gemma3_text::caches),
+    dense("gemma3_text", gemma3_text::build)
+        .caching(gemma3_text::caches)
+        .in_gguf(&["gemma3"]),
     moe("gemma4", gemma4_text::build, gemma4_text::experts).caching(gemma4_text::caches),
-    moe("gemma4_text", gemma4_text::build, gemma4_text::experts).caching(gemma4_text::caches),
-    dense("glm4", glm4::build),
-    moe("glm4_moe", glm4_moe::build, glm4_moe::experts),
+    moe("gemma4_text", gemma4_text::build, gemma4_text::experts)
+        .caching(gemma4_text::caches)
+        .in_gguf(&["gemma4"]),
+    dense("glm4", glm4::build).in_gguf(&["glm4"]),
+    moe("glm4_moe", glm4_moe::build, glm4_moe::experts).in_gguf(&["glm4moe"]),
     moe("glm4_moe_lite", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
-    moe("gpt_oss", gpt_oss::build, gpt_oss::experts).caching(gpt_oss::caches),
-    dense("granite", granite::build).caching(llama::caches),
+    moe("gpt_oss", gpt_oss::build, gpt_oss::experts)
+        .caching(gpt_oss::caches)
+        .in_gguf(&["gpt-oss"]),
+    dense("granite", granite::build)
+        .caching(llama::caches)
+        .in_gguf(&["granite"]),
     moe(
         "granitemoehybrid",
         granitemoehybrid::build,
         granitemoehybrid::experts,
     )
-    .caching(granitemoehybrid::caches),
+    .caching(granitemoehybrid::caches)
+    .in_gguf(&["granitehybrid"]),
     moe("kimi_k2", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
     moe("kimi_k25", deepseek_v3::build, deepseek_v3::experts).caching(deepseek_v3::caches),
-    dense("lfm2", lfm2::build).caching(lfm2::caches),
-    moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts).caching(lfm2::caches),
-    dense("llama", llama::build).caching(llama::caches),
-    moe("llama4", llama4::build, llama4::experts),
+    dense("lfm2", lfm2::build)
+        .caching(lfm2::caches)
+        .in_gguf(&["lfm2"]),
+    moe("lfm2_moe", lfm2_moe::build, lfm2_moe::experts)
+        .caching(lfm2::caches)
+        .in_gguf(&["lfm2moe"]),
+    dense("llama", llama::build)
+        .caching(llama::caches)
+        .in_gguf(&["llama", "mistral"]),
+    moe("llama4", llama4::build, llama4::experts).in_gguf(&["llama4"]),
     moe("llama4_text", llama4_text::build, llama4_text::experts),
-    moe("minimax_m2", minimax_m2::build, minimax_m2::experts),
-    dense("ministral3", ministral3::build).caching(llama::caches),
+    moe("minimax_m2", minimax_m2::build, minimax_m2::experts).in_gguf(&["minimax-m2"]),
+    dense("ministral3", ministral3::build)
+        .caching(llama::caches)
+        .in_gguf(&["mistral3"]),
     dense("mistral", llama::build).caching(llama::caches),
     dense("mistral3", mistral3::build).caching(llama::caches),
     moe("mixtral", mixtral::build, mixtral::experts),
-    moe("nemotron_h", nemotron_h::build, nemotron_h::experts).caching(nemotron_h::caches),
-    dense("olmo3", olmo3::build).caching(llama::caches),
-    dense("phi3", phi3::build),
-    dense("qwen2", qwen2::build).caching(llama::caches),
-    dense("qwen3", qwen3::build).caching(llama::caches),
-    moe("qwen3_5", qwen3_5::build, qwen3_5::experts).caching(qwen3_next::caches),
-    moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts).caching(qwen3_next::caches),
-    moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts),
-    moe("qwen3_next", qwen3_next::build, qwen3_next::experts).caching(qwen3_next::caches),
-    dense("seed_oss", seed_oss::build).caching(llama::caches),
-    dense("smollm3", smollm3::build).caching(llama::caches),
+    moe("nemotron_h", nemotron_h::build, nemotron_h::experts)
+        .caching(nemotron_h::caches)
+        .in_gguf(&["nemotron_h", "nemotron_h_moe"]),
+    dense("olmo3", olmo3::build)
+        .caching(llama::caches)
+        .in_gguf(&["olmo2"]),
+    dense("phi3", phi3::build).in_gguf(&["phi3"]),
+    dense("qwen2", qwen2::build)
+        .caching(llama::caches)
+        .in_gguf(&["qwen2"]),
+    dense("qwen3", qwen3::build)
+        .caching(llama::caches)
+        .in_gguf(&["qwen3"]),
+    moe("qwen3_5", qwen3_5::build, qwen3_5::experts)
+        .caching(qwen3_next::caches)
+        .in_gguf(&["qwen35"]),
+    moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts)
+        .caching(qwen3_next::caches)
+        .in_gguf(&["qwen35moe"]),
+    moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts).in_gguf(&["qwen3moe"]),
+    moe("qwen3_next", qwen3_next::build, qwen3_next::experts)
+        .caching(qwen3_next::caches)
+        .in_gguf(&["qwen3next"]),
+    dense("seed_oss", seed_oss::build)
+        .caching(llama::caches)
+        .in_gguf(&["seed_oss"]),
+    dense("smollm3", smollm3::build)
+        .caching(llama::caches)
+        .in_gguf(&["smollm3"]),
 ];
+
+/// The `model_type`s this worker serves, one per row of [`ARCHITECTURES`].
+pub const SUPPORTED: [&str; ARCHITECTURES.len()] = {
+    let mut types = [""; ARCHITECTURES.len()];
+    let mut index = 0;
+    while index < ARCHITECTURES.len() {
+        types[index] = ARCHITECTURES[index].model_type;
+        index += 1;
+    }
+    types
+};
+
+/// llama.cpp's `general.architecture` names this worker reads, in the rows' order.
+pub fn gguf_architectures() -> impl Iterator<Item = &'static str> {
+    ARCHITECTURES
+        .iter()
+        .flat_map(|architecture| architecture.gguf.iter().copied())
+}
+
+/// The `model_type` a GGUF file of llama.cpp's architecture `name` is read as.
+pub fn model_type_of_gguf(name: &str) -> Option<&'static str> {
+    ARCHITECTURES
+        .iter()
+        .find(|architecture| architecture.gguf.contains(&name))
+        .map(|architecture| architecture.model_type)
+}
 
 fn architecture(config: &ModelConfig) -> Result<&'static Architecture, ModelError> {
     ARCHITECTURES
@@ -198,15 +273,6 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn every_supported_type_has_a_builder() {
-        let built: Vec<&str> = super::ARCHITECTURES
-            .iter()
-            .map(|architecture| architecture.model_type)
-            .collect();
-        assert_eq!(built, crate::model::supported::SUPPORTED);
-    }
-
-    #[test]
     fn the_readme_table_lists_exactly_the_supported_types() {
         let readme = include_str!("../../../../README.md");
         let table = readme
@@ -221,7 +287,7 @@ mod tests {
             .filter(|name| *name != "model_type")
             .collect();
         listed.sort_unstable();
-        let mut supported = crate::model::supported::SUPPORTED.to_vec();
+        let mut supported = super::SUPPORTED.to_vec();
         supported.sort_unstable();
         assert_eq!(listed, supported);
     }
@@ -248,7 +314,7 @@ mod tests {
         let data: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         let configs = data["configs"].as_object().expect("configs");
         let skipped = data["skipped"].as_object().expect("skipped");
-        for model_type in crate::model::supported::SUPPORTED {
+        for model_type in &super::SUPPORTED {
             assert!(
                 configs.contains_key(*model_type) || skipped.contains_key(*model_type),
                 "{model_type} is missing from config_defaults.json"
