@@ -1,7 +1,7 @@
 //! LFM2 (mlx-lm's `lfm2.py`): most layers mix positions with a gated short convolution, whose
 //! only state is its last `conv_L_cache - 1` inputs; the layers `full_attn_idxs` names (or
 //! `layer_types` calls `full_attention`) attend, with a norm over each query and key head. The
-//! feed-forward block is SwiGLU, its width adjusted from `block_ff_dim` as mlx-lm does; the
+//! feed-forward block is SwiGLU, its width adjusted from `block_ff_dim` as transformers does; the
 //! final norm is `embedding_norm` and the head is always the embedding's transpose.
 //!
 //! Checkpoints name the layers `operator_norm`, `ffn_norm`, `q_layernorm`, `k_layernorm`,
@@ -209,8 +209,9 @@ fn rope(config: &ModelConfig, args: &Args, weights: &Weights) -> Result<Rope, Mo
         .map_err(|source| weights.mlx_error("building rotary frequencies", source))
 }
 
-/// The SwiGLU width mlx-lm's `MLP` derives: with `block_auto_adjust_ff_dim`, two thirds of
-/// `block_ff_dim`, times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`.
+/// The SwiGLU width transformers' `Lfm2MLP` derives: with `block_auto_adjust_ff_dim`, two
+/// thirds of `block_ff_dim`, then, unless `block_ffn_dim_multiplier` is `null`, times it rounded
+/// up to `block_multiple_of` (mlx-lm rounds also after a `null` multiplier).
 fn feed_forward_width(config: &ModelConfig, args: &Args) -> Result<i32, ModelError> {
     let width = match args.block_ff_dim {
         Some(width) => width,
@@ -219,10 +220,11 @@ fn feed_forward_width(config: &ModelConfig, args: &Args) -> Result<i32, ModelErr
     if !args.block_auto_adjust_ff_dim {
         return Ok(width);
     }
-    let mut width = (2 * width) / 3;
-    if let Some(multiplier) = args.block_ffn_dim_multiplier {
-        width = (multiplier * f64::from(width)) as i32;
-    }
+    let width = (2 * width) / 3;
+    let Some(multiplier) = args.block_ffn_dim_multiplier else {
+        return Ok(width);
+    };
+    let width = (multiplier * f64::from(width)) as i32;
     let multiple = args.block_multiple_of;
     if multiple <= 0 {
         return Err(ModelError::Config {
@@ -278,5 +280,9 @@ mod tests {
         let args = config.args().unwrap();
         assert_eq!(feed_forward_width(&config, &args).unwrap(), 768);
         assert_eq!(attention_layers(&config, &args).unwrap(), vec![true, true]);
+        // A `null` multiplier leaves two thirds unrounded, as `Lfm2MLP` does.
+        let mut args = args;
+        args.block_ffn_dim_multiplier = None;
+        assert_eq!(feed_forward_width(&config, &args).unwrap(), 666);
     }
 }

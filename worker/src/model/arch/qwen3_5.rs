@@ -101,7 +101,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         config,
         weights,
         number("partial_rotary_factor", 0.25),
-        number("rope_theta", 100_000.0),
+        rope_base(config, &parameters),
         scaling,
     )?;
     let (moe, shared_inner) = args.moe(config)?;
@@ -109,8 +109,48 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     hybrid(config, weights, rope, sparse, moe, shared_inner)
 }
 
+/// The rotation's base: `rope_parameters.rope_theta`, else the config's `rope_theta`, whose
+/// default is transformers' 10000 (mlx-lm's 100000, which corral took, departs).
+fn rope_base(config: &ModelConfig, parameters: &serde_json::Value) -> f32 {
+    parameters
+        .get("rope_theta")
+        .and_then(serde_json::Value::as_f64)
+        .map_or(config.rope_theta, |base| base as f32)
+}
+
 /// The routed experts of a Qwen3.5 config (`None` for a dense one).
 pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
     let (spec, _) = config.args::<Args>()?.moe(config)?;
     Ok((spec.experts > 0).then_some(spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_base_defaults_as_transformers_and_rope_parameters_decide() {
+        let base = |rope: Option<serde_json::Value>| {
+            let mut text = json!({
+                "model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128,
+                "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "vocab_size": 128, "rms_norm_eps": 1e-6,
+            });
+            if let Some(rope) = rope {
+                text["rope_parameters"] = rope;
+            }
+            let config = json!({"model_type": "qwen3_5", "text_config": text});
+            let config = ModelConfig::from_json(config, Path::new("config.json")).unwrap();
+            let args: Args = config.args().unwrap();
+            rope_base(&config, &args.rope_parameters.unwrap_or_default())
+        };
+        // Qwen3_5TextConfig writes `rope_parameters.rope_theta` 10000 when none is given.
+        assert_eq!(base(None), 10_000.0);
+        let release = json!({"rope_type": "default", "rope_theta": 10_000_000.0});
+        assert_eq!(base(Some(release)), 10_000_000.0);
+    }
 }
