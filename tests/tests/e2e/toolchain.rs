@@ -144,7 +144,7 @@ fn every_layout_the_real_tools_make_matches_its_own_implementation() {
             .iter()
             .find_map(|list| index[*list].get(name).and_then(Value::as_str))
     };
-    for served in &SUPPORTED_ARCHITECTURES {
+    for served in SUPPORTED_ARCHITECTURES {
         if served_with_hf.contains(*served) {
             continue;
         }

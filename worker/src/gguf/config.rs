@@ -94,6 +94,21 @@ impl Keys<'_> {
         ])
     }
 
+    /// The expert groups routing chooses among, and how many it keeps, under transformers'
+    /// names (one group of all experts where the file has none).
+    fn expert_groups(&self) -> [(&'static str, Json); 2] {
+        [
+            (
+                "n_group",
+                json!(self.integer("expert_group_count").unwrap_or(1)),
+            ),
+            (
+                "topk_group",
+                json!(self.integer("expert_group_used_count").unwrap_or(1)),
+            ),
+        ]
+    }
+
     /// Granite's scales of the attention, embedding, residual and logits, under transformers'
     /// names, those the file has.
     fn granite_multipliers(&self) -> Vec<(&'static str, Json)> {
@@ -356,14 +371,9 @@ pub fn config_json(header: &GgufHeader) -> Result<Json, GgufError> {
                 "norm_topk_prob",
                 json!(keys.boolean("expert_weights_norm").unwrap_or(true)),
             );
-            put(
-                "n_group",
-                json!(keys.integer("expert_group_count").unwrap_or(1)),
-            );
-            put(
-                "topk_group",
-                json!(keys.integer("expert_group_used_count").unwrap_or(1)),
-            );
+            for (key, value) in keys.expert_groups() {
+                put(key, value);
+            }
             put(
                 "partial_rotary_factor",
                 json!(rotary_fraction(&keys, head_dim)),

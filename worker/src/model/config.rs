@@ -9,8 +9,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::arch::SUPPORTED;
 use super::error::ModelError;
+use super::supported::SUPPORTED;
 
 mod class_defaults;
 

@@ -15,6 +15,7 @@ mod kv_cache;
 mod parameters;
 pub(crate) mod quantized_ops;
 mod shape;
+mod supported;
 mod weights;
 mod window;
 
@@ -25,12 +26,12 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
-pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use arch::caches as layer_caches_for;
 pub use arch::{gguf_architectures, model_type_of_gguf};
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
+pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
 #[cfg(test)]

@@ -139,14 +139,9 @@ pub(super) fn deepseek2(
             .filter(|&scale| scale != 0.0)
             .unwrap_or(1.0);
         put("routed_scaling_factor", json!(scale));
-        put(
-            "n_group",
-            json!(keys.integer("expert_group_count").unwrap_or(1)),
-        );
-        put(
-            "topk_group",
-            json!(keys.integer("expert_group_used_count").unwrap_or(1)),
-        );
+        for (key, value) in keys.expert_groups() {
+            put(key, value);
+        }
     }
     if let Some(scaling) = yarn(keys)? {
         put("rope_scaling", scaling);

@@ -96,14 +96,9 @@ pub(super) fn config(keys: &Keys, embedding_rows: u64) -> Result<Json, GgufError
             "routed_scaling_factor",
             json!(keys.float("expert_weights_scale").unwrap_or(1.0)),
         );
-        put(
-            "n_group",
-            json!(keys.integer("expert_group_count").unwrap_or(1)),
-        );
-        put(
-            "topk_group",
-            json!(keys.integer("expert_group_used_count").unwrap_or(1)),
-        );
+        for (key, value) in keys.expert_groups() {
+            put(key, value);
+        }
     } else {
         put(
             "intermediate_size",

@@ -1,7 +1,8 @@
 //! One file per architecture, each reading its own config keys and wiring the blocks as mlx-lm's
 //! file for the same `model_type` does. An architecture is added by writing its file and adding
-//! its row to [`ARCHITECTURES`]: the served types, the GGUF names read as each, the builder, the
-//! experts and the caches the memory estimate needs all come from the rows.
+//! its row to [`ARCHITECTURES`] (the GGUF names read as it, the builder, the experts and the caches
+//! the memory estimate needs) and its `model_type` to `supported.rs`, which `config.rs` checks a
+//! config against before any key (a test holds the two lists equal).
 
 mod deepseek_v3;
 mod ernie4_5_moe;
@@ -133,7 +134,7 @@ fn attention_caches(
         .collect())
 }
 
-const ARCHITECTURES: [Architecture; 36] = [
+const ARCHITECTURES: &[Architecture] = &[
     moe("deepseek_v3", deepseek_v3::build, deepseek_v3::experts)
         .caching(deepseek_v3::caches)
         .in_gguf(&["deepseek2"]),
@@ -216,17 +217,6 @@ const ARCHITECTURES: [Architecture; 36] = [
         .in_gguf(&["smollm3"]),
 ];
 
-/// The `model_type`s this worker serves, one per row of [`ARCHITECTURES`].
-pub const SUPPORTED: [&str; ARCHITECTURES.len()] = {
-    let mut types = [""; ARCHITECTURES.len()];
-    let mut index = 0;
-    while index < ARCHITECTURES.len() {
-        types[index] = ARCHITECTURES[index].model_type;
-        index += 1;
-    }
-    types
-};
-
 /// llama.cpp's `general.architecture` names this worker reads, in the rows' order.
 pub fn gguf_architectures() -> impl Iterator<Item = &'static str> {
     ARCHITECTURES
@@ -273,6 +263,15 @@ pub fn experts(config: &ModelConfig) -> Result<Option<MoeSpec>, ModelError> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn every_supported_type_has_a_row() {
+        let rows: Vec<&str> = super::ARCHITECTURES
+            .iter()
+            .map(|architecture| architecture.model_type)
+            .collect();
+        assert_eq!(rows, crate::model::supported::SUPPORTED);
+    }
+
+    #[test]
     fn the_readme_table_lists_exactly_the_supported_types() {
         let readme = include_str!("../../../../README.md");
         let table = readme
@@ -287,7 +286,7 @@ mod tests {
             .filter(|name| *name != "model_type")
             .collect();
         listed.sort_unstable();
-        let mut supported = super::SUPPORTED.to_vec();
+        let mut supported = crate::model::supported::SUPPORTED.to_vec();
         supported.sort_unstable();
         assert_eq!(listed, supported);
     }
@@ -314,7 +313,7 @@ mod tests {
         let data: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         let configs = data["configs"].as_object().expect("configs");
         let skipped = data["skipped"].as_object().expect("skipped");
-        for model_type in &super::SUPPORTED {
+        for model_type in crate::model::supported::SUPPORTED {
             assert!(
                 configs.contains_key(*model_type) || skipped.contains_key(*model_type),
                 "{model_type} is missing from config_defaults.json"
