@@ -50,6 +50,7 @@ echo "wrote $root/tests/data/reference_logits.json"
 # PyPI's torch wheel brings CUDA libraries (several GB) that the CPU run never loads.
 toolchain_venv=$work/hf-venv
 toolchain_pins="torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 sentencepiece==0.2.3"
+toolchain_pins+=" pillow==12.0.0"
 toolchain_pins+=" mlx${extra:-}==$mlx_version mlx-lm==$mlx_lm_version numpy==2.4.6"
 if [[ $(cat "$toolchain_venv/corral-pins" 2>/dev/null) != "$toolchain_pins" ]]; then
   rm -rf "$toolchain_venv"
@@ -70,6 +71,8 @@ if [[ $(cat "$llama_cpp_venv/corral-pins" 2>/dev/null) != "$llama_cpp_pins" ]]; 
   "$llama_cpp_venv/bin/pip" install --quiet $llama_cpp_pins
   echo "$llama_cpp_pins" >"$llama_cpp_venv/corral-pins"
 fi
+# The images the vision tests send, made by Pillow.
+"$toolchain_venv/bin/python" "$root/scripts/reference/vision_images.py" "$root/tests/data/vision/images"
 "$toolchain_venv/bin/python" "$root/scripts/reference/toolchain.py" \
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
   "$llama_cpp_venv/bin/python"
