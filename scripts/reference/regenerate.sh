@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json with mlx-lm,
+# tests/data/vision (vision.py: Qwen3.5's vision-language checkpoints as transformers writes
+# them, with its preprocessing and logits for chats with images),
 # tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
 # llama.cpp's converter and quantizer write it, with each one's logits),
 # tests/data/quant_modes (quant_modes.py: some of their Hugging Face layouts as mlx_lm.convert
@@ -73,6 +75,10 @@ if [[ $(cat "$llama_cpp_venv/corral-pins" 2>/dev/null) != "$llama_cpp_pins" ]]; 
 fi
 # The images the vision tests send, made by Pillow.
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision_images.py" "$root/tests/data/vision/images"
+# Qwen3.5's vision-language checkpoints with transformers' preprocessing, positions, tower
+# outputs and logits for chats with those images (vision.py).
+"$toolchain_venv/bin/python" "$root/scripts/reference/vision.py" "$root/scripts/reference/vision.json" \
+  "$root/tests/data/vision/images" "$root/tests/data/vision"
 "$toolchain_venv/bin/python" "$root/scripts/reference/toolchain.py" \
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
   "$llama_cpp_venv/bin/python"
