@@ -144,6 +144,7 @@ impl<'m> Sequence<'m> {
         Some(Segment {
             tokens,
             cache: &mut self.cache,
+            embedded: Vec::new(),
         })
     }
 

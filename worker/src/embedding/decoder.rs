@@ -67,6 +67,7 @@ fn last_hidden(model: &Model, items: &[&Item]) -> Result<Array, Exception> {
         .map(|(item, cache)| Segment {
             tokens: &item.ids,
             cache,
+            embedded: Vec::new(),
         })
         .collect();
     let hidden = model.packed_hidden_states(&mut segments)?;

@@ -34,8 +34,15 @@ pub const STEP: i32 = 256;
 pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
-    /// Positions seen so far: the rotary offset of the next input.
+    /// Positions seen so far: the rotary offset of the next input, but for `rotary_shift`.
     offset: i32,
+    /// Added to `offset` for the next input's rotation: after an image, whose tokens advance a
+    /// multi-section rotation by its longest side rather than by their count, text turns by
+    /// less than its index (Qwen2-VL's `rope_deltas`).
+    rotary_shift: i32,
+    /// The next input's own positions (`[3, positions]`: time, row, column), where it holds an
+    /// image's tokens; they replace `offset` and `rotary_shift` for that input's rotation.
+    next_positions: Option<Array>,
     /// The position the buffers' first entry holds (0 until a window trims).
     start: i32,
     /// A sliding window: the query at `p` sees the keys at `p - window + 1 ..= p`.
@@ -246,9 +253,26 @@ impl KvCache {
         self.positions(self.start, self.offset)
     }
 
-    /// Positions already cached: the rotary offset of the next input.
+    /// Positions already cached.
     pub fn offset(&self) -> i32 {
         self.offset
+    }
+
+    /// The rotary position of the next input's first position when it has no positions of its
+    /// own: the positions already cached, shifted after an image.
+    pub fn rotary_offset(&self) -> i32 {
+        self.offset + self.rotary_shift
+    }
+
+    /// Sets how the next input rotates: shifted by `shift`, or at `positions` of its own.
+    pub fn set_rotary(&mut self, shift: i32, positions: Option<Array>) {
+        self.rotary_shift = shift;
+        self.next_positions = positions;
+    }
+
+    /// The next input's own multi-section positions, where it has them.
+    pub fn next_positions(&self) -> Option<&Array> {
+        self.next_positions.as_ref()
     }
 
     /// How many positions the buffers hold, the last at `offset - 1`.

@@ -16,6 +16,7 @@ mod parameters;
 pub(crate) mod quantized_ops;
 mod shape;
 mod supported;
+mod vision;
 mod weights;
 mod window;
 
@@ -32,6 +33,7 @@ pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
+pub use vision::{ImageTokens, VisionTower};
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
 #[cfg(test)]
@@ -50,11 +52,21 @@ pub use weights::{Weights, unrunnable_quantization};
 pub struct Segment<'a> {
     pub tokens: &'a [u32],
     pub cache: &'a mut [KvCache],
+    /// Rows that stand in for some of `tokens`' embeddings (an image's, from its tower).
+    pub embedded: Vec<EmbeddedRows>,
+}
+
+/// `rows` (`[count, hidden]`) in place of the embeddings of a segment's tokens from `start` on.
+pub struct EmbeddedRows {
+    pub start: usize,
+    pub rows: Array,
 }
 
 pub struct Model {
     pub config: ModelConfig,
     decoder: Decoder,
+    /// A multimodal checkpoint's vision tower, where corral runs it.
+    pub vision: Option<VisionTower>,
     weight_bytes: usize,
 }
 
@@ -62,10 +74,17 @@ impl Model {
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let config = ModelConfig::load(model_dir)?;
         let mut weights = Weights::load(model_dir, config.layer_quantization.clone())?;
+        let total_bytes = weights.total_bytes();
+        let vision = VisionTower::load(&config, &mut weights)?;
         if let Some(wrapper) = config.wrapper {
             weights.unwrap_text_model(wrapper);
         }
-        Self::from_weights(config, weights, model_dir)
+        let mut model = Self::from_weights(config, weights, model_dir)?;
+        if vision.is_some() {
+            model.weight_bytes = total_bytes;
+            model.vision = vision;
+        }
+        Ok(model)
     }
 
     /// Builds the layers from `weights`, loaded from `source` (a directory or a GGUF file).
@@ -88,6 +107,7 @@ impl Model {
         Ok(Self {
             config,
             decoder,
+            vision: None,
             weight_bytes,
         })
     }
@@ -144,7 +164,11 @@ impl Model {
 
     /// Final hidden states `[1, tokens, hidden]` after the final norm; extends `cache`.
     pub fn hidden_states(&self, tokens: &[u32], cache: &mut [KvCache]) -> Result<Array, Exception> {
-        self.packed_hidden_states(&mut [Segment { tokens, cache }])
+        self.packed_hidden_states(&mut [Segment {
+            tokens,
+            cache,
+            embedded: Vec::new(),
+        }])
     }
 
     /// One pass over the new tokens of several sequences, packed along the position axis in the
@@ -161,7 +185,8 @@ impl Model {
             .collect();
         let ids = Array::from_slice(&tokens, &[1, tokens.len() as i32]);
         let decoder = &self.decoder;
-        let mut h = scaled(decoder.embed_tokens.lookup(&ids)?, decoder.embedding_scale)?;
+        let h = scaled(decoder.embed_tokens.lookup(&ids)?, decoder.embedding_scale)?;
+        let mut h = with_embedded_rows(h, segments)?;
         let per_layer_inputs = match &decoder.per_layer_inputs {
             Some(inputs) => Some(inputs.forward(&ids, &h)?),
             None => None,
@@ -197,4 +222,30 @@ impl Model {
     pub fn dtype(&self) -> mlx_rs::Dtype {
         self.decoder.embed_tokens.dtype()
     }
+}
+
+/// The packed embeddings `h` (`[1, positions, hidden]`) with each segment's embedded rows in
+/// place of its tokens' embeddings there, as transformers scatters an image's features into
+/// the embedded text.
+fn with_embedded_rows(h: Array, segments: &[Segment<'_>]) -> Result<Array, Exception> {
+    if segments.iter().all(|segment| segment.embedded.is_empty()) {
+        return Ok(h);
+    }
+    let mut pieces = Vec::new();
+    let (mut cursor, mut segment_start) = (0, 0);
+    for segment in segments {
+        for embedded in &segment.embedded {
+            let start = (segment_start + embedded.start) as i32;
+            if start > cursor {
+                pieces.push(h.index((.., cursor..start, ..)));
+            }
+            pieces.push(embedded.rows.as_dtype(h.dtype())?.expand_dims(0)?);
+            cursor = start + embedded.rows.dim(0);
+        }
+        segment_start += segment.tokens.len();
+    }
+    if cursor < h.dim(1) {
+        pieces.push(h.index((.., cursor.., ..)));
+    }
+    ops::concatenate(&pieces, 1)
 }

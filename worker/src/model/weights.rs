@@ -152,6 +152,39 @@ impl Weights {
             .collect();
     }
 
+    /// The tensors named under `prefix`, moved into a checkpoint of their own without it (a
+    /// vision tower's, beside the text model's); `None` when there are none.
+    pub fn split_off(&mut self, prefix: &str) -> Option<Self> {
+        let names: Vec<String> = self
+            .tensors
+            .keys()
+            .filter(|name| name.starts_with(prefix))
+            .cloned()
+            .collect();
+        if names.is_empty() {
+            return None;
+        }
+        let tensors = names
+            .into_iter()
+            .filter_map(|name| {
+                let entry = self.tensors.remove(&name)?;
+                Some((name[prefix.len()..].to_owned(), entry))
+            })
+            .collect();
+        let quantization = self
+            .quantization
+            .iter()
+            .filter_map(|(layer, quantization)| {
+                Some((layer.strip_prefix(prefix)?.to_owned(), quantization.clone()))
+            })
+            .collect();
+        Some(Self {
+            tensors,
+            model_dir: self.model_dir.clone(),
+            quantization,
+        })
+    }
+
     /// Drops every tensor whose name starts with `prefix` (a part of the checkpoint the model
     /// does not run, such as a multi-token-prediction layer).
     pub fn discard_under(&mut self, prefix: &str) {

@@ -396,10 +396,12 @@ fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
             Segment {
                 tokens: rest,
                 cache: &mut restored,
+                embedded: Vec::new(),
             },
             Segment {
                 tokens: &other,
                 cache: &mut other_cache,
+                embedded: Vec::new(),
             },
         ])
         .unwrap();

@@ -104,10 +104,29 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         rope_base(config, &parameters),
         scaling,
     )?;
+    // transformers' Qwen3.5 rotation always interleaves the sections, whatever
+    // `mrope_interleaved` says; text rotates as plain RoPE, an image's tokens by their own
+    // positions.
+    let section = parameters
+        .get("mrope_section")
+        .map(|section| serde_json::from_value::<[i32; 3]>(section.clone()))
+        .transpose()
+        .map_err(|error| ModelError::Config {
+            path: config.path.clone(),
+            message: format!("rope_parameters.mrope_section: {error}"),
+        })?
+        .unwrap_or(MROPE_SECTION);
+    let rope = rope
+        .with_sections(section, true)
+        .map_err(|source| weights.mlx_error("assigning the rotation's sections", source))?;
     let (moe, shared_inner) = args.moe(config)?;
     let sparse = vec![moe.experts > 0; config.num_layers as usize];
     hybrid(config, weights, rope, sparse, moe, shared_inner)
 }
+
+/// `Qwen3_5TextRotaryEmbedding`'s sections where `rope_parameters` gives none: pairs turning by
+/// time, row and column.
+const MROPE_SECTION: [i32; 3] = [11, 11, 10];
 
 /// The rotation's base: `rope_parameters.rope_theta`, else the config's `rope_theta`, whose
 /// default is transformers' 10000 (mlx-lm's 100000, which corral took, departs).

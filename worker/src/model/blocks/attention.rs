@@ -276,7 +276,13 @@ impl Attention {
         };
         // A lone single-token input takes the per-sequence path, which rotates at a scalar offset,
         // unless decode rows attend on the host.
-        let grouped = match lengths.iter().take_while(|&&length| length == 1).count() {
+        // A one-token input with an image's positions of its own rotates apart from the rows.
+        let singles = lengths
+            .iter()
+            .zip(caches.iter())
+            .take_while(|(length, cache)| **length == 1 && cache.next_positions().is_none())
+            .count();
+        let grouped = match singles {
             1 if !kernels::rows_attend_on_host(x.dtype()) => 0,
             count => count,
         };
@@ -401,6 +407,14 @@ impl Attention {
         }
     }
 
+    /// `x` rotated at an image's positions (`[3, positions]`) by a multi-section rotation.
+    fn rotate_at(&self, x: Array, positions: &Array) -> Result<Array, Exception> {
+        match &self.rope {
+            Some(rope) => rope.apply_at(&x, positions),
+            None => Ok(x),
+        }
+    }
+
     fn rotate_rows(&self, x: Array, offsets: &Array) -> Result<Array, Exception> {
         match &self.rope {
             Some(rope) => rope.apply_rows(&x, offsets),
@@ -442,11 +456,18 @@ impl Attention {
         cache: &mut KvCache,
     ) -> Result<Array, Exception> {
         let length = queries.dim(1);
-        let offset = match key_values {
-            Some(_) => cache.offset(),
-            None => cache.offset() - length,
+        // A KV-shared layer's source already extended the cache by these positions.
+        let before = match key_values {
+            Some(_) => 0,
+            None => length,
         };
-        let rotate = |x| self.rotate(x, offset);
+        let offset = cache.offset() - before;
+        let rotary_offset = cache.rotary_offset() - before;
+        let positions = cache.next_positions().cloned();
+        let rotate = |x| match &positions {
+            Some(positions) => self.rotate_at(x, positions),
+            None => self.rotate(x, rotary_offset),
+        };
         let queries = self.rotated_heads(queries, 1, self.heads, self.q_norm.as_ref(), rotate)?;
         let queries = match &self.query_scale {
             Some(scale) => scale.apply(&queries, offset)?,
@@ -486,16 +507,19 @@ impl Attention {
     ) -> Result<Array, Exception> {
         let rows = caches.len() as i32;
         let extended = i32::from(key_values.is_none());
-        let offsets: Vec<i32> = caches
-            .iter()
-            .map(|cache| cache.offset() - extended)
-            .collect();
-        let offsets = Array::from_slice(&offsets, &[rows]);
-        let rotate = |x| self.rotate_rows(x, &offsets);
+        let offsets = |offset: fn(&KvCache) -> i32| {
+            let offsets: Vec<i32> = caches
+                .iter()
+                .map(|cache| offset(cache) - extended)
+                .collect();
+            Array::from_slice(&offsets, &[rows])
+        };
+        let rotary_offsets = offsets(KvCache::rotary_offset);
+        let rotate = |x| self.rotate_rows(x, &rotary_offsets);
         let queries =
             self.rotated_heads(queries, rows, self.heads, self.q_norm.as_ref(), rotate)?;
         let queries = match &self.query_scale {
-            Some(scale) => scale.apply_rows(&queries, &offsets)?,
+            Some(scale) => scale.apply_rows(&queries, &offsets(KvCache::offset))?,
             None => queries,
         };
         if let Some((keys, values)) = key_values {

@@ -185,7 +185,7 @@ impl Mlp {
 }
 
 /// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715·x³)))`, MLX's `gelu_approx`, in mlx-lm's op order.
-pub(super) fn gelu_tanh(x: &Array) -> Result<Array, Exception> {
+pub(crate) fn gelu_tanh(x: &Array) -> Result<Array, Exception> {
     let constant = |value: f32| Array::from_f32(value).as_dtype(x.dtype());
     let cubed = ops::multiply(&constant(0.044_715)?, &ops::power(x, &constant(3.0)?)?)?;
     let inner = ops::multiply(

@@ -14,6 +14,12 @@ pub enum Norm {
     RmsUnweighted { eps: f32 },
     /// `x` as it is: a block without a pre-norm (OLMo 2 and 3 normalize only its output).
     Identity,
+    /// `(x - mean(x)) / std(x) · w + b`, PyTorch's `LayerNorm` (vision towers).
+    Layer {
+        weight: Array,
+        bias: Array,
+        eps: f32,
+    },
 }
 
 impl Norm {
@@ -56,11 +62,28 @@ impl Norm {
         Ok(Self::Rms { weight, eps })
     }
 
+    /// PyTorch's LayerNorm over the last axis of `size`, from `{prefix}.weight` and `.bias`.
+    pub fn layer(
+        weights: &mut Weights,
+        prefix: &str,
+        size: i32,
+        eps: f32,
+    ) -> Result<Self, ModelError> {
+        Ok(Self::Layer {
+            weight: weights.take_float(&format!("{prefix}.weight"), &[size])?,
+            bias: weights.take_float(&format!("{prefix}.bias"), &[size])?,
+            eps,
+        })
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         match self {
             Self::Rms { weight, eps } => fast::rms_norm(x, Some(weight), *eps),
             Self::RmsUnweighted { eps } => fast::rms_norm(x, None, *eps),
             Self::Identity => Ok(x.clone()),
+            Self::Layer { weight, bias, eps } => {
+                fast::layer_norm(x, Some(weight), Some(bias), *eps)
+            }
         }
     }
 }

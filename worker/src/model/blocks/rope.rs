@@ -39,6 +39,9 @@ pub struct Rope {
     input_scale: f32,
     /// Longrope's short factors, for the positions before the original context.
     short: Option<ShortFactors>,
+    /// Multi-section RoPE: which of an image token's three positions (time, row, column) each
+    /// rotated pair turns by (see [`Rope::with_sections`]).
+    sections: Option<Array>,
 }
 
 /// The wavelengths that rotate the positions before `until`; `freqs` rotate the rest.
@@ -187,6 +190,7 @@ impl Rope {
             freqs,
             input_scale,
             short,
+            sections: None,
         })
     }
 
@@ -207,6 +211,7 @@ impl Rope {
             freqs: Some(freqs),
             input_scale: 1.0,
             short: None,
+            sections: None,
         })
     }
 
@@ -239,6 +244,7 @@ impl Rope {
             freqs: Some(ops::concatenate(&[turning, still], 0)?),
             input_scale: 1.0,
             short: None,
+            sections: None,
         })
     }
 
@@ -431,5 +437,6 @@ fn base_wavelengths(dims: i32, base: f32) -> Result<Array, Exception> {
     ops::power(Array::from_f32(base), &exponents)
 }
 
+pub(crate) mod sections;
 #[cfg(test)]
 mod tests;

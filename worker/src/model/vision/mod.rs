@@ -1,0 +1,120 @@
+//! Vision towers: what turns an image's patches into the rows a multimodal model's text model
+//! reads in place of the image's tokens. One file per tower, as `arch/` holds one per text model;
+//! a wrapper's checkpoint (`qwen3_5`, ...) holds its tower's tensors beside the text model's,
+//! under transformers' names (`model.visual.`) or mlx-vlm's (`vision_tower.`).
+
+mod qwen3_5;
+
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+
+use super::config::ModelConfig;
+use super::error::ModelError;
+use super::weights::Weights;
+
+pub struct VisionTower {
+    tower: Tower,
+    /// The token the chat template writes once per image, which the image's tokens replace.
+    image_token: u32,
+}
+
+enum Tower {
+    Qwen3_5(qwen3_5::Tower),
+}
+
+/// Where one image's tokens sit in the text: each token's (time, row, column) from the image's
+/// first position, in order, and how far the positions of the text after it move on.
+pub struct ImageTokens {
+    pub positions: Vec<[i32; 3]>,
+    pub advance: i32,
+}
+
+/// transformers' names for a tower's tensors; mlx-vlm's, whose patch projection is stored
+/// channels last.
+const TRANSFORMERS_PREFIX: &str = "model.visual.";
+const MLX_VLM_PREFIX: &str = "vision_tower.";
+
+/// The wrapper's own keys a tower reads, defaulting as transformers' `Qwen3_5Config`.
+#[derive(serde::Deserialize)]
+struct WrapperArgs {
+    vision_config: Option<serde_json::Value>,
+    #[serde(default = "qwen3_5_image_token")]
+    image_token_id: u32,
+}
+
+fn qwen3_5_image_token() -> u32 {
+    248_056
+}
+
+impl VisionTower {
+    /// The tower of a wrapper checkpoint whose tower corral runs, taking its tensors from
+    /// `weights`; `None` for a text model, or a checkpoint without the tower's tensors or its
+    /// `vision_config` (a text model converted out of its wrapper).
+    pub fn load(config: &ModelConfig, weights: &mut Weights) -> Result<Option<Self>, ModelError> {
+        let Some(wrapper) = config.wrapper else {
+            return Ok(None);
+        };
+        if !matches!(wrapper.model_type, "qwen3_5" | "qwen3_5_moe") {
+            return Ok(None);
+        }
+        let (mut tensors, channels_last) = match weights.split_off(TRANSFORMERS_PREFIX) {
+            Some(tensors) => (tensors, false),
+            None => match weights.split_off(MLX_VLM_PREFIX) {
+                Some(tensors) => (tensors, true),
+                None => return Ok(None),
+            },
+        };
+        let bad = |message: String| ModelError::Config {
+            path: config.path.clone(),
+            message,
+        };
+        let whole = std::fs::read_to_string(&config.path)
+            .map_err(|error| bad(format!("reading it again for the vision tower: {error}")))?;
+        let wrapper_args: WrapperArgs =
+            serde_json::from_str(&whole).map_err(|error| bad(error.to_string()))?;
+        let Some(vision_config) = wrapper_args.vision_config else {
+            return Ok(None);
+        };
+        let args = serde_path_to_error::deserialize(vision_config)
+            .map_err(|error| bad(format!("vision_config.{}: {}", error.path(), error.inner())))?;
+        let tower = qwen3_5::Tower::load(
+            &args,
+            &mut tensors,
+            channels_last,
+            config.quantization,
+            &config.path,
+        )?;
+        let leftovers = tensors.leftover_names();
+        if !leftovers.is_empty() {
+            tracing::warn!(model = %config.path.display(), tensors = ?leftovers, "ignoring vision tensors no layer uses");
+        }
+        Ok(Some(Self {
+            tower: Tower::Qwen3_5(tower),
+            image_token: wrapper_args.image_token_id,
+        }))
+    }
+
+    /// One image's rows for the text model, `[tokens, hidden]`, from its `patches`
+    /// (`[patches, values]`, as the model's processor lays them out) over a `grid` of
+    /// `[time, rows, columns]` patches.
+    pub fn encode(&self, patches: &Array, grid: [i32; 3]) -> Result<Array, Exception> {
+        match &self.tower {
+            Tower::Qwen3_5(tower) => tower.encode(patches, grid),
+        }
+    }
+
+    /// Where the tokens of an image of `grid` patches sit.
+    pub fn image_tokens(&self, grid: [i32; 3]) -> ImageTokens {
+        match &self.tower {
+            Tower::Qwen3_5(tower) => tower.image_tokens(grid),
+        }
+    }
+
+    /// The token the chat template writes once per image.
+    pub fn image_token(&self) -> u32 {
+        self.image_token
+    }
+}
+
+#[cfg(test)]
+mod tests;
