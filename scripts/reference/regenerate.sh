@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/reference_logits.json with mlx-lm,
 # tests/data/vision (vision.py: Qwen3.5's vision-language checkpoints as transformers writes
-# them, with its preprocessing and logits for chats with images),
+# them, with its preprocessing and logits for chats with images; vision_mlx.py: their mlx-vlm
+# layouts with mlx-vlm's),
 # tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
 # llama.cpp's converter and quantizer write it, with each one's logits),
 # tests/data/quant_modes (quant_modes.py: some of their Hugging Face layouts as mlx_lm.convert
@@ -79,6 +80,21 @@ fi
 # outputs and logits for chats with those images (vision.py).
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision.py" "$root/scripts/reference/vision.json" \
   "$root/tests/data/vision/images" "$root/tests/data/vision"
+# Their mlx-vlm layouts (vision_mlx.py), in a venv of its own: mlx-vlm 0.7.10 needs MLX 0.32.4,
+# newer than the one corral links. Rebuilt whenever the pins change.
+vlm_venv=$work/vlm-venv
+vlm_pins="mlx-vlm==0.7.10 mlx${extra:-}==0.32.4 transformers==5.23.0 tokenizers==0.23.3"
+vlm_pins+=" safetensors==0.8.0 numpy==2.4.6 pillow==12.0.0"
+if [[ $(cat "$vlm_venv/corral-pins" 2>/dev/null) != "$vlm_pins" ]]; then
+  rm -rf "$vlm_venv"
+  python3 -m venv "$vlm_venv"
+  # shellcheck disable=SC2086
+  "$vlm_venv/bin/pip" install --quiet $vlm_pins
+  echo "$vlm_pins" >"$vlm_venv/corral-pins"
+fi
+"$vlm_venv/bin/python" "$root/scripts/reference/vision_mlx.py" "$root/scripts/reference/vision.json" \
+  "$root/tests/data/vision/images" "$root/tests/data/vision"
+echo "wrote $root/tests/data/vision"
 "$toolchain_venv/bin/python" "$root/scripts/reference/toolchain.py" \
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
   "$llama_cpp_venv/bin/python"

@@ -1,0 +1,206 @@
+"""The mlx-vlm layouts of vision.py's checkpoints: `mlx_vlm.convert` of each `hf` folder in
+float32 (`mlx`) and 4-bit (`mlx-q4`), with mlx-vlm's own preprocessing and logits.
+
+Usage: vision_mlx.py SPEC.json IMAGES_DIR OUT_DIR [ARCH ...]
+
+Runs in a venv of its own with mlx-vlm (regenerate.sh's vlm-venv). For each architecture in
+SPEC.json with `mlx_cases` (all of them, or the ones named), OUT_DIR/<arch>/<layout>/ gets what
+`mlx_vlm.convert` writes from OUT_DIR/<arch>/hf (its config.json spelled as the release's where
+the spec's `release_spelling` says so, without vision.py's reference files), and
+reference.safetensors and reference.json for each of those cases: the prompt from mlx-vlm's
+`apply_chat_template` (thinking on, as transformers' default), its processor's token ids and
+pixels (`prepare_inputs`), the logits at every prompt position from one call of the model with a
+fresh cache, and greedy steps through `generate_step`, each step's logits read by a logits
+processor. OUT_DIR/index.json records, per layout, how far those are from transformers' in the
+`hf` folder's reference, or the tool's error where it cannot make or run the layout.
+"""
+
+import json
+import shutil
+import sys
+import tempfile
+import traceback
+from importlib.metadata import version
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+from mlx_vlm.convert import convert
+from mlx_vlm.generate.ar import generate_step
+from mlx_vlm.prompt_utils import apply_chat_template
+from mlx_vlm.utils import load, prepare_inputs
+from safetensors.numpy import load_file
+
+# The most one architecture's layouts together may take in tests/data, as toolchain.py allows.
+MAX_ARCHITECTURE_BYTES = 8 << 20
+
+
+def release_spelled(spec, hf_dir, scratch):
+    """A copy of `hf` without the reference files, its text config given the keys the release
+    has and transformers 5 no longer writes (`release_spelling.release_keys` in the spec)."""
+    copy = Path(scratch) / "hf"
+    shutil.copytree(hf_dir, copy, ignore=shutil.ignore_patterns("reference.*"))
+    config = json.loads((copy / "config.json").read_text())
+    config["text_config"].update(spec.get("release_spelling", {}).get("release_keys", {}))
+    (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return copy
+
+
+def image_paths(messages, images):
+    return [
+        str(images / part["image"])
+        for message in messages
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part["type"] == "image"
+    ]
+
+
+def run_case(model, processor, messages, images, steps):
+    """mlx-vlm's answer for one chat: its prompt, inputs, prompt logits and greedy steps."""
+    paths = image_paths(messages, images)
+    prompt = apply_chat_template(
+        processor, model.config, messages, num_images=len(paths), enable_thinking=True
+    )
+    inputs = prepare_inputs(processor, images=paths, prompts=[prompt])
+    extra = {"image_grid_thw": inputs["image_grid_thw"]}
+    out = model(inputs["input_ids"], inputs["pixel_values"], mask=inputs["attention_mask"], **extra)
+    prompt_logits = np.array(out.logits[0].astype(mx.float32))
+
+    rows = []
+
+    def record(tokens, logits):
+        rows.append(np.array(logits[0].astype(mx.float32)))
+        return logits
+
+    decoded = []
+    for token, _ in generate_step(
+        inputs["input_ids"],
+        model,
+        inputs["pixel_values"],
+        inputs["attention_mask"],
+        max_tokens=steps + 1,
+        temperature=0.0,
+        logits_processors=[record],
+        **extra,
+    ):
+        decoded.append(int(token))
+    # rows[0] is the last prompt position again, rows[i + 1] the logits after decoded[i].
+    tensors = {
+        "input_ids": np.array(inputs["input_ids"][0]).astype(np.int32),
+        "pixel_values": np.array(inputs["pixel_values"]).astype(np.float32),
+        "image_grid_thw": np.array(inputs["image_grid_thw"]).astype(np.int32),
+        "logits": prompt_logits,
+        "decoded": np.array(decoded[:steps], dtype=np.int32),
+        "decode_logits": np.stack(rows[1 : steps + 1]),
+    }
+    return tensors, prompt, rows[0]
+
+
+def top_two_gap(rows):
+    top = np.sort(rows, axis=-1)[:, -2:]
+    return float((top[:, 1] - top[:, 0]).min())
+
+
+def make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_record):
+    convert(
+        hf_path=str(tool_input),
+        mlx_path=str(directory),
+        dtype="float32",
+        quantize=quantize,
+        q_bits=4,
+        q_group_size=64,
+    )
+    model, processor = load(str(directory))
+    tensors, record = {}, {"cases": {}}
+    for case in arch["mlx_cases"]:
+        messages = spec["cases"][case]
+        case_tensors, prompt, last_row = run_case(model, processor, messages, images, spec["decode_steps"])
+        tensors.update({f"{case}.{key}": value for key, value in case_tensors.items()})
+        rows = np.concatenate([last_row[None], case_tensors["decode_logits"][:-1]])
+        summary = {
+            "messages": messages,
+            "prompt": prompt,
+            "tokens": int(case_tensors["input_ids"].size),
+            "decoded": case_tensors["decoded"].tolist(),
+            "min_top_two_gap": round(top_two_gap(rows), 6),
+            "same_prompt_as_transformers": prompt == hf_record["cases"][case]["prompt"],
+            "same_input_ids_as_transformers": bool(
+                np.array_equal(case_tensors["input_ids"], hf_ref[f"{case}.input_ids"])
+            ),
+        }
+        if case_tensors["pixel_values"].shape == hf_ref[f"{case}.pixel_values"].shape:
+            pixels = np.abs(case_tensors["pixel_values"] - hf_ref[f"{case}.pixel_values"]).max()
+            summary["pixel_values_max_abs_diff_to_transformers"] = float(pixels)
+        if case_tensors["logits"].shape == hf_ref[f"{case}.logits"].shape:
+            logits = np.abs(case_tensors["logits"] - hf_ref[f"{case}.logits"]).max()
+            summary["logits_max_abs_diff_to_transformers"] = float(logits)
+        if summary["decoded"] == hf_record["cases"][case]["decoded"]:
+            steps = np.abs(case_tensors["decode_logits"] - hf_ref[f"{case}.decode_logits"]).max()
+            summary["decode_logits_max_abs_diff_to_transformers"] = float(steps)
+        record["cases"][case] = summary
+    metadata = {"mlx": version("mlx"), "mlx_vlm": version("mlx-vlm")}
+    mx.save_safetensors(
+        str(directory / "reference.safetensors"),
+        {key: mx.array(value) for key, value in tensors.items()},
+        metadata=metadata,
+    )
+    record["made_by"] = f"mlx_vlm.convert {version('mlx-vlm')}" + (" -q" if quantize else "")
+    record["reference"] = f"mlx-vlm {version('mlx-vlm')}, mlx {version('mlx')}"
+    (directory / "reference.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def make_architecture(name, arch, spec, images, out):
+    hf_dir = out / name / "hf"
+    hf_ref = load_file(str(hf_dir / "reference.safetensors"))
+    hf_record = json.loads((hf_dir / "reference.json").read_text())
+    layouts = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        tool_input = release_spelled(arch, hf_dir, scratch)
+        for layout, quantize in (("mlx", False), ("mlx-q4", True)):
+            directory = out / name / layout
+            shutil.rmtree(directory, ignore_errors=True)
+            try:
+                record = make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_record)
+            except Exception as error:  # a tool's failure is recorded, never papered over
+                shutil.rmtree(directory, ignore_errors=True)
+                last = traceback.format_exception_only(error)[-1].strip()
+                layouts[layout] = {"not_made": f"mlx-vlm {version('mlx-vlm')}: {last}"}
+                continue
+            layouts[layout] = {
+                key: value for key, value in record.items() if key != "cases"
+            } | {
+                "cases": {
+                    case: {key: value for key, value in summary.items() if key not in ("messages", "prompt")}
+                    for case, summary in record["cases"].items()
+                }
+            }
+    size = sum(path.stat().st_size for path in (out / name).rglob("*") if path.is_file())
+    if size > MAX_ARCHITECTURE_BYTES:
+        raise SystemExit(f"{name}: {size} bytes of fixtures; shrink its config or its cases")
+    entry = {"layouts": layouts}
+    if "release_spelling" in arch:
+        entry["release_spelling"] = arch["release_spelling"]["why"]
+    return entry
+
+
+def main():
+    spec_path, images, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    only = sys.argv[4:]
+    spec = json.loads(spec_path.read_text())
+    index_path = out / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {"architectures": {}}
+    for name, arch in spec["architectures"].items():
+        if "mlx_cases" not in arch or (only and name not in only):
+            continue
+        index["architectures"][name] = make_architecture(name, arch, spec, images, out)
+        for layout, record in index["architectures"][name]["layouts"].items():
+            print(f"{name} {layout}: {json.dumps(record)[:400]}", flush=True)
+    index["tools"] = {"mlx": version("mlx"), "mlx_vlm": version("mlx-vlm"), "transformers": version("transformers")}
+    index["architectures"] = dict(sorted(index["architectures"].items()))
+    index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
