@@ -9,7 +9,7 @@ SPEC.json with `mlx_cases` (all of them, or the ones named), OUT_DIR/<arch>/<lay
 the spec's `release_spelling` says so, without vision.py's reference files), and
 reference.safetensors and reference.json for each of those cases: the prompt from mlx-vlm's
 `apply_chat_template` (thinking on, as transformers' default), its processor's token ids and
-pixels (`prepare_inputs`), the logits at every prompt position from one call of the model with a
+pixels (`prepare_inputs`), its M-RoPE positions (`get_rope_index`), its tower's output, the logits at every prompt position from one call of the model with a
 fresh cache, and greedy steps through `generate_step`, each step's logits read by a logits
 processor. OUT_DIR/index.json records, per layout, how far those are from transformers' in the
 `hf` folder's reference, or the tool's error where it cannot make or run the layout.
@@ -64,6 +64,10 @@ def run_case(model, processor, messages, images, steps):
     )
     inputs = prepare_inputs(processor, images=paths, prompts=[prompt])
     extra = {"image_grid_thw": inputs["image_grid_thw"]}
+    positions, deltas = model.language_model.get_rope_index(
+        inputs["input_ids"], inputs["image_grid_thw"], None, inputs["attention_mask"]
+    )
+    features, _ = model.vision_tower(inputs["pixel_values"], inputs["image_grid_thw"])
     out = model(inputs["input_ids"], inputs["pixel_values"], mask=inputs["attention_mask"], **extra)
     prompt_logits = np.array(out.logits[0].astype(mx.float32))
 
@@ -90,6 +94,9 @@ def run_case(model, processor, messages, images, steps):
         "input_ids": np.array(inputs["input_ids"][0]).astype(np.int32),
         "pixel_values": np.array(inputs["pixel_values"]).astype(np.float32),
         "image_grid_thw": np.array(inputs["image_grid_thw"]).astype(np.int32),
+        "position_ids": np.array(positions[:, 0]).astype(np.int32),
+        "rope_deltas": np.array(deltas).reshape(-1).astype(np.int32),
+        "image_features": np.array(features.astype(mx.float32)),
         "logits": prompt_logits,
         "decoded": np.array(decoded[:steps], dtype=np.int32),
         "decode_logits": np.stack(rows[1 : steps + 1]),
@@ -132,6 +139,11 @@ def make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_
         if case_tensors["pixel_values"].shape == hf_ref[f"{case}.pixel_values"].shape:
             pixels = np.abs(case_tensors["pixel_values"] - hf_ref[f"{case}.pixel_values"]).max()
             summary["pixel_values_max_abs_diff_to_transformers"] = float(pixels)
+        for key in ("position_ids", "rope_deltas"):
+            same = np.array_equal(case_tensors[key], hf_ref[f"{case}.{key}"])
+            summary[f"same_{key}_as_transformers"] = same
+        features = np.abs(case_tensors["image_features"] - hf_ref[f"{case}.image_features"]).max()
+        summary["image_features_max_abs_diff_to_transformers"] = float(features)
         if case_tensors["logits"].shape == hf_ref[f"{case}.logits"].shape:
             logits = np.abs(case_tensors["logits"] - hf_ref[f"{case}.logits"]).max()
             summary["logits_max_abs_diff_to_transformers"] = float(logits)
