@@ -1,6 +1,7 @@
-//! The Qwen3.5 tower and the text model after images against transformers, on the
-//! random-weight checkpoint `scripts/reference/vision.py` makes (tests/data/vision), fed the
-//! processor's own pixel values, so that only the model is under test here.
+//! The Qwen3.5 tower and the text model after images against transformers (`hf`) and mlx-vlm
+//! (`mlx`, `mlx-q4`), on the random-weight checkpoints `scripts/reference/vision.py` and
+//! `vision_mlx.py` make (tests/data/vision), fed each reference's own pixel values, so that only
+//! the model is under test here.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,12 +14,30 @@ use crate::model::{EmbeddedRows, Model, Segment};
 
 const CASES: [&str; 4] = ["a", "b", "c", "d"];
 
-fn checkpoint(model_type: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/data/vision/{model_type}/hf"))
+/// Every checkpoint and layout the tools made.
+const LAYOUTS: [&str; 6] = [
+    "qwen3_5/hf",
+    "qwen3_5/mlx",
+    "qwen3_5/mlx-q4",
+    "qwen3_5_moe/hf",
+    "qwen3_5_moe/mlx",
+    "qwen3_5_moe/mlx-q4",
+];
+
+fn checkpoint(layout: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/data/vision/{layout}"))
 }
 
-fn reference(model_type: &str) -> HashMap<String, Array> {
-    Array::load_safetensors(checkpoint(model_type).join("reference.safetensors")).unwrap()
+fn reference(layout: &str) -> HashMap<String, Array> {
+    Array::load_safetensors(checkpoint(layout).join("reference.safetensors")).unwrap()
+}
+
+/// The cases a layout's reference has.
+fn cases(reference: &HashMap<String, Array>) -> Vec<&'static str> {
+    CASES
+        .into_iter()
+        .filter(|case| reference.contains_key(&format!("{case}.input_ids")))
+        .collect()
 }
 
 fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
@@ -53,26 +72,25 @@ fn encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec
 
 #[test]
 fn the_tower_encodes_images_as_transformers() {
-    let model = Model::load(&checkpoint("qwen3_5")).unwrap();
-    let reference = reference("qwen3_5");
-    for case in CASES {
-        let ours = ops::concatenate(&encoded(&model, &reference, case), 0).unwrap();
-        let difference = largest_difference(&ours, &reference[&format!("{case}.image_features")]);
-        assert!(difference < 1e-4, "case {case}: {difference}");
+    for layout in LAYOUTS {
+        let model = Model::load(&checkpoint(layout)).unwrap();
+        let reference = reference(layout);
+        for case in cases(&reference) {
+            let ours = ops::concatenate(&encoded(&model, &reference, case), 0).unwrap();
+            let theirs = &reference[&format!("{case}.image_features")];
+            let difference = largest_difference(&ours, theirs);
+            assert!(difference < 1e-4, "{layout} case {case}: {difference}");
+        }
     }
 }
 
 #[test]
 fn the_text_after_images_reads_as_transformers() {
-    for model_type in ["qwen3_5", "qwen3_5_moe"] {
-        let model = Model::load(&checkpoint(model_type)).unwrap();
-        let reference = reference(model_type);
+    for layout in LAYOUTS {
+        let model = Model::load(&checkpoint(layout)).unwrap();
+        let reference = reference(layout);
         let image_token = model.vision.as_ref().unwrap().image_token();
-        let cases: Vec<&str> = CASES
-            .into_iter()
-            .filter(|case| reference.contains_key(&format!("{case}.input_ids")))
-            .collect();
-        for case in cases {
+        for case in cases(&reference) {
             let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
                 .as_slice::<i32>()
                 .iter()
@@ -110,7 +128,7 @@ fn the_text_after_images_reads_as_transformers() {
             let difference = largest_difference(&logits, &reference[&format!("{case}.logits")]);
             assert!(
                 difference < 1e-3,
-                "{model_type} case {case}: prompt {difference}"
+                "{layout} case {case}: prompt {difference}"
             );
             let decoded = reference[&format!("{case}.decoded")]
                 .as_slice::<i32>()
@@ -125,7 +143,7 @@ fn the_text_after_images_reads_as_transformers() {
                 let difference = largest_difference(&logits, &expected);
                 assert!(
                     difference < 1e-3,
-                    "{model_type} case {case}: step {step} {difference}"
+                    "{layout} case {case}: step {step} {difference}"
                 );
             }
         }
