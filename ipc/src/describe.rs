@@ -45,6 +45,9 @@ pub struct ModelDescription {
     /// What the model does, from its files; an older worker's description reads as `Chat`.
     #[serde(default)]
     pub kind: ModelKind,
+    /// Whether the model reads images: its files hold a vision tower the worker runs.
+    #[serde(default)]
+    pub vision: bool,
     /// The sampling a GGUF's `general.sampling.*` metadata recommends.
     #[serde(default)]
     pub gguf_sampling: SamplingValues,

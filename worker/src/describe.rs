@@ -34,6 +34,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         cache: None,
         unservable: None,
         kind: ModelKind::Chat,
+        vision: false,
         gguf_sampling: Default::default(),
         generation_config: Default::default(),
         warnings: Vec::new(),
@@ -63,6 +64,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         cache: None,
         unservable: None,
         kind: ModelKind::Chat,
+        vision: false,
         gguf_sampling: Default::default(),
         generation_config: Default::default(),
         warnings: Vec::new(),
@@ -158,6 +160,7 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
             _ => 2,
         };
         description.cache = cache_size(config, activation_bytes);
+        description.vision = model::has_vision_tower(config, dir);
         if let Some(quantization) = config.quantization {
             description.quantization = Some(quantization.mode.label(quantization.bits));
         } else if description.quantization.is_none() {
@@ -175,7 +178,7 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         Role::CrossEncoder | Role::DecoderReranker => ModelKind::Rerank,
         Role::Chat => ModelKind::Chat,
     };
-    // A wrapper's text model is served alone (its vision tower is dropped at load).
+    // A wrapper's text model is served, with its vision tower where the worker runs it.
     let text_of_wrapper = decoder
         .as_ref()
         .is_ok_and(|config| config.wrapper.is_some());

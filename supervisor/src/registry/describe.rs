@@ -106,6 +106,7 @@ mod tests {
             cache: None,
             unservable: unservable.map(str::to_owned),
             kind: corral_ipc::ModelKind::Chat,
+            vision: false,
             gguf_sampling: Default::default(),
             generation_config: Default::default(),
             warnings: Vec::new(),

@@ -36,6 +36,7 @@ fn entry() -> ModelEntry {
         cache: None,
         unservable: None,
         kind: ModelKind::Chat,
+        vision: false,
         gguf_sampling: values(|v| {
             v.temperature = Some(0.7);
             v.top_k = Some(30);

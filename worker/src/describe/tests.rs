@@ -141,3 +141,20 @@ fn each_quantization_mode_is_described_and_what_mlx_cannot_compute_is_unservable
         "{reason}"
     );
 }
+
+#[test]
+fn a_checkpoint_with_a_tower_the_worker_runs_reads_images() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    for layout in ["qwen3_5/hf", "qwen3_5/mlx-q4", "qwen3_5_moe/mlx"] {
+        let description = describe(&data.join("vision").join(layout));
+        assert_eq!(description.unservable, None, "{layout}");
+        assert!(description.vision, "{layout}");
+    }
+    // A text model, and Gemma 3's wrapper, whose tower this worker does not run yet.
+    for layout in ["qwen3/hf", "gemma3/hf"] {
+        assert!(
+            !describe(&data.join("toolchain").join(layout)).vision,
+            "{layout}"
+        );
+    }
+}

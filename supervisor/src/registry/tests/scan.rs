@@ -201,6 +201,7 @@ done"#;
             cache: None,
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
+            vision: false,
             gguf_sampling: Default::default(),
             generation_config: Default::default(),
             warnings: Vec::new(),

@@ -5,12 +5,14 @@
 
 mod qwen3_5;
 
+use std::path::Path;
+
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
 use super::config::ModelConfig;
 use super::error::ModelError;
-use super::weights::Weights;
+use super::weights::{Weights, tensor_headers};
 
 pub struct VisionTower {
     tower: Tower,
@@ -46,15 +48,34 @@ fn qwen3_5_image_token() -> u32 {
     248_056
 }
 
+/// Whether `config`'s wrapper has a tower this worker runs.
+fn runs_tower(config: &ModelConfig) -> bool {
+    config
+        .wrapper
+        .is_some_and(|wrapper| matches!(wrapper.model_type, "qwen3_5" | "qwen3_5_moe"))
+}
+
+/// Whether the checkpoint at `dir` holds a tower this worker runs, from `config.json` and the
+/// tensors' names alone (`describe`): what [`VisionTower::load`] would load.
+pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
+    let has_config = std::fs::read_to_string(&config.path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<WrapperArgs>(&text).ok())
+        .is_some_and(|args| args.vision_config.is_some());
+    let has_tensors = tensor_headers(dir).is_ok_and(|headers| {
+        headers
+            .keys()
+            .any(|name| name.starts_with(TRANSFORMERS_PREFIX) || name.starts_with(MLX_VLM_PREFIX))
+    });
+    runs_tower(config) && has_config && has_tensors
+}
+
 impl VisionTower {
     /// The tower of a wrapper checkpoint whose tower corral runs, taking its tensors from
     /// `weights`; `None` for a text model, or a checkpoint without the tower's tensors or its
     /// `vision_config` (a text model converted out of its wrapper).
     pub fn load(config: &ModelConfig, weights: &mut Weights) -> Result<Option<Self>, ModelError> {
-        let Some(wrapper) = config.wrapper else {
-            return Ok(None);
-        };
-        if !matches!(wrapper.model_type, "qwen3_5" | "qwen3_5_moe") {
+        if !runs_tower(config) {
             return Ok(None);
         }
         let (mut tensors, channels_last) = match weights.split_off(TRANSFORMERS_PREFIX) {
