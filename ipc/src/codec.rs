@@ -15,9 +15,10 @@ use std::io::Cursor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// The largest body either side sends or accepts. Long chat prompts travel as text, so this is
-/// generous, but it bounds what a corrupt or hostile length header can make us buffer.
-pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+/// The largest body either side sends or accepts: above the supervisor's largest request body
+/// (32 MiB), since a chat's images travel as bytes in one `Generate` frame, yet a bound on what a
+/// corrupt or hostile length header can make us buffer.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 
 /// The length prefix: a `u32`, big-endian.
 pub const HEADER_BYTES: usize = 4;

@@ -340,9 +340,25 @@ pub enum Prompt {
         /// Extra variables for the template (`chat_template_kwargs`, e.g. `enable_thinking`).
         #[serde(default)]
         template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+        /// The images of the chat, in message order: `images[n]` is the n-th content part
+        /// `{"type": "image"}` of `messages` (what Hugging Face chat templates render as the
+        /// model's image placeholder).
+        #[serde(default)]
+        images: Vec<PromptImage>,
     },
     /// Pre-tokenized input.
     Tokens(Vec<u32>),
+}
+
+/// An image of a chat prompt as the client sent it (PNG, JPEG, WebP or GIF bytes): the worker
+/// decodes and preprocesses it for its model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptImage {
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
+    /// Where the client put it, in the called API's own terms (`messages[1].content[0]`,
+    /// `input[2].content[1]`), so that an error names it.
+    pub location: String,
 }
 
 /// One generated token's log probability and its most likely alternatives.

@@ -216,6 +216,7 @@ fn run(loaded: &LoadedModel, mode: Mode, with_tokens: bool) -> (Run, usize) {
             })],
             tools: None,
             template_kwargs: None,
+            images: Vec::new(),
         },
         sampling: SamplingParams {
             temperature: 0.0,

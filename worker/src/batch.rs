@@ -18,6 +18,7 @@ use crate::loaded::LoadedModel;
 use crate::model::{Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
+use crate::prompt_images::ImageLimits;
 use crate::sampling::Sampler;
 use crate::sequence::{Sequence, done_without_compute, host_rows};
 
@@ -32,6 +33,8 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 pub struct BatchLimits {
     pub max_sequences: usize,
     pub prefill_chunk: usize,
+    /// What a request's images may be, checked as the request is prepared.
+    pub images: ImageLimits,
 }
 
 impl Default for BatchLimits {
@@ -39,6 +42,7 @@ impl Default for BatchLimits {
         Self {
             max_sequences: DEFAULT_MAX_SEQUENCES,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            images: ImageLimits::default(),
         }
     }
 }
@@ -137,10 +141,11 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
     /// Prepares a request (template, tokens, grammar) and queues it; a request refused by
     /// those checks, or one that only counts its tokens, ends here without waiting.
     pub fn submit(&mut self, mut job: Job<'s>) {
-        let checked = prepare(self.loaded, &job.request).and_then(|prepared| {
-            let sampler = Sampler::new(job.request.sampling.clone())?;
-            Ok((prepared, sampler))
-        });
+        let checked =
+            prepare(self.loaded, &job.request, &self.limits.images).and_then(|prepared| {
+                let sampler = Sampler::new(job.request.sampling.clone())?;
+                Ok((prepared, sampler))
+            });
         let (prepared, sampler) = match checked {
             Ok(checked) => checked,
             Err(reason) => return (job.sink)(Err(reason.into())),

@@ -7,6 +7,7 @@ use crate::batch::{BatchLimits, DEFAULT_MAX_SEQUENCES, DEFAULT_PREFILL_CHUNK};
 use crate::engine::EngineOptions;
 use crate::gguf::{self, Requantize};
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
+use crate::prompt_images::ImageLimits;
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
@@ -86,6 +87,15 @@ pub struct ServeArgs {
     /// Q4_K instead of 5) rather than rounding their scales to f16.
     #[arg(long)]
     pub gguf_exact_k_quants: bool,
+    /// Images per request; without it, the model's processor config decides.
+    #[arg(long, value_name = "COUNT")]
+    pub max_images: Option<usize>,
+    /// The most pixels an image is resized to; without it, the processor config's.
+    #[arg(long, value_name = "PIXELS")]
+    pub image_max_pixels: Option<u64>,
+    /// The fewest pixels an image is resized to; without it, the processor config's.
+    #[arg(long, value_name = "PIXELS")]
+    pub image_min_pixels: Option<u64>,
 }
 
 fn parse_requantize(name: &str) -> Result<Requantize, String> {
@@ -100,6 +110,11 @@ impl ServeArgs {
             batch: BatchLimits {
                 max_sequences: self.max_sequences,
                 prefill_chunk: self.prefill_chunk,
+                images: ImageLimits {
+                    max_images: self.max_images,
+                    max_pixels: self.image_max_pixels,
+                    min_pixels: self.image_min_pixels,
+                },
             },
             prefix_cache: (!self.no_prefix_cache).then(|| PrefixCacheOptions {
                 block_tokens: self.prefix_block_tokens,
@@ -144,4 +159,45 @@ pub struct GenerateArgs {
     /// Stop before this text (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(extra: &[&str]) -> ServeArgs {
+        let args = ["corral-worker", "serve", "--model", "m", "--socket", "s"];
+        let cli = Cli::try_parse_from(args.iter().chain(extra)).expect("parses");
+        match cli.command {
+            Command::Serve(args) => args,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn image_limits_reach_the_batch_and_default_to_the_processor_configs() {
+        assert_eq!(
+            serve(&[]).engine_options().batch.images,
+            ImageLimits::default()
+        );
+        let limits = serve(&[
+            "--max-images",
+            "2",
+            "--image-max-pixels",
+            "1003520",
+            "--image-min-pixels",
+            "3136",
+        ])
+        .engine_options()
+        .batch
+        .images;
+        assert_eq!(
+            limits,
+            ImageLimits {
+                max_images: Some(2),
+                max_pixels: Some(1_003_520),
+                min_pixels: Some(3136),
+            }
+        );
+    }
 }

@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
-use corral_ipc::{OutputFormat, ToolCall, ToolChoice};
+use corral_ipc::{OutputFormat, PromptImage, ToolCall, ToolChoice};
 use mlx_rs::error::Exception;
 
 use crate::chat_template::ChatTemplateError;
 use crate::constraint::{Constraint, ConstraintError, GrammarSpec, ToolCallChoice};
 use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
+use crate::prompt_images::{ImageLimits, refuse_images};
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
@@ -31,6 +32,8 @@ pub enum Prompt {
         tools: Option<serde_json::Value>,
         /// Extra template variables (`enable_thinking`, `reasoning_effort`...).
         template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+        /// `images[n]` is the n-th `{"type": "image"}` content part of `messages`.
+        images: Vec<PromptImage>,
     },
     Tokens(Vec<u32>),
 }
@@ -163,6 +166,17 @@ pub enum RejectReason {
          send parallel_tool_calls: false"
     )]
     ParallelCalls { format: ToolFormat },
+    #[error("model `{model}` takes no images (image at {location})")]
+    NoVision { model: String, location: String },
+    #[error(
+        "{count} images, over this model's max_images of {max} (the first one too many at \
+         {location})"
+    )]
+    TooManyImages {
+        count: usize,
+        max: usize,
+        location: String,
+    },
 }
 
 impl RejectReason {
@@ -205,6 +219,7 @@ pub(crate) struct Prepared {
 pub(crate) fn prepare(
     loaded: &LoadedModel,
     request: &GenerateRequest,
+    image_limits: &ImageLimits,
 ) -> Result<Prepared, RejectReason> {
     let options = &request.output;
     let format = loaded.formats.tool_format;
@@ -221,7 +236,11 @@ pub(crate) fn prepare(
             messages,
             tools,
             template_kwargs,
-        } => (messages, tools, template_kwargs),
+            images,
+        } => {
+            refuse_images(&loaded.dir, images, image_limits)?;
+            (messages, tools, template_kwargs)
+        }
         // With the tokenizer's special tokens: BOS where it adds one.
         Prompt::Text(text) => return plain(encode(loaded, text, true)?),
         Prompt::Tokens(tokens) => return plain(checked_tokens(loaded, tokens)?),

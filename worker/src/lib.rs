@@ -22,6 +22,7 @@ pub mod output;
 pub mod prefill_guard;
 pub mod prefix_cache;
 mod process_memory;
+pub mod prompt_images;
 pub mod sampling;
 pub mod sampling_defaults;
 mod sequence;

@@ -23,6 +23,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             messages: vec![serde_json::json!({"role": "user", "content": args.prompt})],
             tools: None,
             template_kwargs: None,
+            images: Vec::new(),
         }
     } else {
         Prompt::Text(args.prompt)

@@ -22,10 +22,12 @@ pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
                 messages,
                 tools,
                 template_kwargs,
+                images,
             } => Prompt::Chat {
                 messages,
                 tools: tools.map(serde_json::Value::Array),
                 template_kwargs,
+                images,
             },
             WirePrompt::Tokens(tokens) => Prompt::Tokens(tokens),
         },

@@ -71,6 +71,43 @@ fn fields_travel_by_name() {
 }
 
 #[test]
+fn image_bytes_travel_as_msgpack_bin_not_an_array_of_integers() {
+    let image = PromptImage {
+        bytes: vec![0xff; 300],
+        location: "messages[0].content[0]".into(),
+    };
+    let frame = encode_frame(&image).expect("encodes");
+    let body = &frame[HEADER_BYTES..];
+    // bin 16: marker 0xc5, a big-endian length of 300, then the bytes themselves.
+    let bin = [&[0xc5, 0x01, 0x2c][..], &[0xff; 300]].concat();
+    assert!(body.windows(bin.len()).any(|w| w == bin), "{body:x?}");
+    assert!(body.len() < 300 + 64, "{} bytes", body.len());
+}
+
+#[test]
+fn a_chat_from_a_supervisor_without_images_decodes_with_none() {
+    #[derive(Serialize)]
+    enum OlderPrompt {
+        Chat {
+            messages: Vec<serde_json::Value>,
+            tools: Option<Vec<serde_json::Value>>,
+        },
+    }
+    let old = OlderPrompt::Chat {
+        messages: vec![serde_json::json!({"role": "user", "content": "hi"})],
+        tools: None,
+    };
+    let frame = encode_frame(&old).expect("encodes");
+    let (prompt, _) = decode_frame::<Prompt>(&frame)
+        .expect("decodes")
+        .expect("complete");
+    let Prompt::Chat { images, .. } = prompt else {
+        panic!("prompt kind changed in transit");
+    };
+    assert!(images.is_empty());
+}
+
+#[test]
 fn a_peer_without_a_new_optional_field_still_decodes() {
     #[derive(Serialize)]
     enum OlderFromWorker {

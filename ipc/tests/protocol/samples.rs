@@ -36,7 +36,8 @@ pub fn chat_prompt() -> Prompt {
             json!({"role": "system", "content": "You are terse."}),
             json!({"role": "user", "content": [
                 {"type": "text", "text": "héllo ✓ 🦀"},
-                {"type": "text", "text": "", "extra": null}
+                {"type": "text", "text": "", "extra": null},
+                {"type": "image"}
             ]}),
             json!({"zeta": 1, "alpha": -2, "mid": 1.5, "big": u64::MAX, "neg": i64::MIN,
                    "flag": true, "none": null, "nested": {"a": [[], {}, [1, [2, [3]]]]}}),
@@ -46,6 +47,10 @@ pub fn chat_prompt() -> Prompt {
             "function": {"name": "get_weather", "parameters": {"type": "object", "required": ["city"]}}
         })]),
         template_kwargs: json!({"enable_thinking": false}).as_object().cloned(),
+        images: vec![PromptImage {
+            bytes: b"\x89PNG\r\n\x1a\n\0\xff".to_vec(),
+            location: "messages[1].content[2]".into(),
+        }],
     }
 }
 
@@ -84,6 +89,7 @@ pub fn to_worker() -> Vec<ToWorker> {
                 messages: vec![],
                 tools: None,
                 template_kwargs: None,
+                images: Vec::new(),
             })),
         },
         ToWorker::Embed {

@@ -191,6 +191,7 @@ fn greedy(prompt: &str, max_tokens: usize) -> GenerateRequest {
         messages: vec![serde_json::json!({"role": "user", "content": prompt})],
         tools: None,
         template_kwargs: None,
+        images: Vec::new(),
     };
     GenerateRequest::greedy(prompt, max_tokens)
 }

@@ -99,6 +99,7 @@ fn chat(max_tokens: u32, logprobs: Option<u32>) -> GenerateRequest {
         messages: vec![serde_json::json!({"role": "user", "content": "Say something."})],
         tools: None,
         template_kwargs: None,
+        images: Vec::new(),
     };
     GenerateRequest {
         logprobs,
