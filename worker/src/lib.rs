@@ -11,6 +11,7 @@ pub mod engine;
 mod fast_exp;
 pub mod generation;
 pub mod gguf;
+pub mod image;
 #[cfg(not(target_os = "macos"))]
 mod linux_shim;
 mod load_failure;

@@ -1,0 +1,241 @@
+//! transformers' Qwen2-VL image processor (`Qwen2VLImageProcessorPil`), which Qwen2-VL through
+//! Qwen3.5 and Qwen3.6 name: each image resized to multiples of the merged patch within the
+//! processor's pixel limits (`smart_resize`), with Pillow's bicubic filter on 8-bit pixels,
+//! scaled to [0, 1], normalized, and cut into patches of two identical frames, laid out block by
+//! block of merged patches as the vision tower reads them.
+
+use std::path::{Path, PathBuf};
+
+use image::RgbImage;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::ImageError;
+use super::resample::resize_bicubic;
+
+/// The processor's settings, as `preprocessor_config.json` holds them (transformers 4 and the
+/// releases), or `processor_config.json` under `image_processor` (transformers 5's re-uploads).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Qwen2VlProcessor {
+    size: Size,
+    /// Older configs' spelling of `size`'s bounds, which override it where given.
+    min_pixels: Option<u64>,
+    max_pixels: Option<u64>,
+    patch_size: usize,
+    temporal_patch_size: usize,
+    merge_size: usize,
+    image_mean: [f32; 3],
+    image_std: [f32; 3],
+    rescale_factor: f64,
+    do_resize: bool,
+    do_rescale: bool,
+    do_normalize: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct Size {
+    shortest_edge: u64,
+    longest_edge: u64,
+}
+
+/// `Qwen2VLImageProcessorPil`'s class defaults.
+impl Default for Qwen2VlProcessor {
+    fn default() -> Self {
+        Self {
+            size: Size {
+                shortest_edge: 56 * 56,
+                longest_edge: 28 * 28 * 1280,
+            },
+            min_pixels: None,
+            max_pixels: None,
+            patch_size: 14,
+            temporal_patch_size: 2,
+            merge_size: 2,
+            // OpenAI CLIP's.
+            image_mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
+            image_std: [0.268_629_54, 0.261_302_58, 0.275_777_11],
+            rescale_factor: 1.0 / 255.0,
+            do_resize: true,
+            do_rescale: true,
+            do_normalize: true,
+        }
+    }
+}
+
+/// An image as the vision tower takes it.
+#[derive(Debug, Clone)]
+pub struct Patches {
+    /// `[patches, channels · temporal patch · patch · patch]`, row-major, in the processor's
+    /// order (`pixel_values`).
+    pub values: Vec<f32>,
+    /// Values per patch.
+    pub patch_values: usize,
+    /// Time, rows and columns in patches (`image_grid_thw`).
+    pub grid: [usize; 3],
+    /// SHA-256 of the values and the grid: the image's key in the prefix cache and among the
+    /// tower's outputs.
+    pub digest: [u8; 32],
+}
+
+impl Qwen2VlProcessor {
+    /// The processor of the model in `dir`; `None` when its files configure none.
+    pub fn load(dir: &Path) -> Result<Option<Self>, ImageError> {
+        let flat = dir.join("preprocessor_config.json");
+        if flat.is_file() {
+            return read(&flat, |value| value).map(Some);
+        }
+        let nested = dir.join("processor_config.json");
+        if nested.is_file() {
+            return read(&nested, |value| {
+                value.get("image_processor").cloned().unwrap_or_default()
+            })
+            .map(Some);
+        }
+        Ok(None)
+    }
+
+    /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own.
+    pub fn with_pixel_limits(mut self, min: Option<u64>, max: Option<u64>) -> Self {
+        self.min_pixels = min.or(self.min_pixels);
+        self.max_pixels = max.or(self.max_pixels);
+        self
+    }
+
+    /// The pixel bounds an image is resized within: the old keys where a config has them.
+    fn pixel_bounds(&self) -> (u64, u64) {
+        (
+            self.min_pixels.unwrap_or(self.size.shortest_edge),
+            self.max_pixels.unwrap_or(self.size.longest_edge),
+        )
+    }
+
+    pub fn preprocess(&self, image: &RgbImage) -> Result<Patches, ImageError> {
+        let (width, height) = image.dimensions();
+        let factor = self.patch_size * self.merge_size;
+        let (min, max) = self.pixel_bounds();
+        let (new_height, new_width) = if self.do_resize {
+            smart_resize(height as usize, width as usize, factor, min, max)?
+        } else {
+            (height as usize, width as usize)
+        };
+        let resized = resize_bicubic(
+            image.as_raw(),
+            (width as usize, height as usize),
+            (new_width, new_height),
+        );
+        let planes = self.normalized_planes(&resized, new_width * new_height);
+        Ok(self.patchify(&planes, new_height, new_width))
+    }
+
+    /// Each channel's plane (`[3][height · width]`), scaled and normalized as numpy does it:
+    /// the scale in float64, then float32.
+    fn normalized_planes(&self, pixels: &[u8], area: usize) -> [Vec<f32>; 3] {
+        std::array::from_fn(|channel| {
+            (0..area)
+                .map(|index| {
+                    let value = f64::from(pixels[index * 3 + channel]);
+                    let value = if self.do_rescale {
+                        (value * self.rescale_factor) as f32
+                    } else {
+                        value as f32
+                    };
+                    if self.do_normalize {
+                        (value - self.image_mean[channel]) / self.image_std[channel]
+                    } else {
+                        value
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// The processor's `patchify`: patches in blocks of `merge × merge`, each patch its channels,
+    /// then its frames (the same image twice), then its rows and columns.
+    fn patchify(&self, planes: &[Vec<f32>; 3], height: usize, width: usize) -> Patches {
+        let (patch, merge, frames) = (self.patch_size, self.merge_size, self.temporal_patch_size);
+        let (rows, columns) = (height / patch, width / patch);
+        let patch_values = 3 * frames * patch * patch;
+        let mut values = Vec::with_capacity(rows * columns * patch_values);
+        for block_row in 0..rows / merge {
+            for block_column in 0..columns / merge {
+                for row_in in 0..merge {
+                    for column_in in 0..merge {
+                        let top = (block_row * merge + row_in) * patch;
+                        let left = (block_column * merge + column_in) * patch;
+                        for plane in planes {
+                            for _ in 0..frames {
+                                for y in top..top + patch {
+                                    values.extend_from_slice(
+                                        &plane[y * width + left..y * width + left + patch],
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let grid = [1, rows, columns];
+        let mut hasher = Sha256::new();
+        for side in grid {
+            hasher.update((side as u64).to_le_bytes());
+        }
+        for value in &values {
+            hasher.update(value.to_le_bytes());
+        }
+        Patches {
+            values,
+            patch_values,
+            grid,
+            digest: hasher.finalize().into(),
+        }
+    }
+}
+
+fn read(
+    path: &Path,
+    section: impl FnOnce(serde_json::Value) -> serde_json::Value,
+) -> Result<Qwen2VlProcessor, ImageError> {
+    let bad = |message: String| ImageError::ProcessorConfig {
+        path: PathBuf::from(path),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|error| bad(error.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
+    serde_path_to_error::deserialize(section(value))
+        .map_err(|error| bad(format!("{}: {}", error.path(), error.inner())))
+}
+
+/// transformers' `smart_resize`: both sides multiples of `factor`, the area within
+/// `min_pixels..=max_pixels`, the aspect ratio kept as nearly as may be. Python's `round`
+/// rounds halves to even.
+fn smart_resize(
+    height: usize,
+    width: usize,
+    factor: usize,
+    min_pixels: u64,
+    max_pixels: u64,
+) -> Result<(usize, usize), ImageError> {
+    let (h, w, f) = (height as f64, width as f64, factor as f64);
+    let ratio = h.max(w) / h.min(w);
+    if ratio > 200.0 {
+        return Err(ImageError::AspectRatio { ratio });
+    }
+    let mut rows = (h / f).round_ties_even() * f;
+    let mut columns = (w / f).round_ties_even() * f;
+    if rows * columns > max_pixels as f64 {
+        let beta = (h * w / max_pixels as f64).sqrt();
+        rows = f.max((h / beta / f).floor() * f);
+        columns = f.max((w / beta / f).floor() * f);
+    } else if rows * columns < min_pixels as f64 {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
+        rows = (h * beta / f).ceil() * f;
+        columns = (w * beta / f).ceil() * f;
+    }
+    Ok((rows as usize, columns as usize))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+//! Against transformers' `Qwen2VLImageProcessorPil` on the images the vision tests send
+//! (tests/data/vision: its pixel values per image, `scripts/reference/vision.py`), which must
+//! come out the same to the bit.
+
+use std::path::PathBuf;
+
+use mlx_rs::Array;
+
+use super::*;
+use crate::image::decode;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/vision")
+}
+
+#[test]
+fn smart_resize_rounds_and_bounds_as_transformers() {
+    let cases = [
+        ((23, 61, 8, 2048, 8192), (32, 80)),
+        ((768, 1024, 8, 2048, 8192), (72, 104)),
+        ((77, 30, 8, 2048, 8192), (80, 32)),
+        ((768, 1024, 28, 3136, 1_003_520), (756, 1036)),
+        ((1, 150, 28, 3136, 1_003_520), (28, 700)),
+        // Halves round to even, as Python's `round`.
+        ((20, 20, 8, 0, 100_000), (16, 16)),
+        ((36, 36, 8, 0, 100_000), (32, 32)),
+        ((44, 44, 8, 0, 1_000_000), (48, 48)),
+    ];
+    for ((height, width, factor, min, max), expected) in cases {
+        let resized = smart_resize(height, width, factor, min, max).unwrap();
+        assert_eq!(resized, expected, "{height}x{width}");
+    }
+    assert!(matches!(
+        smart_resize(1, 201, 28, 3136, 1_003_520),
+        Err(ImageError::AspectRatio { .. })
+    ));
+}
+
+#[test]
+fn every_image_becomes_the_processors_patches() {
+    let checkpoint = data().join("qwen3_5/hf");
+    let processor = Qwen2VlProcessor::load(&checkpoint).unwrap().unwrap();
+    let reference = Array::load_safetensors(checkpoint.join("reference.safetensors")).unwrap();
+    for (name, file) in [
+        ("wide", "wide.png"),
+        ("tall", "tall.jpg"),
+        ("square", "square.webp"),
+        ("alpha", "alpha.png"),
+        ("animated", "animated.gif"),
+        ("screenshot", "screenshot.png"),
+    ] {
+        let bytes = std::fs::read(data().join("images").join(file)).unwrap();
+        let patches = processor.preprocess(&decode(&bytes).unwrap()).unwrap();
+        let grid: Vec<usize> = reference[&format!("image.{name}.image_grid_thw")]
+            .as_slice::<i32>()
+            .iter()
+            .map(|&side| side as usize)
+            .collect();
+        assert_eq!(patches.grid.to_vec(), grid, "{name}");
+        let theirs = reference[&format!("image.{name}.pixel_values")].as_slice::<f32>();
+        assert_eq!(patches.values.len(), theirs.len(), "{name}");
+        // Decoded, resized and normalized to the bit.
+        assert_eq!(patches.values, theirs, "{name}");
+    }
+}
+
+#[test]
+fn the_same_pixels_have_the_same_digest_whatever_the_format() {
+    let processor = Qwen2VlProcessor::load(&data().join("qwen3_5/hf"))
+        .unwrap()
+        .unwrap();
+    let png = std::fs::read(data().join("images/wide.png")).unwrap();
+    let decoded = decode(&png).unwrap();
+    let mut webp = Vec::new();
+    decoded
+        .write_to(
+            &mut std::io::Cursor::new(&mut webp),
+            image::ImageFormat::WebP,
+        )
+        .unwrap();
+    let from_png = processor.preprocess(&decoded).unwrap();
+    let from_webp = processor.preprocess(&decode(&webp).unwrap()).unwrap();
+    assert_eq!(from_png.digest, from_webp.digest);
+    let mut changed = decoded.clone();
+    changed.get_pixel_mut(0, 0).0[0] ^= 0x40;
+    assert_ne!(
+        processor.preprocess(&changed).unwrap().digest,
+        from_png.digest
+    );
+}
+
+#[test]
+fn operator_limits_replace_the_configs() {
+    let processor = Qwen2VlProcessor::load(&data().join("qwen3_5/hf"))
+        .unwrap()
+        .unwrap();
+    let screenshot = decode(&std::fs::read(data().join("images/screenshot.png")).unwrap()).unwrap();
+    let smaller = processor
+        .clone()
+        .with_pixel_limits(None, Some(4096))
+        .preprocess(&screenshot)
+        .unwrap();
+    assert_eq!(smaller.grid, [1, 12, 18]);
+    // mlx-vlm's `processor_config.json` alone (nested, transformers 5's form) reads alike.
+    let nested = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        data().join("qwen3_5/mlx/processor_config.json"),
+        nested.path().join("processor_config.json"),
+    )
+    .unwrap();
+    let nested = Qwen2VlProcessor::load(nested.path()).unwrap().unwrap();
+    assert_eq!(nested.preprocess(&screenshot).unwrap().grid, [1, 18, 26]);
+}
