@@ -42,7 +42,7 @@ pub(crate) async fn serve_images() -> String {
                 ([(header::CONTENT_TYPE, "image/png")], body).into_response()
             }),
         )
-        .route("/never", get(|| std::future::pending::<StatusCode>()));
+        .route("/never", get(std::future::pending::<StatusCode>));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("binds 127.0.0.1");
