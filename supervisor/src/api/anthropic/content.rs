@@ -182,15 +182,16 @@ impl Parts {
         self.images.push(image);
     }
 
-    /// Texts joined by `separator` where there are no images, as templates expect strings.
-    fn into_content(self, separator: &str, images: &mut Vec<Pending>) -> Value {
+    /// The texts joined by newlines where there are no images, as templates expect strings;
+    /// otherwise the parts, the images going to `images`.
+    fn into_content(self, images: &mut Vec<Pending>) -> Value {
         if self.images.is_empty() {
             let texts: Vec<&str> = self
                 .parts
                 .iter()
                 .filter_map(|part| part["text"].as_str())
                 .collect();
-            return texts.join(separator).into();
+            return texts.join("\n").into();
         }
         images.extend(self.images);
         self.parts.into()
@@ -259,7 +260,7 @@ fn user(
             Block::Text(text) => own.text(text),
             Block::Image(image) => own.image(image),
             Block::ToolResult { id, content } => {
-                let content = content.into_content("\n", images);
+                let content = content.into_content(images);
                 translated.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
             }
             Block::Thinking(_) | Block::ToolUse { .. } => {
@@ -271,7 +272,7 @@ fn user(
     }
     // A turn of only tool results has no text of its own.
     if !own.parts.is_empty() || matches!(content, Value::String(_)) {
-        let content = own.into_content("\n", images);
+        let content = own.into_content(images);
         translated.push(json!({"role": "user", "content": content}));
     }
     Ok(())
