@@ -58,6 +58,7 @@ pub struct Config {
     /// How many finished Responses API responses are kept for `previous_response_id` and
     /// `GET /v1/responses/{id}`; the oldest goes first.
     pub responses_store_size: usize,
+    pub images: ImagesConfig,
     pub log: LogConfig,
 }
 
@@ -107,6 +108,29 @@ impl Default for DiscoveryConfig {
             huggingface: true,
             ollama: true,
             lmstudio: true,
+        }
+    }
+}
+
+/// How the `http(s)` image URLs of chat prompts are fetched; the file's `[images]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesConfig {
+    /// Fetch them at all; unset, only while the server listens on loopback, since a server that
+    /// others reach would fetch any address it can reach for whoever asks.
+    pub fetch_urls: Option<bool>,
+    /// The most bytes one fetched image may have; the download stops past it.
+    pub fetch_max_bytes: u64,
+    /// How long one fetch may take, the body included.
+    pub fetch_timeout_secs: u64,
+}
+
+impl Default for ImagesConfig {
+    fn default() -> Self {
+        Self {
+            fetch_urls: None,
+            fetch_max_bytes: 20 * 1024 * 1024,
+            fetch_timeout_secs: 10,
         }
     }
 }
@@ -214,6 +238,12 @@ pub struct ModelSettings {
     /// value for Q4_K instead of 5, rather than rounding their scales to f16.
     #[serde(default)]
     pub gguf_exact_k_quants: bool,
+    /// Images per request, counted before the worker is asked; `None`: the model's processor
+    /// config decides, in the worker.
+    pub max_images: Option<usize>,
+    /// The pixels an image is resized within; `None`: the processor config's.
+    pub image_max_pixels: Option<u64>,
+    pub image_min_pixels: Option<u64>,
 }
 
 /// The worker's `--gguf-requantize` values.
@@ -290,6 +320,13 @@ impl Config {
             .or(self.batching.max_sequences)
     }
 
+    /// Whether image URLs are fetched: as configured, else only on a loopback server.
+    pub fn fetches_image_urls(&self) -> bool {
+        self.images
+            .fetch_urls
+            .unwrap_or_else(|| self.host.is_loopback())
+    }
+
     pub fn pinned_models(&self) -> impl Iterator<Item = &str> {
         self.models
             .iter()
@@ -320,6 +357,7 @@ impl Default for Config {
             discovery: DiscoveryConfig::default(),
             responses_store_size: DEFAULT_RESPONSES_STORE_SIZE,
             log: LogConfig::default(),
+            images: ImagesConfig::default(),
         }
     }
 }
@@ -360,6 +398,8 @@ struct FileConfig {
     responses_store_size: Option<usize>,
     #[serde(default)]
     log: LogConfig,
+    #[serde(default)]
+    images: ImagesConfig,
 }
 
 /// Values given on the command line or in the environment.
@@ -482,6 +522,7 @@ impl Config {
                 dir: overrides.log_dir.or(from_file.log.dir),
                 ..from_file.log
             },
+            images: from_file.images,
         })
     }
 }

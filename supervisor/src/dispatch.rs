@@ -9,7 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_ipc::{EmbedRequest, FromWorker, GenerateRequest, ModelKind, RerankRequest};
+use corral_ipc::{
+    EmbedRequest, FromWorker, GenerateRequest, ModelKind, Prompt, RejectKind, RerankRequest,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{
@@ -62,6 +64,26 @@ impl Dispatch {
         if let Some(choice) = settings.and_then(|settings| settings.tool_choice.as_deref()) {
             apply_tool_choice(choice, request);
         }
+    }
+}
+
+/// A chat with more images than the model's `[models.ID] max_images`, refused without asking a
+/// worker; the first image too many is named.
+fn check_image_count(max: Option<usize>, request: &GenerateRequest) -> Result<(), BackendError> {
+    let Prompt::Chat { images, .. } = &request.prompt else {
+        return Ok(());
+    };
+    match max.and_then(|max| Some((max, images.get(max)?))) {
+        None => Ok(()),
+        Some((max, extra)) => Err(BackendError::Rejected {
+            kind: RejectKind::InvalidRequest,
+            message: format!(
+                "{} images, over this model's max_images of {max} (the first one too many at {})",
+                images.len(),
+                extra.location
+            ),
+            param: Some(extra.location.clone()),
+        }),
     }
 }
 
@@ -152,6 +174,10 @@ impl Backend for Dispatch {
         mut request: GenerateRequest,
     ) -> Result<GenerationStream, BackendError> {
         self.check_servable(model)?;
+        check_image_count(
+            self.config.models.get(model).and_then(|s| s.max_images),
+            &request,
+        )?;
         self.apply_defaults(model, &mut request);
         // Counts as queued from here until the worker accepts; dropped on every early return.
         let mut observed = GenerationMetrics::start(self.metrics.clone(), model);
@@ -488,6 +514,40 @@ mod tests {
 
     use super::*;
     use crate::pool::ExitInfo;
+
+    #[test]
+    fn images_past_a_models_max_images_are_refused_naming_the_first_one_too_many() {
+        let image = |location: &str| corral_ipc::PromptImage {
+            bytes: vec![1, 2, 3],
+            location: location.to_owned(),
+        };
+        let chat = GenerateRequest::greedy(
+            Prompt::Chat {
+                messages: Vec::new(),
+                tools: None,
+                template_kwargs: None,
+                images: vec![
+                    image("messages[0].content[0]"),
+                    image("messages[2].content[1]"),
+                ],
+            },
+            1,
+        );
+        assert_eq!(check_image_count(None, &chat), Ok(()));
+        assert_eq!(check_image_count(Some(2), &chat), Ok(()));
+        assert_eq!(
+            check_image_count(Some(1), &chat),
+            Err(BackendError::Rejected {
+                kind: RejectKind::InvalidRequest,
+                message: "2 images, over this model's max_images of 1 (the first one too many \
+                          at messages[2].content[1])"
+                    .to_owned(),
+                param: Some("messages[2].content[1]".to_owned()),
+            })
+        );
+        let text = GenerateRequest::greedy(Prompt::Text("hi".into()), 1);
+        assert_eq!(check_image_count(Some(0), &text), Ok(()));
+    }
 
     #[test]
     fn a_model_that_can_never_start_is_unservable_and_a_failed_start_unavailable() {

@@ -157,7 +157,13 @@ async fn serve(options: ServeOptions) -> Result<()> {
         config: config.clone(),
         metrics: metrics.clone(),
     });
-    let app = api::router(backend, config.responses_store_size)
+    let images = api::ImageFetch::new(
+        config.fetches_image_urls(),
+        config.images.fetch_max_bytes,
+        Duration::from_secs(config.images.fetch_timeout_secs),
+    )
+    .context("building the HTTP client that fetches image URLs")?;
+    let app = api::router(backend, config.responses_store_size, images)
         .merge(admin::router(admin))
         .layer(axum::middleware::from_fn_with_state(
             keys,
@@ -236,8 +242,8 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
     args
 }
 
-/// `model`'s batching and GGUF settings as `corral-worker serve` options; an unset one is left
-/// out, so the worker's own default applies.
+/// `model`'s batching, GGUF and image settings as `corral-worker serve` options; an unset one is
+/// left out, so the worker's own default applies.
 fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
     let mut args = Vec::new();
     if let Some(count) = config.max_sequences(model) {
@@ -255,6 +261,21 @@ fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
     }
     if config.gguf_exact_k_quants(model) {
         args.push("--gguf-exact-k-quants".into());
+    }
+    if let Some(settings) = config.models.get(model) {
+        let limits = [
+            (
+                "--max-images",
+                settings.max_images.map(|count| count as u64),
+            ),
+            ("--image-max-pixels", settings.image_max_pixels),
+            ("--image-min-pixels", settings.image_min_pixels),
+        ];
+        for (flag, value) in limits {
+            if let Some(value) = value {
+                args.extend([flag.into(), value.to_string().into()]);
+            }
+        }
     }
     args
 }
@@ -440,6 +461,32 @@ mod tests {
         );
         assert_eq!(model_args(&config, "q6"), ["--gguf-requantize", "6bit"]);
         assert_eq!(model_args(&config, "exact"), ["--gguf-exact-k-quants"]);
+        assert!(model_args(&config, "other").is_empty());
+    }
+
+    #[test]
+    fn a_models_image_limits_reach_its_worker_and_unset_ones_stay_the_processors() {
+        let mut config = Config::default();
+        config.models.insert(
+            "vl".to_owned(),
+            ModelSettings {
+                max_images: Some(3),
+                image_max_pixels: Some(1_003_520),
+                ..ModelSettings::default()
+            },
+        );
+        assert_eq!(
+            model_args(&config, "vl"),
+            ["--max-images", "3", "--image-max-pixels", "1003520"]
+        );
+        config.models.insert(
+            "small".to_owned(),
+            ModelSettings {
+                image_min_pixels: Some(3136),
+                ..ModelSettings::default()
+            },
+        );
+        assert_eq!(model_args(&config, "small"), ["--image-min-pixels", "3136"]);
         assert!(model_args(&config, "other").is_empty());
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use corral_ipc::{GenerateRequest, Prompt};
 use serde::Deserialize;
@@ -15,6 +15,7 @@ use super::chat_response::{ChatChunks, ChatCompletion};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::generation;
+use super::images::{self, ImageFetch, Pending};
 use super::messages;
 use super::sampling::{self, SamplingParams};
 use super::served_model;
@@ -44,7 +45,8 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    fn into_generate(self) -> Result<GenerateRequest, ApiError> {
+    /// The worker request, and its images still to fetch.
+    fn into_generate(self) -> Result<(GenerateRequest, Vec<Pending>), ApiError> {
         let logprobs = match (self.logprobs.unwrap_or(false), self.top_logprobs) {
             (true, top) => Some(sampling::top_logprobs(top.unwrap_or(0), "top_logprobs")?),
             (false, Some(_)) => {
@@ -62,16 +64,18 @@ impl ChatRequest {
             None => None,
         };
         let template_kwargs = template_kwargs(self.chat_template_kwargs, self.reasoning_effort)?;
+        let normalized = messages::normalize(self.messages)?;
         let prompt = Prompt::Chat {
-            messages: messages::normalize(self.messages)?,
+            messages: normalized.messages,
             tools: (!tools.tools.is_empty()).then_some(tools.tools),
             template_kwargs,
+            images: Vec::new(),
         };
         let max_tokens = self.max_completion_tokens.or(self.params.max_tokens);
         let mut request = self.params.build_request(prompt, max_tokens, logprobs)?;
         request.tool_choice = tool_choice;
         request.parallel_tool_calls = self.parallel_tool_calls;
-        Ok(request)
+        Ok((request, normalized.images))
     }
 }
 
@@ -106,17 +110,23 @@ pub fn template_kwargs(
 /// Answers like `respond`, tagged with the requested model for the metrics.
 pub async fn handler<B: Backend>(
     State(backend): State<Arc<B>>,
+    Extension(fetch): Extension<Arc<ImageFetch>>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> Response {
     let served = served_model::resolve(backend.as_ref(), &body.params.model);
-    served.attach(respond(backend, body).await)
+    served.attach(respond(backend, &fetch, body).await)
 }
 
-async fn respond<B: Backend>(backend: Arc<B>, body: ChatRequest) -> Result<Response, ApiError> {
+async fn respond<B: Backend>(
+    backend: Arc<B>,
+    fetch: &ImageFetch,
+    body: ChatRequest,
+) -> Result<Response, ApiError> {
     let name = body.params.model.clone();
     let stream = body.params.stream();
     let include_usage = body.params.include_usage();
-    let request = body.into_generate()?;
+    let (mut request, pending) = body.into_generate()?;
+    images::attach(fetch, &mut request, pending).await?;
     let started = generation::start(backend.as_ref(), &name, request).await?;
     if stream {
         let chunks = ChatChunks::new(started.model);

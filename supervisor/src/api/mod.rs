@@ -17,6 +17,7 @@ mod error;
 mod extract;
 mod generation;
 mod hosted_tools;
+mod images;
 mod logprobs;
 mod messages;
 mod models;
@@ -38,5 +39,6 @@ pub use backend::{
     Backend, BackendError, CancelOnDrop, Embedded, GenerationStream, ModelCard, PinnedModel,
     Scored, StreamEvent,
 };
+pub use images::ImageFetch;
 pub use router::{MAX_BODY_BYTES, router};
 pub use served_model::ServedModel;

@@ -15,13 +15,20 @@ use axum::routing::{get, post};
 
 use super::backend::Backend;
 use super::error::ApiError;
+use super::images::ImageFetch;
 use super::{anthropic, chat, completions, embeddings, models, rerank, responses};
 
-/// Large enough for long chats with tool definitions; larger bodies are refused before parsing.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Anthropic's own request limit: long chats with tool definitions and their images as base64;
+/// larger bodies are refused before parsing.
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
-/// `responses_store_size` bounds the Responses API's store of finished responses.
-pub fn router<B: Backend>(backend: Arc<B>, responses_store_size: usize) -> Router {
+/// `responses_store_size` bounds the Responses API's store of finished responses; `images`
+/// fetches the image URLs of chat prompts.
+pub fn router<B: Backend>(
+    backend: Arc<B>,
+    responses_store_size: usize,
+    images: ImageFetch,
+) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::handler::<B>))
         .route("/v1/completions", post(completions::handler::<B>))
@@ -47,6 +54,7 @@ pub fn router<B: Backend>(backend: Arc<B>, responses_store_size: usize) -> Route
         .layer(Extension(Arc::new(responses::ResponseStore::new(
             responses_store_size,
         ))))
+        .layer(Extension(Arc::new(images)))
         .with_state(backend)
 }
 

@@ -268,3 +268,48 @@ fn a_models_gguf_requantize_is_read_and_an_unknown_value_refused() {
     );
     assert!(error.contains("3bit") && error.contains("8bit"), "{error}");
 }
+
+#[test]
+fn image_urls_are_fetched_on_loopback_only_unless_the_file_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    let load = |text: &str, host: [u8; 4]| {
+        std::fs::write(&file, text).unwrap();
+        let overrides = Overrides {
+            host: Some(IpAddr::from(host)),
+            ..Overrides::default()
+        };
+        Config::load(Some(&file), overrides).unwrap()
+    };
+    let loopback = load("", [127, 0, 0, 1]);
+    assert!(loopback.fetches_image_urls());
+    assert_eq!(loopback.images, ImagesConfig::default());
+    assert_eq!(loopback.images.fetch_max_bytes, 20 * 1024 * 1024);
+    assert_eq!(loopback.images.fetch_timeout_secs, 10);
+    assert!(!load("", [0, 0, 0, 0]).fetches_image_urls());
+    assert!(load("[images]\nfetch_urls = true\n", [0, 0, 0, 0]).fetches_image_urls());
+    let off = load(
+        "[images]\nfetch_urls = false\nfetch_max_bytes = 1024\nfetch_timeout_secs = 2\n",
+        [127, 0, 0, 1],
+    );
+    assert!(!off.fetches_image_urls());
+    assert_eq!(off.images.fetch_max_bytes, 1024);
+    assert_eq!(off.images.fetch_timeout_secs, 2);
+}
+
+#[test]
+fn a_models_image_limits_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "[models.vl]\nmax_images = 4\nimage_max_pixels = 1003520\nimage_min_pixels = 3136\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    let vl = &config.models["vl"];
+    assert_eq!(
+        (vl.max_images, vl.image_max_pixels, vl.image_min_pixels),
+        (Some(4), Some(1_003_520), Some(3136))
+    );
+}

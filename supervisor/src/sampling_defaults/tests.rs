@@ -127,6 +127,7 @@ fn chat(messages: Value, tools: bool) -> GenerateRequest {
             messages: serde_json::from_value(messages).unwrap(),
             tools: tools.then(|| vec![tool]),
             template_kwargs: None,
+            images: Vec::new(),
         },
         8,
     );

@@ -14,6 +14,7 @@ mod engine;
 mod families;
 mod gguf_agreement;
 mod gguf_forms;
+mod images;
 mod lifecycle;
 mod logit_checks;
 mod mamba2;

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::backend::BackendError;
 use crate::api::error::ApiError;
+use crate::api::images::ImageError;
 
 /// Anthropic's status for an overloaded API, which its SDKs retry.
 const OVERLOADED: u16 = 529;
@@ -32,6 +33,12 @@ impl From<ApiError> for AnthropicError {
 impl From<BackendError> for AnthropicError {
     fn from(error: BackendError) -> Self {
         AnthropicError(error.into())
+    }
+}
+
+impl From<ImageError> for AnthropicError {
+    fn from(error: ImageError) -> Self {
+        AnthropicError::invalid(error.to_string())
     }
 }
 

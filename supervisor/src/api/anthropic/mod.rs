@@ -19,7 +19,7 @@ mod tests;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -27,6 +27,7 @@ use self::error::{AnthropicError, AnthropicJson};
 use self::request::MessagesRequest;
 use self::response::Message;
 use super::backend::Backend;
+use super::images::{self, ImageFetch};
 use super::{generation, served_model};
 
 pub use self::error::is_anthropic_route;
@@ -38,14 +39,16 @@ pub fn error_response(error: super::error::ApiError) -> Response {
 
 pub async fn messages<B: Backend>(
     State(backend): State<Arc<B>>,
+    Extension(fetch): Extension<Arc<ImageFetch>>,
     AnthropicJson(body): AnthropicJson<MessagesRequest>,
 ) -> Response {
     let served = served_model::resolve(backend.as_ref(), &body.model);
-    served.attach(respond(backend, body).await)
+    served.attach(respond(backend, &fetch, body).await)
 }
 
 async fn respond<B: Backend>(
     backend: Arc<B>,
+    fetch: &ImageFetch,
     body: MessagesRequest,
 ) -> Result<Response, AnthropicError> {
     let max_tokens = body
@@ -53,7 +56,8 @@ async fn respond<B: Backend>(
         .ok_or_else(|| AnthropicError::invalid("max_tokens: field required"))?;
     let name = body.model.clone();
     let stream = body.stream();
-    let (request, dropped) = body.into_generate(max_tokens)?;
+    let (mut request, dropped, pending) = body.into_generate(max_tokens)?;
+    images::attach(fetch, &mut request, pending).await?;
     dropped.log_new("/v1/messages");
     let started = generation::start(backend.as_ref(), &name, request).await?;
     if stream {
@@ -64,21 +68,24 @@ async fn respond<B: Backend>(
 }
 
 /// The prompt's length as the model's own template and tokenizer make it: the worker renders
-/// and tokenizes the same request, and generates nothing.
+/// and tokenizes the same request, images included, and generates nothing.
 pub async fn count_tokens<B: Backend>(
     State(backend): State<Arc<B>>,
+    Extension(fetch): Extension<Arc<ImageFetch>>,
     AnthropicJson(body): AnthropicJson<MessagesRequest>,
 ) -> Response {
     let served = served_model::resolve(backend.as_ref(), &body.model);
-    served.attach(count(backend, body).await)
+    served.attach(count(backend, &fetch, body).await)
 }
 
 async fn count<B: Backend>(
     backend: Arc<B>,
+    fetch: &ImageFetch,
     body: MessagesRequest,
 ) -> Result<Response, AnthropicError> {
     let name = body.model.clone();
-    let (mut request, _) = body.into_generate(1)?;
+    let (mut request, _, pending) = body.into_generate(1)?;
+    images::attach(fetch, &mut request, pending).await?;
     request.count_only = true;
     let started = generation::start(backend.as_ref(), &name, request).await?;
     let input_tokens = started.events.prompt_tokens;

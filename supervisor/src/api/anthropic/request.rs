@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::content;
 use super::error::AnthropicError;
 use crate::api::hosted_tools::Dropped;
+use crate::api::images::Pending;
 use crate::api::output_format;
 use crate::api::tools::Tools;
 
@@ -46,12 +47,12 @@ impl MessagesRequest {
         self.stream.unwrap_or(false)
     }
 
-    /// The worker request, and the server tools it left out; `max_tokens` is the handler's
-    /// (required, or 1 to count tokens).
+    /// The worker request, the server tools it left out, and its images still to fetch;
+    /// `max_tokens` is the handler's (required, or 1 to count tokens).
     pub fn into_generate(
         self,
         max_tokens: u32,
-    ) -> Result<(GenerateRequest, Dropped), AnthropicError> {
+    ) -> Result<(GenerateRequest, Dropped, Vec<Pending>), AnthropicError> {
         if max_tokens == 0 {
             return Err(AnthropicError::invalid("max_tokens: must be at least 1"));
         }
@@ -68,10 +69,12 @@ impl MessagesRequest {
             (Some(format), None) => Some(format),
             (None, grammar) => output_format::parse(None, grammar)?,
         };
+        let conversation = content::messages(self.system.as_ref(), self.messages)?;
         let prompt = Prompt::Chat {
-            messages: content::messages(self.system.as_ref(), self.messages)?,
+            messages: conversation.messages,
             tools: (!tools.tools.is_empty()).then_some(tools.tools),
             template_kwargs: template_kwargs(self.thinking.as_ref(), effort)?,
+            images: Vec::new(),
         };
         let request = GenerateRequest {
             prompt,
@@ -94,7 +97,7 @@ impl MessagesRequest {
             count_only: false,
             reasoning_budget: thinking_budget(self.thinking.as_ref())?,
         };
-        Ok((request, dropped))
+        Ok((request, dropped, conversation.images))
     }
 }
 

@@ -121,7 +121,7 @@ fn thinking_text_call() -> Vec<StreamEvent> {
 }
 
 async fn send(backend: &Arc<Fake>, request: Request<Body>) -> (StatusCode, Bytes) {
-    let response = crate::api::router(backend.clone(), 4)
+    let response = crate::api::router(backend.clone(), 4, crate::api::tests::image_fetch(true))
         .oneshot(request)
         .await
         .unwrap();
@@ -224,6 +224,7 @@ async fn a_claude_code_conversation_becomes_the_chat_request_templates_render() 
         messages,
         tools,
         template_kwargs,
+        ..
     } = request.prompt
     else {
         panic!("a chat prompt");
@@ -378,7 +379,7 @@ async fn the_answer_holds_thinking_text_and_tool_use_blocks_and_anthropic_usage(
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from(body.to_string()))
             .unwrap();
-        let response = crate::api::router(backend.clone(), 4)
+        let response = crate::api::router(backend.clone(), 4, crate::api::tests::image_fetch(true))
             .oneshot(request)
             .await
             .unwrap();
@@ -497,7 +498,7 @@ async fn a_silent_generation_is_kept_alive_with_pings() {
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(ask(json!({"stream": true})).to_string()))
         .unwrap();
-    let response = crate::api::router(backend.clone(), 4)
+    let response = crate::api::router(backend.clone(), 4, crate::api::tests::image_fetch(true))
         .oneshot(request)
         .await
         .unwrap();
@@ -529,14 +530,14 @@ async fn count_tokens_answers_the_workers_count_without_generating() {
 #[tokio::test]
 async fn bad_requests_get_anthropics_error_shape_and_status() {
     let backend = Fake::replying(vec![done(FinishReason::Stop)]);
-    let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}});
+    let image = json!({"type": "image", "source": {"type": "base64", "media_type": "text/plain", "data": "AA=="}});
     let mut no_max_tokens = ask(json!({}));
     no_max_tokens.as_object_mut().unwrap().remove("max_tokens");
     let cases = [
         (no_max_tokens, "max_tokens"),
         (
             ask(json!({"messages": [{"role": "user", "content": [image]}]})),
-            "image",
+            "messages[0].content[0]: media type `text/plain` is not an image type",
         ),
         (ask(json!({"messages": []})), "messages"),
         (
@@ -696,7 +697,7 @@ async fn server_tools_are_left_out_and_named_in_a_header() {
         {"name": "get_weather", "input_schema": {"type": "object"}},
         {"type": "code_execution_20250825", "name": "code_execution"},
     ]}));
-    let response = crate::api::router(backend.clone(), 4)
+    let response = crate::api::router(backend.clone(), 4, crate::api::tests::image_fetch(true))
         .oneshot(
             Request::post("/v1/messages")
                 .header(header::CONTENT_TYPE, "application/json")

@@ -28,25 +28,30 @@ use super::backend::Backend;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::generation;
+use super::images::{self, ImageFetch};
 use super::served_model;
 
 /// Answers like `respond`, tagged with the requested model for the metrics.
 pub async fn create<B: Backend>(
     State(backend): State<Arc<B>>,
     Extension(store): Extension<Arc<ResponseStore>>,
+    Extension(fetch): Extension<Arc<ImageFetch>>,
     ApiJson(body): ApiJson<CreateRequest>,
 ) -> Response {
     let served = served_model::resolve(backend.as_ref(), &body.model);
-    served.attach(respond(backend, store, body).await)
+    served.attach(respond(backend, store, &fetch, body).await)
 }
 
 async fn respond<B: Backend>(
     backend: Arc<B>,
     store: Arc<ResponseStore>,
+    fetch: &ImageFetch,
     body: CreateRequest,
 ) -> Result<Response, ApiError> {
     let name = body.model.clone();
-    let prepared = body.prepare(&store)?;
+    let mut prepared = body.prepare(&store)?;
+    let pending = std::mem::take(&mut prepared.images);
+    images::attach(fetch, &mut prepared.generate, pending).await?;
     let dropped = prepared.tools.dropped.clone();
     dropped.log_new("/v1/responses");
     let started = generation::start(backend.as_ref(), &name, prepared.generate).await?;

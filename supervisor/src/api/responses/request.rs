@@ -15,6 +15,7 @@ use super::store::ResponseStore;
 use super::tools::ResponseTools;
 use crate::api::chat::template_kwargs;
 use crate::api::error::ApiError;
+use crate::api::images::Pending;
 use crate::api::messages;
 use crate::api::sampling::SamplingParams;
 use crate::api::tools::Tools;
@@ -57,6 +58,8 @@ pub struct Prepared {
     pub stream: bool,
     /// How the model's calls go back to the client, and what was left out.
     pub tools: ResponseTools,
+    /// The prompt's images still to fetch.
+    pub images: Vec<Pending>,
 }
 
 impl CreateRequest {
@@ -80,13 +83,13 @@ impl CreateRequest {
         )?;
         let choice = tools.apply_choice(self.tool_choice.as_ref())?;
         let input = items::messages(input)?;
-        if input.is_empty() && conversation.is_empty() {
+        if input.messages.is_empty() && conversation.is_empty() {
             return Err(ApiError::invalid(
                 "input must hold at least one item",
                 "input",
             ));
         }
-        conversation.extend(input);
+        conversation.extend(input.messages);
         let mut prompt_messages = Vec::with_capacity(conversation.len() + 1);
         if let Some(instructions) = &self.instructions {
             prompt_messages.push(json!({"role": "system", "content": instructions}));
@@ -105,10 +108,19 @@ impl CreateRequest {
                 .transpose()?,
         };
         let effort = self.reasoning.and_then(|reasoning| reasoning.effort);
+        let normalized = messages::normalize(prompt_messages)?;
+        let mut images = normalized.images;
+        // This input's images come last; they are named by their place in `input`. A previous
+        // response's keep their place in the prompt's messages.
+        let first_new = images.len().saturating_sub(input.image_locations.len());
+        for (image, location) in images[first_new..].iter_mut().zip(input.image_locations) {
+            image.location = location;
+        }
         let prompt = Prompt::Chat {
-            messages: messages::normalize(prompt_messages)?,
+            messages: normalized.messages,
             tools: (!checked.tools.is_empty()).then_some(checked.tools),
             template_kwargs: template_kwargs(None, effort.clone())?,
+            images: Vec::new(),
         };
         let format = self.text.and_then(|text| text.format);
         let grammar = tools
@@ -155,6 +167,7 @@ impl CreateRequest {
             conversation,
             stream: self.stream.unwrap_or(false),
             tools,
+            images,
         })
     }
 }

@@ -85,7 +85,7 @@ async fn invalid_parameters_are_400s_naming_the_parameter() {
         ),
         (
             json!({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
-            "messages",
+            "messages[0].content[0]",
         ),
         (json!({"model": "tiny", "messages": user, "n": 2}), "n"),
         (

@@ -5,6 +5,7 @@ mod chat;
 mod completions;
 mod embeddings;
 mod errors;
+mod images;
 mod models;
 mod rerank;
 mod responses;
@@ -240,7 +241,17 @@ fn hello_world() -> Vec<StreamEvent> {
 }
 
 fn app(backend: &Arc<FakeBackend>) -> Router {
-    super::router(backend.clone(), 16)
+    super::router(backend.clone(), 16, image_fetch(true))
+}
+
+/// As a loopback server fetches image URLs (or not), with the default cap and timeout.
+pub(crate) fn image_fetch(enabled: bool) -> super::ImageFetch {
+    super::ImageFetch::new(
+        enabled,
+        20 * 1024 * 1024,
+        std::time::Duration::from_secs(10),
+    )
+    .expect("a client")
 }
 
 struct Reply {

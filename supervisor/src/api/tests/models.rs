@@ -65,7 +65,7 @@ async fn health(pinned: &[(&str, &'static str, Option<u32>)], path: &str) -> Rep
             pid,
         })
         .collect();
-    let app = crate::api::router(Arc::new(Pinned(pinned)), 16);
+    let app = crate::api::router(Arc::new(Pinned(pinned)), 16, super::image_fetch(true));
     send(app, Request::get(path).body(Body::empty()).unwrap()).await
 }
 

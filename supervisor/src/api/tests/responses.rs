@@ -18,6 +18,7 @@ fn chat_prompt(request: &GenerateRequest) -> (Vec<Value>, Option<Vec<Value>>, Op
             messages,
             tools,
             template_kwargs,
+            ..
         } => (
             messages.clone(),
             tools.clone(),
@@ -145,7 +146,7 @@ async fn bad_input_is_a_400_naming_the_field_before_the_backend() {
         (json!({"input": [{"type": "hologram"}]}), "input[0].type"),
         (
             json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
-            "input[0].content",
+            "input[0].content[0]",
         ),
         (
             json!({"input": "x", "tool_choice": "required"}),
@@ -297,7 +298,7 @@ async fn unstored_and_unknown_ids_are_404s_naming_them() {
 #[tokio::test]
 async fn the_store_evicts_its_oldest_response_first() {
     let backend = FakeBackend::replying(hello_world());
-    let app = crate::api::router(backend.clone(), 2);
+    let app = crate::api::router(backend.clone(), 2, super::image_fetch(true));
     let mut ids = Vec::new();
     for _ in 0..3 {
         let body = json!({"model": "tiny", "input": "Hi"});
