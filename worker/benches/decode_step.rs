@@ -66,6 +66,7 @@ fn median_step(model: &Model, rows: usize) -> Duration {
             .map(|(cache, token)| Segment {
                 tokens: std::slice::from_ref(token),
                 cache: cache.as_mut_slice(),
+                embedded: Vec::new(),
             })
             .collect();
         let logits = model

@@ -279,10 +279,17 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let mut budget = self.limits.prefill_chunk;
         // Single-token inputs go first: the model rotates those in one op.
         let (mut singles, mut longer) = (Vec::new(), Vec::new());
+        // Sequences whose input could not be made (an image the tower failed on).
+        let mut unmade = Vec::new();
         for (index, running) in self.running.iter_mut().enumerate() {
             let unprefilled = running.sequence.unprefilled();
-            let Some(segment) = running.sequence.next_input(budget) else {
-                continue;
+            let segment = match running.sequence.next_input(budget) {
+                Ok(Some(segment)) => segment,
+                Ok(None) => continue,
+                Err(error) => {
+                    unmade.push((index, Err(error.into())));
+                    continue;
+                }
             };
             let length = segment.tokens.len();
             if unprefilled > 0 {
@@ -301,6 +308,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             group.push((planned, segment));
         }
         if singles.is_empty() && longer.is_empty() {
+            self.end_all(unmade);
             return;
         }
         let (planned, mut segments): (Vec<Planned>, Vec<Segment<'_>>) =
@@ -312,16 +320,16 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             Err(error) => {
                 // One pass computed every input, so its failure is every sequence's in it.
                 let message = error.to_string();
-                let mut failed: Vec<usize> = planned.iter().map(|planned| planned.index).collect();
-                failed.sort_unstable_by_key(|&index| std::cmp::Reverse(index));
-                for index in failed {
+                let failed = planned.iter().map(|planned| {
                     let error = Exception::from(message.as_str());
-                    self.running.remove(index).end(Err(error.into()), None);
-                }
+                    (planned.index, Err(error.into()))
+                });
+                unmade.extend(failed);
+                self.end_all(unmade);
                 return;
             }
         };
-        let mut endings: Vec<(usize, Result<FinishReason, GenerateError>)> = Vec::new();
+        let mut endings = unmade;
         for planned in &planned {
             let running = &mut self.running[planned.index];
             let sampled = running
@@ -337,6 +345,11 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 Err(error) => endings.push((planned.index, Err(error))),
             }
         }
+        self.end_all(endings);
+    }
+
+    /// Ends the running sequences at these indices, each as its result says.
+    fn end_all(&mut self, mut endings: Vec<(usize, Result<FinishReason, GenerateError>)>) {
         // Removing from the back keeps the other indices valid.
         endings.sort_unstable_by_key(|(index, _)| std::cmp::Reverse(*index));
         for (index, ending) in endings {

@@ -11,9 +11,10 @@ use mlx_rs::error::Exception;
 
 use crate::chat_template::ChatTemplateError;
 use crate::constraint::{Constraint, ConstraintError, GrammarSpec, ToolCallChoice};
+use crate::image::ImageError;
 use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
-use crate::prompt_images::{ImageLimits, refuse_images};
+use crate::prompt_images::{ImageLimits, ImagePrompt, refuse_images};
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
@@ -177,6 +178,13 @@ pub enum RejectReason {
         max: usize,
         location: String,
     },
+    #[error("image at {location}: {error}")]
+    Image { location: String, error: ImageError },
+    #[error(
+        "the model's chat template wrote {written} image placeholders for the {sent} images \
+         sent"
+    )]
+    ImagePlaceholders { written: usize, sent: usize },
 }
 
 impl RejectReason {
@@ -214,6 +222,8 @@ pub(crate) struct Prepared {
     pub(crate) constraint: Option<Constraint>,
     /// The answer ends with its first call (`parallel_tool_calls: false`).
     pub(crate) single_call: bool,
+    /// The prompt's images and the positions they give its tokens, where it has any.
+    pub(crate) images: Option<ImagePrompt>,
 }
 
 pub(crate) fn prepare(
@@ -229,17 +239,18 @@ pub(crate) fn prepare(
             parser: None,
             constraint: output_constraint(loaded, options.format.as_ref())?,
             single_call: false,
+            images: None,
         })
     };
-    let (messages, tools, template_kwargs) = match &request.prompt {
+    let (messages, tools, template_kwargs, images) = match &request.prompt {
         Prompt::Chat {
             messages,
             tools,
             template_kwargs,
             images,
         } => {
-            refuse_images(&loaded.dir, images, image_limits)?;
-            (messages, tools, template_kwargs)
+            refuse_images(loaded, images, image_limits)?;
+            (messages, tools, template_kwargs, images)
         }
         // With the tokenizer's special tokens: BOS where it adds one.
         Prompt::Text(text) => return plain(encode(loaded, text, true)?),
@@ -304,12 +315,20 @@ pub(crate) fn prepare(
         reasoning,
         tools: offered,
     });
+    // The template writes the special tokens itself, as transformers' apply_chat_template.
+    let tokens = encode(loaded, &text, false)?;
+    let (tokens, images) = if images.is_empty() {
+        (tokens, None)
+    } else {
+        let (tokens, placed) = ImagePrompt::place(loaded, tokens, images, image_limits)?;
+        (tokens, Some(placed))
+    };
     Ok(Prepared {
-        // The template writes the special tokens itself, as transformers' apply_chat_template.
-        tokens: encode(loaded, &text, false)?,
+        tokens,
         parser: Some(parser),
         constraint,
         single_call: !offered.is_empty() && !parallel,
+        images,
     })
 }
 

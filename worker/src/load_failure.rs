@@ -71,7 +71,10 @@ impl Permanence for LoadError {
             LoadError::ChatTemplate(error) => error.is_permanent(),
             LoadError::ModelFile(error) => error.is_permanent(),
             LoadError::Gguf(error) => error.is_permanent(),
-            LoadError::Tokenizer { .. } | LoadError::NotAModel { .. } => true,
+            // A processor config the load could not read as one stays so.
+            LoadError::Tokenizer { .. }
+            | LoadError::NotAModel { .. }
+            | LoadError::ImageProcessor(_) => true,
         }
     }
 }

@@ -12,8 +12,10 @@ use tokenizers::Tokenizer;
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
 use crate::constraint::{ConstraintError, ConstraintFactory};
 use crate::gguf::{self, GgufLoadError, GgufModel};
+use crate::image::{ImageError, Qwen2VlProcessor};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
+use crate::prompt_images::EncodedImages;
 use crate::stop_tokens::eos_token_ids;
 use crate::tools::ModelFormats;
 
@@ -31,6 +33,8 @@ pub enum LoadError {
     NotAModel { path: PathBuf },
     #[error(transparent)]
     Gguf(#[from] GgufLoadError),
+    #[error(transparent)]
+    ImageProcessor(#[from] ImageError),
 }
 
 pub struct LoadedModel {
@@ -42,6 +46,10 @@ pub struct LoadedModel {
     pub eos_token_ids: BTreeSet<u32>,
     /// The tool-call and reasoning formats its template and vocabulary reveal.
     pub formats: ModelFormats,
+    /// How its processor prepares an image, for a model with a vision tower.
+    pub image_processor: Option<Qwen2VlProcessor>,
+    /// The tower's rows of the images sent lately.
+    pub(crate) encoded_images: EncodedImages,
     pub load_time: Duration,
     /// Built by the first request that constrains its output: describing the vocabulary to
     /// llguidance takes a moment that most workers never need to spend.
@@ -67,6 +75,8 @@ impl LoadedModel {
                 chat_template: loaded.chat_template,
                 eos_token_ids: loaded.eos_token_ids,
                 formats,
+                image_processor: None,
+                encoded_images: EncodedImages::default(),
                 load_time: started.elapsed(),
                 constraints: OnceCell::new(),
             });
@@ -87,6 +97,10 @@ impl LoadedModel {
         let chat_template = ChatTemplate::from_model_dir(dir)?;
         let eos_token_ids = eos_token_ids(dir, &tokenizer)?;
         let formats = detect_formats(chat_template.as_ref(), &tokenizer);
+        let image_processor = match model.vision {
+            Some(_) => Qwen2VlProcessor::load(dir)?,
+            None => None,
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             model,
@@ -94,6 +108,8 @@ impl LoadedModel {
             chat_template,
             eos_token_ids,
             formats,
+            image_processor,
+            encoded_images: EncodedImages::default(),
             load_time: started.elapsed(),
             constraints: OnceCell::new(),
         })

@@ -4,6 +4,7 @@
 //! The forward pass is not here: the batch runs one for all its sequences at once, each giving
 //! its input and getting back its row of logits.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -18,11 +19,14 @@ use crate::loaded::LoadedModel;
 use crate::model::{KvCache, Segment};
 use crate::output::{Output, Parts};
 use crate::prefix_cache::PrefixCache;
+use crate::prompt_images::ImagePrompt;
 use crate::sampling::{Sampler, logprobs};
 
 pub(crate) struct Sequence<'m> {
     loaded: &'m LoadedModel,
     prompt: Vec<u32>,
+    /// The prompt's images, where it has any.
+    images: Option<ImagePrompt>,
     cached_tokens: usize,
     /// Prompt positions in the cache so far (restored or prefilled).
     prefilled: usize,
@@ -55,9 +59,11 @@ impl<'m> Sequence<'m> {
     ) -> Self {
         let started = Instant::now();
         let prompt = prepared.tokens;
+        let images = prepared.images;
         let (cache, cached_tokens) = match prefix {
             Some(prefix) => {
-                let (mut cache, cached) = prefix.restore(&prompt, || loaded.model.new_cache());
+                let key = cache_key(images.as_ref(), &prompt, prompt.len());
+                let (mut cache, cached) = prefix.restore(&key, || loaded.model.new_cache());
                 // What this sequence adds from its prompt's last whole block on is kept for the
                 // prefix cache's tail, which a sliding window would otherwise let go of.
                 let last_block = prompt.len() / prefix.block_tokens() * prefix.block_tokens();
@@ -80,6 +86,7 @@ impl<'m> Sequence<'m> {
             history: prompt.clone(),
             max_tokens: request.max_tokens.min(context.saturating_sub(prompt.len())),
             prompt,
+            images,
             cached_tokens,
             prefilled: cached_tokens,
             cache,
@@ -116,7 +123,8 @@ impl<'m> Sequence<'m> {
     /// every layer holds, which leaves out the last sampled token (never run) and what a
     /// cancelled prefill did not reach.
     pub(crate) fn keep(&self, prefix: &mut PrefixCache) {
-        prefix.store_sequence(&self.history[..self.held()], self.prompt.len(), &self.cache);
+        let key = cache_key(self.images.as_ref(), &self.history, self.held());
+        prefix.store_sequence(&key, self.prompt.len(), &self.cache);
     }
 
     /// Tokens whose keys and values (or state) every layer holds.
@@ -131,21 +139,30 @@ impl<'m> Sequence<'m> {
     }
 
     /// This sequence's share of the next pass: its last sampled token, or its next chunk of at
-    /// most `budget` prompt tokens; `None` while it has nothing to run.
-    pub(crate) fn next_input(&mut self, budget: usize) -> Option<Segment<'_>> {
+    /// most `budget` prompt tokens; `None` while it has nothing to run. A chunk that reaches an
+    /// image's tokens has the image encoded first (an error is the tower's).
+    pub(crate) fn next_input(&mut self, budget: usize) -> Result<Option<Segment<'_>>, Exception> {
+        let mut embedded = Vec::new();
         let tokens = if self.token_to_forward {
+            if let Some(images) = &self.images {
+                images.rotate_generated(&mut self.cache);
+            }
             &self.history[self.history.len() - 1..]
         } else if self.unprefilled() > 0 && budget > 0 {
             let end = (self.prefilled + budget).min(self.prompt.len());
+            if let Some(images) = &self.images {
+                images.rotate_chunk(&mut self.cache, self.prefilled, end);
+                embedded = images.rows_in(self.loaded, self.prefilled, end)?;
+            }
             &self.prompt[self.prefilled..end]
         } else {
-            return None;
+            return Ok(None);
         };
-        Some(Segment {
+        Ok(Some(Segment {
             tokens,
             cache: &mut self.cache,
-            embedded: Vec::new(),
-        })
+            embedded,
+        }))
     }
 
     /// Records that a pass ran `length` tokens of this sequence's input; says whether the
@@ -156,8 +173,8 @@ impl<'m> Sequence<'m> {
             self.token_to_forward = false;
             // A recurrent layer may have recorded a boundary in this step.
             if let Some(prefix) = prefix {
-                let held = self.held();
-                prefix.store_decoded(&self.history[..held], &mut self.cache);
+                let key = cache_key(self.images.as_ref(), &self.history, self.held());
+                prefix.store_decoded(&key, &mut self.cache);
             }
             return true;
         }
@@ -165,7 +182,8 @@ impl<'m> Sequence<'m> {
         // Each chunk's whole blocks are kept as it completes them, before a sliding window
         // lets go of their positions.
         if let Some(prefix) = prefix {
-            prefix.store(&self.prompt, self.prefilled, &mut self.cache);
+            let key = cache_key(self.images.as_ref(), &self.prompt, self.prompt.len());
+            prefix.store(&key, self.prefilled, &mut self.cache);
         }
         if self.unprefilled() > 0 {
             return false;
@@ -263,6 +281,22 @@ impl<'m> Sequence<'m> {
         });
         Ok(())
     }
+}
+
+/// The first `held` of `tokens` (a prompt and what followed it) as the prefix cache keys them:
+/// an image's tokens stand for its pixels.
+fn cache_key<'a>(
+    images: Option<&'a ImagePrompt>,
+    tokens: &'a [u32],
+    held: usize,
+) -> Cow<'a, [u32]> {
+    let Some(key) = images.map(ImagePrompt::key) else {
+        return Cow::Borrowed(&tokens[..held]);
+    };
+    if held <= key.len() {
+        return Cow::Borrowed(&key[..held]);
+    }
+    Cow::Owned([key, &tokens[key.len()..held]].concat())
 }
 
 /// Logits `[rows, 1, vocab]` (or `[1, 1, vocab]`) as one f32 vector per row, in one copy.

@@ -112,6 +112,7 @@ fn batched_logits(model: &Model, schedule: &[Scheduled]) -> Vec<Vec<Vec<f32>>> {
             .map(|(sequence, tokens)| Segment {
                 tokens,
                 cache: sequence.cache.as_mut_slice(),
+                embedded: Vec::new(),
             })
             .collect();
         let hidden = model.packed_hidden_states(&mut segments).unwrap();

@@ -133,3 +133,150 @@ fn images_reach_a_text_only_models_worker_through_every_api_and_are_refused_by_l
         "messages": [{"role": "user", "content": "Hi"}]});
     assert_eq!(server.post("/v1/chat/completions", &text).status(), 200);
 }
+
+fn vision_data() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/vision")
+}
+
+/// The vision checkpoint transformers made (tests/data/vision/qwen3_5/hf), served as `name`.
+fn vision_model(dirs: &Dirs, name: &str) {
+    let from = vision_data().join("qwen3_5/hf");
+    let to = dirs.models.path().join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    for file in std::fs::read_dir(&from).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+    }
+}
+
+fn image_base64(file: &str) -> String {
+    use base64::Engine;
+    let bytes = std::fs::read(vision_data().join("images").join(file)).unwrap();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// transformers' log-probability of each greedy token of reference case `case`.
+fn reference_logprobs(case: &str) -> Vec<f32> {
+    let reference =
+        mlx_rs::Array::load_safetensors(vision_data().join("qwen3_5/hf/reference.safetensors"))
+            .unwrap();
+    let rows =
+        |name: &str| crate::reference_logits::host_rows(&reference[&format!("{case}.{name}")]);
+    let decoded = reference[&format!("{case}.decoded")]
+        .as_slice::<i32>()
+        .to_vec();
+    let mut steps = vec![rows("logits").last().unwrap().clone()];
+    steps.extend(rows("decode_logits"));
+    decoded
+        .iter()
+        .zip(steps)
+        .map(|(&token, row)| {
+            let top = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let total: f32 = row.iter().map(|logit| (logit - top).exp()).sum();
+            row[token as usize] - top - total.ln()
+        })
+        .collect()
+}
+
+fn logprobs_of(answer: &Value) -> Vec<f32> {
+    answer["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs")
+        .iter()
+        .map(|token| token["logprob"].as_f64().unwrap() as f32)
+        .collect()
+}
+
+#[test]
+fn a_vision_model_reads_images_from_every_api_as_transformers_and_caches_them_by_their_pixels() {
+    let dirs = Dirs::with_models(&[]);
+    vision_model(&dirs, "qwen3_5-vl");
+    // Blocks of 16 tokens, so that the 73-token prompt leaves whole blocks in the cache.
+    let config = dirs.write_config("[prefix_cache]\nblock_tokens = 16\n");
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    let wide = format!("data:image/png;base64,{}", image_base64("wide.png"));
+    // Reference case (a): text, then `wide.png`.
+    let chat = |image: &str| {
+        json!({"model": "qwen3_5-vl", "max_tokens": 8, "temperature": 0, "logprobs": true,
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": image}}]}]})
+    };
+    let first: Value = server
+        .post("/v1/chat/completions", &chat(&wide))
+        .json()
+        .unwrap();
+    assert_eq!(first["usage"]["prompt_tokens"], 73, "{first}");
+    let expected = reference_logprobs("a");
+    let got = logprobs_of(&first);
+    assert_eq!(got.len(), expected.len(), "{first}");
+    for (step, (got, expected)) in got.iter().zip(&expected).enumerate() {
+        assert!(
+            (got - expected).abs() < 1e-3,
+            "step {step}: {got} against {expected}"
+        );
+    }
+
+    // Sent again, the image's tokens come from the prefix cache: the whole blocks of the prompt.
+    let again: Value = server
+        .post("/v1/chat/completions", &chat(&wide))
+        .json()
+        .unwrap();
+    let cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached >= 64, "{again}");
+    assert_eq!(logprobs_of(&again).len(), expected.len());
+
+    // Another picture of the same size gives the same tokens but not the same cache: only the
+    // text before the image is reused.
+    let alpha = format!("data:image/png;base64,{}", image_base64("alpha.png"));
+    let gif = format!("data:image/gif;base64,{}", image_base64("animated.gif"));
+    let ask = |image: &str| -> Value {
+        let body = json!({"model": "qwen3_5-vl", "max_tokens": 2, "temperature": 0, "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}]});
+        server.post("/v1/chat/completions", &body).json().unwrap()
+    };
+    let (first_alpha, gif_answer) = (ask(&alpha), ask(&gif));
+    assert_eq!(
+        first_alpha["usage"]["prompt_tokens"],
+        gif_answer["usage"]["prompt_tokens"]
+    );
+    assert_eq!(
+        gif_answer["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{gif_answer}"
+    );
+
+    // The same request through Anthropic's and OpenAI's Responses shapes answers alike.
+    let answer_text = first["choices"][0]["message"]["reasoning_content"].clone();
+    let anthropic = json!({"model": "qwen3_5-vl", "max_tokens": 8, "temperature": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": image_base64("wide.png")}}]}]});
+    let answer: Value = server.post("/v1/messages", &anthropic).json().unwrap();
+    // Anthropic counts the cached tokens apart.
+    let usage = &answer["usage"];
+    let read = |key: &str| usage[key].as_u64().unwrap();
+    assert_eq!(
+        read("input_tokens") + read("cache_read_input_tokens"),
+        73,
+        "{answer}"
+    );
+    let thinking = answer["content"][0]["thinking"].clone();
+    assert_eq!(thinking, answer_text, "{answer}");
+    let responses = json!({"model": "qwen3_5-vl", "max_output_tokens": 8, "temperature": 0,
+        "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "What is in this picture?"},
+            {"type": "input_image", "image_url": wide}]}]});
+    let answer: Value = server.post("/v1/responses", &responses).json().unwrap();
+    assert_eq!(answer["usage"]["input_tokens"], 73, "{answer}");
+
+    // An undecodable image is refused in the API's shape, naming where it was.
+    let (status, message) = refusal(&server, "/v1/chat/completions", chat(&data_url()));
+    assert_eq!(status, 400);
+    assert!(
+        message.starts_with("image at messages[0].content[1]: cannot decode"),
+        "{message}"
+    );
+}

@@ -134,9 +134,14 @@ pub(crate) fn check_in_batch(name: &str, model: &Model, reference: &Reference) -
         let mut segments = vec![Segment {
             tokens: &own_tokens,
             cache: &mut own,
+            embedded: Vec::new(),
         }];
         for (tokens, cache) in other_tokens.iter().zip(other_caches.iter_mut()) {
-            segments.push(Segment { tokens, cache });
+            segments.push(Segment {
+                tokens,
+                cache,
+                embedded: Vec::new(),
+            });
         }
         // Decode rows first, as the batch packs them.
         segments.sort_by_key(|segment| segment.tokens.len());

@@ -175,7 +175,7 @@ impl Weights {
             .quantization
             .iter()
             .filter_map(|(layer, quantization)| {
-                Some((layer.strip_prefix(prefix)?.to_owned(), quantization.clone()))
+                Some((layer.strip_prefix(prefix)?.to_owned(), *quantization))
             })
             .collect();
         Some(Self {

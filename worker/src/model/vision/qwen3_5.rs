@@ -273,7 +273,7 @@ impl Tower {
         let patches = (indices.len() / 4) as i32;
         let gathered = self
             .pos_embed
-            .take_axis(&Array::from_slice(&indices, &[patches, 4]), 0)?;
+            .take_axis(Array::from_slice(&indices, &[patches, 4]), 0)?;
         let weights = Array::from_slice(&weights, &[patches, 4, 1]).as_dtype(gathered.dtype())?;
         ops::multiply(&gathered, &weights)?.sum_axis(1, false)
     }

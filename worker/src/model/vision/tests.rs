@@ -42,7 +42,7 @@ fn cases(reference: &HashMap<String, Array>) -> Vec<&'static str> {
 
 fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
     assert_eq!(ours.shape(), theirs.shape());
-    ops::abs(&ops::subtract(ours, theirs).unwrap())
+    ops::abs(ops::subtract(ours, theirs).unwrap())
         .unwrap()
         .max(None)
         .unwrap()

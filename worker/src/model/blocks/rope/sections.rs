@@ -140,7 +140,7 @@ mod tests {
         let positions = Array::from_slice(&at, &[3, 5]);
         let plain = rope.apply(&x, offset).unwrap();
         let turned = sectioned.apply_at(&x, &positions).unwrap();
-        let difference = ops::abs(&ops::subtract(&plain, &turned).unwrap())
+        let difference = ops::abs(ops::subtract(&plain, &turned).unwrap())
             .unwrap()
             .max(None)
             .unwrap()

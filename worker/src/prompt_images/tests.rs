@@ -1,0 +1,171 @@
+//! A chat's images through `prepare` against transformers' processor and `get_rope_index` (the
+//! tokens, positions and shift of each case in tests/data/vision), and the refusals before the
+//! template renders.
+
+use std::path::PathBuf;
+
+use mlx_rs::Array;
+
+use super::*;
+use crate::generation::{GenerateRequest, Prompt, prepare};
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data")
+}
+
+fn image(file: &str, location: &str) -> PromptImage {
+    PromptImage {
+        bytes: std::fs::read(data().join("vision/images").join(file)).unwrap(),
+        location: location.to_owned(),
+    }
+}
+
+/// A chat whose images travel as the supervisor sends them: `{"type": "image"}` parts, and the
+/// bytes beside the messages.
+fn chat(messages: Vec<serde_json::Value>, images: Vec<PromptImage>) -> GenerateRequest {
+    GenerateRequest::greedy(
+        Prompt::Chat {
+            messages,
+            tools: None,
+            template_kwargs: None,
+            images,
+        },
+        8,
+    )
+}
+
+/// Reference case `case` as the supervisor would send it.
+fn case(reference: &serde_json::Value, case: &str) -> GenerateRequest {
+    let mut images = Vec::new();
+    let messages = reference["cases"][case]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let mut message = message.clone();
+            if let Some(parts) = message["content"].as_array_mut() {
+                for (part_index, part) in parts.iter_mut().enumerate() {
+                    if let Some(file) = part.get("image").and_then(|file| file.as_str()) {
+                        images.push(image(
+                            file,
+                            &format!("messages[{index}].content[{part_index}]"),
+                        ));
+                        *part = serde_json::json!({"type": "image"});
+                    }
+                }
+            }
+            message
+        })
+        .collect();
+    chat(messages, images)
+}
+
+#[test]
+fn each_case_has_the_processors_tokens_and_transformers_positions() {
+    let dir = data().join("vision/qwen3_5/hf");
+    let loaded = LoadedModel::load(&dir).unwrap();
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let reference_cases: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        let prepared = prepare(
+            &loaded,
+            &case(&reference_cases, name),
+            &ImageLimits::default(),
+        )
+        .unwrap();
+        let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
+        assert_eq!(
+            tokens,
+            tensors[&format!("{name}.input_ids")].as_slice::<i32>(),
+            "{name}"
+        );
+        let images = prepared.images.unwrap();
+        assert_eq!(
+            images.positions,
+            tensors[&format!("{name}.position_ids")].as_slice::<i32>(),
+            "{name}"
+        );
+        assert_eq!(
+            images.shift,
+            tensors[&format!("{name}.rope_deltas")].as_slice::<i32>()[0],
+            "{name}"
+        );
+        // The prefix cache's key: the text as it is, each image's tokens its own.
+        let image_token = loaded.model.vision.as_ref().unwrap().image_token();
+        for (key, token) in images.key().iter().zip(&prepared.tokens) {
+            assert_eq!(*token == image_token, key != token, "{name}");
+        }
+    }
+}
+
+#[test]
+fn the_same_picture_keys_alike_and_another_otherwise() {
+    let loaded = LoadedModel::load(&data().join("vision/qwen3_5/hf")).unwrap();
+    let ask = |file: &str| {
+        let message = serde_json::json!({"role": "user", "content": [
+            {"type": "image"}, {"type": "text", "text": "what is it?"}]});
+        let request = chat(vec![message], vec![image(file, "messages[0].content[0]")]);
+        prepare(&loaded, &request, &ImageLimits::default()).unwrap()
+    };
+    let (first, again) = (ask("alpha.png"), ask("alpha.png"));
+    // `animated.gif` has `alpha.png`'s grid (12x14 patches): the same tokens, another key.
+    let other = ask("animated.gif");
+    assert_eq!(first.tokens, other.tokens);
+    let key =
+        |prepared: &crate::generation::Prepared| prepared.images.as_ref().unwrap().key().to_vec();
+    assert_eq!(key(&first), key(&again));
+    assert_ne!(key(&first), key(&other));
+}
+
+#[test]
+fn a_bad_image_or_a_text_model_is_refused_by_the_images_place() {
+    let vision = LoadedModel::load(&data().join("vision/qwen3_5/hf")).unwrap();
+    let message = serde_json::json!({"role": "user", "content": [
+        {"type": "text", "text": "look"}, {"type": "image"}]});
+    let garbage = PromptImage {
+        bytes: b"not an image".to_vec(),
+        location: "messages[0].content[1]".into(),
+    };
+    let error = prepare(
+        &vision,
+        &chat(vec![message.clone()], vec![garbage]),
+        &ImageLimits::default(),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        error.to_string(),
+        "image at messages[0].content[1]: not an image in a format corral reads (PNG, JPEG, WebP or GIF)"
+    );
+    let two = vec![
+        image("wide.png", "messages[0].content[1]"),
+        image("tall.jpg", "messages[0].content[2]"),
+    ];
+    let limits = ImageLimits {
+        max_images: Some(1),
+        ..ImageLimits::default()
+    };
+    let error = prepare(&vision, &chat(vec![message.clone()], two), &limits)
+        .err()
+        .unwrap();
+    assert!(
+        error
+            .to_string()
+            .ends_with("(the first one too many at messages[0].content[2])")
+    );
+    let text_only = LoadedModel::load(&data().join("toolchain/qwen3/hf")).unwrap();
+    let one = vec![image("wide.png", "messages[0].content[1]")];
+    let error = prepare(
+        &text_only,
+        &chat(vec![message], one),
+        &ImageLimits::default(),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        error.to_string(),
+        "model `hf` takes no images (image at messages[0].content[1])"
+    );
+}
