@@ -279,4 +279,90 @@ fn a_vision_model_reads_images_from_every_api_as_transformers_and_caches_them_by
         message.starts_with("image at messages[0].content[1]: cannot decode"),
         "{message}"
     );
+    // With a text request beside it in the batch, the image's answer is the same.
+    let fresh = format!("data:image/webp;base64,{}", image_base64("square.webp"));
+    let text = json!({"model": "qwen3_5-vl", "max_tokens": 24, "temperature": 0,
+        "messages": [{"role": "user", "content": "Say a long sentence."}]});
+    let (alone, beside) = std::thread::scope(|scope| {
+        let text = scope.spawn(|| server.post("/v1/chat/completions", &text).status());
+        let imaged: Value = server
+            .post("/v1/chat/completions", &chat(&fresh))
+            .json()
+            .unwrap();
+        assert_eq!(text.join().unwrap(), 200);
+        let alone: Value = server
+            .post("/v1/chat/completions", &chat(&fresh))
+            .json()
+            .unwrap();
+        (alone, imaged)
+    });
+    for (a, b) in logprobs_of(&alone).iter().zip(logprobs_of(&beside)) {
+        assert!((a - b).abs() < 1e-4, "{alone} against {beside}");
+    }
+
+    // Claude Code returns a screenshot it read inside a tool result: the image's tokens reach
+    // the model there too.
+    let tool_round = json!({"model": "qwen3_5-vl", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "Read shot.png"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "shot.png"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": image_base64("wide.png")}}]}]}],
+        "tools": [{"name": "Read", "description": "Reads a file",
+                   "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}]});
+    let answer: Value = server
+        .post("/v1/messages/count_tokens", &tool_round)
+        .json()
+        .unwrap();
+    let with_image = answer["input_tokens"].as_u64().expect("a count");
+    let mut without = tool_round.clone();
+    without["messages"][2]["content"][0]["content"] = json!("");
+    let answer: Value = server
+        .post("/v1/messages/count_tokens", &without)
+        .json()
+        .unwrap();
+    // `wide.png` is 40 tokens between the vision markers.
+    assert!(
+        with_image >= answer["input_tokens"].as_u64().unwrap() + 40,
+        "{with_image} {answer}"
+    );
+    assert_eq!(server.post("/v1/messages", &tool_round).status(), 200);
+}
+
+/// A prompt restored from the prefix cache partway through an image (its last tokens in a block
+/// the new prompt does not share) answers as one computed whole by a worker without the cache.
+#[test]
+fn a_restore_that_ends_inside_an_image_answers_as_a_cold_prefill() {
+    let ask = |server: &Server, question: &str| -> Value {
+        let image = format!("data:image/jpeg;base64,{}", image_base64("tall.jpg"));
+        let body = json!({"model": "qwen3_5-vl", "max_tokens": 6, "temperature": 0,
+            "logprobs": true, "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": image}},
+                {"type": "text", "text": question}]}]});
+        server.post("/v1/chat/completions", &body).json().unwrap()
+    };
+    let cold_dirs = Dirs::with_models(&[]);
+    vision_model(&cold_dirs, "qwen3_5-vl");
+    let config = cold_dirs.write_config("[prefix_cache]\nenabled = false\n");
+    let cold = Server::start_with(&cold_dirs, &["--config".as_ref(), config.as_os_str()]);
+    let expected = ask(&cold, "And how tall?");
+    drop(cold);
+
+    // `tall.jpg`'s 40 tokens are positions 5 to 44; blocks of 16 end at 16, 32 and 48, and the
+    // block from 32 holds the image's last 13 tokens and the question's first, so the second
+    // question restores 32 positions (with the recurrent layers' state at each boundary).
+    let dirs = Dirs::with_models(&[]);
+    vision_model(&dirs, "qwen3_5-vl");
+    let config = dirs.write_config("[prefix_cache]\nblock_tokens = 16\nsnapshot_every = 1\n");
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    ask(&server, "What is in it?");
+    let restored = ask(&server, "And how tall?");
+    let cached = &restored["usage"]["prompt_tokens_details"]["cached_tokens"];
+    assert_eq!(cached, 32, "{restored}");
+    let (got, want) = (logprobs_of(&restored), logprobs_of(&expected));
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-4, "{restored} against {expected}");
+    }
 }
