@@ -48,6 +48,11 @@ pub struct ModelDescription {
     /// Whether the model reads images: its files hold a vision tower the worker runs.
     #[serde(default)]
     pub vision: bool,
+    /// What the vision tower's activations take while it encodes one image of a megapixel (a
+    /// screenshot; the processor's largest where that is smaller): the memory estimate's
+    /// reserve for images. 0 without a tower.
+    #[serde(default)]
+    pub vision_reserve_bytes: u64,
     /// The sampling a GGUF's `general.sampling.*` metadata recommends.
     #[serde(default)]
     pub gguf_sampling: SamplingValues,

@@ -98,6 +98,7 @@ impl Backend for Dispatch {
                 id: entry.id.clone(),
                 created: entry.created,
                 kind: entry.kind(),
+                vision: entry.vision(),
             })
             .collect()
     }

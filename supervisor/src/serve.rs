@@ -110,6 +110,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
         DescribedSizes {
             gguf_loaded_bytes: description.gguf_loaded_bytes.get(&key).copied(),
             cache: description.cache.clone(),
+            vision_reserve_bytes: description.vision_reserve_bytes,
         }
     });
     let processes =

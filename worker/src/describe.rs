@@ -35,6 +35,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         unservable: None,
         kind: ModelKind::Chat,
         vision: false,
+        vision_reserve_bytes: 0,
         gguf_sampling: Default::default(),
         generation_config: Default::default(),
         warnings: Vec::new(),
@@ -65,6 +66,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         unservable: None,
         kind: ModelKind::Chat,
         vision: false,
+        vision_reserve_bytes: 0,
         gguf_sampling: Default::default(),
         generation_config: Default::default(),
         warnings: Vec::new(),
@@ -161,6 +163,10 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         };
         description.cache = cache_size(config, activation_bytes);
         description.vision = model::has_vision_tower(config, dir);
+        if description.vision {
+            description.vision_reserve_bytes =
+                model::vision_activation_bytes(config, dir, activation_bytes);
+        }
         if let Some(quantization) = config.quantization {
             description.quantization = Some(quantization.mode.label(quantization.bits));
         } else if description.quantization.is_none() {

@@ -91,6 +91,8 @@ pub struct ModelCard {
     /// Unix seconds; when the model was installed or first seen.
     pub created: u64,
     pub kind: ModelKind,
+    /// Whether it reads images.
+    pub vision: bool,
 }
 
 /// An embedding model's answer: one vector per input, in the request's order.

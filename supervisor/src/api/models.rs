@@ -27,6 +27,9 @@ pub struct ModelObject {
     /// `chat`, `embedding` or `rerank`: which endpoints the model answers (an extension field,
     /// as llama.cpp and LM Studio add their own).
     pub kind: ModelKind,
+    /// Whether the model reads images (an extension field, as LM Studio's and Ollama's model
+    /// listings say so).
+    pub vision: bool,
 }
 
 impl From<ModelCard> for ModelObject {
@@ -37,6 +40,7 @@ impl From<ModelCard> for ModelObject {
             created: card.created,
             owned_by: "corral",
             kind: card.kind,
+            vision: card.vision,
         }
     }
 }

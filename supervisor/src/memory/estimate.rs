@@ -34,6 +34,9 @@ pub struct ModelEstimate {
     /// described them: keys and values (sliding windows' up to their window) plus the recurrent
     /// layers' states.
     pub kv_reserve_bytes: u64,
+    /// What a vision tower's activations take while it encodes an image, as its worker
+    /// described them (0 without a tower).
+    pub vision_reserve_bytes: u64,
     /// The worker process's own memory, [`PROCESS_BASE_BYTES`], for a GGUF and a directory
     /// whose caches were not described; a directory's KV reserve already covers it (a
     /// 4096-token cache is larger than the base for any model but the test fixtures).
@@ -41,12 +44,14 @@ pub struct ModelEstimate {
 }
 
 impl ModelEstimate {
-    /// Weights plus 5% (allocator slack, runtime buffers), plus the KV reserve and the base.
+    /// Weights plus 5% (allocator slack, runtime buffers), plus the KV and image reserves and
+    /// the base.
     pub fn total(&self) -> u64 {
         let weights = u128::from(self.weight_bytes) * 105 / 100;
         u64::try_from(weights)
             .unwrap_or(u64::MAX)
             .saturating_add(self.kv_reserve_bytes)
+            .saturating_add(self.vision_reserve_bytes)
             .saturating_add(self.base_bytes)
     }
 }
@@ -66,6 +71,7 @@ pub fn estimate_model_bytes(
         return Ok(ModelEstimate {
             weight_bytes: meta.len(),
             kv_reserve_bytes: 0,
+            vision_reserve_bytes: 0,
             base_bytes: PROCESS_BASE_BYTES,
         });
     }
@@ -77,6 +83,7 @@ pub fn estimate_model_bytes(
     Ok(ModelEstimate {
         weight_bytes: weight_bytes(model_dir)?,
         kv_reserve_bytes,
+        vision_reserve_bytes: 0,
         base_bytes,
     })
 }

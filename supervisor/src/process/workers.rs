@@ -23,6 +23,8 @@ pub struct DescribedSizes {
     pub gguf_loaded_bytes: Option<u64>,
     /// What its caches take for one sequence.
     pub cache: Option<CacheSize>,
+    /// What its vision tower's activations take for one image.
+    pub vision_reserve_bytes: u64,
 }
 
 /// Model id → what its worker described of its size (nothing for a model not described).
@@ -125,6 +127,7 @@ impl Processes for WorkerProcesses {
                 if let Some(bytes) = described.gguf_loaded_bytes {
                     estimate.weight_bytes = bytes;
                 }
+                estimate.vision_reserve_bytes = described.vision_reserve_bytes;
                 estimates.insert(model.to_owned(), estimate.total());
                 estimate.total()
             }

@@ -107,6 +107,7 @@ mod tests {
             unservable: unservable.map(str::to_owned),
             kind: corral_ipc::ModelKind::Chat,
             vision: false,
+            vision_reserve_bytes: 0,
             gguf_sampling: Default::default(),
             generation_config: Default::default(),
             warnings: Vec::new(),

@@ -124,6 +124,13 @@ impl ModelEntry {
             .as_ref()
             .map_or(ModelKind::Chat, |description| description.kind)
     }
+
+    /// Whether the model reads images (its worker runs its vision tower).
+    pub fn vision(&self) -> bool {
+        self.description
+            .as_ref()
+            .is_some_and(|description| description.vision)
+    }
 }
 
 #[derive(Debug, Clone, Default)]

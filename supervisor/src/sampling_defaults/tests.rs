@@ -37,6 +37,7 @@ fn entry() -> ModelEntry {
         unservable: None,
         kind: ModelKind::Chat,
         vision: false,
+        vision_reserve_bytes: 0,
         gguf_sampling: values(|v| {
             v.temperature = Some(0.7);
             v.top_k = Some(30);

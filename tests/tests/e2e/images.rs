@@ -194,6 +194,8 @@ fn a_vision_model_reads_images_from_every_api_as_transformers_and_caches_them_by
     // Blocks of 16 tokens, so that the 73-token prompt leaves whole blocks in the cache.
     let config = dirs.write_config("[prefix_cache]\nblock_tokens = 16\n");
     let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    let listed = server.get_json("/v1/models/qwen3_5-vl");
+    assert_eq!(listed["vision"], true, "{listed}");
     let wide = format!("data:image/png;base64,{}", image_base64("wide.png"));
     // Reference case (a): text, then `wide.png`.
     let chat = |image: &str| {

@@ -149,6 +149,10 @@ fn a_checkpoint_with_a_tower_the_worker_runs_reads_images() {
         let description = describe(&data.join("vision").join(layout));
         assert_eq!(description.unservable, None, "{layout}");
         assert!(description.vision, "{layout}");
+        // The processor's largest image (8192 pixels) is 512 patches of 16 pixels: two heads'
+        // scores and probabilities, and 5 hidden widths of 32 and an MLP of 64 per patch, in f32.
+        let expected = (2 * 512 * 512 * 2 + 512 * (5 * 32 + 64)) * 4;
+        assert_eq!(description.vision_reserve_bytes, expected, "{layout}");
     }
     // A text model, and Gemma 3's wrapper, whose tower this worker does not run yet.
     for layout in ["qwen3/hf", "gemma3/hf"] {

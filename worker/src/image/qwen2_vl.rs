@@ -102,6 +102,11 @@ impl Qwen2VlProcessor {
         self
     }
 
+    /// The most pixels an image is resized to.
+    pub fn max_pixels(&self) -> u64 {
+        self.pixel_bounds().1
+    }
+
     /// The pixel bounds an image is resized within: the old keys where a config has them.
     fn pixel_bounds(&self) -> (u64, u64) {
         (

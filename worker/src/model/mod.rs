@@ -33,7 +33,10 @@ pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
-pub use vision::{ImageTokens, VisionTower, has_tower as has_vision_tower};
+pub use vision::{
+    ImageTokens, VisionTower, activation_bytes as vision_activation_bytes,
+    has_tower as has_vision_tower,
+};
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
 #[cfg(test)]

@@ -99,16 +99,19 @@ impl Backend for FakeBackend {
                 id: "tiny".to_owned(),
                 created: 1_700_000_000,
                 kind: ModelKind::Chat,
+                vision: false,
             },
             ModelCard {
                 id: "embedder".to_owned(),
                 created: 1_700_000_000,
                 kind: ModelKind::Embedding,
+                vision: false,
             },
             ModelCard {
                 id: "reranker".to_owned(),
                 created: 1_700_000_000,
                 kind: ModelKind::Rerank,
+                vision: false,
             },
         ]
     }

@@ -12,11 +12,11 @@ async fn models_and_health_answer() {
         reply.json(),
         json!({"object": "list", "data": [
             {"id": "tiny", "object": "model", "created": 1_700_000_000, "owned_by": "corral",
-             "kind": "chat"},
+             "kind": "chat", "vision": false},
             {"id": "embedder", "object": "model", "created": 1_700_000_000, "owned_by": "corral",
-             "kind": "embedding"},
+             "kind": "embedding", "vision": false},
             {"id": "reranker", "object": "model", "created": 1_700_000_000, "owned_by": "corral",
-             "kind": "rerank"},
+             "kind": "rerank", "vision": false},
         ]})
     );
     assert_eq!(

@@ -98,12 +98,14 @@ fn total_adds_five_percent_to_the_weights_then_the_reserve_and_the_base() {
     let estimate = ModelEstimate {
         weight_bytes: 1_000_000_007,
         kv_reserve_bytes: 3,
+        vision_reserve_bytes: 7,
         base_bytes: 5,
     };
-    assert_eq!(estimate.total(), 1_000_000_007 * 105 / 100 + 3 + 5);
+    assert_eq!(estimate.total(), 1_000_000_007 * 105 / 100 + 3 + 7 + 5);
     let huge = ModelEstimate {
         weight_bytes: u64::MAX,
         kv_reserve_bytes: 1,
+        vision_reserve_bytes: 1,
         base_bytes: 1,
     };
     assert_eq!(huge.total(), u64::MAX);

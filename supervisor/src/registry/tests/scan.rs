@@ -202,6 +202,7 @@ done"#;
             unservable: None,
             kind: corral_ipc::ModelKind::Chat,
             vision: false,
+            vision_reserve_bytes: 0,
             gguf_sampling: Default::default(),
             generation_config: Default::default(),
             warnings: Vec::new(),

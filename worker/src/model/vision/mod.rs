@@ -70,6 +70,27 @@ pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
     runs_tower(config) && has_config && has_tensors
 }
 
+/// What the tower of the checkpoint at `dir` takes while it encodes one image of at most a
+/// megapixel (within its processor's limit), each activation `element_bytes` wide: `describe`'s
+/// reserve for images. 0 when the files say too little to tell.
+pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) -> u64 {
+    const MEGAPIXEL: u64 = 1 << 20;
+    let vision_config = std::fs::read_to_string(&config.path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<WrapperArgs>(&text).ok())
+        .and_then(|args| args.vision_config);
+    let Some(args) =
+        vision_config.and_then(|value| serde_json::from_value::<qwen3_5::Args>(value).ok())
+    else {
+        return 0;
+    };
+    let pixels = crate::image::Qwen2VlProcessor::load(dir)
+        .ok()
+        .flatten()
+        .map_or(MEGAPIXEL, |processor| processor.max_pixels().min(MEGAPIXEL));
+    args.activation_bytes(pixels, element_bytes)
+}
+
 impl VisionTower {
     /// The tower of a wrapper checkpoint whose tower corral runs, taking its tensors from
     /// `weights`; `None` for a text model, or a checkpoint without the tower's tensors or its

@@ -44,6 +44,20 @@ struct RopeArgs {
     rope_theta: Option<f32>,
 }
 
+impl Args {
+    /// The peak of encoding an image of `pixels`: one block's attention scores and
+    /// probabilities over all its patches (MLX's fused attention does not take the tower's head
+    /// size, so they are written out), and its hidden states, projections and MLP activations.
+    pub fn activation_bytes(&self, pixels: u64, element_bytes: u64) -> u64 {
+        let patch = u64::try_from(self.patch_size).unwrap_or(1).max(1);
+        let patches = pixels / (patch * patch);
+        let width = |value: i32| u64::try_from(value).unwrap_or(0);
+        let scores = width(self.num_heads) * patches * patches * 2;
+        let hidden = patches * (5 * width(self.hidden_size) + width(self.intermediate_size));
+        (scores + hidden).saturating_mul(element_bytes)
+    }
+}
+
 impl Default for Args {
     fn default() -> Self {
         Self {
