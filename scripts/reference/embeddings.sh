@@ -5,6 +5,8 @@
 #   scripts/reference/embeddings.sh build/models/all-MiniLM-L6-v2
 # Needs Python 3 with pip and network access to PyPI (torch's CPU build from PyPI).
 set -euo pipefail
+# shellcheck source=scripts/reference/pinned_venv.sh
+source "$(dirname "$0")/pinned_venv.sh"
 
 minilm=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,13 +18,7 @@ mkdir -p "$work"
 venv=$work/embedding-venv
 pins="torch==2.9.1 sentence-transformers==5.1.2 transformers==4.57.6 tokenizers==0.22.2"
 pins+=" numpy==2.4.6"
-if [[ $(cat "$venv/corral-pins" 2>/dev/null) != "$pins" ]]; then
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  # shellcheck disable=SC2086
-  "$venv/bin/pip" install --quiet $pins
-  echo "$pins" >"$venv/corral-pins"
-fi
+pinned_venv "$venv" "$pins"
 
 "$venv/bin/python" "$root/scripts/reference/minilm_reference.py" \
   "$minilm" "$root/tests/data/minilm_reference.json"

@@ -18,6 +18,8 @@
 # with pip, network access to PyPI, and cmake and a C++ compiler to build llama-cpp-python; the Rust
 # tests themselves need no Python.
 set -euo pipefail
+# shellcheck source=scripts/reference/pinned_venv.sh
+source "$(dirname "$0")/pinned_venv.sh"
 
 mlx_version=$1
 gguf=$2
@@ -55,25 +57,13 @@ toolchain_venv=$work/hf-venv
 toolchain_pins="torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 sentencepiece==0.2.3"
 toolchain_pins+=" pillow==12.0.0"
 toolchain_pins+=" mlx${extra:-}==$mlx_version mlx-lm==$mlx_lm_version numpy==2.4.6"
-if [[ $(cat "$toolchain_venv/corral-pins" 2>/dev/null) != "$toolchain_pins" ]]; then
-  rm -rf "$toolchain_venv"
-  python3 -m venv "$toolchain_venv"
-  # shellcheck disable=SC2086
-  "$toolchain_venv/bin/pip" install --quiet $toolchain_pins
-  echo "$toolchain_pins" >"$toolchain_venv/corral-pins"
-fi
+pinned_venv "$toolchain_venv" "$toolchain_pins"
 # llama.cpp's logits on the GGUF layouts (toolchain_gguf.py): llama-cpp-python 0.3.36's own
 # package runs from the sdist on the shared libraries `cargo xtask setup` built from it, so
 # this venv holds only the package's dependencies; its converter runs in hf-venv.
 llama_cpp_venv=$work/llama-cpp-venv
 llama_cpp_pins="numpy==2.4.6 diskcache==5.6.3 typing-extensions==4.16.0 jinja2==3.1.6"
-if [[ $(cat "$llama_cpp_venv/corral-pins" 2>/dev/null) != "$llama_cpp_pins" ]]; then
-  rm -rf "$llama_cpp_venv"
-  python3 -m venv "$llama_cpp_venv"
-  # shellcheck disable=SC2086
-  "$llama_cpp_venv/bin/pip" install --quiet $llama_cpp_pins
-  echo "$llama_cpp_pins" >"$llama_cpp_venv/corral-pins"
-fi
+pinned_venv "$llama_cpp_venv" "$llama_cpp_pins"
 # The images the vision tests send, made by Pillow.
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision_images.py" "$root/tests/data/vision/images"
 # Qwen3.5's vision-language checkpoints with transformers' preprocessing, positions, tower
@@ -85,13 +75,7 @@ fi
 vlm_venv=$work/vlm-venv
 vlm_pins="mlx-vlm==0.7.10 mlx${extra:-}==0.32.4 transformers==5.23.0 tokenizers==0.23.3"
 vlm_pins+=" safetensors==0.8.0 numpy==2.4.6 pillow==12.0.0"
-if [[ $(cat "$vlm_venv/corral-pins" 2>/dev/null) != "$vlm_pins" ]]; then
-  rm -rf "$vlm_venv"
-  python3 -m venv "$vlm_venv"
-  # shellcheck disable=SC2086
-  "$vlm_venv/bin/pip" install --quiet $vlm_pins
-  echo "$vlm_pins" >"$vlm_venv/corral-pins"
-fi
+pinned_venv "$vlm_venv" "$vlm_pins"
 "$vlm_venv/bin/python" "$root/scripts/reference/vision_mlx.py" "$root/scripts/reference/vision.json" \
   "$root/tests/data/vision/images" "$root/tests/data/vision"
 echo "wrote $root/tests/data/vision"
@@ -119,16 +103,9 @@ echo "wrote $root/tests/data/config_defaults.json"
 smollm2_venv=$work/smollm2-venv
 smollm2_pins="transformers==4.57.6 tokenizers==0.22.2 gguf==0.19.0 llama-cpp-python==0.3.36"
 smollm2_pins+=" jinja2==3.1.6 numpy==2.4.6"
-if [[ $(cat "$smollm2_venv/corral-pins" 2>/dev/null) != "$smollm2_pins" ]]; then
-  rm -rf "$smollm2_venv"
-  python3 -m venv "$smollm2_venv"
-  # pip compiles llama.cpp here (minutes): for the CPU only, without the multimodal library, and
-  # not from its cache, which would ignore CMAKE_ARGS.
-  # shellcheck disable=SC2086
-  CMAKE_ARGS="-DGGML_METAL=OFF -DLLAVA_BUILD=OFF" \
-    "$smollm2_venv/bin/pip" install --quiet --no-cache-dir $smollm2_pins
-  echo "$smollm2_pins" >"$smollm2_venv/corral-pins"
-fi
+# pip compiles llama.cpp here (minutes): for the CPU only, without the multimodal library, and
+# not from its cache, which would ignore CMAKE_ARGS.
+CMAKE_ARGS="-DGGML_METAL=OFF -DLLAVA_BUILD=OFF" pinned_venv "$smollm2_venv" "$smollm2_pins" --no-cache-dir
 
 "$smollm2_venv/bin/python" "$root/scripts/reference/smollm2_reference.py" \
   "$gguf" "$root/tests/data/smollm2_reference.json"
