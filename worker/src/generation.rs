@@ -11,10 +11,9 @@ use mlx_rs::error::Exception;
 
 use crate::chat_template::ChatTemplateError;
 use crate::constraint::{Constraint, ConstraintError, GrammarSpec, ToolCallChoice};
-use crate::image::ImageError;
 use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
-use crate::prompt_images::{ImageLimits, ImagePrompt, refuse_images};
+use crate::prompt_images::{ImageLimits, ImagePrompt, ImagePromptError, refuse_images};
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
@@ -167,24 +166,9 @@ pub enum RejectReason {
          send parallel_tool_calls: false"
     )]
     ParallelCalls { format: ToolFormat },
-    #[error("model `{model}` takes no images (image at {location})")]
-    NoVision { model: String, location: String },
-    #[error(
-        "{count} images, over this model's max_images of {max} (the first one too many at \
-         {location})"
-    )]
-    TooManyImages {
-        count: usize,
-        max: usize,
-        location: String,
-    },
-    #[error("image at {location}: {error}")]
-    Image { location: String, error: ImageError },
-    #[error(
-        "the model's chat template wrote {written} image placeholders for the {sent} images \
-         sent"
-    )]
-    ImagePlaceholders { written: usize, sent: usize },
+    /// A chat's images refused: too many, one the model cannot take or the worker cannot read.
+    #[error(transparent)]
+    Images(#[from] ImagePromptError),
 }
 
 impl RejectReason {

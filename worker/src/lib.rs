@@ -7,6 +7,7 @@ pub mod constraint;
 pub mod describe;
 pub mod detokenizer;
 pub mod embedding;
+mod encoded_images;
 pub mod engine;
 mod fast_exp;
 pub mod generation;

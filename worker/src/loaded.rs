@@ -11,11 +11,11 @@ use tokenizers::Tokenizer;
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
 use crate::constraint::{ConstraintError, ConstraintFactory};
+use crate::encoded_images::EncodedImages;
 use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::image::{ImageError, Qwen2VlProcessor};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
-use crate::prompt_images::EncodedImages;
 use crate::stop_tokens::eos_token_ids;
 use crate::tools::ModelFormats;
 

@@ -8,11 +8,9 @@
 //! that a refusal names it in the called API's terms.
 //!
 //! An image's rows come from the vision tower when a prefill chunk first reaches its tokens, and
-//! are kept by the image's digest ([`EncodedImages`]), so an image sent again (an agent re-sends
+//! are kept by the image's digest (`encoded_images.rs`), so an image sent again (an agent re-sends
 //! the whole conversation every turn) is not encoded again.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::path::Path;
 
 use corral_ipc::PromptImage;
@@ -20,8 +18,8 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 
-use crate::generation::RejectReason;
-use crate::image::{self, Patches};
+use crate::encoded_images::grid_of;
+use crate::image::{self, ImageError, Patches};
 use crate::loaded::LoadedModel;
 use crate::model::{EmbeddedRows, KvCache, VisionTower};
 
@@ -35,6 +33,29 @@ pub struct ImageLimits {
     pub min_pixels: Option<u64>,
 }
 
+/// Why a chat's images cannot be given to the model, each naming where the client put one.
+#[derive(Debug, thiserror::Error)]
+pub enum ImagePromptError {
+    #[error("model `{model}` takes no images (image at {location})")]
+    NoVision { model: String, location: String },
+    #[error(
+        "{count} images, over this model's max_images of {max} (the first one too many at \
+         {location})"
+    )]
+    TooManyImages {
+        count: usize,
+        max: usize,
+        location: String,
+    },
+    #[error("image at {location}: {error}")]
+    Image { location: String, error: ImageError },
+    #[error(
+        "the model's chat template wrote {written} image placeholders for the {sent} images \
+         sent"
+    )]
+    ImagePlaceholders { written: usize, sent: usize },
+}
+
 /// Refuses a chat's images before the template renders them: more than the configured limit,
 /// or any at all for a model without a vision tower, so that a text-only template never sees an
 /// image part.
@@ -42,11 +63,11 @@ pub(crate) fn refuse_images(
     loaded: &LoadedModel,
     images: &[PromptImage],
     limits: &ImageLimits,
-) -> Result<(), RejectReason> {
+) -> Result<(), ImagePromptError> {
     if let Some(max) = limits.max_images
         && let Some(extra) = images.get(max)
     {
-        return Err(RejectReason::TooManyImages {
+        return Err(ImagePromptError::TooManyImages {
             count: images.len(),
             max,
             location: extra.location.clone(),
@@ -54,7 +75,7 @@ pub(crate) fn refuse_images(
     }
     match images.first() {
         Some(image) if loaded.model.vision.is_none() || loaded.image_processor.is_none() => {
-            Err(RejectReason::NoVision {
+            Err(ImagePromptError::NoVision {
                 model: model_name(&loaded.dir),
                 location: image.location.clone(),
             })
@@ -97,9 +118,9 @@ impl ImagePrompt {
         tokens: Vec<u32>,
         images: &[PromptImage],
         limits: &ImageLimits,
-    ) -> Result<(Vec<u32>, Self), RejectReason> {
+    ) -> Result<(Vec<u32>, Self), ImagePromptError> {
         let (Some(tower), Some(processor)) = (&loaded.model.vision, &loaded.image_processor) else {
-            return Err(RejectReason::NoVision {
+            return Err(ImagePromptError::NoVision {
                 model: model_name(&loaded.dir),
                 location: images
                     .first()
@@ -115,7 +136,7 @@ impl ImagePrompt {
             .filter(|&&token| token == tower.image_token())
             .count();
         if written != images.len() {
-            return Err(RejectReason::ImagePlaceholders {
+            return Err(ImagePromptError::ImagePlaceholders {
                 written,
                 sent: images.len(),
             });
@@ -125,7 +146,7 @@ impl ImagePrompt {
             .map(|sent| {
                 image::decode(&sent.bytes)
                     .and_then(|decoded| processor.preprocess(&decoded))
-                    .map_err(|error| RejectReason::Image {
+                    .map_err(|error| ImagePromptError::Image {
                         location: sent.location.clone(),
                         error,
                     })
@@ -228,7 +249,10 @@ impl ImagePrompt {
             if from >= to {
                 continue;
             }
-            let rows = loaded.encoded_images.rows(loaded, &image.patches)?;
+            let Some(tower) = &loaded.model.vision else {
+                return Err(Exception::from("the model has no vision tower"));
+            };
+            let rows = loaded.encoded_images.rows(tower, &image.patches)?;
             let rows = rows.index(((from - image.start) as i32..(to - image.start) as i32, ..));
             embedded.push(EmbeddedRows {
                 start: from - start,
@@ -244,55 +268,6 @@ impl ImagePrompt {
 fn image_key(digest: &[u8; 32], index: usize) -> u32 {
     let word = u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]);
     (word ^ (index as u32).wrapping_mul(0x9E37_79B9)) | 0x8000_0000
-}
-
-fn grid_of(patches: &Patches) -> [i32; 3] {
-    patches.grid.map(|side| side as i32)
-}
-
-/// The vision tower's rows of the images encoded lately, by digest: an image sent again skips
-/// the tower. Bounded by count; each entry is one image's rows.
-#[derive(Default)]
-pub struct EncodedImages {
-    rows: RefCell<HashMap<[u8; 32], (u64, Array)>>,
-    uses: Cell<u64>,
-}
-
-/// Images whose rows are kept: an agent's conversation re-sends a handful of screenshots.
-const ENCODED_IMAGES_KEPT: usize = 32;
-
-impl EncodedImages {
-    fn rows(&self, loaded: &LoadedModel, patches: &Patches) -> Result<Array, Exception> {
-        let use_number = self.uses.get() + 1;
-        self.uses.set(use_number);
-        if let Some((used, rows)) = self.rows.borrow_mut().get_mut(&patches.digest) {
-            *used = use_number;
-            return Ok(rows.clone());
-        }
-        let Some(tower) = &loaded.model.vision else {
-            return Err(Exception::from("the model has no vision tower"));
-        };
-        let values = Array::from_slice(
-            &patches.values,
-            &[
-                (patches.values.len() / patches.patch_values) as i32,
-                patches.patch_values as i32,
-            ],
-        );
-        let rows = tower.encode(&values, grid_of(patches))?;
-        rows.eval()?;
-        let mut kept = self.rows.borrow_mut();
-        if kept.len() >= ENCODED_IMAGES_KEPT
-            && let Some(oldest) = kept
-                .iter()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(digest, _)| *digest)
-        {
-            kept.remove(&oldest);
-        }
-        kept.insert(patches.digest, (use_number, rows.clone()));
-        Ok(rows)
-    }
 }
 
 #[cfg(test)]
