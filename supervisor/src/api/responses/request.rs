@@ -5,6 +5,8 @@
 //! Fields that only steer OpenAI's service (`include`, `prompt_cache_key`, `service_tier`,
 //! `text.verbosity`, `reasoning.summary`, `client_metadata`...) are accepted and have no effect.
 
+use std::sync::Arc;
+
 use corral_ipc::{GenerateRequest, Prompt, ToolChoice};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -54,7 +56,7 @@ pub struct Prepared {
     pub generate: GenerateRequest,
     pub echo: Echo,
     /// The conversation so far, without instructions: the previous response's, then this input.
-    pub conversation: Vec<Value>,
+    pub conversation: Vec<Arc<Value>>,
     pub stream: bool,
     /// How the model's calls go back to the client, and what was left out.
     pub tools: ResponseTools,
@@ -89,12 +91,12 @@ impl CreateRequest {
                 "input",
             ));
         }
-        conversation.extend(input.messages);
+        conversation.extend(input.messages.into_iter().map(Arc::new));
         let mut prompt_messages = Vec::with_capacity(conversation.len() + 1);
         if let Some(instructions) = &self.instructions {
             prompt_messages.push(json!({"role": "system", "content": instructions}));
         }
-        prompt_messages.extend(conversation.iter().cloned());
+        prompt_messages.extend(conversation.iter().map(|message| Value::clone(message)));
 
         let checked = Tools::check(tools.chat.clone())?;
         // `None` lets the model's default tool_choice apply. A forced custom tool's input is the

@@ -15,11 +15,13 @@ use super::object::{ResponseObject, assistant_messages};
 
 /// What a stored response holds: the object `GET` returns, and the conversation as chat
 /// messages (the inputs of every turn and the answers, without instructions, which OpenAI does
-/// not carry over to the next turn).
+/// not carry over to the next turn). Each message is shared with the responses before and after
+/// it in its conversation, so a long one (its images as data URLs) is held once, not once per
+/// turn.
 #[derive(Debug, Clone)]
 pub struct Stored {
     pub response: ResponseObject,
-    pub conversation: Vec<Value>,
+    pub conversation: Vec<Arc<Value>>,
 }
 
 #[derive(Debug)]
@@ -87,7 +89,7 @@ impl ResponseStore {
 /// its answer is appended. Responses asked not to be stored (`store: false`) are dropped here.
 pub struct Recorder {
     pub store: Arc<ResponseStore>,
-    pub conversation: Vec<Value>,
+    pub conversation: Vec<Arc<Value>>,
 }
 
 impl Recorder {
@@ -96,7 +98,11 @@ impl Recorder {
             return;
         }
         let mut conversation = self.conversation;
-        conversation.extend(assistant_messages(&response.output));
+        conversation.extend(
+            assistant_messages(&response.output)
+                .into_iter()
+                .map(Arc::new),
+        );
         self.store.insert(Stored {
             response: response.clone(),
             conversation,
