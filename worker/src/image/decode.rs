@@ -1,14 +1,14 @@
 //! Decoding what a client sent into the RGB pixels a processor starts from, as transformers'
 //! and mlx-vlm's `load_image` give them: Pillow opens the file (a GIF's first frame), turns it
 //! upright by its EXIF orientation and converts it to RGB, which drops any alpha channel (the
-//! processor's own white backdrop never sees one).
+//! processor's own white backdrop never sees one) but keeps a transparent colour, which the
+//! processor then paints white (`colour_key.rs`).
 
 use std::io::Cursor;
 
-use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits, RgbImage};
 
-use super::ImageError;
+use super::{ImageError, colour_key, jpeg};
 
 /// The longest side decoded: larger than any screen, small enough that no header can make the
 /// worker allocate without bound.
@@ -16,17 +16,19 @@ pub const MAX_IMAGE_SIDE: u32 = 16_384;
 /// The most pixels decoded (64 megapixels, 192 MiB as RGB).
 pub const MAX_IMAGE_PIXELS: u64 = 64 * 1024 * 1024;
 
-/// The image in `bytes`, upright and RGB. Its dimensions are checked from the header before any
+/// The image in `bytes`, upright and RGB, as the processor resizes it. Its dimensions are checked from the header before any
 /// pixel is allocated.
 pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
-    match reader.format() {
-        None => return Err(ImageError::UnknownFormat),
-        Some(ImageFormat::Jpeg) => return decode_jpeg(bytes),
-        Some(_) => {}
-    }
+    let key = match reader.format() {
+        Some(ImageFormat::Jpeg) => return jpeg::decode(bytes),
+        Some(ImageFormat::Png) => colour_key::png(bytes),
+        Some(ImageFormat::Gif) => colour_key::gif(bytes),
+        Some(ImageFormat::WebP) => None,
+        _ => return Err(ImageError::UnknownFormat),
+    };
     let mut decoder = reader
         .into_decoder()
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
@@ -44,10 +46,16 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     let mut image = DynamicImage::from_decoder(decoder)
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
     image.apply_orientation(orientation);
-    Ok(image.into_rgb8())
+    let mut rgb = to_rgb8(image);
+    if let Some(key) = key {
+        for pixel in rgb.pixels_mut().filter(|pixel| pixel.0 == key) {
+            pixel.0 = [255; 3];
+        }
+    }
+    Ok(rgb)
 }
 
-fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
+pub(super) fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
     if width > MAX_IMAGE_SIDE
         || height > MAX_IMAGE_SIDE
         || u64::from(width) * u64::from(height) > MAX_IMAGE_PIXELS
@@ -57,40 +65,35 @@ fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
     Ok(())
 }
 
-/// A JPEG through libjpeg-turbo's decoder (mozjpeg's), which Pillow's wheels bundle: its
-/// chroma upsampling and inverse DCT give Pillow's pixels to the bit, where Rust decoders
-/// differ by a few levels at colour edges.
-fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, ImageError> {
-    let undecodable = |error: std::io::Error| ImageError::Undecodable(error.to_string());
-    // libjpeg reports a corrupt file by unwinding; mozjpeg turns that into an error here.
-    std::panic::catch_unwind(|| {
-        let decompress = mozjpeg::Decompress::with_markers(&[mozjpeg::Marker::APP(1)])
-            .from_mem(bytes)
-            .map_err(undecodable)?;
-        let (width, height) = decompress.size();
-        let (width, height) = (width as u32, height as u32);
-        check_size(width, height)?;
-        let orientation = decompress
-            .markers()
-            .find_map(|marker| exif_orientation(marker.data))
-            .unwrap_or(Orientation::NoTransforms);
-        let mut started = decompress.rgb().map_err(undecodable)?;
-        let rows: Vec<[u8; 3]> = started.read_scanlines().map_err(undecodable)?;
-        started.finish().map_err(undecodable)?;
-        let pixels = rows.into_iter().flatten().collect();
-        let rgb = RgbImage::from_raw(width, height, pixels)
-            .ok_or_else(|| ImageError::Undecodable("fewer pixels than the header says".into()))?;
-        let mut image = DynamicImage::ImageRgb8(rgb);
-        image.apply_orientation(orientation);
-        Ok(image.into_rgb8())
-    })
-    .unwrap_or_else(|_| Err(ImageError::Undecodable("corrupt JPEG data".into())))
+/// RGB as Pillow converts the mode it opened: 16-bit colour keeps each sample's high byte
+/// (Pillow reads it as 8-bit), 16-bit grey (`I;16`) is clipped to 255, alpha is dropped.
+fn to_rgb8(image: DynamicImage) -> RgbImage {
+    let (width, height) = (image.width(), image.height());
+    let pixels = match &image {
+        DynamicImage::ImageRgb16(rgb) => high_bytes(rgb.as_raw(), 3),
+        DynamicImage::ImageRgba16(rgba) => high_bytes(rgba.as_raw(), 4),
+        DynamicImage::ImageLumaA16(grey) => high_bytes(grey.as_raw(), 2),
+        DynamicImage::ImageLuma16(grey) => grey
+            .as_raw()
+            .iter()
+            .flat_map(|&level| [level.min(255) as u8; 3])
+            .collect(),
+        _ => return image.into_rgb8(),
+    };
+    RgbImage::from_raw(width, height, pixels).unwrap_or_else(|| image.into_rgb8())
 }
 
-/// The orientation an APP1 segment's EXIF data gives, if it is EXIF.
-fn exif_orientation(segment: &[u8]) -> Option<Orientation> {
-    let exif = segment.strip_prefix(b"Exif\0\0")?;
-    Orientation::from_exif_chunk(exif)
+/// Each pixel's colour samples' high bytes, grey repeated; `channels` counts any alpha.
+fn high_bytes(samples: &[u16], channels: usize) -> Vec<u8> {
+    samples
+        .chunks_exact(channels)
+        .flat_map(|pixel| {
+            std::array::from_fn::<u8, 3, _>(|channel| {
+                let source = if channels < 3 { 0 } else { channel };
+                (pixel[source] >> 8) as u8
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

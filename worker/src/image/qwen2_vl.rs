@@ -54,7 +54,7 @@ impl Default for Qwen2VlProcessor {
             merge_size: 2,
             // OpenAI CLIP's.
             image_mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
-            image_std: [0.268_629_54, 0.261_302_58, 0.275_777_11],
+            image_std: [0.268_629_54, 0.261_302_6, 0.275_777_1],
             rescale_factor: 1.0 / 255.0,
             do_resize: true,
             do_rescale: true,
