@@ -141,6 +141,102 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn formats_off_the_list_are_unsupported() {
+        let bmp = b"BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0";
+        assert!(matches!(decode(bmp), Err(ImageError::UnknownFormat)));
+    }
+
+    #[test]
+    fn a_transparent_colour_comes_out_white_and_an_alpha_channel_is_dropped() {
+        // Pillow 12 and transformers 5.23's `load_image` then `convert_to_rgb`: the tRNS
+        // colour of an RGB image, and a palette's one transparent entry, turn white; a palette
+        // with partial transparency keeps its colours.
+        let rgb = png(
+            2,
+            &[80, 160, 0, 1, 2, 3],
+            &[(b"tRNS", &[0, 80, 0, 160, 0, 0])],
+        );
+        assert_eq!(decode(&rgb).unwrap().as_raw(), &[255, 255, 255, 1, 2, 3]);
+        let palette: &[u8] = &[10, 20, 30, 40, 50, 60];
+        let single = png(3, &[0, 1], &[(b"PLTE", palette), (b"tRNS", &[255, 0])]);
+        assert_eq!(
+            decode(&single).unwrap().as_raw(),
+            &[10, 20, 30, 255, 255, 255]
+        );
+        let partial = png(3, &[0, 1], &[(b"PLTE", palette), (b"tRNS", &[128, 0])]);
+        assert_eq!(
+            decode(&partial).unwrap().as_raw(),
+            &[10, 20, 30, 40, 50, 60]
+        );
+        let rgba = png(6, &[7, 8, 9, 0, 4, 5, 6, 30], &[]);
+        assert_eq!(decode(&rgba).unwrap().as_raw(), &[7, 8, 9, 4, 5, 6]);
+    }
+
+    #[test]
+    fn sixteen_bit_pngs_keep_their_high_bytes_and_grey_is_clipped() {
+        let encode = |image: DynamicImage| {
+            let mut bytes = Vec::new();
+            image
+                .write_to(&mut Cursor::new(&mut bytes), ImageFormat::Png)
+                .unwrap();
+            bytes
+        };
+        let colour = image::ImageBuffer::from_raw(1, 1, vec![0x1234u16, 0xabff, 0x00ff]).unwrap();
+        let colour = encode(DynamicImage::ImageRgb16(colour));
+        // Rounding to 8 bits, as the image crate converts, would give 0xac and 0x01.
+        assert_eq!(decode(&colour).unwrap().as_raw(), &[0x12, 0xab, 0x00]);
+        let grey = image::ImageBuffer::from_raw(2, 1, vec![200u16, 300]).unwrap();
+        let grey = encode(DynamicImage::ImageLuma16(grey));
+        assert_eq!(
+            decode(&grey).unwrap().as_raw(),
+            &[200, 200, 200, 255, 255, 255]
+        );
+    }
+
+    /// A one-row PNG of `colour_type` with 8-bit samples and `chunks` before its data, stored
+    /// uncompressed.
+    fn png(colour_type: u8, row: &[u8], chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
+        let channels = match colour_type {
+            2 => 3,
+            3 => 1,
+            6 => 4,
+            _ => unreachable!("a colour type the tests use"),
+        };
+        let mut header = 0u32.to_be_bytes().to_vec();
+        header[3] = (row.len() / channels) as u8;
+        header.extend(1u32.to_be_bytes());
+        header.extend([8, colour_type, 0, 0, 0]);
+        let mut scanline = vec![0];
+        scanline.extend(row);
+        // zlib: one stored deflate block, then the Adler-32 of the data.
+        let mut zlib = vec![0x78, 0x01, 0x01];
+        let length = scanline.len() as u16;
+        zlib.extend(length.to_le_bytes());
+        zlib.extend((!length).to_le_bytes());
+        zlib.extend(&scanline);
+        let (a, b) = scanline.iter().fold((1u32, 0u32), |(a, b), &byte| {
+            let a = (a + u32::from(byte)) % 65_521;
+            (a, (b + a) % 65_521)
+        });
+        zlib.extend(((b << 16) | a).to_be_bytes());
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut chunk = |kind: &[u8; 4], data: &[u8]| {
+            png.extend((data.len() as u32).to_be_bytes());
+            let mut checked = kind.to_vec();
+            checked.extend(data);
+            png.extend(&checked);
+            png.extend(crc32(&checked).to_be_bytes());
+        };
+        chunk(b"IHDR", &header);
+        for (kind, data) in chunks {
+            chunk(kind, data);
+        }
+        chunk(b"IDAT", &zlib);
+        chunk(b"IEND", &[]);
+        png
+    }
+
     /// PNG's chunk checksum (CRC-32, polynomial 0xEDB88320).
     fn crc32(bytes: &[u8]) -> u32 {
         let mut crc = !0u32;

@@ -21,6 +21,11 @@ pub(super) fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
 }
 
 fn decode_unguarded(bytes: &[u8]) -> Result<RgbImage, ImageError> {
+    if !reaches_its_end(bytes) {
+        return Err(ImageError::Undecodable(
+            "the JPEG data stops before its end marker (truncated)".into(),
+        ));
+    }
     let undecodable = |error: std::io::Error| ImageError::Undecodable(error.to_string());
     let decompress = Decompress::with_markers(&[Marker::APP(1)])
         .from_mem(bytes)
@@ -55,6 +60,26 @@ fn decode_unguarded(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     Ok(image.into_rgb8())
 }
 
+/// Whether an end-of-image marker follows the first scan's header. libjpeg only warns of a
+/// truncated file and fills the missing rows with grey, where Pillow refuses it ("image file is
+/// truncated"). Inside the scans a 0xFF byte is always stuffed, so 0xFF 0xD9 is the marker.
+fn reaches_its_end(bytes: &[u8]) -> bool {
+    // The segments after the start-of-image marker, each its marker and its length.
+    let mut at = 2;
+    loop {
+        let Some(&[0xff, marker, high, low]) = bytes.get(at..at + 4) else {
+            return false;
+        };
+        let length = usize::from(u16::from_be_bytes([high, low]));
+        if marker == 0xda {
+            return bytes
+                .get(at + 2 + length..)
+                .is_some_and(|scans| scans.windows(2).any(|pair| pair == [0xff, 0xd9]));
+        }
+        at += 2 + length;
+    }
+}
+
 /// A CMYK pixel as Pillow makes it RGB: the inks read inverted (Adobe's convention, which
 /// Pillow always assumes), then `cmyk2rgb`'s `255 - k` less each ink scaled by it.
 fn cmyk_to_rgb(stored: [u8; 4]) -> [u8; 3] {
@@ -72,4 +97,37 @@ fn cmyk_to_rgb(stored: [u8; 4]) -> [u8; 3] {
 fn exif_orientation(segment: &[u8]) -> Option<Orientation> {
     let exif = segment.strip_prefix(b"Exif\0\0")?;
     Orientation::from_exif_chunk(exif)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_truncated_jpeg_is_refused() {
+        let jpeg = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/data/vision/images/tall.jpg"),
+        )
+        .unwrap();
+        assert_eq!(decode(&jpeg).unwrap().dimensions(), (30, 77));
+        let error = decode(&jpeg[..jpeg.len() - 40]).unwrap_err();
+        assert!(
+            matches!(&error, ImageError::Undecodable(reason) if reason.contains("truncated")),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn cmyk_becomes_the_rgb_pillow_makes_of_it() {
+        // Stored (Adobe, inverted) inks and the RGB Pillow 12 converts them to.
+        for (stored, rgb) in [
+            ([0, 0, 0, 0], [0, 0, 0]),
+            ([255, 255, 255, 255], [255, 255, 255]),
+            ([200, 100, 50, 180], [141, 71, 35]),
+            ([10, 240, 128, 30], [1, 28, 15]),
+        ] {
+            assert_eq!(cmyk_to_rgb(stored), rgb, "{stored:?}");
+        }
+    }
 }
