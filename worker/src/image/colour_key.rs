@@ -1,7 +1,8 @@
 //! The transparent colour of a PNG or GIF that has one (a palette entry, or a `tRNS` grey or RGB
 //! value) rather than an alpha channel. Pillow keeps it in `info["transparency"]` through
 //! `load_image`'s conversion to RGB, and transformers' `convert_to_rgb` then composites every
-//! pixel of that colour onto white: those pixels reach the model white.
+//! pixel of that colour onto white: those pixels reach the model white. And where a GIF's first
+//! frame leaves part of its screen uncovered, what Pillow fills it with.
 
 /// A PNG's transparent colour, as Pillow's `chunk_tRNS` reads it for 8-bit grey, RGB and
 /// palette images: a palette's only when exactly one entry is transparent and the rest opaque
@@ -43,9 +44,19 @@ fn png_key(trns: &[u8], depth: u8, colour_type: u8, palette: &[u8]) -> Option<[u
     }
 }
 
-/// A GIF's first frame's transparent colour: the transparent index of the graphic control
-/// extension before the first image, in the frame's palette (its own, else the global one).
-pub(super) fn gif(bytes: &[u8]) -> Option<[u8; 3]> {
+/// A GIF's first frame as Pillow places it on the logical screen.
+pub(super) struct GifFrame {
+    /// Left, top, width and height on the screen.
+    pub(super) rect: [u32; 4],
+    /// The colour of the screen around the frame: Pillow fills it with the transparent index,
+    /// else index 0.
+    pub(super) backdrop: [u8; 3],
+    /// The transparent colour, if the frame has one: the transparent index of the graphic
+    /// control extension before it, in the frame's palette (its own, else the global one).
+    pub(super) key: Option<[u8; 3]>,
+}
+
+pub(super) fn gif(bytes: &[u8]) -> Option<GifFrame> {
     let screen = bytes.get(6..13)?;
     let mut rest = &bytes[13..];
     let global = if screen[4] & 0x80 != 0 {
@@ -70,15 +81,21 @@ pub(super) fn gif(bytes: &[u8]) -> Option<[u8; 3]> {
             }
             0x2c => {
                 let descriptor = rest.get(1..10)?;
+                let field =
+                    |at: usize| u32::from(u16::from_le_bytes([descriptor[at], descriptor[at + 1]]));
                 let local = (descriptor[8] & 0x80 != 0)
                     .then(|| rest.get(10..10 + (3 << ((descriptor[8] & 7) + 1))))
                     .flatten();
-                let index = transparent?;
                 // Without any palette Pillow reads the frame as grey levels.
-                return match local.or(global) {
+                let colour = |index: usize| match local.or(global) {
                     Some(palette) => palette_colour(palette, index),
                     None => u8::try_from(index).ok().map(|grey| [grey; 3]),
                 };
+                return Some(GifFrame {
+                    rect: [field(0), field(2), field(4), field(6)],
+                    backdrop: colour(transparent.unwrap_or(0))?,
+                    key: transparent.and_then(colour),
+                });
             }
             _ => return None,
         }

@@ -22,11 +22,14 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
-    let key = match reader.format() {
+    let (key, gif_frame) = match reader.format() {
         Some(ImageFormat::Jpeg) => return jpeg::decode(bytes),
-        Some(ImageFormat::Png) => colour_key::png(bytes),
-        Some(ImageFormat::Gif) => colour_key::gif(bytes),
-        Some(ImageFormat::WebP) => None,
+        Some(ImageFormat::Png) => (colour_key::png(bytes), None),
+        Some(ImageFormat::Gif) => {
+            let frame = colour_key::gif(bytes);
+            (frame.as_ref().and_then(|frame| frame.key), frame)
+        }
+        Some(ImageFormat::WebP) => (None, None),
         _ => return Err(ImageError::UnknownFormat),
     };
     let mut decoder = reader
@@ -47,12 +50,27 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
     image.apply_orientation(orientation);
     let mut rgb = to_rgb8(image);
+    if let Some(frame) = gif_frame {
+        fill_around(&mut rgb, &frame);
+    }
     if let Some(key) = key {
         for pixel in rgb.pixels_mut().filter(|pixel| pixel.0 == key) {
             pixel.0 = [255; 3];
         }
     }
     Ok(rgb)
+}
+
+/// The screen around a GIF's first frame in Pillow's backdrop, where the image crate leaves it
+/// transparent black.
+fn fill_around(rgb: &mut RgbImage, frame: &colour_key::GifFrame) {
+    let [left, top, width, height] = frame.rect;
+    let (right, bottom) = (left.saturating_add(width), top.saturating_add(height));
+    for (x, y, pixel) in rgb.enumerate_pixels_mut() {
+        if x < left || x >= right || y < top || y >= bottom {
+            pixel.0 = frame.backdrop;
+        }
+    }
 }
 
 pub(super) fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
@@ -192,6 +210,26 @@ mod tests {
             decode(&grey).unwrap().as_raw(),
             &[200, 200, 200, 255, 255, 255]
         );
+    }
+
+    #[test]
+    fn a_gif_frame_short_of_its_screen_is_surrounded_as_pillow_surrounds_it() {
+        // Pillow 12 fills the screen around the first frame with the transparent index, else
+        // index 0, before transformers paints the transparent colour white.
+        let gif = |transparent: bool| {
+            let mut gif = b"GIF89a".to_vec();
+            gif.extend([3, 0, 1, 0, 0x80, 0, 0]);
+            gif.extend([10, 20, 30, 40, 50, 60]);
+            if transparent {
+                gif.extend([0x21, 0xf9, 4, 1, 0, 0, 1, 0]);
+            }
+            gif.extend([0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0]);
+            // LZW, 2-bit codes widened to 3: clear, index 0, end.
+            gif.extend([2, 2, 0x44, 0x01, 0, 0x3b]);
+            decode(&gif).unwrap().into_raw()
+        };
+        assert_eq!(gif(false), [10, 20, 30, 10, 20, 30, 10, 20, 30]);
+        assert_eq!(gif(true), [10, 20, 30, 255, 255, 255, 255, 255, 255]);
     }
 
     /// A one-row PNG of `colour_type` with 8-bit samples and `chunks` before its data, stored
