@@ -16,8 +16,8 @@ pub const MAX_IMAGE_SIDE: u32 = 16_384;
 /// The most pixels decoded (64 megapixels, 192 MiB as RGB).
 pub const MAX_IMAGE_PIXELS: u64 = 64 * 1024 * 1024;
 
-/// The image in `bytes`, upright and RGB, as the processor resizes it. Its dimensions are checked from the header before any
-/// pixel is allocated.
+/// The image in `bytes`, upright and RGB, as the processor resizes it. Its dimensions are
+/// checked from the header before any pixel is allocated.
 pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
