@@ -1,14 +1,14 @@
 //! Decoding what a client sent into the RGB pixels a processor starts from, as transformers'
 //! and mlx-vlm's `load_image` give them: Pillow opens the file (a GIF's first frame), turns it
 //! upright by its EXIF orientation and converts it to RGB, which drops any alpha channel (the
-//! processor's own white backdrop never sees one).
+//! processor's own white backdrop never sees one) but keeps a transparent colour, which the
+//! processor then paints white (`colour_key.rs`).
 
 use std::io::Cursor;
 
-use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits, RgbImage};
 
-use super::ImageError;
+use super::{ImageError, colour_key, jpeg};
 
 /// The longest side decoded: larger than any screen, small enough that no header can make the
 /// worker allocate without bound.
@@ -16,17 +16,22 @@ pub const MAX_IMAGE_SIDE: u32 = 16_384;
 /// The most pixels decoded (64 megapixels, 192 MiB as RGB).
 pub const MAX_IMAGE_PIXELS: u64 = 64 * 1024 * 1024;
 
-/// The image in `bytes`, upright and RGB. Its dimensions are checked from the header before any
-/// pixel is allocated.
+/// The image in `bytes`, upright and RGB, as the processor resizes it. Its dimensions are
+/// checked from the header before any pixel is allocated.
 pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
-    match reader.format() {
-        None => return Err(ImageError::UnknownFormat),
-        Some(ImageFormat::Jpeg) => return decode_jpeg(bytes),
-        Some(_) => {}
-    }
+    let (key, gif_frame) = match reader.format() {
+        Some(ImageFormat::Jpeg) => return jpeg::decode(bytes),
+        Some(ImageFormat::Png) => (colour_key::png(bytes), None),
+        Some(ImageFormat::Gif) => {
+            let frame = colour_key::gif(bytes);
+            (frame.as_ref().and_then(|frame| frame.key), frame)
+        }
+        Some(ImageFormat::WebP) => (None, None),
+        _ => return Err(ImageError::UnknownFormat),
+    };
     let mut decoder = reader
         .into_decoder()
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
@@ -44,10 +49,31 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     let mut image = DynamicImage::from_decoder(decoder)
         .map_err(|error| ImageError::Undecodable(error.to_string()))?;
     image.apply_orientation(orientation);
-    Ok(image.into_rgb8())
+    let mut rgb = to_rgb8(image);
+    if let Some(frame) = gif_frame {
+        fill_around(&mut rgb, &frame);
+    }
+    if let Some(key) = key {
+        for pixel in rgb.pixels_mut().filter(|pixel| pixel.0 == key) {
+            pixel.0 = [255; 3];
+        }
+    }
+    Ok(rgb)
 }
 
-fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
+/// The screen around a GIF's first frame in Pillow's backdrop, where the image crate leaves it
+/// transparent black.
+fn fill_around(rgb: &mut RgbImage, frame: &colour_key::GifFrame) {
+    let [left, top, width, height] = frame.rect;
+    let (right, bottom) = (left.saturating_add(width), top.saturating_add(height));
+    for (x, y, pixel) in rgb.enumerate_pixels_mut() {
+        if x < left || x >= right || y < top || y >= bottom {
+            pixel.0 = frame.backdrop;
+        }
+    }
+}
+
+pub(super) fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
     if width > MAX_IMAGE_SIDE
         || height > MAX_IMAGE_SIDE
         || u64::from(width) * u64::from(height) > MAX_IMAGE_PIXELS
@@ -57,40 +83,35 @@ fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
     Ok(())
 }
 
-/// A JPEG through libjpeg-turbo's decoder (mozjpeg's), which Pillow's wheels bundle: its
-/// chroma upsampling and inverse DCT give Pillow's pixels to the bit, where Rust decoders
-/// differ by a few levels at colour edges.
-fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, ImageError> {
-    let undecodable = |error: std::io::Error| ImageError::Undecodable(error.to_string());
-    // libjpeg reports a corrupt file by unwinding; mozjpeg turns that into an error here.
-    std::panic::catch_unwind(|| {
-        let decompress = mozjpeg::Decompress::with_markers(&[mozjpeg::Marker::APP(1)])
-            .from_mem(bytes)
-            .map_err(undecodable)?;
-        let (width, height) = decompress.size();
-        let (width, height) = (width as u32, height as u32);
-        check_size(width, height)?;
-        let orientation = decompress
-            .markers()
-            .find_map(|marker| exif_orientation(marker.data))
-            .unwrap_or(Orientation::NoTransforms);
-        let mut started = decompress.rgb().map_err(undecodable)?;
-        let rows: Vec<[u8; 3]> = started.read_scanlines().map_err(undecodable)?;
-        started.finish().map_err(undecodable)?;
-        let pixels = rows.into_iter().flatten().collect();
-        let rgb = RgbImage::from_raw(width, height, pixels)
-            .ok_or_else(|| ImageError::Undecodable("fewer pixels than the header says".into()))?;
-        let mut image = DynamicImage::ImageRgb8(rgb);
-        image.apply_orientation(orientation);
-        Ok(image.into_rgb8())
-    })
-    .unwrap_or_else(|_| Err(ImageError::Undecodable("corrupt JPEG data".into())))
+/// RGB as Pillow converts the mode it opened: 16-bit colour keeps each sample's high byte
+/// (Pillow reads it as 8-bit), 16-bit grey (`I;16`) is clipped to 255, alpha is dropped.
+fn to_rgb8(image: DynamicImage) -> RgbImage {
+    let (width, height) = (image.width(), image.height());
+    let pixels = match &image {
+        DynamicImage::ImageRgb16(rgb) => high_bytes(rgb.as_raw(), 3),
+        DynamicImage::ImageRgba16(rgba) => high_bytes(rgba.as_raw(), 4),
+        DynamicImage::ImageLumaA16(grey) => high_bytes(grey.as_raw(), 2),
+        DynamicImage::ImageLuma16(grey) => grey
+            .as_raw()
+            .iter()
+            .flat_map(|&level| [level.min(255) as u8; 3])
+            .collect(),
+        _ => return image.into_rgb8(),
+    };
+    RgbImage::from_raw(width, height, pixels).unwrap_or_else(|| image.into_rgb8())
 }
 
-/// The orientation an APP1 segment's EXIF data gives, if it is EXIF.
-fn exif_orientation(segment: &[u8]) -> Option<Orientation> {
-    let exif = segment.strip_prefix(b"Exif\0\0")?;
-    Orientation::from_exif_chunk(exif)
+/// Each pixel's colour samples' high bytes, grey repeated; `channels` counts any alpha.
+fn high_bytes(samples: &[u16], channels: usize) -> Vec<u8> {
+    samples
+        .chunks_exact(channels)
+        .flat_map(|pixel| {
+            std::array::from_fn::<u8, 3, _>(|channel| {
+                let source = if channels < 3 { 0 } else { channel };
+                (pixel[source] >> 8) as u8
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -136,6 +157,122 @@ mod tests {
                 height: 100_000
             })
         ));
+    }
+
+    #[test]
+    fn formats_off_the_list_are_unsupported() {
+        let bmp = b"BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0";
+        assert!(matches!(decode(bmp), Err(ImageError::UnknownFormat)));
+    }
+
+    #[test]
+    fn a_transparent_colour_comes_out_white_and_an_alpha_channel_is_dropped() {
+        // Pillow 12 and transformers 5.23's `load_image` then `convert_to_rgb`: the tRNS
+        // colour of an RGB image, and a palette's one transparent entry, turn white; a palette
+        // with partial transparency keeps its colours.
+        let rgb = png(
+            2,
+            &[80, 160, 0, 1, 2, 3],
+            &[(b"tRNS", &[0, 80, 0, 160, 0, 0])],
+        );
+        assert_eq!(decode(&rgb).unwrap().as_raw(), &[255, 255, 255, 1, 2, 3]);
+        let palette: &[u8] = &[10, 20, 30, 40, 50, 60];
+        let single = png(3, &[0, 1], &[(b"PLTE", palette), (b"tRNS", &[255, 0])]);
+        assert_eq!(
+            decode(&single).unwrap().as_raw(),
+            &[10, 20, 30, 255, 255, 255]
+        );
+        let partial = png(3, &[0, 1], &[(b"PLTE", palette), (b"tRNS", &[128, 0])]);
+        assert_eq!(
+            decode(&partial).unwrap().as_raw(),
+            &[10, 20, 30, 40, 50, 60]
+        );
+        let rgba = png(6, &[7, 8, 9, 0, 4, 5, 6, 30], &[]);
+        assert_eq!(decode(&rgba).unwrap().as_raw(), &[7, 8, 9, 4, 5, 6]);
+    }
+
+    #[test]
+    fn sixteen_bit_pngs_keep_their_high_bytes_and_grey_is_clipped() {
+        let encode = |image: DynamicImage| {
+            let mut bytes = Vec::new();
+            image
+                .write_to(&mut Cursor::new(&mut bytes), ImageFormat::Png)
+                .unwrap();
+            bytes
+        };
+        let colour = image::ImageBuffer::from_raw(1, 1, vec![0x1234u16, 0xabff, 0x00ff]).unwrap();
+        let colour = encode(DynamicImage::ImageRgb16(colour));
+        // Rounding to 8 bits, as the image crate converts, would give 0xac and 0x01.
+        assert_eq!(decode(&colour).unwrap().as_raw(), &[0x12, 0xab, 0x00]);
+        let grey = image::ImageBuffer::from_raw(2, 1, vec![200u16, 300]).unwrap();
+        let grey = encode(DynamicImage::ImageLuma16(grey));
+        assert_eq!(
+            decode(&grey).unwrap().as_raw(),
+            &[200, 200, 200, 255, 255, 255]
+        );
+    }
+
+    #[test]
+    fn a_gif_frame_short_of_its_screen_is_surrounded_as_pillow_surrounds_it() {
+        // Pillow 12 fills the screen around the first frame with the transparent index, else
+        // index 0, before transformers paints the transparent colour white.
+        let gif = |transparent: bool| {
+            let mut gif = b"GIF89a".to_vec();
+            gif.extend([3, 0, 1, 0, 0x80, 0, 0]);
+            gif.extend([10, 20, 30, 40, 50, 60]);
+            if transparent {
+                gif.extend([0x21, 0xf9, 4, 1, 0, 0, 1, 0]);
+            }
+            gif.extend([0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0]);
+            // LZW, 2-bit codes widened to 3: clear, index 0, end.
+            gif.extend([2, 2, 0x44, 0x01, 0, 0x3b]);
+            decode(&gif).unwrap().into_raw()
+        };
+        assert_eq!(gif(false), [10, 20, 30, 10, 20, 30, 10, 20, 30]);
+        assert_eq!(gif(true), [10, 20, 30, 255, 255, 255, 255, 255, 255]);
+    }
+
+    /// A one-row PNG of `colour_type` with 8-bit samples and `chunks` before its data, stored
+    /// uncompressed.
+    fn png(colour_type: u8, row: &[u8], chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
+        let channels = match colour_type {
+            2 => 3,
+            3 => 1,
+            6 => 4,
+            _ => unreachable!("a colour type the tests use"),
+        };
+        let mut header = 0u32.to_be_bytes().to_vec();
+        header[3] = (row.len() / channels) as u8;
+        header.extend(1u32.to_be_bytes());
+        header.extend([8, colour_type, 0, 0, 0]);
+        let mut scanline = vec![0];
+        scanline.extend(row);
+        // zlib: one stored deflate block, then the Adler-32 of the data.
+        let mut zlib = vec![0x78, 0x01, 0x01];
+        let length = scanline.len() as u16;
+        zlib.extend(length.to_le_bytes());
+        zlib.extend((!length).to_le_bytes());
+        zlib.extend(&scanline);
+        let (a, b) = scanline.iter().fold((1u32, 0u32), |(a, b), &byte| {
+            let a = (a + u32::from(byte)) % 65_521;
+            (a, (b + a) % 65_521)
+        });
+        zlib.extend(((b << 16) | a).to_be_bytes());
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut chunk = |kind: &[u8; 4], data: &[u8]| {
+            png.extend((data.len() as u32).to_be_bytes());
+            let mut checked = kind.to_vec();
+            checked.extend(data);
+            png.extend(&checked);
+            png.extend(crc32(&checked).to_be_bytes());
+        };
+        chunk(b"IHDR", &header);
+        for (kind, data) in chunks {
+            chunk(kind, data);
+        }
+        chunk(b"IDAT", &zlib);
+        chunk(b"IEND", &[]);
+        png
     }
 
     /// PNG's chunk checksum (CRC-32, polynomial 0xEDB88320).

@@ -3,7 +3,9 @@
 //! them RGB), then resized, normalized and cut into patches by the processor the model's files
 //! name (`qwen2_vl.rs`: Qwen2-VL's through Qwen3.5's).
 
+mod colour_key;
 mod decode;
+mod jpeg;
 mod qwen2_vl;
 mod resample;
 

@@ -4,24 +4,19 @@
 //! scaled to [0, 1], normalized, and cut into patches of two identical frames, laid out block by
 //! block of merged patches as the vision tower reads them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use image::RgbImage;
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::ImageError;
 use super::resample::resize_bicubic;
 
-/// The processor's settings, as `preprocessor_config.json` holds them (transformers 4 and the
-/// releases), or `processor_config.json` under `image_processor` (transformers 5's re-uploads).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default)]
+/// The processor's settings (`config.rs` reads them), the pixel bounds resolved.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Qwen2VlProcessor {
-    size: Size,
-    /// Older configs' spelling of `size`'s bounds, which override it where given.
-    min_pixels: Option<u64>,
-    max_pixels: Option<u64>,
+    min_pixels: u64,
+    max_pixels: u64,
     patch_size: usize,
     temporal_patch_size: usize,
     merge_size: usize,
@@ -31,36 +26,6 @@ pub struct Qwen2VlProcessor {
     do_resize: bool,
     do_rescale: bool,
     do_normalize: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-struct Size {
-    shortest_edge: u64,
-    longest_edge: u64,
-}
-
-/// `Qwen2VLImageProcessorPil`'s class defaults.
-impl Default for Qwen2VlProcessor {
-    fn default() -> Self {
-        Self {
-            size: Size {
-                shortest_edge: 56 * 56,
-                longest_edge: 28 * 28 * 1280,
-            },
-            min_pixels: None,
-            max_pixels: None,
-            patch_size: 14,
-            temporal_patch_size: 2,
-            merge_size: 2,
-            // OpenAI CLIP's.
-            image_mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
-            image_std: [0.268_629_54, 0.261_302_6, 0.275_777_1],
-            rescale_factor: 1.0 / 255.0,
-            do_resize: true,
-            do_rescale: true,
-            do_normalize: true,
-        }
-    }
 }
 
 /// An image as the vision tower takes it.
@@ -79,48 +44,36 @@ pub struct Patches {
 }
 
 impl Qwen2VlProcessor {
-    /// The processor of the model in `dir`; `None` when its files configure none.
+    /// The processor of the model in `dir`: `preprocessor_config.json`, else the
+    /// `image_processor` of `processor_config.json` (transformers 5 may write either); `None`
+    /// when its files configure none.
     pub fn load(dir: &Path) -> Result<Option<Self>, ImageError> {
-        let flat = dir.join("preprocessor_config.json");
-        if flat.is_file() {
-            return read(&flat, |value| value).map(Some);
-        }
-        let nested = dir.join("processor_config.json");
-        if nested.is_file() {
-            return read(&nested, |value| {
-                value.get("image_processor").cloned().unwrap_or_default()
-            })
-            .map(Some);
-        }
-        Ok(None)
+        config::load(dir)
     }
 
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own.
     pub fn with_pixel_limits(mut self, min: Option<u64>, max: Option<u64>) -> Self {
-        self.min_pixels = min.or(self.min_pixels);
-        self.max_pixels = max.or(self.max_pixels);
+        self.min_pixels = min.unwrap_or(self.min_pixels);
+        self.max_pixels = max.unwrap_or(self.max_pixels);
         self
     }
 
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
-        self.pixel_bounds().1
-    }
-
-    /// The pixel bounds an image is resized within: the old keys where a config has them.
-    fn pixel_bounds(&self) -> (u64, u64) {
-        (
-            self.min_pixels.unwrap_or(self.size.shortest_edge),
-            self.max_pixels.unwrap_or(self.size.longest_edge),
-        )
+        self.max_pixels
     }
 
     pub fn preprocess(&self, image: &RgbImage) -> Result<Patches, ImageError> {
         let (width, height) = image.dimensions();
         let factor = self.patch_size * self.merge_size;
-        let (min, max) = self.pixel_bounds();
         let (new_height, new_width) = if self.do_resize {
-            smart_resize(height as usize, width as usize, factor, min, max)?
+            smart_resize(
+                height as usize,
+                width as usize,
+                factor,
+                self.min_pixels,
+                self.max_pixels,
+            )?
         } else {
             (height as usize, width as usize)
         };
@@ -198,21 +151,6 @@ impl Qwen2VlProcessor {
     }
 }
 
-fn read(
-    path: &Path,
-    section: impl FnOnce(serde_json::Value) -> serde_json::Value,
-) -> Result<Qwen2VlProcessor, ImageError> {
-    let bad = |message: String| ImageError::ProcessorConfig {
-        path: PathBuf::from(path),
-        message,
-    };
-    let text = std::fs::read_to_string(path).map_err(|error| bad(error.to_string()))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
-    serde_path_to_error::deserialize(section(value))
-        .map_err(|error| bad(format!("{}: {}", error.path(), error.inner())))
-}
-
 /// transformers' `smart_resize`: both sides multiples of `factor`, the area within
 /// `min_pixels..=max_pixels`, the aspect ratio kept as nearly as may be. Python's `round`
 /// rounds halves to even.
@@ -242,5 +180,6 @@ fn smart_resize(
     Ok((rows as usize, columns as usize))
 }
 
+mod config;
 #[cfg(test)]
 mod tests;

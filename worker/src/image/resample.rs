@@ -84,6 +84,8 @@ impl Coefficients {
         let scale = input as f64 / output as f64;
         let filter_scale = scale.max(1.0);
         let support = SUPPORT * filter_scale;
+        // Pillow multiplies by the reciprocal, which rounds differently from dividing.
+        let inverse_scale = 1.0 / filter_scale;
         let width = support.ceil() as usize * 2 + 1;
         let mut bounds = Vec::with_capacity(output);
         let mut weights = vec![0; output * width];
@@ -94,7 +96,7 @@ impl Coefficients {
             let end = ((center + support + 0.5) as i64).min(input as i64) as usize;
             let count = end - start;
             let raw: Vec<f64> = (0..count)
-                .map(|tap| cubic(((tap + start) as f64 - center + 0.5) / filter_scale))
+                .map(|tap| cubic(((tap + start) as f64 - center + 0.5) * inverse_scale))
                 .collect();
             let total: f64 = raw.iter().sum();
             for (tap, weight) in raw.into_iter().enumerate() {

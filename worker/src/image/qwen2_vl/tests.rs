@@ -25,7 +25,14 @@ fn smart_resize_rounds_and_bounds_as_transformers() {
         ((20, 20, 8, 0, 100_000), (16, 16)),
         ((36, 36, 8, 0, 100_000), (32, 32)),
         ((44, 44, 8, 0, 1_000_000), (48, 48)),
+        // Qwen3.5's own bounds (patch 16, merge 2).
+        ((768, 1024, 32, 65_536, 16_777_216), (768, 1024)),
+        ((4000, 3000, 32, 65_536, 16_777_216), (4000, 3008)),
+        ((10, 10, 32, 65_536, 16_777_216), (256, 256)),
+        // An aspect ratio of exactly 200 passes.
+        ((1, 200, 28, 3136, 1_003_520), (28, 812)),
     ];
+    // Each expected pair is transformers 5.23's `smart_resize` of the same arguments.
     for ((height, width, factor, min, max), expected) in cases {
         let resized = smart_resize(height, width, factor, min, max).unwrap();
         assert_eq!(resized, expected, "{height}x{width}");
@@ -110,4 +117,40 @@ fn operator_limits_replace_the_configs() {
     .unwrap();
     let nested = Qwen2VlProcessor::load(nested.path()).unwrap().unwrap();
     assert_eq!(nested.preprocess(&screenshot).unwrap().grid, [1, 18, 26]);
+}
+
+#[test]
+fn configs_in_every_spelling_load_and_bad_ones_are_refused() {
+    let folder = tempfile::tempdir().unwrap();
+    let write = |name: &str, json: &str| {
+        std::fs::write(folder.path().join(name), json).unwrap();
+    };
+    assert!(Qwen2VlProcessor::load(folder.path()).unwrap().is_none());
+    // A processor_config.json without an image processor configures none.
+    write("processor_config.json", r#"{"processor_class": "X"}"#);
+    assert!(Qwen2VlProcessor::load(folder.path()).unwrap().is_none());
+    // Qwen2.5-VL's spelling: the bounds as top-level keys, no `size`.
+    write(
+        "preprocessor_config.json",
+        r#"{"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "merge_size": 2}"#,
+    );
+    let processor = Qwen2VlProcessor::load(folder.path()).unwrap().unwrap();
+    assert_eq!(
+        (processor.min_pixels, processor.max_pixels),
+        (3136, 12_845_056)
+    );
+    assert_eq!(processor.merge_size, 2);
+    for (json, complaint) in [
+        (r#"{"resample": 2}"#, "resample 2"),
+        (r#"{"size": {"longest_edge": 8192}}"#, "shortest_edge"),
+        (r#"{"patch_size": 0}"#, "positive"),
+        (r#"{"image_mean": [0.5]}"#, "image_mean"),
+    ] {
+        write("preprocessor_config.json", json);
+        let error = Qwen2VlProcessor::load(folder.path()).unwrap_err();
+        let ImageError::ProcessorConfig { message, .. } = &error else {
+            panic!("{json}: {error}");
+        };
+        assert!(message.contains(complaint), "{json}: {error}");
+    }
 }
