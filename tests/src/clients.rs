@@ -132,7 +132,13 @@ pub struct Run<'a> {
     /// Codex only: whether its config names a model. Without one it sends its newest default
     /// model's request shape (`additional_tools`, `text.verbosity`, `reasoning.context`).
     pub configured_model: bool,
+    /// An image the prompt comes with, copied into the working directory as [`ATTACHMENT`] and
+    /// given the CLI's own way: Claude Code's `@` mention, Codex's `--image`, opencode's `--file`.
+    pub attachment: Option<&'a Path>,
 }
+
+/// The name an attached image has in the run's working directory.
+pub const ATTACHMENT: &str = "shot.png";
 
 /// What a finished run printed.
 pub struct Finished {
@@ -200,6 +206,9 @@ impl Run<'_> {
     /// returns its output with the sandbox it ran in.
     pub fn finish(&self, bin: &Path) -> (Finished, Sandbox) {
         let sandbox = Sandbox::new();
+        if let Some(image) = self.attachment {
+            std::fs::copy(image, sandbox.work.path().join(ATTACHMENT)).unwrap();
+        }
         let mut command = Command::new(bin.join(self.cli.binary()));
         self.configure(&mut command, &sandbox);
         let finished = run_guarded(command);
@@ -232,6 +241,10 @@ impl Run<'_> {
 
     fn claude_code(&self, command: &mut Command) {
         assert_eq!(self.api, Api::Messages, "Claude Code speaks Messages only");
+        let prompt = match self.attachment {
+            Some(_) => format!("@{ATTACHMENT} {}", self.prompt),
+            None => self.prompt.to_owned(),
+        };
         command
             .env("ANTHROPIC_BASE_URL", self.base_url)
             .env("ANTHROPIC_API_KEY", "corral-test")
@@ -239,13 +252,7 @@ impl Run<'_> {
             .env("DISABLE_ERROR_REPORTING", "1")
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_AUTOUPDATER", "1")
-            .args([
-                "-p",
-                self.prompt,
-                "--output-format",
-                "stream-json",
-                "--verbose",
-            ]);
+            .args(["-p", &prompt, "--output-format", "stream-json", "--verbose"]);
     }
 
     fn codex(&self, command: &mut Command, home: &Path) {
@@ -284,9 +291,13 @@ impl Run<'_> {
                 "--sandbox",
                 "read-only",
                 "--json",
-                self.prompt,
             ])
+            .arg(self.prompt)
             .stdin(Stdio::null());
+        // After the prompt: the option takes several files.
+        if self.attachment.is_some() {
+            command.args(["--image", ATTACHMENT]);
+        }
     }
 
     fn opencode(&self, command: &mut Command, home: &Path) {
@@ -294,6 +305,12 @@ impl Run<'_> {
             Api::Chat => "@ai-sdk/openai-compatible",
             Api::Messages => "@ai-sdk/anthropic",
             Api::Responses => "@ai-sdk/openai",
+        };
+        // opencode sends an attachment only to a model it is told reads images.
+        let model = match self.attachment {
+            Some(_) => json!({"name": MODEL, "attachment": true,
+                              "modalities": {"input": ["text", "image"], "output": ["text"]}}),
+            None => json!({"name": MODEL}),
         };
         let config = json!({
             "$schema": "https://opencode.ai/config.json",
@@ -304,7 +321,7 @@ impl Run<'_> {
                 "npm": package,
                 "name": "corral",
                 "options": {"baseURL": format!("{}/v1", self.base_url), "apiKey": "corral-test"},
-                "models": {MODEL: {"name": MODEL}},
+                "models": {MODEL: model},
             }},
         });
         let dir = home.join(".config/opencode");
@@ -317,6 +334,10 @@ impl Run<'_> {
             .env("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1")
             .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
             .args(["run", "--format", "json", self.prompt]);
+        // After the prompt: the option takes several files.
+        if self.attachment.is_some() {
+            command.args(["--file", ATTACHMENT]);
+        }
     }
 }
 

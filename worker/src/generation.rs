@@ -333,6 +333,12 @@ fn render(
         message.get("role").and_then(|role| role.as_str()) == Some("tool")
             || message.get("tool_calls").is_some()
     };
+    // OpenAI's `developer` role (Codex sends its instructions so) is the system role to a
+    // template that does not know it (Qwen3.6's raises on it).
+    let as_system = (!template.source().contains("developer"))
+        .then(|| system_reminder::developer_as_system(messages))
+        .flatten();
+    let messages = as_system.as_deref().unwrap_or(messages);
     let format = loaded.formats.tool_format;
     // DeepSeek's templates write its calls and results but not the tools, which are described
     // in its own words (`deepseek_messages`).

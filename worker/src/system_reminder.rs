@@ -27,6 +27,26 @@ pub fn as_user_turns(messages: &[Value]) -> Option<Vec<Value>> {
     Some(rewritten)
 }
 
+/// `messages` with each `developer` message as a `system` one; `None` when there is none.
+pub fn developer_as_system(messages: &[Value]) -> Option<Vec<Value>> {
+    let is_developer =
+        |message: &Value| message.get("role").and_then(Value::as_str) == Some("developer");
+    if !messages.iter().any(is_developer) {
+        return None;
+    }
+    let rewritten = messages
+        .iter()
+        .map(|message| {
+            let mut message = message.clone();
+            if is_developer(&message) {
+                message["role"] = json!("system");
+            }
+            message
+        })
+        .collect();
+    Some(rewritten)
+}
+
 /// A string, or the text of OpenAI-style content parts.
 fn text_of(content: &Value) -> String {
     match content {
@@ -60,5 +80,18 @@ mod tests {
         );
         assert_eq!(rewritten[3], messages[3]);
         assert!(as_user_turns(&messages[..2]).is_none());
+    }
+
+    #[test]
+    fn a_developer_message_is_a_system_one() {
+        let messages = vec![
+            json!({"role": "developer", "content": [{"type": "input_text", "text": "rules"}]}),
+            json!({"role": "user", "content": "hi"}),
+        ];
+        let rewritten = developer_as_system(&messages).unwrap();
+        assert_eq!(rewritten[0]["role"], "system");
+        assert_eq!(rewritten[0]["content"], messages[0]["content"]);
+        assert_eq!(rewritten[1], messages[1]);
+        assert!(developer_as_system(&messages[1..]).is_none());
     }
 }

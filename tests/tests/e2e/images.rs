@@ -139,7 +139,7 @@ fn vision_data() -> std::path::PathBuf {
 }
 
 /// The vision checkpoint transformers made (tests/data/vision/qwen3_5/hf), served as `name`.
-fn vision_model(dirs: &Dirs, name: &str) {
+pub(crate) fn vision_model(dirs: &Dirs, name: &str) {
     let from = vision_data().join("qwen3_5/hf");
     let to = dirs.models.path().join(name);
     std::fs::create_dir_all(&to).unwrap();

@@ -133,6 +133,7 @@ fn run(bin: &Path, cli: Cli, api: Api, base_url: &str) -> (Finished, Sandbox) {
         base_url,
         prompt: PROMPT,
         configured_model: true,
+        attachment: None,
     };
     run.finish(bin)
 }

@@ -25,6 +25,8 @@ struct Case {
     api: Api,
     variant: Option<&'static str>,
     tool: bool,
+    /// Whether the prompt comes with an image (the recording's name ends in `image`).
+    image: bool,
 }
 
 impl Case {
@@ -49,6 +51,19 @@ const fn case(cli: Cli, api: Api, variant: Option<&'static str>, tool: bool) -> 
         api,
         variant,
         tool,
+        image: false,
+    }
+}
+
+/// A case whose prompt comes with an image, then a tool round trip: its first request is the
+/// image's alone, its last carries the tool's result after it.
+const fn image_case(cli: Cli, api: Api) -> Case {
+    Case {
+        cli,
+        api,
+        variant: Some("tool-image"),
+        tool: true,
+        image: true,
     }
 }
 
@@ -66,6 +81,9 @@ const CASES: &[Case] = &[
     case(Cli::Opencode, Api::Messages, Some("tool"), true),
     case(Cli::Opencode, Api::Responses, None, false),
     case(Cli::Opencode, Api::Responses, Some("tool"), true),
+    image_case(Cli::ClaudeCode, Api::Messages),
+    image_case(Cli::Codex, Api::Responses),
+    image_case(Cli::Opencode, Api::Chat),
 ];
 
 /// A `corral serve` of the long-context fixture as `clients::MODEL`, the CLIs' default model names

@@ -11,13 +11,30 @@ use super::{CASES, Case, recordings_dir};
 
 const PROMPT: &str = "say hi";
 const TOOL_PROMPT: &str = "list the tasks or files here";
+const IMAGE_PROMPT: &str = "what is in this picture?";
+
+/// The image the image cases attach (a small PNG, so that the recordings stay small).
+fn image() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/vision/images/wide.png")
+}
 
 #[test]
 #[ignore = "rewrites tests/data/clients/ from the installed CLIs"]
 fn record_every_client_request() {
+    record_cases(CASES.iter());
+}
+
+/// The cases whose prompt comes with an image alone, for a recording of those only.
+#[test]
+#[ignore = "rewrites tests/data/clients/*image.json from the installed CLIs"]
+fn record_image_requests() {
+    record_cases(CASES.iter().filter(|case| case.image));
+}
+
+fn record_cases<'a>(cases: impl Iterator<Item = &'a Case>) {
     let bin = clients::installed().unwrap_or_else(|reason| panic!("{reason}"));
     std::fs::create_dir_all(recordings_dir()).unwrap();
-    for case in CASES {
+    for case in cases {
         let requests = record(&bin, case);
         let recording = json!({
             "cli": case.cli.name(),
@@ -41,13 +58,19 @@ fn record(bin: &std::path::Path, case: &Case) -> Vec<Value> {
         }
     });
     let capture = CaptureServer::start(tool);
+    let attachment = case.image.then(image);
     let base_url = capture.base_url();
     let run = Run {
         cli: case.cli,
         api: case.api,
         base_url: &base_url,
-        prompt: if case.tool { TOOL_PROMPT } else { PROMPT },
+        prompt: match (case.image, case.tool) {
+            (true, _) => IMAGE_PROMPT,
+            (false, true) => TOOL_PROMPT,
+            (false, false) => PROMPT,
+        },
         configured_model: case.configured_model(),
+        attachment: attachment.as_deref(),
     };
     let (finished, sandbox) = run.finish(bin);
     assert!(

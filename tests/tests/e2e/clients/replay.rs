@@ -2,24 +2,30 @@
 //! long-context fixture, headers and body as the CLI sent them, except the answer's length: at
 //! most 16 tokens (`max_tokens`, `max_output_tokens`, set where the CLI left it out too), since
 //! random weights would otherwise write until the context is full. Each must be accepted and, when
-//! it streams, its stream must end as its API ends one.
+//! it streams, its stream must end as its API ends one. The requests whose prompt came with an
+//! image (`*image.json`: Claude Code's `@` mention, Codex's `--image`, opencode's `--file`, alone
+//! and with a tool round trip) go to the vision checkpoint instead, which a text model would
+//! refuse them for.
 
 use std::io::{BufRead, BufReader};
 
 use corral_tests::server::{Server, client};
 use serde_json::{Value, json};
 
+use corral_tests::clients::MODEL;
+use corral_tests::server::Dirs;
+
 use super::{recordings_dir, serve_fixture};
 
 const ANSWER_TOKENS: u64 = 16;
 
-#[test]
-fn every_recorded_client_request_is_served() {
-    let (server, _dirs) = serve_fixture("");
+/// The recordings, those with an image or those without.
+fn recordings(with_image: bool) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(recordings_dir())
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .filter(|path| path.to_string_lossy().ends_with("image.json") == with_image)
         .collect();
     files.sort();
     assert!(
@@ -27,13 +33,52 @@ fn every_recorded_client_request_is_served() {
         "no recordings in {}",
         recordings_dir().display()
     );
+    files
+}
+
+#[test]
+fn every_recorded_client_request_is_served() {
+    let (server, _dirs) = serve_fixture("");
+    replay_all(&server, recordings(false), |_| Ok(()));
+}
+
+#[test]
+fn every_recorded_request_with_an_image_reaches_a_vision_model() {
+    let dirs = Dirs::with_models(&[]);
+    crate::images::vision_model(&dirs, MODEL);
+    let config = dirs.write_config(&format!(
+        "[aliases]\n\"claude-*\" = \"{MODEL}\"\n\"gpt-*\" = \"{MODEL}\"\n"
+    ));
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    // Each carries its image as an image part of its API, not as text about a file.
+    replay_all(&server, recordings(true), |body| {
+        let text = body.to_string();
+        let parts = [
+            "\"type\":\"image\"",
+            "\"type\":\"input_image\"",
+            "\"type\":\"image_url\"",
+        ];
+        if parts.iter().any(|part| text.contains(part)) {
+            Ok(())
+        } else {
+            Err("no image part".to_owned())
+        }
+    });
+}
+
+/// Replays every request of `files`, each checked by `check` first; asserts all were served.
+fn replay_all(
+    server: &Server,
+    files: Vec<std::path::PathBuf>,
+    check: impl Fn(&Value) -> Result<(), String>,
+) {
     let mut failures = Vec::new();
     for file in files {
         let recording: Value =
             serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         let name = file.file_stem().unwrap().to_string_lossy().into_owned();
         for (index, request) in recording["requests"].as_array().unwrap().iter().enumerate() {
-            if let Err(failure) = replay(&server, request) {
+            if let Err(failure) = check(&request["body"]).and_then(|()| replay(server, request)) {
                 failures.push(format!("{name} request {index}: {failure}"));
             }
         }
