@@ -154,8 +154,9 @@ fn a_checkpoint_with_a_tower_the_worker_runs_reads_images() {
         let expected = (2 * 512 * 512 * 2 + 512 * (5 * 32 + 64)) * 4;
         assert_eq!(description.vision_reserve_bytes, expected, "{layout}");
     }
-    // A text model, and Gemma 3's wrapper, whose tower this worker does not run yet.
-    for layout in ["qwen3/hf", "gemma3/hf"] {
+    // A text model, Gemma 3's wrapper, whose tower this worker does not run yet, and a Qwen3.5
+    // tower without a processor config, which takes no images (and reserves nothing for them).
+    for layout in ["qwen3/hf", "gemma3/hf", "qwen3_5/hf"] {
         assert!(
             !describe(&data.join("toolchain").join(layout)).vision,
             "{layout}"

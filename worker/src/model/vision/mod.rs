@@ -55,8 +55,8 @@ fn runs_tower(config: &ModelConfig) -> bool {
         .is_some_and(|wrapper| matches!(wrapper.model_type, "qwen3_5" | "qwen3_5_moe"))
 }
 
-/// Whether the checkpoint at `dir` holds a tower this worker runs, from `config.json` and the
-/// tensors' names alone (`describe`): what [`VisionTower::load`] would load.
+/// Whether the checkpoint at `dir` holds a tower this worker runs and the processor config its
+/// images are prepared by, from those files and the tensors' names alone (`describe`).
 pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
     let has_config = std::fs::read_to_string(&config.path)
         .ok()
@@ -67,7 +67,9 @@ pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
             .keys()
             .any(|name| name.starts_with(TRANSFORMERS_PREFIX) || name.starts_with(MLX_VLM_PREFIX))
     });
-    runs_tower(config) && has_config && has_tensors
+    // The worker prepares images only with the processor's config.
+    let has_processor = matches!(crate::image::Qwen2VlProcessor::load(dir), Ok(Some(_)));
+    runs_tower(config) && has_config && has_tensors && has_processor
 }
 
 /// What the tower of the checkpoint at `dir` takes while it encodes one image of at most a
@@ -84,11 +86,13 @@ pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) ->
     else {
         return 0;
     };
-    let pixels = crate::image::Qwen2VlProcessor::load(dir)
-        .ok()
-        .flatten()
-        .map_or(MEGAPIXEL, |processor| processor.max_pixels().min(MEGAPIXEL));
-    args.activation_bytes(pixels, element_bytes)
+    // Without a processor config the worker takes no images (`has_tower`).
+    match crate::image::Qwen2VlProcessor::load(dir) {
+        Ok(Some(processor)) => {
+            args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
+        }
+        _ => 0,
+    }
 }
 
 impl VisionTower {
