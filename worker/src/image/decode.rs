@@ -8,13 +8,8 @@ use std::io::Cursor;
 
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits, RgbImage};
 
+use super::size::{MAX_IMAGE_SIDE, check_size};
 use super::{ImageError, colour_key, jpeg};
-
-/// The longest side decoded: larger than any screen, small enough that no header can make the
-/// worker allocate without bound.
-pub const MAX_IMAGE_SIDE: u32 = 16_384;
-/// The most pixels decoded (64 megapixels, 192 MiB as RGB).
-pub const MAX_IMAGE_PIXELS: u64 = 64 * 1024 * 1024;
 
 /// The image in `bytes`, upright and RGB, as the processor resizes it. Its dimensions are
 /// checked from the header before any pixel is allocated.
@@ -71,16 +66,6 @@ fn fill_around(rgb: &mut RgbImage, frame: &colour_key::GifFrame) {
             pixel.0 = frame.backdrop;
         }
     }
-}
-
-pub(super) fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
-    if width > MAX_IMAGE_SIDE
-        || height > MAX_IMAGE_SIDE
-        || u64::from(width) * u64::from(height) > MAX_IMAGE_PIXELS
-    {
-        return Err(ImageError::TooLarge { width, height });
-    }
-    Ok(())
 }
 
 /// RGB as Pillow converts the mode it opened: 16-bit colour keeps each sample's high byte

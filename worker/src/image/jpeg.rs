@@ -7,7 +7,7 @@ use image::{DynamicImage, RgbImage};
 use mozjpeg::{ColorSpace, Decompress, Marker};
 
 use super::ImageError;
-use super::decode::check_size;
+use super::size::check_size;
 
 pub(super) fn decode(bytes: &[u8]) -> Result<RgbImage, ImageError> {
     // libjpeg reports a corrupt file by unwinding with its message; mozjpeg turns that into an

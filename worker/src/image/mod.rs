@@ -8,9 +8,11 @@ mod decode;
 mod jpeg;
 mod qwen2_vl;
 mod resample;
+mod size;
 
-pub use decode::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, decode};
+pub use decode::decode;
 pub use qwen2_vl::{Patches, Qwen2VlProcessor};
+pub use size::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 
 /// Why an image cannot be given to the model; the caller names where the image was.
 #[derive(Debug, thiserror::Error)]
