@@ -300,12 +300,14 @@ pub(crate) fn prepare(
         tools: offered,
     });
     // The template writes the special tokens itself, as transformers' apply_chat_template.
-    let tokens = encode(loaded, &text, false)?;
-    let (tokens, images) = if images.is_empty() {
-        (tokens, None)
-    } else {
-        let (tokens, placed) = ImagePrompt::place(loaded, tokens, images, image_limits)?;
-        (tokens, Some(placed))
+    let (tokens, images) = match (&loaded.model.vision, images.is_empty()) {
+        (Some(tower), false) => {
+            let widened = ImagePrompt::widen(loaded, &text, images, image_limits)?;
+            let tokens = encode(loaded, &widened.text, false)?;
+            let placed = ImagePrompt::lay_out(tower, &tokens, widened)?;
+            (tokens, Some(placed))
+        }
+        _ => (encode(loaded, &text, false)?, None),
     };
     Ok(Prepared {
         tokens,

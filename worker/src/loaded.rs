@@ -13,7 +13,7 @@ use crate::chat_template::{ChatTemplate, ChatTemplateError};
 use crate::constraint::{ConstraintError, ConstraintFactory};
 use crate::encoded_images::EncodedImages;
 use crate::gguf::{self, GgufLoadError, GgufModel};
-use crate::image::{ImageError, Qwen2VlProcessor};
+use crate::image::{ImageError, ImageProcessor};
 use crate::model::{Model, ModelError};
 use crate::model_json::JsonFileError;
 use crate::stop_tokens::eos_token_ids;
@@ -47,7 +47,7 @@ pub struct LoadedModel {
     /// The tool-call and reasoning formats its template and vocabulary reveal.
     pub formats: ModelFormats,
     /// How its processor prepares an image, for a model with a vision tower.
-    pub image_processor: Option<Qwen2VlProcessor>,
+    pub image_processor: Option<ImageProcessor>,
     /// The tower's rows of the images sent lately.
     pub(crate) encoded_images: EncodedImages,
     pub load_time: Duration,
@@ -98,7 +98,7 @@ impl LoadedModel {
         let eos_token_ids = eos_token_ids(dir, &tokenizer)?;
         let formats = detect_formats(chat_template.as_ref(), &tokenizer);
         let image_processor = match model.vision {
-            Some(_) => Qwen2VlProcessor::load(dir)?,
+            Some(_) => ImageProcessor::load(dir)?,
             None => None,
         };
         Ok(Self {

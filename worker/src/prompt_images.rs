@@ -21,7 +21,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use crate::encoded_images::grid_of;
 use crate::image::{self, ImageError, Patches};
 use crate::loaded::LoadedModel;
-use crate::model::{EmbeddedRows, KvCache, VisionTower};
+use crate::model::{EmbeddedRows, ImagePiece, KvCache, VisionTower};
 
 /// `corral-worker serve --max-images`, `--image-max-pixels` and `--image-min-pixels`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,6 +54,10 @@ pub enum ImagePromptError {
          sent"
     )]
     ImagePlaceholders { written: usize, sent: usize },
+    #[error("the prompt's image tokens do not match its images (is one written as text?)")]
+    StrayImageTokens,
+    #[error("the model's image token {token} is not one of its tokenizer's added tokens")]
+    NotAnAddedToken { token: u32 },
 }
 
 /// Refuses a chat's images before the template renders them: more than the configured limit,
@@ -92,33 +96,43 @@ fn model_name(model: &Path) -> String {
         .into_owned()
 }
 
+/// A chat's rendered text with each image's placeholder widened as the model's processor
+/// widens it, before tokenization (a widening's text may merge with its neighbours' tokens, as
+/// Gemma 3's newlines do), and the images' patches in order.
+pub(crate) struct WidenedText {
+    pub(crate) text: String,
+    patches: Vec<Patches>,
+}
+
 /// A prompt's images and the positions they give its tokens.
 pub(crate) struct ImagePrompt {
     images: Vec<PlacedImage>,
-    /// Each prompt position's time, row and column: `[3, prompt length]`, row-major.
-    positions: Vec<i32>,
+    /// Each prompt position's time, row and column, `[3, prompt length]` row-major, for a text
+    /// model that turns by multi-section positions (Qwen's M-RoPE); `None` for one that turns
+    /// as for text.
+    positions: Option<Vec<i32>>,
     /// The rotary position after the prompt, less its length: where generated tokens turn.
     shift: i32,
     /// The prompt as the prefix cache keys it.
     key: Vec<u32>,
 }
 
-/// One image where its tokens sit in the prompt.
+/// One image where its rows sit in the prompt: runs of consecutive positions (a Pixtral image's
+/// rows are broken at each of its rows' ends), each `(first position, first row, rows)`.
 struct PlacedImage {
-    start: usize,
-    tokens: usize,
+    runs: Vec<(usize, usize, usize)>,
     patches: Patches,
 }
 
 impl ImagePrompt {
-    /// Widens each image token the template wrote in `tokens` to its image's tokens, in order,
-    /// each image preprocessed within the operator's pixel limits where set.
-    pub(crate) fn place(
+    /// Preprocesses each image, within the operator's pixel limits where set, and widens each
+    /// image placeholder the template wrote in `text` to the image's pieces, in order.
+    pub(crate) fn widen(
         loaded: &LoadedModel,
-        tokens: Vec<u32>,
+        text: &str,
         images: &[PromptImage],
         limits: &ImageLimits,
-    ) -> Result<(Vec<u32>, Self), ImagePromptError> {
+    ) -> Result<WidenedText, ImagePromptError> {
         let (Some(tower), Some(processor)) = (&loaded.model.vision, &loaded.image_processor) else {
             return Err(ImagePromptError::NoVision {
                 model: model_name(&loaded.dir),
@@ -131,10 +145,17 @@ impl ImagePrompt {
         let processor = processor
             .clone()
             .with_pixel_limits(limits.min_pixels, limits.max_pixels);
-        let written = tokens
-            .iter()
-            .filter(|&&token| token == tower.image_token())
-            .count();
+        let token_text = |token: u32| {
+            loaded
+                .tokenizer
+                .get_added_tokens_decoder()
+                .get(&token)
+                .map(|added| added.content.clone())
+                .ok_or(ImagePromptError::NotAnAddedToken { token })
+        };
+        let placeholder = token_text(tower.placeholder())?;
+        let pieces: Vec<&str> = text.split(placeholder.as_str()).collect();
+        let written = pieces.len() - 1;
         if written != images.len() {
             return Err(ImagePromptError::ImagePlaceholders {
                 written,
@@ -152,62 +173,113 @@ impl ImagePrompt {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::lay_out(tower, tokens, patches))
+        let mut widened = String::with_capacity(text.len());
+        for (piece, image) in pieces.iter().zip(&patches) {
+            widened.push_str(piece);
+            for part in tower.expansion(grid_of(image)) {
+                match part {
+                    ImagePiece::Token(token) => widened.push_str(&token_text(token)?),
+                    ImagePiece::Text(text) => widened.push_str(text),
+                }
+            }
+        }
+        widened.push_str(pieces.last().copied().unwrap_or_default());
+        Ok(WidenedText {
+            text: widened,
+            patches,
+        })
     }
 
-    fn lay_out(tower: &VisionTower, tokens: Vec<u32>, patches: Vec<Patches>) -> (Vec<u32>, Self) {
-        let mut widened = Vec::with_capacity(tokens.len());
+    /// Finds each image's rows in the widened text's `tokens`, in order.
+    pub(crate) fn lay_out(
+        tower: &VisionTower,
+        tokens: &[u32],
+        widened: WidenedText,
+    ) -> Result<Self, ImagePromptError> {
         let mut key = Vec::with_capacity(tokens.len());
-        let (mut times, mut rows, mut columns) = (Vec::new(), Vec::new(), Vec::new());
-        let mut images = Vec::with_capacity(patches.len());
-        let mut patches = patches.into_iter();
-        let mut next = 0;
-        for token in tokens {
-            let placed = (token == tower.image_token())
-                .then(|| patches.next())
-                .flatten();
-            let Some(patches) = placed else {
-                widened.push(token);
+        let mut images: Vec<PlacedImage> = Vec::with_capacity(widened.patches.len());
+        let mut rows_of = widened.patches.into_iter().map(|patches| {
+            let rows = tower.rows(grid_of(&patches));
+            (patches, rows)
+        });
+        // The image whose rows come next, and how many of them are still to come.
+        let mut current: Option<(PlacedImage, usize)> = None;
+        for (index, &token) in tokens.iter().enumerate() {
+            if token != tower.row_token() {
                 key.push(token);
-                times.push(next);
-                rows.push(next);
-                columns.push(next);
-                next += 1;
                 continue;
-            };
-            let layout = tower.image_tokens(grid_of(&patches));
-            let start = widened.len();
-            for (index, [time, row, column]) in layout.positions.iter().enumerate() {
-                widened.push(token);
-                key.push(image_key(&patches.digest, index));
-                times.push(next + time);
-                rows.push(next + row);
-                columns.push(next + column);
             }
-            next += layout.advance;
-            images.push(PlacedImage {
-                start,
-                tokens: layout.positions.len(),
-                patches,
-            });
+            if current.as_ref().is_none_or(|(_, left)| *left == 0) {
+                images.extend(current.take().map(|(image, _)| image));
+                current = rows_of.next().map(|(patches, rows)| {
+                    let image = PlacedImage {
+                        runs: Vec::new(),
+                        patches,
+                    };
+                    (image, rows)
+                });
+            }
+            let Some((image, left)) = current.as_mut() else {
+                return Err(ImagePromptError::StrayImageTokens);
+            };
+            let row = image.runs.iter().map(|run| run.2).sum::<usize>();
+            match image.runs.last_mut() {
+                Some(run) if run.0 + run.2 == index => run.2 += 1,
+                _ => image.runs.push((index, row, 1)),
+            }
+            key.push(image_key(&image.patches.digest, row));
+            *left -= 1;
         }
-        // transformers' `rope_deltas`: one past the largest position, less the length.
-        let last = times
-            .iter()
-            .chain(&rows)
-            .chain(&columns)
-            .copied()
-            .max()
-            .unwrap_or(-1);
-        let shift = last + 1 - widened.len() as i32;
-        let positions = [times, rows, columns].concat();
-        let prompt = Self {
+        match current {
+            Some((image, 0)) => images.push(image),
+            Some(_) => return Err(ImagePromptError::StrayImageTokens),
+            None => {}
+        }
+        if rows_of.next().is_some() {
+            return Err(ImagePromptError::StrayImageTokens);
+        }
+        let mut prompt = Self {
             images,
-            positions,
-            shift,
+            positions: None,
+            shift: 0,
             key,
         };
-        (widened, prompt)
+        prompt.rotary_positions(tower, tokens.len());
+        Ok(prompt)
+    }
+
+    /// Each position's multi-section rotary position, for a tower whose text model turns by
+    /// them: text counts on by one, an image's rows sit at the tower's (time, row, column)
+    /// from where it starts, and the text after it goes on from its `advance`.
+    fn rotary_positions(&mut self, tower: &VisionTower, length: usize) {
+        let mut axes: [Vec<i32>; 3] = std::array::from_fn(|_| Vec::with_capacity(length));
+        let mut next = 0;
+        let mut position = 0;
+        for image in &self.images {
+            let Some(layout) = tower.rotary_positions(grid_of(&image.patches)) else {
+                return;
+            };
+            let start = image.runs.first().map_or(position, |run| run.0);
+            for _ in position..start {
+                axes.iter_mut().for_each(|axis| axis.push(next));
+                next += 1;
+            }
+            for [time, row, column] in &layout.positions {
+                axes[0].push(next + time);
+                axes[1].push(next + row);
+                axes[2].push(next + column);
+            }
+            position = start + layout.positions.len();
+            next += layout.advance;
+        }
+        for _ in position..length {
+            axes.iter_mut().for_each(|axis| axis.push(next));
+            next += 1;
+        }
+        // transformers' `rope_deltas`: one past the largest position, less the length.
+        let last = axes.iter().flatten().copied().max().unwrap_or(-1);
+        self.shift = last + 1 - length as i32;
+        self.positions = Some(axes.concat());
     }
 
     /// The prompt as the prefix cache keys it: each image's tokens stand for its pixels.
@@ -217,9 +289,12 @@ impl ImagePrompt {
 
     /// Sets how prompt positions `start..end` rotate, in every one of a sequence's caches.
     pub(crate) fn rotate_chunk(&self, caches: &mut [KvCache], start: usize, end: usize) {
-        let length = self.positions.len() / 3;
+        let Some(positions) = &self.positions else {
+            return;
+        };
+        let length = positions.len() / 3;
         let chunk: Vec<i32> = (0..3)
-            .flat_map(|axis| &self.positions[axis * length + start..axis * length + end])
+            .flat_map(|axis| &positions[axis * length + start..axis * length + end])
             .copied()
             .collect();
         let chunk = Array::from_slice(&chunk, &[3, (end - start) as i32]);
@@ -230,6 +305,9 @@ impl ImagePrompt {
 
     /// Sets generated tokens to rotate after the prompt's last position.
     pub(crate) fn rotate_generated(&self, caches: &mut [KvCache]) {
+        if self.positions.is_none() {
+            return;
+        }
         for cache in caches {
             cache.set_rotary(self.shift, None);
         }
@@ -245,19 +323,21 @@ impl ImagePrompt {
     ) -> Result<Vec<EmbeddedRows>, Exception> {
         let mut embedded = Vec::new();
         for image in &self.images {
-            let (from, to) = (start.max(image.start), end.min(image.start + image.tokens));
-            if from >= to {
-                continue;
+            for &(first, row, rows) in &image.runs {
+                let (from, to) = (start.max(first), end.min(first + rows));
+                if from >= to {
+                    continue;
+                }
+                let Some(tower) = &loaded.model.vision else {
+                    return Err(Exception::from("the model has no vision tower"));
+                };
+                let encoded = loaded.encoded_images.rows(tower, &image.patches)?;
+                let (from_row, to_row) = (row + from - first, row + to - first);
+                embedded.push(EmbeddedRows {
+                    start: from - start,
+                    rows: encoded.index((from_row as i32..to_row as i32, ..)),
+                });
             }
-            let Some(tower) = &loaded.model.vision else {
-                return Err(Exception::from("the model has no vision tower"));
-            };
-            let rows = loaded.encoded_images.rows(tower, &image.patches)?;
-            let rows = rows.index(((from - image.start) as i32..(to - image.start) as i32, ..));
-            embedded.push(EmbeddedRows {
-                start: from - start,
-                rows,
-            });
         }
         Ok(embedded)
     }

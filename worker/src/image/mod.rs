@@ -1,17 +1,18 @@
 //! Images as a model's processor prepares them, from the bytes a client sent: decoded
 //! (`decode.rs`: PNG, JPEG, WebP, GIF's first frame, as Pillow opens them and transformers makes
 //! them RGB), then resized, normalized and cut into patches by the processor the model's files
-//! name (`qwen2_vl.rs`: Qwen2-VL's through Qwen3.5's).
+//! name (`processor.rs` reads which; `qwen2_vl.rs`: Qwen2-VL's through Qwen3.5's).
 
 mod colour_key;
 mod decode;
 mod jpeg;
+mod processor;
 mod qwen2_vl;
 mod resample;
 mod size;
 
 pub use decode::decode;
-pub use qwen2_vl::{Patches, Qwen2VlProcessor};
+pub use processor::{ImageProcessor, Patches};
 pub use size::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE};
 
 /// Why an image cannot be given to the model; the caller names where the image was.

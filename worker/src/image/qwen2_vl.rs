@@ -4,13 +4,10 @@
 //! scaled to [0, 1], normalized, and cut into patches of two identical frames, laid out block by
 //! block of merged patches as the vision tower reads them.
 
-use std::path::Path;
-
 use image::RgbImage;
-use sha2::{Digest, Sha256};
 
-use super::ImageError;
 use super::resample::resize_bicubic;
+use super::{ImageError, Patches};
 
 /// The processor's settings (`config.rs` reads them), the pixel bounds resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,29 +25,7 @@ pub struct Qwen2VlProcessor {
     do_normalize: bool,
 }
 
-/// An image as the vision tower takes it.
-#[derive(Debug, Clone)]
-pub struct Patches {
-    /// `[patches, channels · temporal patch · patch · patch]`, row-major, in the processor's
-    /// order (`pixel_values`).
-    pub values: Vec<f32>,
-    /// Values per patch.
-    pub patch_values: usize,
-    /// Time, rows and columns in patches (`image_grid_thw`).
-    pub grid: [usize; 3],
-    /// SHA-256 of the values and the grid: the image's key in the prefix cache and among the
-    /// tower's outputs.
-    pub digest: [u8; 32],
-}
-
 impl Qwen2VlProcessor {
-    /// The processor of the model in `dir`: `preprocessor_config.json`, else the
-    /// `image_processor` of `processor_config.json` (transformers 5 may write either); `None`
-    /// when its files configure none.
-    pub fn load(dir: &Path) -> Result<Option<Self>, ImageError> {
-        config::load(dir)
-    }
-
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own.
     pub fn with_pixel_limits(mut self, min: Option<u64>, max: Option<u64>) -> Self {
         self.min_pixels = min.unwrap_or(self.min_pixels);
@@ -134,20 +109,7 @@ impl Qwen2VlProcessor {
                 }
             }
         }
-        let grid = [1, rows, columns];
-        let mut hasher = Sha256::new();
-        for side in grid {
-            hasher.update((side as u64).to_le_bytes());
-        }
-        for value in &values {
-            hasher.update(value.to_le_bytes());
-        }
-        Patches {
-            values,
-            patch_values,
-            grid,
-            digest: hasher.finalize().into(),
-        }
+        Patches::new(values, patch_values, [1, rows, columns])
     }
 }
 
@@ -180,6 +142,6 @@ fn smart_resize(
     Ok((rows as usize, columns as usize))
 }
 
-mod config;
+pub(super) mod config;
 #[cfg(test)]
 mod tests;

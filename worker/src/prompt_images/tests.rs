@@ -83,7 +83,7 @@ fn each_case_has_the_processors_tokens_and_transformers_positions() {
         );
         let images = prepared.images.unwrap();
         assert_eq!(
-            images.positions,
+            images.positions.as_deref().unwrap(),
             tensors[&format!("{name}.position_ids")].as_slice::<i32>(),
             "{name}"
         );
@@ -93,7 +93,7 @@ fn each_case_has_the_processors_tokens_and_transformers_positions() {
             "{name}"
         );
         // The prefix cache's key: the text as it is, each image's tokens its own.
-        let image_token = loaded.model.vision.as_ref().unwrap().image_token();
+        let image_token = loaded.model.vision.as_ref().unwrap().row_token();
         for (key, token) in images.key().iter().zip(&prepared.tokens) {
             assert_eq!(*token == image_token, key != token, "{name}");
         }

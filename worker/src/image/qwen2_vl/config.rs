@@ -62,31 +62,11 @@ impl Default for Config {
     }
 }
 
-pub(super) fn load(dir: &Path) -> Result<Option<Qwen2VlProcessor>, ImageError> {
-    let flat = dir.join("preprocessor_config.json");
-    if flat.is_file() {
-        return parse(&flat, read_json(&flat)?).map(Some);
-    }
-    let nested = dir.join("processor_config.json");
-    if !nested.is_file() {
-        return Ok(None);
-    }
-    match read_json(&nested)?
-        .get_mut("image_processor")
-        .map(serde_json::Value::take)
-    {
-        Some(section) => parse(&nested, section).map(Some),
-        None => Ok(None),
-    }
-}
-
-fn read_json(path: &Path) -> Result<serde_json::Value, ImageError> {
-    let text = std::fs::read_to_string(path).map_err(|error| bad(path, error.to_string()))?;
-    serde_json::from_str(&text).map_err(|error| bad(path, error.to_string()))
-}
-
 /// The processor `value`, read from `path`, configures.
-fn parse(path: &Path, value: serde_json::Value) -> Result<Qwen2VlProcessor, ImageError> {
+pub(in crate::image) fn parse(
+    path: &Path,
+    value: serde_json::Value,
+) -> Result<Qwen2VlProcessor, ImageError> {
     let config: Config = serde_path_to_error::deserialize(value)
         .map_err(|error| bad(path, format!("{}: {}", error.path(), error.inner())))?;
     config.resolve().map_err(|message| bad(path, message))

@@ -2,12 +2,20 @@
 //! (tests/data/vision: its pixel values per image, `scripts/reference/vision.py`), which must
 //! come out the same to the bit.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use mlx_rs::Array;
 
 use super::*;
 use crate::image::decode;
+
+/// The model's processor config as `ImageProcessor::load` finds it, read as Qwen2-VL's.
+fn load(dir: &Path) -> Result<Option<Qwen2VlProcessor>, ImageError> {
+    match crate::image::processor::processor_section(dir)? {
+        Some((path, section)) => config::parse(&path, section).map(Some),
+        None => Ok(None),
+    }
+}
 
 fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/vision")
@@ -46,7 +54,7 @@ fn smart_resize_rounds_and_bounds_as_transformers() {
 #[test]
 fn every_image_becomes_the_processors_patches() {
     let checkpoint = data().join("qwen3_5/hf");
-    let processor = Qwen2VlProcessor::load(&checkpoint).unwrap().unwrap();
+    let processor = load(&checkpoint).unwrap().unwrap();
     let reference = Array::load_safetensors(checkpoint.join("reference.safetensors")).unwrap();
     for (name, file) in [
         ("wide", "wide.png"),
@@ -73,9 +81,7 @@ fn every_image_becomes_the_processors_patches() {
 
 #[test]
 fn the_same_pixels_have_the_same_digest_whatever_the_format() {
-    let processor = Qwen2VlProcessor::load(&data().join("qwen3_5/hf"))
-        .unwrap()
-        .unwrap();
+    let processor = load(&data().join("qwen3_5/hf")).unwrap().unwrap();
     let png = std::fs::read(data().join("images/wide.png")).unwrap();
     let decoded = decode(&png).unwrap();
     let mut webp = Vec::new();
@@ -98,9 +104,7 @@ fn the_same_pixels_have_the_same_digest_whatever_the_format() {
 
 #[test]
 fn operator_limits_replace_the_configs() {
-    let processor = Qwen2VlProcessor::load(&data().join("qwen3_5/hf"))
-        .unwrap()
-        .unwrap();
+    let processor = load(&data().join("qwen3_5/hf")).unwrap().unwrap();
     let screenshot = decode(&std::fs::read(data().join("images/screenshot.png")).unwrap()).unwrap();
     let smaller = processor
         .clone()
@@ -115,7 +119,7 @@ fn operator_limits_replace_the_configs() {
         nested.path().join("processor_config.json"),
     )
     .unwrap();
-    let nested = Qwen2VlProcessor::load(nested.path()).unwrap().unwrap();
+    let nested = load(nested.path()).unwrap().unwrap();
     assert_eq!(nested.preprocess(&screenshot).unwrap().grid, [1, 18, 26]);
 }
 
@@ -125,21 +129,33 @@ fn configs_in_every_spelling_load_and_bad_ones_are_refused() {
     let write = |name: &str, json: &str| {
         std::fs::write(folder.path().join(name), json).unwrap();
     };
-    assert!(Qwen2VlProcessor::load(folder.path()).unwrap().is_none());
+    assert!(load(folder.path()).unwrap().is_none());
     // A processor_config.json without an image processor configures none.
     write("processor_config.json", r#"{"processor_class": "X"}"#);
-    assert!(Qwen2VlProcessor::load(folder.path()).unwrap().is_none());
+    assert!(load(folder.path()).unwrap().is_none());
     // Qwen2.5-VL's spelling: the bounds as top-level keys, no `size`.
     write(
         "preprocessor_config.json",
         r#"{"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "merge_size": 2}"#,
     );
-    let processor = Qwen2VlProcessor::load(folder.path()).unwrap().unwrap();
+    let processor = load(folder.path()).unwrap().unwrap();
     assert_eq!(
         (processor.min_pixels, processor.max_pixels),
         (3136, 12_845_056)
     );
     assert_eq!(processor.merge_size, 2);
+    // Another family's processor is named, not read as Qwen2-VL's.
+    write(
+        "preprocessor_config.json",
+        r#"{"image_processor_type": "IdeficsImageProcessorFast"}"#,
+    );
+    let error = crate::image::ImageProcessor::load(folder.path()).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("`IdeficsImageProcessorFast` is not a processor corral runs"),
+        "{error}"
+    );
     for (json, complaint) in [
         (r#"{"resample": 2}"#, "resample 2"),
         (r#"{"size": {"longest_edge": 8192}}"#, "shortest_edge"),
@@ -147,7 +163,7 @@ fn configs_in_every_spelling_load_and_bad_ones_are_refused() {
         (r#"{"image_mean": [0.5]}"#, "image_mean"),
     ] {
         write("preprocessor_config.json", json);
-        let error = Qwen2VlProcessor::load(folder.path()).unwrap_err();
+        let error = load(folder.path()).unwrap_err();
         let ImageError::ProcessorConfig { message, .. } = &error else {
             panic!("{json}: {error}");
         };

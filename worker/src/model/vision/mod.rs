@@ -13,10 +13,12 @@ use mlx_rs::error::Exception;
 use super::config::ModelConfig;
 use super::error::ModelError;
 use super::weights::{Weights, tensor_headers};
+use crate::image::ImageProcessor;
 
 pub struct VisionTower {
     tower: Tower,
-    /// The token the chat template writes once per image, which the image's tokens replace.
+    /// The token the chat template writes once per image, which the image's tokens replace;
+    /// Qwen's is also the token whose embeddings the tower's rows take the place of.
     image_token: u32,
 }
 
@@ -24,8 +26,17 @@ enum Tower {
     Qwen3_5(qwen3_5::Tower),
 }
 
-/// Where one image's tokens sit in the text: each token's (time, row, column) from the image's
-/// first position, in order, and how far the positions of the text after it move on.
+/// What stands for one image in the text, in place of the placeholder the template wrote, as
+/// the model's processor spells it: tokens, or text that tokenizes with its neighbours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImagePiece {
+    Token(u32),
+    Text(&'static str),
+}
+
+/// Where the rows of an image sit for a tower whose text model turns by multi-section rotary
+/// positions (Qwen's M-RoPE): each row's (time, row, column) from the image's first position,
+/// in order, and how far the positions of the text after it move on.
 pub struct ImageTokens {
     pub positions: Vec<[i32; 3]>,
     pub advance: i32,
@@ -68,7 +79,7 @@ pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
             .any(|name| name.starts_with(TRANSFORMERS_PREFIX) || name.starts_with(MLX_VLM_PREFIX))
     });
     // The worker prepares images only with the processor's config.
-    let has_processor = matches!(crate::image::Qwen2VlProcessor::load(dir), Ok(Some(_)));
+    let has_processor = matches!(ImageProcessor::load(dir), Ok(Some(_)));
     runs_tower(config) && has_config && has_tensors && has_processor
 }
 
@@ -87,7 +98,7 @@ pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) ->
         return 0;
     };
     // Without a processor config the worker takes no images (`has_tower`).
-    match crate::image::Qwen2VlProcessor::load(dir) {
+    match ImageProcessor::load(dir) {
         Ok(Some(processor)) => {
             args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
         }
@@ -149,15 +160,33 @@ impl VisionTower {
         }
     }
 
-    /// Where the tokens of an image of `grid` patches sit.
-    pub fn image_tokens(&self, grid: [i32; 3]) -> ImageTokens {
+    /// What replaces the template's placeholder for an image of `grid` patches.
+    pub fn expansion(&self, grid: [i32; 3]) -> Vec<ImagePiece> {
+        vec![ImagePiece::Token(self.image_token); self.rows(grid)]
+    }
+
+    /// The rows the tower gives an image of `grid` patches.
+    pub fn rows(&self, grid: [i32; 3]) -> usize {
         match &self.tower {
-            Tower::Qwen3_5(tower) => tower.image_tokens(grid),
+            Tower::Qwen3_5(tower) => tower.rows(grid),
+        }
+    }
+
+    /// The multi-section rotary positions of an image of `grid` patches, for a text model that
+    /// turns by them; `None` where the image's tokens turn as text does.
+    pub fn rotary_positions(&self, grid: [i32; 3]) -> Option<ImageTokens> {
+        match &self.tower {
+            Tower::Qwen3_5(tower) => Some(tower.image_tokens(grid)),
         }
     }
 
     /// The token the chat template writes once per image.
-    pub fn image_token(&self) -> u32 {
+    pub fn placeholder(&self) -> u32 {
+        self.image_token
+    }
+
+    /// The token whose embeddings the tower's rows replace, one per row, in order.
+    pub fn row_token(&self) -> u32 {
         self.image_token
     }
 }

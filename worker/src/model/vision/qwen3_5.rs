@@ -226,6 +226,11 @@ impl Tower {
         self.merger.forward(&x, self.merge)
     }
 
+    /// The rows the tower gives an image of `grid` patches: one per merged block.
+    pub fn rows(&self, grid: [i32; 3]) -> usize {
+        usize::try_from(grid[0] * (grid[1] / self.merge) * (grid[2] / self.merge)).unwrap_or(0)
+    }
+
     /// The image tokens the text gets for a `grid` of patches, with their positions: one per
     /// merged block, at (0, row, column) of the merged grid; the text after the image goes on
     /// from its longest side (transformers' `get_rope_index`).

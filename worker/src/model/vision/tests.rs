@@ -89,7 +89,7 @@ fn the_text_after_images_reads_as_transformers() {
     for layout in LAYOUTS {
         let model = Model::load(&checkpoint(layout)).unwrap();
         let reference = reference(layout);
-        let image_token = model.vision.as_ref().unwrap().image_token();
+        let image_token = model.vision.as_ref().unwrap().row_token();
         for case in cases(&reference) {
             let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
                 .as_slice::<i32>()
