@@ -283,7 +283,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let mut unmade = Vec::new();
         for (index, running) in self.running.iter_mut().enumerate() {
             let unprefilled = running.sequence.unprefilled();
-            let segment = match running.sequence.next_input(budget) {
+            let segment = match running.sequence.next_input(&mut budget) {
                 Ok(Some(segment)) => segment,
                 Ok(None) => continue,
                 Err(error) => {
@@ -292,9 +292,6 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 }
             };
             let length = segment.tokens.len();
-            if unprefilled > 0 {
-                budget -= length;
-            }
             let planned = Planned {
                 index,
                 length,

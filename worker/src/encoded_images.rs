@@ -29,15 +29,22 @@ impl EncodedImages {
             *used = use_number;
             return Ok(rows.clone());
         }
-        let values = Array::from_slice(
-            &patches.values,
-            &[
-                (patches.values.len() / patches.patch_values) as i32,
-                patches.patch_values as i32,
-            ],
-        );
-        let rows = tower.encode(&values, grid_of(patches))?;
+        let rows = tower.encode(&patch_array(patches), grid_of(patches))?;
         rows.eval()?;
+        self.keep(patches, rows.clone());
+        Ok(rows)
+    }
+
+    /// Whether the rows of the image `patches` hold are kept.
+    pub(crate) fn holds(&self, patches: &Patches) -> bool {
+        self.rows.borrow().contains_key(&patches.digest)
+    }
+
+    /// Keeps `rows`, the tower's for the image `patches` hold, in place of the least recently
+    /// used when full.
+    pub(crate) fn keep(&self, patches: &Patches, rows: Array) {
+        let use_number = self.uses.get() + 1;
+        self.uses.set(use_number);
         let mut kept = self.rows.borrow_mut();
         if kept.len() >= ENCODED_IMAGES_KEPT
             && let Some(oldest) = kept
@@ -47,9 +54,17 @@ impl EncodedImages {
         {
             kept.remove(&oldest);
         }
-        kept.insert(patches.digest, (use_number, rows.clone()));
-        Ok(rows)
+        kept.insert(patches.digest, (use_number, rows));
     }
+}
+
+/// An image's patches as the tower takes them, `[patches, values per patch]`.
+pub(crate) fn patch_array(patches: &Patches) -> Array {
+    let count = patches.values.len() / patches.patch_values;
+    Array::from_slice(
+        &patches.values,
+        &[count as i32, patches.patch_values as i32],
+    )
 }
 
 /// An image's grid of patches as the tower takes it.

@@ -14,7 +14,7 @@ use crate::constraint::{ConstraintError, ConstraintFactory};
 use crate::encoded_images::EncodedImages;
 use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::image::{ImageError, ImageProcessor};
-use crate::model::{Model, ModelError};
+use crate::model::{Model, ModelError, count_parameters};
 use crate::model_json::JsonFileError;
 use crate::stop_tokens::eos_token_ids;
 use crate::tools::ModelFormats;
@@ -50,6 +50,10 @@ pub struct LoadedModel {
     pub image_processor: Option<ImageProcessor>,
     /// The tower's rows of the images sent lately.
     pub(crate) encoded_images: EncodedImages,
+    /// The multiply-adds one prompt token costs the text model (its parameters, or a mixture's
+    /// active ones), against which the batch weighs the vision tower's blocks; `None` without
+    /// a tower, or where the checkpoint's headers do not say.
+    pub(crate) prompt_token_multiply_adds: Option<f64>,
     pub load_time: Duration,
     /// Built by the first request that constrains its output: describing the vocabulary to
     /// llguidance takes a moment that most workers never need to spend.
@@ -77,6 +81,7 @@ impl LoadedModel {
                 formats,
                 image_processor: None,
                 encoded_images: EncodedImages::default(),
+                prompt_token_multiply_adds: None,
                 load_time: started.elapsed(),
                 constraints: OnceCell::new(),
             });
@@ -97,9 +102,13 @@ impl LoadedModel {
         let chat_template = ChatTemplate::from_model_dir(dir)?;
         let eos_token_ids = eos_token_ids(dir, &tokenizer)?;
         let formats = detect_formats(chat_template.as_ref(), &tokenizer);
-        let image_processor = match model.vision {
-            Some(_) => ImageProcessor::load(dir)?,
-            None => None,
+        let (image_processor, prompt_token_multiply_adds) = match model.vision {
+            Some(_) => {
+                let parameters = count_parameters(dir, &model.config).ok();
+                let per_token = parameters.map(|count| count.active.unwrap_or(count.total) as f64);
+                (ImageProcessor::load(dir)?, per_token)
+            }
+            None => (None, None),
         };
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -110,6 +119,7 @@ impl LoadedModel {
             formats,
             image_processor,
             encoded_images: EncodedImages::default(),
+            prompt_token_multiply_adds,
             load_time: started.elapsed(),
             constraints: OnceCell::new(),
         })

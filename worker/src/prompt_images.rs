@@ -11,6 +11,7 @@
 //! are kept by the image's digest (`encoded_images.rs`), so an image sent again (an agent re-sends
 //! the whole conversation every turn) is not encoded again.
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use corral_ipc::PromptImage;
@@ -18,10 +19,10 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 
-use crate::encoded_images::grid_of;
+use crate::encoded_images::{grid_of, patch_array};
 use crate::image::{self, ImageError, Patches};
 use crate::loaded::LoadedModel;
-use crate::model::{EmbeddedRows, ImagePiece, KvCache, VisionTower};
+use crate::model::{EmbeddedRows, Encoding, ImagePiece, KvCache, VisionTower};
 
 /// `corral-worker serve --max-images`, `--image-max-pixels` and `--image-min-pixels`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -115,6 +116,9 @@ pub(crate) struct ImagePrompt {
     shift: i32,
     /// The prompt as the prefix cache keys it.
     key: Vec<u32>,
+    /// The image (by index) part-way through the tower, kept with the sequence so that a
+    /// cancelled request's leaves with it.
+    in_tower: RefCell<Option<(usize, Encoding)>>,
 }
 
 /// One image where its rows sit in the prompt: runs of consecutive positions (a Pixtral image's
@@ -243,6 +247,7 @@ impl ImagePrompt {
             positions: None,
             shift: 0,
             key,
+            in_tower: RefCell::new(None),
         };
         prompt.rotary_positions(tower, tokens.len());
         Ok(prompt)
@@ -311,6 +316,63 @@ impl ImagePrompt {
         for cache in caches {
             cache.set_rotary(self.shift, None);
         }
+    }
+
+    /// Where a chunk of prompt positions `start..end` must stop: before the rows of the first
+    /// image it reaches that is not encoded yet. That image goes through as many of the tower's
+    /// blocks as the pass's `budget` of prompt tokens pays for (a block costs the prompt tokens
+    /// of as many multiply-adds, and at least one block runs), which the budget then lacks.
+    pub(crate) fn encode_reached(
+        &self,
+        loaded: &LoadedModel,
+        start: usize,
+        end: usize,
+        budget: &mut usize,
+    ) -> Result<usize, Exception> {
+        let Some(tower) = &loaded.model.vision else {
+            return Ok(end);
+        };
+        for (index, image) in self.images.iter().enumerate() {
+            let (Some(first), Some(last)) = (image.runs.first(), image.runs.last()) else {
+                continue;
+            };
+            if first.0 >= end {
+                break;
+            }
+            if last.0 + last.2 <= start || loaded.encoded_images.holds(&image.patches) {
+                continue;
+            }
+            let mut in_tower = self.in_tower.borrow_mut();
+            let encoding = match in_tower.take() {
+                Some((encoding_index, encoding)) if encoding_index == index => encoding,
+                _ => tower.begin(&patch_array(&image.patches), grid_of(&image.patches))?,
+            };
+            let mut encoding = encoding;
+            let blocks = match loaded.prompt_token_multiply_adds {
+                Some(per_token) if per_token > 0.0 => {
+                    let block = tower.block_multiply_adds(encoding.grid) / per_token;
+                    let tokens = (block.ceil() as usize).max(1);
+                    let blocks = (*budget / tokens).max(1);
+                    *budget = budget.saturating_sub(blocks * tokens);
+                    blocks
+                }
+                _ => tower.depth(),
+            };
+            match tower.advance(&mut encoding, blocks)? {
+                Some(rows) => {
+                    rows.eval()?;
+                    loaded.encoded_images.keep(&image.patches, rows);
+                }
+                None => {
+                    *in_tower = Some((index, encoding));
+                    return Ok(first.0.max(start));
+                }
+            }
+            if *budget == 0 {
+                return Ok(first.0.max(start));
+            }
+        }
+        Ok(end)
     }
 
     /// The tower's rows for the image tokens among prompt positions `start..end`, each by its

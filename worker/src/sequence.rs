@@ -139,21 +139,31 @@ impl<'m> Sequence<'m> {
     }
 
     /// This sequence's share of the next pass: its last sampled token, or its next chunk of at
-    /// most `budget` prompt tokens; `None` while it has nothing to run. A chunk that reaches an
-    /// image's tokens has the image encoded first (an error is the tower's).
-    pub(crate) fn next_input(&mut self, budget: usize) -> Result<Option<Segment<'_>>, Exception> {
+    /// most `budget` prompt tokens, which it takes from the budget; `None` while it has nothing
+    /// to run. A chunk that reaches an image not yet encoded has the tower run on it first, on
+    /// the same budget, and stops short of it until it is (an error is the tower's).
+    pub(crate) fn next_input(
+        &mut self,
+        budget: &mut usize,
+    ) -> Result<Option<Segment<'_>>, Exception> {
         let mut embedded = Vec::new();
         let tokens = if self.token_to_forward {
             if let Some(images) = &self.images {
                 images.rotate_generated(&mut self.cache);
             }
             &self.history[self.history.len() - 1..]
-        } else if self.unprefilled() > 0 && budget > 0 {
-            let end = (self.prefilled + budget).min(self.prompt.len());
+        } else if self.unprefilled() > 0 && *budget > 0 {
+            let mut end = (self.prefilled + *budget).min(self.prompt.len());
             if let Some(images) = &self.images {
+                end = images.encode_reached(self.loaded, self.prefilled, end, budget)?;
+                end = end.min(self.prefilled + *budget);
+                if end == self.prefilled {
+                    return Ok(None);
+                }
                 images.rotate_chunk(&mut self.cache, self.prefilled, end);
                 embedded = images.rows_in(self.loaded, self.prefilled, end)?;
             }
+            *budget -= end - self.prefilled;
             &self.prompt[self.prefilled..end]
         } else {
             return Ok(None);

@@ -34,7 +34,7 @@ pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use vision::{
-    ImagePiece, ImageTokens, VisionTower, activation_bytes as vision_activation_bytes,
+    Encoding, ImagePiece, ImageTokens, VisionTower, activation_bytes as vision_activation_bytes,
     has_tower as has_vision_tower,
 };
 

@@ -169,3 +169,85 @@ fn a_bad_image_or_a_text_model_is_refused_by_the_images_place() {
         "model `hf` takes no images (image at messages[0].content[1])"
     );
 }
+
+#[test]
+fn an_image_goes_through_the_tower_a_few_blocks_a_pass_and_reads_the_same() {
+    use crate::batch::{Batch, BatchLimits, Job};
+    use crate::generation::Event;
+
+    let dir = data().join("vision/qwen3_5/hf");
+    let loaded = LoadedModel::load(&dir).unwrap();
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let request = case(&reference, "d");
+    let prepared = prepare(&loaded, &request, &ImageLimits::default()).unwrap();
+    let images = prepared.images.as_ref().unwrap();
+    let (first_row, _, _) = images.images[0].runs[0];
+    let tower = loaded.model.vision.as_ref().unwrap();
+    let patches = &images.images[0].patches;
+    // The screenshot's 468 patches make a block cost more prompt tokens than this pass has:
+    // one block runs, the chunk stops before the image, and the budget is spent.
+    let block = tower.block_multiply_adds(grid_of(patches));
+    let per_token = loaded.prompt_token_multiply_adds.unwrap();
+    assert!(block / per_token > 16.0, "{}", block / per_token);
+    assert_eq!(tower.depth(), 2);
+    let length = prepared.tokens.len();
+    let mut budget = 16;
+    let end = images
+        .encode_reached(&loaded, 0, length, &mut budget)
+        .unwrap();
+    assert_eq!((end, budget), (first_row, 0));
+    assert!(!loaded.encoded_images.holds(patches));
+    let mut budget = 16;
+    let end = images
+        .encode_reached(&loaded, 0, length, &mut budget)
+        .unwrap();
+    assert_eq!((end, budget), (first_row, 0));
+    assert!(loaded.encoded_images.holds(patches));
+    let mut budget = 16;
+    let end = images
+        .encode_reached(&loaded, 0, length, &mut budget)
+        .unwrap();
+    assert_eq!((end, budget), (length, 16));
+
+    // Through a batch of 16-token passes, beside another sequence, the answer is
+    // transformers' greedy one.
+    let fresh = LoadedModel::load(&dir).unwrap();
+    let limits = BatchLimits {
+        prefill_chunk: 16,
+        ..BatchLimits::default()
+    };
+    let answers = std::cell::RefCell::new([String::new(), String::new()]);
+    let mut batch = Batch::new(&fresh, limits, None, None);
+    let text_request = chat(
+        vec![serde_json::json!({"role": "user", "content": "Say something long."})],
+        Vec::new(),
+    );
+    for (index, request) in [text_request, request].into_iter().enumerate() {
+        let answers = &answers;
+        batch.submit(Job {
+            request,
+            cancelled: Box::new(|| false),
+            sink: Box::new(move |event| match event.unwrap() {
+                // The template opens the model's thinking, which the answer then is.
+                Event::Delta {
+                    text, reasoning, ..
+                } => answers.borrow_mut()[index].push_str(&(reasoning + &text)),
+                Event::Accepted { .. } | Event::Done { .. } => {}
+            }),
+        });
+    }
+    while !batch.is_idle() {
+        batch.step();
+    }
+    drop(batch);
+    let decoded: Vec<u32> = reference["cases"]["d"]["decoded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token.as_u64().unwrap() as u32)
+        .collect();
+    let expected = fresh.tokenizer.decode(&decoded, true).unwrap();
+    // The reasoning parser drops the space that opens the thinking.
+    assert_eq!(answers.borrow()[1], expected.trim_start());
+}

@@ -26,6 +26,16 @@ enum Tower {
     Qwen3_5(qwen3_5::Tower),
 }
 
+/// An image part-way through its tower.
+pub struct Encoding {
+    staged: Staged,
+    pub grid: [i32; 3],
+}
+
+enum Staged {
+    Qwen3_5(qwen3_5::Staged),
+}
+
 /// What stands for one image in the text, in place of the placeholder the template wrote, as
 /// the model's processor spells it: tokens, or text that tokenizes with its neighbours.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,8 +165,47 @@ impl VisionTower {
     /// (`[patches, values]`, as the model's processor lays them out) over a `grid` of
     /// `[time, rows, columns]` patches.
     pub fn encode(&self, patches: &Array, grid: [i32; 3]) -> Result<Array, Exception> {
+        let mut encoding = self.begin(patches, grid)?;
+        match self.advance(&mut encoding, self.depth())? {
+            Some(rows) => Ok(rows),
+            None => Err(Exception::from("the tower stopped short of its last block")),
+        }
+    }
+
+    /// Starts encoding an image (as `encode` takes it), before the tower's first block; the
+    /// batch runs the blocks a few at a time, so that a large image does not hold up the other
+    /// sequences' tokens for longer than a prompt chunk does.
+    pub fn begin(&self, patches: &Array, grid: [i32; 3]) -> Result<Encoding, Exception> {
+        let staged = match &self.tower {
+            Tower::Qwen3_5(tower) => Staged::Qwen3_5(tower.begin(patches, grid)?),
+        };
+        Ok(Encoding { staged, grid })
+    }
+
+    /// Runs at most `blocks` more of the tower's blocks on `encoding`; the image's rows once
+    /// the last has run.
+    pub fn advance(
+        &self,
+        encoding: &mut Encoding,
+        blocks: usize,
+    ) -> Result<Option<Array>, Exception> {
+        match (&self.tower, &mut encoding.staged) {
+            (Tower::Qwen3_5(tower), Staged::Qwen3_5(staged)) => tower.advance(staged, blocks),
+        }
+    }
+
+    /// The tower's blocks.
+    pub fn depth(&self) -> usize {
         match &self.tower {
-            Tower::Qwen3_5(tower) => tower.encode(patches, grid),
+            Tower::Qwen3_5(tower) => tower.depth(),
+        }
+    }
+
+    /// One block's multiply-adds over an image of `grid` patches, which the batch weighs
+    /// against a prompt token's.
+    pub fn block_multiply_adds(&self, grid: [i32; 3]) -> f64 {
+        match &self.tower {
+            Tower::Qwen3_5(tower) => tower.block_multiply_adds(grid),
         }
     }
 

@@ -91,8 +91,18 @@ pub struct Tower {
     merger: Merger,
     heads: i32,
     merge: i32,
+    hidden: i32,
+    intermediate: i32,
     /// The 2D rotation's inverse frequencies, one per pair of a head's row half and column half.
     inv_freq: Vec<f32>,
+}
+
+/// An image part-way through the tower: its hidden states before block `next_block`.
+pub struct Staged {
+    hidden: Array,
+    cos: Array,
+    sin: Array,
+    next_block: usize,
 }
 
 struct Block {
@@ -209,21 +219,53 @@ impl Tower {
             merger,
             heads: args.num_heads,
             merge: args.spatial_merge_size,
+            hidden,
+            intermediate: args.intermediate_size,
             inv_freq,
         })
     }
 
-    /// The text rows of one image: `patches` (`[t·h·w, patch values]`, merge-block order) of a
-    /// `grid` of `[t, h, w]` patches become `[t·h·w / merge², text hidden]`.
-    pub fn encode(&self, patches: &Array, grid: [i32; 3]) -> Result<Array, Exception> {
+    /// Starts one image's encoding: `patches` (`[t·h·w, patch values]`, merge-block order) of
+    /// a `grid` of `[t, h, w]` patches embedded and placed, before the first block.
+    pub fn begin(&self, patches: &Array, grid: [i32; 3]) -> Result<Staged, Exception> {
         let dtype = self.pos_embed.dtype();
-        let mut x = self.patch_embed.forward(&patches.as_dtype(dtype)?)?;
-        x = ops::add(&x, &self.positions(grid)?)?;
+        let embedded = self.patch_embed.forward(&patches.as_dtype(dtype)?)?;
+        let hidden = ops::add(&embedded, &self.positions(grid)?)?;
         let (cos, sin) = self.rotation(grid)?;
-        for block in &self.blocks {
-            x = block.forward(&x, self.heads, &cos, &sin)?;
+        Ok(Staged {
+            hidden,
+            cos,
+            sin,
+            next_block: 0,
+        })
+    }
+
+    /// Runs the blocks `staged` has not run, at most `count` of them; once it has run the last,
+    /// the image's text rows, `[t·h·w / merge², text hidden]`.
+    pub fn advance(&self, staged: &mut Staged, count: usize) -> Result<Option<Array>, Exception> {
+        let end = (staged.next_block + count).min(self.blocks.len());
+        for block in &self.blocks[staged.next_block..end] {
+            staged.hidden = block.forward(&staged.hidden, self.heads, &staged.cos, &staged.sin)?;
         }
-        self.merger.forward(&x, self.merge)
+        staged.next_block = end;
+        if end < self.blocks.len() {
+            staged.hidden.eval()?;
+            return Ok(None);
+        }
+        self.merger.forward(&staged.hidden, self.merge).map(Some)
+    }
+
+    pub fn depth(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// One block's multiply-adds over an image of `grid` patches: its projections and MLP on
+    /// every patch, and attention among all of them.
+    pub fn block_multiply_adds(&self, grid: [i32; 3]) -> f64 {
+        let patches = f64::from(grid[0] * grid[1] * grid[2]);
+        let (hidden, intermediate) = (f64::from(self.hidden), f64::from(self.intermediate));
+        let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
+        patches * weights + 2.0 * patches * patches * hidden
     }
 
     /// The rows the tower gives an image of `grid` patches: one per merged block.
