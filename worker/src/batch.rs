@@ -18,7 +18,7 @@ use crate::loaded::LoadedModel;
 use crate::model::{Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
-use crate::prompt_images::ImageLimits;
+use crate::prompt_images::{ImageLimits, ImagePrompt};
 use crate::sampling::Sampler;
 use crate::sequence::{Sequence, done_without_compute, host_rows};
 
@@ -201,7 +201,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 )));
                 continue;
             }
-            if let Err(too_large) = self.fits(prompt_tokens) {
+            if let Err(too_large) = self.fits(prompt_tokens, waiting.prepared.images.as_ref()) {
                 if self.running.is_empty() {
                     (waiting.job.sink)(Err(RejectReason::from(too_large).into()));
                     continue;
@@ -230,8 +230,12 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
     }
 
     /// Whether a prefill of `prompt_tokens` fits under the memory limit, counting the KV caches
-    /// that admitted sequences have yet to fill.
-    fn fits(&self, prompt_tokens: usize) -> Result<(), prefill_guard::PrefillTooLarge> {
+    /// that admitted sequences have yet to fill, and the vision tower on its largest image.
+    fn fits(
+        &self,
+        prompt_tokens: usize,
+        images: Option<&ImagePrompt>,
+    ) -> Result<(), prefill_guard::PrefillTooLarge> {
         let Some(limit) = self.memory_limit else {
             return Ok(());
         };
@@ -247,10 +251,19 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 prefill_guard::kv_cache_bytes(shape, running.sequence.prompt_tokens(), chunk)
             })
             .sum();
+        let tower = match (&model.vision, images) {
+            (Some(tower), Some(images)) => images
+                .grids()
+                .map(|grid| tower.activation_bytes(grid, shape.element_bytes()))
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        };
         let prefill = Prefill {
             prompt_tokens,
             chunk,
             reserved,
+            tower,
         };
         prefill_guard::admit(shape, prefill, limit)
     }

@@ -13,15 +13,18 @@ use crate::model::{FeedForwardShape, KV_CACHE_STEP, LayerShape, ModelConfig};
 /// A prefill that does not fit under the worker's memory limit, with the numbers behind it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "prefill of {prompt_tokens} prompt tokens needs about {} on top of {} in use, over this \
+    "prefill of {prompt_tokens} prompt tokens needs about {}{} on top of {} in use, over this \
      worker's memory limit of {}",
     human(*needed),
+    tower_share(*tower),
     human(*in_use),
     human(*limit)
 )]
 pub struct PrefillTooLarge {
     pub prompt_tokens: usize,
     pub needed: u64,
+    /// The vision tower's part of `needed`.
+    pub tower: u64,
     pub in_use: u64,
     pub limit: u64,
 }
@@ -34,6 +37,8 @@ pub struct Prefill {
     pub chunk: usize,
     /// Bytes promised to sequences admitted before it whose prefill has not yet allocated them.
     pub reserved: u64,
+    /// The vision tower's peak on the prompt's largest image, beside the chunk's.
+    pub tower: u64,
 }
 
 /// The model as the estimate sees it: the shape every layer shares and each layer's own.
@@ -53,6 +58,10 @@ impl<'a> Shape<'a> {
             element_bytes: element_bytes(dtype),
         }
     }
+
+    pub fn element_bytes(&self) -> u64 {
+        self.element_bytes
+    }
 }
 
 /// Refuses a prefill when MLX's active memory, the reservations and its estimated peak exceed
@@ -60,12 +69,17 @@ impl<'a> Shape<'a> {
 pub fn admit(shape: Shape<'_>, prefill: Prefill, limit: u64) -> Result<(), PrefillTooLarge> {
     // An unreadable counter counts as nothing in use: the estimate alone still guards.
     let in_use = mlx_rs::memory::active_memory().map_or(0, |bytes| bytes as u64);
+    let needed = prefill_peak_bytes(shape, prefill.prompt_tokens, prefill.chunk);
     check(
-        prefill_peak_bytes(shape, prefill.prompt_tokens, prefill.chunk),
+        needed.saturating_add(prefill.tower),
         in_use.saturating_add(prefill.reserved),
         limit,
         prefill.prompt_tokens,
     )
+    .map_err(|too_large| PrefillTooLarge {
+        tower: prefill.tower,
+        ..too_large
+    })
 }
 
 /// Bytes of the KV cache a prompt of `prompt_tokens`, prefilled `chunk` positions per pass,
@@ -119,6 +133,7 @@ fn check(
     Err(PrefillTooLarge {
         prompt_tokens,
         needed,
+        tower: 0,
         in_use,
         limit,
     })
@@ -192,6 +207,16 @@ fn element_bytes(dtype: Dtype) -> u64 {
         Dtype::Float16 | Dtype::Bfloat16 => 2,
         Dtype::Float64 => 8,
         _ => 4,
+    }
+}
+
+fn tower_share(tower: u64) -> String {
+    match tower {
+        0 => String::new(),
+        bytes => format!(
+            " ({} of it the vision tower's on the largest image)",
+            human(bytes)
+        ),
     }
 }
 

@@ -287,6 +287,11 @@ impl ImagePrompt {
         self.positions = Some(axes.concat());
     }
 
+    /// Each image's grid of patches, in order.
+    pub(crate) fn grids(&self) -> impl Iterator<Item = [i32; 3]> + '_ {
+        self.images.iter().map(|image| grid_of(&image.patches))
+    }
+
     /// The prompt as the prefix cache keys it: each image's tokens stand for its pixels.
     pub(crate) fn key(&self) -> &[u32] {
         &self.key

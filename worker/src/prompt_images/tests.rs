@@ -251,3 +251,46 @@ fn an_image_goes_through_the_tower_a_few_blocks_a_pass_and_reads_the_same() {
     // The reasoning parser drops the space that opens the thinking.
     assert_eq!(answers.borrow()[1], expected.trim_start());
 }
+
+#[test]
+fn the_memory_guard_counts_the_tower_on_the_largest_image() {
+    use crate::batch::{Batch, BatchLimits, Job};
+
+    let loaded = LoadedModel::load(&data().join("vision/qwen3_5/hf")).unwrap();
+    // The whole 1024x768 screenshot: 49,152 patches of 4 pixels, whose attention scores in
+    // one of the tower's blocks take tens of GiB, far over the limit the text alone fits in.
+    let limits = BatchLimits {
+        images: ImageLimits {
+            max_pixels: Some(1 << 20),
+            ..ImageLimits::default()
+        },
+        ..BatchLimits::default()
+    };
+    let message = serde_json::json!({"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": "what is it?"}]});
+    let request = chat(
+        vec![message],
+        vec![image("screenshot.png", "messages[0].content[0]")],
+    );
+    let failure = std::cell::RefCell::new(None);
+    let mut batch = Batch::new(&loaded, limits, Some(4 << 30), None);
+    batch.submit(Job {
+        request,
+        cancelled: Box::new(|| false),
+        sink: Box::new(|event| {
+            if let Err(error) = event {
+                let reason = std::error::Error::source(&error).map(ToString::to_string);
+                *failure.borrow_mut() = reason;
+            }
+        }),
+    });
+    while !batch.is_idle() {
+        batch.step();
+    }
+    drop(batch);
+    let failure = failure.into_inner().expect("a refusal");
+    assert!(
+        failure.contains("of it the vision tower's on the largest image"),
+        "{failure}"
+    );
+}

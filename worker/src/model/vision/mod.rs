@@ -194,6 +194,14 @@ impl VisionTower {
         }
     }
 
+    /// The memory the tower takes at its peak while it encodes an image of `grid` patches,
+    /// each activation `element_bytes` wide.
+    pub fn activation_bytes(&self, grid: [i32; 3], element_bytes: u64) -> u64 {
+        match &self.tower {
+            Tower::Qwen3_5(tower) => tower.activation_bytes(grid, element_bytes),
+        }
+    }
+
     /// The tower's blocks.
     pub fn depth(&self) -> usize {
         match &self.tower {

@@ -50,12 +50,17 @@ impl Args {
     /// size, so they are written out), and its hidden states, projections and MLP activations.
     pub fn activation_bytes(&self, pixels: u64, element_bytes: u64) -> u64 {
         let patch = u64::try_from(self.patch_size).unwrap_or(1).max(1);
-        let patches = pixels / (patch * patch);
-        let width = |value: i32| u64::try_from(value).unwrap_or(0);
-        let scores = width(self.num_heads) * patches * patches * 2;
-        let hidden = patches * (5 * width(self.hidden_size) + width(self.intermediate_size));
-        (scores + hidden).saturating_mul(element_bytes)
+        let shape = [self.num_heads, self.hidden_size, self.intermediate_size];
+        peak_bytes(pixels / (patch * patch), shape, element_bytes)
     }
+}
+
+/// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`.
+fn peak_bytes(patches: u64, [heads, hidden, intermediate]: [i32; 3], element_bytes: u64) -> u64 {
+    let width = |value: i32| u64::try_from(value).unwrap_or(0);
+    let scores = width(heads) * patches * patches * 2;
+    let activations = patches * (5 * width(hidden) + width(intermediate));
+    (scores + activations).saturating_mul(element_bytes)
 }
 
 impl Default for Args {
@@ -266,6 +271,13 @@ impl Tower {
         let (hidden, intermediate) = (f64::from(self.hidden), f64::from(self.intermediate));
         let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
         patches * weights + 2.0 * patches * patches * hidden
+    }
+
+    /// The peak of encoding an image of `grid` patches, as `Args::activation_bytes`.
+    pub fn activation_bytes(&self, grid: [i32; 3], element_bytes: u64) -> u64 {
+        let patches = u64::try_from(grid[0] * grid[1] * grid[2]).unwrap_or(0);
+        let shape = [self.heads, self.hidden, self.intermediate];
+        peak_bytes(patches, shape, element_bytes)
     }
 
     /// The rows the tower gives an image of `grid` patches: one per merged block.
