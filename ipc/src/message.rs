@@ -391,6 +391,12 @@ pub struct Usage {
 pub struct Timings {
     pub prefill_ms: u64,
     pub decode_ms: u64,
+    /// The prompt's images the vision tower encoded (an image whose rows the worker kept from
+    /// an earlier request is not), and the time it took on them, within `prefill_ms`.
+    #[serde(default)]
+    pub images_encoded: u32,
+    #[serde(default)]
+    pub image_encode_ms: u64,
 }
 
 /// A worker's answer to `GetStats`: its load and memory as only it can measure them (MLX's

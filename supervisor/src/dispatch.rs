@@ -469,12 +469,16 @@ async fn relay(
                 finish_reason,
                 stop_sequence,
                 usage,
+                timings,
                 ..
-            } => StreamEvent::Done {
-                finish_reason,
-                stop_sequence,
-                usage,
-            },
+            } => {
+                observed.images_encoded(timings.images_encoded, timings.image_encode_ms);
+                StreamEvent::Done {
+                    finish_reason,
+                    stop_sequence,
+                    usage,
+                }
+            }
             FromWorker::Error { message, .. } => StreamEvent::Failed { message },
             other => {
                 tracing::warn!(

@@ -109,6 +109,10 @@ pub struct Timings {
     pub completion_tokens: usize,
     pub prefill: Duration,
     pub decode: Duration,
+    /// The prompt's images the vision tower encoded (not those it had encoded before), and the
+    /// time it took on them, within `prefill`.
+    pub images_encoded: usize,
+    pub image_encode: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]

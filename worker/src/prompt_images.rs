@@ -11,8 +11,9 @@
 //! are kept by the image's digest (`encoded_images.rs`), so an image sent again (an agent re-sends
 //! the whole conversation every turn) is not encoded again.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use corral_ipc::PromptImage;
 use mlx_rs::Array;
@@ -119,6 +120,9 @@ pub(crate) struct ImagePrompt {
     /// The image (by index) part-way through the tower, kept with the sequence so that a
     /// cancelled request's leaves with it.
     in_tower: RefCell<Option<(usize, Encoding)>>,
+    /// The images this prompt had the tower encode (not those whose rows were kept), and the
+    /// time the tower took on them.
+    tower_work: Cell<(usize, Duration)>,
 }
 
 /// One image where its rows sit in the prompt: runs of consecutive positions (a Pixtral image's
@@ -248,6 +252,7 @@ impl ImagePrompt {
             shift: 0,
             key,
             in_tower: RefCell::new(None),
+            tower_work: Cell::new((0, Duration::ZERO)),
         };
         prompt.rotary_positions(tower, tokens.len());
         Ok(prompt)
@@ -285,6 +290,11 @@ impl ImagePrompt {
         let last = axes.iter().flatten().copied().max().unwrap_or(-1);
         self.shift = last + 1 - length as i32;
         self.positions = Some(axes.concat());
+    }
+
+    /// The images this prompt had the tower encode, and the time the tower took on them.
+    pub(crate) fn tower_work(&self) -> (usize, Duration) {
+        self.tower_work.get()
     }
 
     /// Each image's grid of patches, in order.
@@ -347,6 +357,7 @@ impl ImagePrompt {
             if last.0 + last.2 <= start || loaded.encoded_images.holds(&image.patches) {
                 continue;
             }
+            let started = Instant::now();
             let mut in_tower = self.in_tower.borrow_mut();
             let encoding = match in_tower.take() {
                 Some((encoding_index, encoding)) if encoding_index == index => encoding,
@@ -363,11 +374,15 @@ impl ImagePrompt {
                 }
                 _ => tower.depth(),
             };
-            match tower.advance(&mut encoding, blocks)? {
-                Some(rows) => {
-                    rows.eval()?;
-                    loaded.encoded_images.keep(&image.patches, rows);
-                }
+            let finished = tower.advance(&mut encoding, blocks)?;
+            if let Some(rows) = &finished {
+                rows.eval()?;
+            }
+            let (images, time) = self.tower_work.get();
+            let images = images + usize::from(finished.is_some());
+            self.tower_work.set((images, time + started.elapsed()));
+            match finished {
+                Some(rows) => loaded.encoded_images.keep(&image.patches, rows),
                 None => {
                     *in_tower = Some((index, encoding));
                     return Ok(first.0.max(start));

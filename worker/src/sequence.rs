@@ -276,10 +276,16 @@ impl<'m> Sequence<'m> {
             FinishReason::Stop if self.output.calls() > 0 => FinishReason::ToolCalls,
             other => other,
         };
+        let (images_encoded, image_encode) = self
+            .images
+            .as_ref()
+            .map_or((0, Duration::ZERO), ImagePrompt::tower_work);
         emit(Event::Done {
             finish_reason,
             stop_sequence: self.output.stop_sequence().map(str::to_owned),
             timings: Timings {
+                images_encoded,
+                image_encode,
                 prompt_tokens: self.prompt.len(),
                 cached_tokens: self.cached_tokens,
                 completion_tokens: self.generated,
@@ -420,6 +426,8 @@ pub(crate) fn done_without_compute(finish_reason: FinishReason, prompt_tokens: u
             completion_tokens: 0,
             prefill: Duration::ZERO,
             decode: Duration::ZERO,
+            images_encoded: 0,
+            image_encode: Duration::ZERO,
         },
     }
 }

@@ -131,6 +131,8 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                 timings: WireTimings {
                     prefill_ms: timings.prefill.as_millis() as u64,
                     decode_ms: timings.decode.as_millis() as u64,
+                    images_encoded: saturate(timings.images_encoded),
+                    image_encode_ms: timings.image_encode.as_millis() as u64,
                 },
             };
             (frame, Some(ending))

@@ -220,6 +220,8 @@ pub fn from_worker() -> Vec<FromWorker> {
             timings: Timings {
                 prefill_ms: 12,
                 decode_ms: 80,
+                images_encoded: 2,
+                image_encode_ms: 340,
             },
         },
         FromWorker::Done {
@@ -234,6 +236,8 @@ pub fn from_worker() -> Vec<FromWorker> {
             timings: Timings {
                 prefill_ms: 0,
                 decode_ms: u64::MAX,
+                images_encoded: 0,
+                image_encode_ms: 0,
             },
         },
         FromWorker::Done {
@@ -248,6 +252,8 @@ pub fn from_worker() -> Vec<FromWorker> {
             timings: Timings {
                 prefill_ms: 1,
                 decode_ms: 0,
+                images_encoded: 0,
+                image_encode_ms: 0,
             },
         },
         FromWorker::Done {
@@ -262,6 +268,8 @@ pub fn from_worker() -> Vec<FromWorker> {
             timings: Timings {
                 prefill_ms: 1,
                 decode_ms: 0,
+                images_encoded: 0,
+                image_encode_ms: 0,
             },
         },
         FromWorker::Embeddings {

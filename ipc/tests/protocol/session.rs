@@ -48,6 +48,8 @@ async fn fake_worker(path: std::path::PathBuf) {
                     timings: Timings {
                         prefill_ms: 1,
                         decode_ms: 2,
+                        images_encoded: 0,
+                        image_encode_ms: 0,
                     },
                 };
                 conn.send(&done).await.expect("send");

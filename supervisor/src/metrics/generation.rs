@@ -63,6 +63,22 @@ impl GenerationMetrics {
             .inc_by(u64::from(count));
     }
 
+    /// The generation ended, its worker's vision tower having encoded `images` of its images
+    /// in `encode_ms`.
+    pub fn images_encoded(&self, images: u32, encode_ms: u64) {
+        if images == 0 {
+            return;
+        }
+        self.metrics
+            .images_encoded
+            .get_or_create(&self.labels)
+            .inc_by(u64::from(images));
+        self.metrics
+            .image_encode
+            .get_or_create(&self.labels)
+            .observe(encode_ms as f64 / 1000.0);
+    }
+
     fn stop_waiting(&mut self) {
         if let Some(waiting) = self.waiting.take() {
             waiting.dec();

@@ -83,6 +83,8 @@ pub struct Metrics {
     prompt_tokens: Family<ModelLabels, Counter>,
     generated_tokens: Family<ModelLabels, Counter>,
     queue_depth: Family<ModelLabels, Gauge>,
+    images_encoded: Family<ModelLabels, Counter>,
+    image_encode: HistogramFamily<ModelLabels>,
     evictions: Family<ReasonLabels, Counter>,
     eviction_freed_bytes: Family<ReasonLabels, Counter>,
     eviction_duration: HistogramFamily<ReasonLabels>,
@@ -134,6 +136,18 @@ impl Metrics {
             "Generations waiting for admission, a worker or their turn in the worker",
             queue_depth.clone(),
         );
+        let images_encoded = Family::default();
+        registry.register(
+            "corral_images_encoded",
+            "Images the vision towers encoded (not those whose encoding a worker kept from an earlier request)",
+            images_encoded.clone(),
+        );
+        let image_encode = seconds_histograms();
+        registry.register(
+            "corral_image_encode_seconds",
+            "Time the vision tower took on a generation's images, for each generation that had it encode any",
+            image_encode.clone(),
+        );
         let evictions = Family::default();
         registry.register(
             "corral_evictions",
@@ -166,6 +180,8 @@ impl Metrics {
             prompt_tokens,
             generated_tokens,
             queue_depth,
+            images_encoded,
+            image_encode,
             evictions,
             eviction_freed_bytes,
             eviction_duration,

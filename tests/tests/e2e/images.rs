@@ -274,6 +274,20 @@ fn a_vision_model_reads_images_from_every_api_as_transformers_and_caches_them_by
     let answer: Value = server.post("/v1/responses", &responses).json().unwrap();
     assert_eq!(answer["usage"]["input_tokens"], 73, "{answer}");
 
+    // The tower encoded `wide.png` once, whichever API sent it, and each other picture once.
+    let metrics = corral_tests::server::client()
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let encoded = "corral_images_encoded_total{model=\"qwen3_5-vl\"} 3";
+    assert!(metrics.contains(encoded), "{encoded} not in {metrics}");
+    assert!(
+        metrics.contains("corral_image_encode_seconds_count{model=\"qwen3_5-vl\"} 3"),
+        "{metrics}"
+    );
+
     // An undecodable image is refused in the API's shape, naming where it was.
     let (status, message) = refusal(&server, "/v1/chat/completions", chat(&data_url()));
     assert_eq!(status, 400);

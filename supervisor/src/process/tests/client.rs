@@ -57,6 +57,8 @@ fn done(id: u64) -> FromWorker {
         timings: Timings {
             prefill_ms: 0,
             decode_ms: 0,
+            images_encoded: 0,
+            image_encode_ms: 0,
         },
     }
 }
