@@ -41,6 +41,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The MLX wheels' bundled BLAS is far slower on this CPU than the system's OpenBLAS, which
+# corral's MLX links (../shared/peers/README.md preloads it for mlx_lm.server alike).
+OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
 sys.path.insert(0, str(ROOT / "scripts/reference"))
 SCREENSHOT = ROOT / "tests/data/vision/images/screenshot.png"
 TEMPLATE = ROOT / "tests/data/chat_templates/qwen3.6.jinja"
@@ -119,7 +122,7 @@ def make_checkpoint(work: Path, vlm_python: str) -> Path:
     values["text_config"]["full_attention_interval"] = 4
     config_path.write_text(json.dumps(values, indent=2))
     subprocess.run(
-        [vlm_python, "-m", "mlx_vlm.convert", "--hf-path", str(hf_dir), "--mlx-path", str(mlx_dir)],
+        [vlm_python, "-m", "mlx_vlm", "convert", "--hf-path", str(hf_dir), "--mlx-path", str(mlx_dir)],
         check=True,
     )
     return mlx_dir
@@ -270,12 +273,16 @@ def main():
         1000,
         metrics_base=corral_base,
     )
+    print(f"corral: {corral}", flush=True)
+    vlm_env = dict(os.environ)
+    if OPENBLAS.exists():
+        vlm_env["LD_PRELOAD"] = str(OPENBLAS)
     vlm_base = f"http://127.0.0.1:{args.port + 1}"
     vlm = run_server(
         "mlx-vlm server",
         [args.vlm_python, "-m", "mlx_vlm.server", "--model", str(mlx_dir), "--host", "127.0.0.1",
          "--port", str(args.port + 1)],
-        dict(os.environ),
+        vlm_env,
         f"{vlm_base}/health",
         f"{vlm_base}/v1/chat/completions",
         str(mlx_dir),
@@ -284,7 +291,7 @@ def main():
     )
     tower = subprocess.run(
         [args.vlm_python, "-c", MLX_VLM_TOWER, str(mlx_dir), str(SCREENSHOT), str(args.passes)],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, env=vlm_env,
     ).stdout.split()[0]
     vlm["encode"] = [float(tower)]
 

@@ -247,6 +247,16 @@ impl Server {
             .expect("a JSON body")
     }
 
+    /// `GET /metrics`, the Prometheus text.
+    pub fn metrics(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .expect("request sent")
+            .text()
+            .expect("a text body")
+    }
+
     /// `model`'s row of `GET /admin/workers`: its state, pid, restarts and the worker's stats.
     pub fn worker_row(&self, model: &str) -> Value {
         let workers = self.get_json("/admin/workers");

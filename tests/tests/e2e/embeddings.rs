@@ -161,12 +161,7 @@ fn minilm_vectors_and_retrieval_ranking_match_sentence_transformers() {
     assert_eq!(body["usage"]["prompt_tokens"], tokens, "{body}");
     assert_eq!(body["usage"]["total_tokens"], tokens, "{body}");
     // Counted like chat requests: by route and model, with their prompt tokens.
-    let metrics = corral_tests::server::client()
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = server.metrics();
     let request_line = format!(
         "corral_http_requests_total{{route=\"/v1/embeddings\",model=\"{MODEL}\",status=\"200\"}} 1"
     );

@@ -275,12 +275,7 @@ fn a_vision_model_reads_images_from_every_api_as_transformers_and_caches_them_by
     assert_eq!(answer["usage"]["input_tokens"], 73, "{answer}");
 
     // The tower encoded `wide.png` once, whichever API sent it, and each other picture once.
-    let metrics = corral_tests::server::client()
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = server.metrics();
     let encoded = "corral_images_encoded_total{model=\"qwen3_5-vl\"} 3";
     assert!(metrics.contains(encoded), "{encoded} not in {metrics}");
     assert!(

@@ -124,12 +124,7 @@ fn a_repeated_prefix_prefills_only_the_new_turn_and_answers_as_a_cold_worker_doe
     assert_only_new_tokens_prefilled(&first_usage, &usage);
     let stats = prefix_stats(&server);
     assert!(stats["hit_blocks"].as_u64().unwrap() >= 30, "{stats}");
-    let metrics = corral_tests::server::client()
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = server.metrics();
     let hits = format!(
         "corral_prefix_cache_hit_blocks_total{{model=\"llama\"}} {}",
         stats["hit_blocks"]

@@ -264,12 +264,7 @@ fn a_one_sequence_batch_shows_one_active_and_two_queued_then_empty_once_clients_
     // The same worker, still ready, reports them: the zeros are not a missing series.
     let ready = [("model", "llama"), ("state", "ready")];
     assert_eq!(value(&after, "corral_worker_state", &ready), 1.0);
-    let text = client()
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let text = server.metrics();
     for line in [
         r#"corral_worker_active_sequences{model="llama"} 0"#,
         r#"corral_worker_queued_requests{model="llama"} 0"#,

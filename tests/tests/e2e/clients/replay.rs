@@ -64,6 +64,17 @@ fn every_recorded_request_with_an_image_reaches_a_vision_model() {
             Err("no image part".to_owned())
         }
     });
+    // And the vision tower encoded them: they reached the model as an image's rows.
+    let metrics = server.metrics();
+    let encoded = metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(&format!(
+                "corral_images_encoded_total{{model=\"{MODEL}\"}} "
+            ))
+        })
+        .and_then(|count| count.parse::<u64>().ok());
+    assert!(encoded.is_some_and(|count| count >= 1), "{metrics}");
 }
 
 /// Replays every request of `files`, each checked by `check` first; asserts all were served.
