@@ -397,6 +397,11 @@ pub struct Timings {
     pub images_encoded: u32,
     #[serde(default)]
     pub image_encode_ms: u64,
+    /// Tokens guessed ahead (speculative decoding), and of those the ones the model confirmed.
+    #[serde(default)]
+    pub drafted: u32,
+    #[serde(default)]
+    pub accepted: u32,
 }
 
 /// A worker's answer to `GetStats`: its load and memory as only it can measure them (MLX's

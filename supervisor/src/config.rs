@@ -244,6 +244,27 @@ pub struct ModelSettings {
     /// The pixels an image is resized within; `None`: the processor config's.
     pub image_max_pixels: Option<u64>,
     pub image_min_pixels: Option<u64>,
+    /// How decoding guesses tokens ahead for the model to check; `None`: the worker's (off).
+    pub speculative: Option<SpeculativeMethod>,
+    /// The most tokens a sequence guesses per pass; `None`: the worker's.
+    pub draft_tokens: Option<u32>,
+}
+
+/// The worker's `--speculative` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpeculativeMethod {
+    Off,
+    Ngram,
+}
+
+impl SpeculativeMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Ngram => "ngram",
+        }
+    }
 }
 
 /// The worker's `--gguf-requantize` values.

@@ -472,7 +472,7 @@ async fn relay(
                 timings,
                 ..
             } => {
-                observed.images_encoded(timings.images_encoded, timings.image_encode_ms);
+                observed.finished(&timings);
                 StreamEvent::Done {
                     finish_reason,
                     stop_sequence,

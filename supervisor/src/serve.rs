@@ -271,11 +271,15 @@ fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
             ),
             ("--image-max-pixels", settings.image_max_pixels),
             ("--image-min-pixels", settings.image_min_pixels),
+            ("--draft-tokens", settings.draft_tokens.map(u64::from)),
         ];
         for (flag, value) in limits {
             if let Some(value) = value {
                 args.extend([flag.into(), value.to_string().into()]);
             }
+        }
+        if let Some(method) = settings.speculative {
+            args.extend(["--speculative".into(), method.name().into()]);
         }
     }
     args
@@ -412,7 +416,7 @@ fn worker_binary(configured: Option<PathBuf>) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BatchingConfig, GgufRequantize, ModelSettings};
+    use crate::config::{BatchingConfig, GgufRequantize, ModelSettings, SpeculativeMethod};
 
     #[test]
     fn model_args_carry_a_models_own_max_sequences_over_the_global_one() {
@@ -488,6 +492,18 @@ mod tests {
             },
         );
         assert_eq!(model_args(&config, "small"), ["--image-min-pixels", "3136"]);
+        config.models.insert(
+            "fast".to_owned(),
+            ModelSettings {
+                speculative: Some(SpeculativeMethod::Ngram),
+                draft_tokens: Some(6),
+                ..ModelSettings::default()
+            },
+        );
+        assert_eq!(
+            model_args(&config, "fast"),
+            ["--draft-tokens", "6", "--speculative", "ngram"]
+        );
         assert!(model_args(&config, "other").is_empty());
     }
 }

@@ -21,6 +21,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::{ImageLimits, ImagePrompt};
 use crate::sampling::Sampler;
 use crate::sequence::{Sequence, done_without_compute, host_rows};
+use crate::speculation::Speculation;
 
 /// Sequences decoded together unless the configuration says otherwise.
 pub const DEFAULT_MAX_SEQUENCES: usize = 16;
@@ -35,6 +36,8 @@ pub struct BatchLimits {
     pub prefill_chunk: usize,
     /// What a request's images may be, checked as the request is prepared.
     pub images: ImageLimits,
+    /// How decoding sequences guess tokens ahead.
+    pub speculation: Speculation,
 }
 
 impl Default for BatchLimits {
@@ -43,6 +46,7 @@ impl Default for BatchLimits {
             max_sequences: DEFAULT_MAX_SEQUENCES,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             images: ImageLimits::default(),
+            speculation: Speculation::default(),
         }
     }
 }
@@ -216,6 +220,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 waiting.prepared,
                 waiting.sampler,
                 self.prefix.as_deref_mut(),
+                self.limits.speculation,
             );
             (waiting.job.sink)(Ok(Event::Accepted {
                 prompt_tokens,
@@ -309,6 +314,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 index,
                 length,
                 wants_logits: unprefilled == 0 || length == unprefilled,
+                guesses: if unprefilled == 0 { length - 1 } else { 0 },
             };
             let group = if length == 1 {
                 &mut singles
@@ -342,14 +348,21 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let mut endings = unmade;
         for planned in &planned {
             let running = &mut self.running[planned.index];
-            let sampled = running
-                .sequence
-                .ran(planned.length, self.prefix.as_deref_mut());
-            let Some(row) = sampled.then(|| logits.next()).flatten() else {
-                continue;
-            };
+            let prefix = self.prefix.as_deref_mut();
             let sink = &mut running.sink;
-            match running.sequence.advance(row, &mut |event| sink(Ok(event))) {
+            let outcome = if planned.guesses > 0 {
+                let rows = logits.by_ref().take(planned.guesses + 1).collect();
+                running
+                    .sequence
+                    .check_guesses(rows, prefix, &mut |event| sink(Ok(event)))
+            } else {
+                let sampled = running.sequence.ran(planned.length, prefix);
+                let Some(row) = sampled.then(|| logits.next()).flatten() else {
+                    continue;
+                };
+                running.sequence.advance(row, &mut |event| sink(Ok(event)))
+            };
+            match outcome {
                 Ok(None) => {}
                 Ok(Some(reason)) => endings.push((planned.index, Ok(reason))),
                 Err(error) => endings.push((planned.index, Err(error))),
@@ -378,10 +391,12 @@ struct Planned {
     length: usize,
     /// Whether its last position's logits are its next token's distribution.
     wants_logits: bool,
+    /// Tokens guessed after its last sampled one, each position's logits checking one.
+    guesses: usize,
 }
 
-/// Runs the pass; returns the logits of the last position of each segment that wants them, in
-/// order.
+/// Runs the pass; returns the logits of the last position of each segment that wants them (of
+/// every position of one that checks guesses), in order.
 fn run_pass(
     model: &Model,
     segments: &mut [Segment<'_>],
@@ -393,7 +408,7 @@ fn run_pass(
     for planned in planned {
         end += planned.length as i32;
         if planned.wants_logits {
-            last_positions.push(end - 1);
+            last_positions.extend(end - 1 - planned.guesses as i32..end);
         }
     }
     if last_positions.is_empty() {

@@ -8,6 +8,7 @@ use crate::engine::EngineOptions;
 use crate::gguf::{self, Requantize};
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
 use crate::prompt_images::ImageLimits;
+use crate::speculation::{DEFAULT_DRAFT_TOKENS, Method, Speculation};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
@@ -96,6 +97,17 @@ pub struct ServeArgs {
     /// The fewest pixels an image is resized to; without it, the processor config's.
     #[arg(long, value_name = "PIXELS")]
     pub image_min_pixels: Option<u64>,
+    /// How decoding guesses tokens ahead for the model to check: off or ngram (prompt lookup).
+    #[arg(long, value_name = "METHOD", default_value = "off", value_parser = parse_method)]
+    pub speculative: Method,
+    /// The most tokens a sequence guesses per pass.
+    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_DRAFT_TOKENS,
+          value_parser = clap::value_parser!(u64).range(1..=32).map(|tokens| tokens as usize))]
+    pub draft_tokens: usize,
+}
+
+fn parse_method(name: &str) -> Result<Method, String> {
+    Method::parse(name).ok_or_else(|| format!("expected one of {}", Method::NAMES.join(", ")))
 }
 
 fn parse_requantize(name: &str) -> Result<Requantize, String> {
@@ -114,6 +126,10 @@ impl ServeArgs {
                     max_images: self.max_images,
                     max_pixels: self.image_max_pixels,
                     min_pixels: self.image_min_pixels,
+                },
+                speculation: Speculation {
+                    method: self.speculative,
+                    draft_tokens: self.draft_tokens,
                 },
             },
             prefix_cache: (!self.no_prefix_cache).then(|| PrefixCacheOptions {

@@ -113,6 +113,9 @@ pub struct Timings {
     /// time it took on them, within `prefill`.
     pub images_encoded: usize,
     pub image_encode: Duration,
+    /// Tokens guessed ahead (speculative decoding), and of those the ones the model confirmed.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -29,6 +29,7 @@ pub mod sampling;
 pub mod sampling_defaults;
 mod sequence;
 pub mod serve;
+pub mod speculation;
 pub mod stop_strings;
 pub mod stop_tokens;
 mod system_reminder;

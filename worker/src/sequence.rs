@@ -21,6 +21,7 @@ use crate::output::{Output, Parts};
 use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::ImagePrompt;
 use crate::sampling::{Sampler, logprobs};
+use crate::speculation::{Method, Speculation, ngram_draft};
 
 pub(crate) struct Sequence<'m> {
     loaded: &'m LoadedModel,
@@ -46,6 +47,13 @@ pub(crate) struct Sequence<'m> {
     started: Instant,
     prefill_time: Duration,
     decode_started: Option<Instant>,
+    /// How this sequence guesses tokens ahead; off where a layer cannot forget a wrong guess.
+    speculation: Speculation,
+    /// The last sampled token and the guesses after it, while a pass checks them.
+    guessed: Vec<u32>,
+    /// Tokens guessed, and of those the ones the model confirmed.
+    drafted: usize,
+    accepted: usize,
 }
 
 impl<'m> Sequence<'m> {
@@ -56,6 +64,7 @@ impl<'m> Sequence<'m> {
         prepared: Prepared,
         sampler: Sampler,
         prefix: Option<&mut PrefixCache>,
+        speculation: Speculation,
     ) -> Self {
         let started = Instant::now();
         let prompt = prepared.tokens;
@@ -75,6 +84,10 @@ impl<'m> Sequence<'m> {
                 (cache, cached)
             }
             None => (loaded.model.new_cache(), 0),
+        };
+        let speculation = match cache.iter().all(KvCache::forgets) {
+            true => speculation,
+            false => Speculation::default(),
         };
         let context = loaded.model.config.max_position_embeddings;
         let budget = request
@@ -107,6 +120,10 @@ impl<'m> Sequence<'m> {
             started,
             prefill_time: Duration::ZERO,
             decode_started: None,
+            speculation,
+            guessed: Vec::new(),
+            drafted: 0,
+            accepted: 0,
         }
     }
 
@@ -151,7 +168,11 @@ impl<'m> Sequence<'m> {
             if let Some(images) = &self.images {
                 images.rotate_generated(&mut self.cache);
             }
-            &self.history[self.history.len() - 1..]
+            self.guess();
+            match self.guessed.is_empty() {
+                true => &self.history[self.history.len() - 1..],
+                false => &self.guessed[..],
+            }
         } else if self.unprefilled() > 0 && *budget > 0 {
             let mut end = (self.prefilled + *budget).min(self.prompt.len());
             if let Some(images) = &self.images {
@@ -173,6 +194,60 @@ impl<'m> Sequence<'m> {
             cache: &mut self.cache,
             embedded,
         }))
+    }
+
+    /// Guesses the tokens after the last sampled one, as many as may still be generated, and
+    /// lays them out after it as the next input (`guessed`); none where the method finds none.
+    fn guess(&mut self) {
+        self.guessed.clear();
+        let room = self.max_tokens.saturating_sub(self.generated + 1);
+        let count = self.speculation.draft_tokens.min(room);
+        let draft = match self.speculation.method {
+            Method::Ngram if count > 0 => ngram_draft(&self.history, count),
+            Method::Ngram | Method::Off => &[],
+        };
+        if !draft.is_empty() {
+            let last = self.history.len() - 1;
+            self.guessed.push(self.history[last]);
+            self.guessed.extend_from_slice(draft);
+        }
+    }
+
+    /// Samples from each row of a pass that checked guesses (`rows`: after the last token, then
+    /// after each guess) while the sampled token is the guess, as plain decoding would have
+    /// sampled them one pass each; the caches then forget the positions of the guesses not
+    /// taken. Ends as [`Sequence::advance`] ends.
+    pub(crate) fn check_guesses(
+        &mut self,
+        rows: Vec<Vec<f32>>,
+        prefix: Option<&mut PrefixCache>,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<Option<FinishReason>, GenerateError> {
+        self.token_to_forward = false;
+        let guesses = std::mem::take(&mut self.guessed).split_off(1);
+        let mut taken = 0;
+        let mut outcome = Ok(None);
+        for (index, row) in rows.into_iter().enumerate() {
+            outcome = self.advance(row, emit);
+            let confirmed = guesses.get(index).is_some_and(|&guess| {
+                matches!(outcome, Ok(None)) && self.history.last() == Some(&guess)
+            });
+            if !confirmed {
+                break;
+            }
+            taken += 1;
+        }
+        self.drafted += guesses.len();
+        self.accepted += taken;
+        let forgotten = (guesses.len() - taken) as i32;
+        for cache in &mut self.cache {
+            cache.forget_last(forgotten);
+        }
+        if let Some(prefix) = prefix {
+            let key = cache_key(self.images.as_ref(), &self.history, self.held());
+            prefix.store_decoded(&key, &mut self.cache);
+        }
+        outcome
     }
 
     /// Records that a pass ran `length` tokens of this sequence's input; says whether the
@@ -286,6 +361,8 @@ impl<'m> Sequence<'m> {
             timings: Timings {
                 images_encoded,
                 image_encode,
+                drafted: self.drafted,
+                accepted: self.accepted,
                 prompt_tokens: self.prompt.len(),
                 cached_tokens: self.cached_tokens,
                 completion_tokens: self.generated,
@@ -428,6 +505,8 @@ pub(crate) fn done_without_compute(finish_reason: FinishReason, prompt_tokens: u
             decode: Duration::ZERO,
             images_encoded: 0,
             image_encode: Duration::ZERO,
+            drafted: 0,
+            accepted: 0,
         },
     }
 }

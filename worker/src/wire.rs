@@ -133,6 +133,8 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                     decode_ms: timings.decode.as_millis() as u64,
                     images_encoded: saturate(timings.images_encoded),
                     image_encode_ms: timings.image_encode.as_millis() as u64,
+                    drafted: saturate(timings.drafted),
+                    accepted: saturate(timings.accepted),
                 },
             };
             (frame, Some(ending))

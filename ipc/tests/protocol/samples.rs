@@ -222,6 +222,8 @@ pub fn from_worker() -> Vec<FromWorker> {
                 decode_ms: 80,
                 images_encoded: 2,
                 image_encode_ms: 340,
+                drafted: 12,
+                accepted: 7,
             },
         },
         FromWorker::Done {
@@ -238,6 +240,8 @@ pub fn from_worker() -> Vec<FromWorker> {
                 decode_ms: u64::MAX,
                 images_encoded: 0,
                 image_encode_ms: 0,
+                drafted: 0,
+                accepted: 0,
             },
         },
         FromWorker::Done {
@@ -254,6 +258,8 @@ pub fn from_worker() -> Vec<FromWorker> {
                 decode_ms: 0,
                 images_encoded: 0,
                 image_encode_ms: 0,
+                drafted: 0,
+                accepted: 0,
             },
         },
         FromWorker::Done {
@@ -270,6 +276,8 @@ pub fn from_worker() -> Vec<FromWorker> {
                 decode_ms: 0,
                 images_encoded: 0,
                 image_encode_ms: 0,
+                drafted: 0,
+                accepted: 0,
             },
         },
         FromWorker::Embeddings {

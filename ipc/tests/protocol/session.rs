@@ -50,6 +50,8 @@ async fn fake_worker(path: std::path::PathBuf) {
                         decode_ms: 2,
                         images_encoded: 0,
                         image_encode_ms: 0,
+                        drafted: 0,
+                        accepted: 0,
                     },
                 };
                 conn.send(&done).await.expect("send");

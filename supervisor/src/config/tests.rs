@@ -313,3 +313,32 @@ fn a_models_image_limits_are_read() {
         (Some(4), Some(1_003_520), Some(3136))
     );
 }
+
+#[test]
+fn a_models_speculation_is_read_and_an_unknown_method_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "[models.m]
+speculative = \"ngram\"
+draft_tokens = 6
+",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    let m = &config.models["m"];
+    assert_eq!(
+        (m.speculative, m.draft_tokens),
+        (Some(SpeculativeMethod::Ngram), Some(6))
+    );
+    std::fs::write(
+        &file,
+        "[models.m]
+speculative = \"dflash\"
+",
+    )
+    .unwrap();
+    let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+    assert!(error.to_string().contains("dflash"), "{error}");
+}

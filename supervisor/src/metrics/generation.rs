@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use corral_ipc::Timings;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::{Metrics, ModelLabels};
@@ -63,20 +64,29 @@ impl GenerationMetrics {
             .inc_by(u64::from(count));
     }
 
-    /// The generation ended, its worker's vision tower having encoded `images` of its images
-    /// in `encode_ms`.
-    pub fn images_encoded(&self, images: u32, encode_ms: u64) {
-        if images == 0 {
-            return;
+    /// The generation ended with its worker's `timings`: the images its vision tower encoded
+    /// and its time on them, and the tokens guessed ahead and confirmed.
+    pub fn finished(&self, timings: &Timings) {
+        if timings.images_encoded > 0 {
+            self.metrics
+                .images_encoded
+                .get_or_create(&self.labels)
+                .inc_by(u64::from(timings.images_encoded));
+            self.metrics
+                .image_encode
+                .get_or_create(&self.labels)
+                .observe(timings.image_encode_ms as f64 / 1000.0);
         }
-        self.metrics
-            .images_encoded
-            .get_or_create(&self.labels)
-            .inc_by(u64::from(images));
-        self.metrics
-            .image_encode
-            .get_or_create(&self.labels)
-            .observe(encode_ms as f64 / 1000.0);
+        if timings.drafted > 0 {
+            self.metrics
+                .drafted_tokens
+                .get_or_create(&self.labels)
+                .inc_by(u64::from(timings.drafted));
+            self.metrics
+                .accepted_tokens
+                .get_or_create(&self.labels)
+                .inc_by(u64::from(timings.accepted));
+        }
     }
 
     fn stop_waiting(&mut self) {

@@ -85,6 +85,8 @@ pub struct Metrics {
     queue_depth: Family<ModelLabels, Gauge>,
     images_encoded: Family<ModelLabels, Counter>,
     image_encode: HistogramFamily<ModelLabels>,
+    drafted_tokens: Family<ModelLabels, Counter>,
+    accepted_tokens: Family<ModelLabels, Counter>,
     evictions: Family<ReasonLabels, Counter>,
     eviction_freed_bytes: Family<ReasonLabels, Counter>,
     eviction_duration: HistogramFamily<ReasonLabels>,
@@ -148,6 +150,18 @@ impl Metrics {
             "Time the vision tower took on a generation's images, for each generation that had it encode any",
             image_encode.clone(),
         );
+        let drafted_tokens = Family::default();
+        registry.register(
+            "corral_speculative_draft_tokens",
+            "Tokens guessed ahead for the model to check (speculative decoding)",
+            drafted_tokens.clone(),
+        );
+        let accepted_tokens = Family::default();
+        registry.register(
+            "corral_speculative_accepted_tokens",
+            "Guessed tokens the model confirmed, each a pass saved; over the draft tokens, the acceptance rate",
+            accepted_tokens.clone(),
+        );
         let evictions = Family::default();
         registry.register(
             "corral_evictions",
@@ -182,6 +196,8 @@ impl Metrics {
             queue_depth,
             images_encoded,
             image_encode,
+            drafted_tokens,
+            accepted_tokens,
             evictions,
             eviction_freed_bytes,
             eviction_duration,

@@ -208,3 +208,49 @@ fn logits_agree_with_llama_cpp_on_the_same_file() {
     );
     assert!(same_greedy + 2 >= rows.len());
 }
+
+/// An agent asks to repeat code it has just read: prompt lookup guesses most of the answer, and
+/// the answer is word for word the one plain decoding gives.
+#[test]
+fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
+    let code = "fn add(a: i32, b: i32) -> i32 {\n    let sum = a + b;\n    sum\n}\n";
+    let messages = json!([{"role": "user", "content": format!(
+        "Repeat this Rust code exactly, in a code block:\n```rust\n{code}```"
+    )}]);
+    let answer = |config: &str| {
+        let dirs = Dirs::generated([]);
+        let config = dirs.write_config(config);
+        let gguf = corral_tests::smollm2_gguf();
+        let server = Server::start_with_env(
+            &dirs,
+            &["--config".as_ref(), config.as_os_str()],
+            &[("CORRAL_DEFAULT_MODEL", gguf.as_os_str())],
+        );
+        let body: Value = server
+            .post("/v1/chat/completions", &greedy(&messages, 64, false))
+            .json()
+            .unwrap();
+        let text = body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (text, server.metrics())
+    };
+    let (plain, _) = answer("");
+    let (guessed, metrics) = answer(&format!("[models.\"{MODEL}\"]\nspeculative = \"ngram\"\n"));
+    assert_eq!(guessed, plain);
+    assert!(guessed.contains("let sum = a + b;"), "{guessed}");
+    let count = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}{{model=\"{MODEL}\"}} ")))
+            .and_then(|value| value.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let drafted = count("corral_speculative_draft_tokens_total");
+    let accepted = count("corral_speculative_accepted_tokens_total");
+    assert!(
+        accepted > 0 && accepted <= drafted,
+        "{accepted} of {drafted}: {metrics}"
+    );
+}

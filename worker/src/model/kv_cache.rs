@@ -253,6 +253,21 @@ impl KvCache {
         self.positions(self.start, self.offset)
     }
 
+    /// Whether the layer can forget its last positions ([`KvCache::forget_last`]): a
+    /// recurrent layer's state cannot go back.
+    pub fn forgets(&self) -> bool {
+        self.recurrent.is_none()
+    }
+
+    /// Forgets the last `positions` positions (guessed tokens the model did not confirm): the
+    /// next input overwrites them. A window's cache lets go of positions only before the last
+    /// input's, so those are still held.
+    pub fn forget_last(&mut self, positions: i32) {
+        if self.forgets() {
+            self.offset = (self.offset - positions).max(self.start);
+        }
+    }
+
     /// Positions already cached.
     pub fn offset(&self) -> i32 {
         self.offset

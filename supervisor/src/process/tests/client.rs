@@ -59,6 +59,8 @@ fn done(id: u64) -> FromWorker {
             decode_ms: 0,
             images_encoded: 0,
             image_encode_ms: 0,
+            drafted: 0,
+            accepted: 0,
         },
     }
 }

@@ -1,0 +1,165 @@
+use super::*;
+
+#[test]
+fn the_tokens_after_the_latest_earlier_occurrence_are_the_draft() {
+    // `7 8 9` occurred twice before; the latest is followed by `4 5`.
+    let history = [7, 8, 9, 1, 2, 7, 8, 9, 4, 5, 6, 7, 8, 9];
+    assert_eq!(ngram_draft(&history, 3), &[4, 5, 6]);
+    assert_eq!(ngram_draft(&history, 1), &[4]);
+    // A draft stops at the end of the history.
+    let history = [1, 2, 3, 1, 2];
+    assert_eq!(ngram_draft(&history, 4), &[3, 1, 2]);
+}
+
+#[test]
+fn the_longest_run_that_occurred_wins_and_nothing_is_drafted_without_one() {
+    // The last three (`5 1 2`) never occurred; the last two (`1 2`) did, followed by 9.
+    let history = [1, 2, 9, 5, 1, 2];
+    assert_eq!(ngram_draft(&history, 2), &[9, 5]);
+    // A single repeated token is not enough to go on.
+    assert!(ngram_draft(&[4, 3, 2, 1, 4], 2).is_empty());
+    assert!(ngram_draft(&[1], 2).is_empty());
+    assert!(ngram_draft(&[], 2).is_empty());
+}
+
+#[test]
+fn methods_parse_by_name() {
+    assert_eq!(Method::parse("ngram"), Some(Method::Ngram));
+    assert_eq!(Method::parse("off"), Some(Method::Off));
+    assert_eq!(Method::parse("mtp"), None);
+}
+
+mod decoding {
+    //! Guessing ahead changes no token: greedy, seeded and grammar-bound answers of the
+    //! toolchain's transformers-made checkpoints, alone and eight in a batch, with prompt lookup
+    //! on and off.
+
+    use std::cell::RefCell;
+    use std::path::PathBuf;
+
+    use crate::batch::{Batch, BatchLimits, Job};
+    use corral_ipc::OutputFormat;
+
+    use crate::generation::{Event, GenerateRequest, Prompt, Timings};
+    use crate::loaded::LoadedModel;
+    use crate::speculation::{Method, Speculation};
+
+    fn checkpoint(arch: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/toolchain")
+            .join(arch)
+            .join("hf")
+    }
+
+    /// Prompts that repeat themselves, as an agent's re-read file does, and one that does not.
+    const PROMPTS: [&str; 4] = [
+        "the cat sat on the mat. the cat sat on the mat. the cat sat on",
+        "fn main() { let x = 1; } fn main() { let x = 1; } fn main() {",
+        "abcabcabcabcabcabc",
+        "Hello there, how are you today?",
+    ];
+
+    fn request(prompt: &str, seed: Option<u64>) -> GenerateRequest {
+        let mut request = GenerateRequest::greedy(Prompt::Text(prompt.to_owned()), 40);
+        request.logprobs = Some(0);
+        if let Some(seed) = seed {
+            request.sampling.temperature = 0.9;
+            request.sampling.seed = Some(seed);
+        }
+        request
+    }
+
+    /// Each request's tokens and timings, all in one batch.
+    fn run(
+        loaded: &LoadedModel,
+        requests: &[GenerateRequest],
+        method: Method,
+    ) -> Vec<(Vec<u32>, Timings)> {
+        let limits = BatchLimits {
+            speculation: Speculation {
+                method,
+                draft_tokens: 4,
+            },
+            ..BatchLimits::default()
+        };
+        let results = RefCell::new(vec![(Vec::new(), None); requests.len()]);
+        let mut batch = Batch::new(loaded, limits, None, None);
+        for (index, request) in requests.iter().enumerate() {
+            let results = &results;
+            batch.submit(Job {
+                request: request.clone(),
+                cancelled: Box::new(|| false),
+                sink: Box::new(move |event| match event.unwrap() {
+                    Event::Delta { logprobs, .. } => results.borrow_mut()[index]
+                        .0
+                        .extend(logprobs.iter().map(|logprob| logprob.token)),
+                    Event::Done { timings, .. } => results.borrow_mut()[index].1 = Some(timings),
+                    Event::Accepted { .. } => {}
+                }),
+            });
+        }
+        while !batch.is_idle() {
+            batch.step();
+        }
+        drop(batch);
+        results
+            .into_inner()
+            .into_iter()
+            .map(|(tokens, timings)| (tokens, timings.unwrap()))
+            .collect()
+    }
+
+    /// Greedy and seeded, and two bound by a JSON grammar, whose guesses it may forbid.
+    fn requests() -> Vec<GenerateRequest> {
+        let mut requests: Vec<GenerateRequest> = PROMPTS
+            .iter()
+            .flat_map(|prompt| [request(prompt, None), request(prompt, Some(7))])
+            .collect();
+        for request in &mut requests[4..6] {
+            request.output.format = Some(OutputFormat::JsonObject);
+        }
+        requests
+    }
+
+    #[test]
+    fn guesses_change_no_token_alone_or_in_a_batch_of_eight() {
+        // Attention, experts and latent attention: layers that forget a wrong guess.
+        for arch in ["llama", "qwen3_moe", "deepseek_v3"] {
+            let loaded = LoadedModel::load(&checkpoint(arch)).unwrap();
+            let requests = requests();
+            let plain: Vec<Vec<u32>> = requests
+                .iter()
+                .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
+                .map(|mut results| results.remove(0).0)
+                .collect();
+            let guessed = run(&loaded, &requests, Method::Ngram);
+            let (mut drafted, mut accepted) = (0, 0);
+            for ((tokens, timings), plain) in guessed.iter().zip(&plain) {
+                assert_eq!(tokens, plain, "{arch}");
+                assert!(timings.accepted <= timings.drafted);
+                drafted += timings.drafted;
+                accepted += timings.accepted;
+            }
+            // The repeating prompts give prompt lookup something to go on, and some of it lands.
+            assert!(
+                drafted > 0 && accepted > 0,
+                "{arch}: {accepted} of {drafted}"
+            );
+            // Alone too.
+            let (tokens, _) = run(&loaded, &requests[..1], Method::Ngram).remove(0);
+            assert_eq!(tokens, plain[0], "{arch}");
+        }
+    }
+
+    #[test]
+    fn a_model_with_recurrent_layers_decodes_without_guesses() {
+        let loaded = LoadedModel::load(&checkpoint("qwen3_5")).unwrap();
+        let requests = requests();
+        let plain = run(&loaded, &requests, Method::Off);
+        let guessed = run(&loaded, &requests, Method::Ngram);
+        for ((tokens, timings), (plain, _)) in guessed.iter().zip(&plain) {
+            assert_eq!(tokens, plain);
+            assert_eq!(timings.drafted, 0);
+        }
+    }
+}
