@@ -15,13 +15,13 @@ use crate::generation::{
     Event, FinishReason, GenerateError, GenerateRequest, Prepared, RejectReason, prepare,
 };
 use crate::loaded::LoadedModel;
-use crate::model::{Model, Segment};
+use crate::model::{KvCache, Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::{ImageLimits, ImagePrompt};
 use crate::sampling::Sampler;
 use crate::sequence::{Sequence, done_without_compute, host_rows};
-use crate::speculation::Speculation;
+use crate::speculation::{Method, Speculation};
 
 /// Sequences decoded together unless the configuration says otherwise.
 pub const DEFAULT_MAX_SEQUENCES: usize = 16;
@@ -118,6 +118,15 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         memory_limit: Option<u64>,
         prefix: Option<&'p mut PrefixCache>,
     ) -> Self {
+        let speculation = limits.speculation;
+        if speculation.method != Method::Off {
+            let model = loaded.dir.display();
+            if loaded.model.new_cache().iter().all(KvCache::forgets) {
+                tracing::info!(%model, method = ?speculation.method, draft_tokens = speculation.draft_tokens, "speculative decoding: decoding sequences guess tokens ahead");
+            } else {
+                tracing::warn!(%model, "speculative decoding off: the model's recurrent layers cannot take back a guess");
+            }
+        }
         Self {
             loaded,
             limits,
