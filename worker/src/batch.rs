@@ -7,6 +7,7 @@
 //! batch at once, and its KV cache is freed with it.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -21,7 +22,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::{ImageLimits, ImagePrompt};
 use crate::sampling::Sampler;
 use crate::sequence::{Sequence, done_without_compute, host_rows};
-use crate::speculation::{Method, Speculation};
+use crate::speculation::{Method, Payoff, Speculation};
 
 /// Sequences decoded together unless the configuration says otherwise.
 pub const DEFAULT_MAX_SEQUENCES: usize = 16;
@@ -109,6 +110,8 @@ pub struct Batch<'m, 'p, 's> {
     prefix: Option<&'p mut PrefixCache>,
     waiting: VecDeque<Waiting<'s>>,
     running: Vec<Running<'m, 's>>,
+    /// Whether guessing ahead pays, where the model's sequences may guess.
+    payoff: Payoff,
 }
 
 impl<'m, 'p, 's> Batch<'m, 'p, 's> {
@@ -134,6 +137,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             prefix,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            payoff: Payoff::default(),
         }
     }
 
@@ -303,14 +307,16 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
     /// step rides along with a prefill instead of waiting for it. Every sequence whose input
     /// ended in a next-token distribution then samples from it at once.
     fn pass(&mut self) {
+        let started = Instant::now();
         let mut budget = self.limits.prefill_chunk;
+        let guessing = self.limits.speculation.method != Method::Off && self.payoff.guess_now();
         // Single-token inputs go first: the model rotates those in one op.
         let (mut singles, mut longer) = (Vec::new(), Vec::new());
         // Sequences whose input could not be made (an image the tower failed on).
         let mut unmade = Vec::new();
         for (index, running) in self.running.iter_mut().enumerate() {
             let unprefilled = running.sequence.unprefilled();
-            let segment = match running.sequence.next_input(&mut budget) {
+            let segment = match running.sequence.next_input(&mut budget, guessing) {
                 Ok(Some(segment)) => segment,
                 Ok(None) => continue,
                 Err(error) => {
@@ -322,6 +328,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             let planned = Planned {
                 index,
                 length,
+                unprefilled,
                 wants_logits: unprefilled == 0 || length == unprefilled,
                 guesses: if unprefilled == 0 { length - 1 } else { 0 },
             };
@@ -354,6 +361,13 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 return;
             }
         };
+        let generated = |running: &[Running<'_, '_>]| -> usize {
+            let sequences = planned
+                .iter()
+                .map(|planned| &running[planned.index].sequence);
+            sequences.map(Sequence::generated).sum()
+        };
+        let generated_before = generated(&self.running);
         let mut endings = unmade;
         for planned in &planned {
             let running = &mut self.running[planned.index];
@@ -377,6 +391,15 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 Err(error) => endings.push((planned.index, Err(error))),
             }
         }
+        // Only decode passes tell what guessing costs: a prompt chunk's work would blur it.
+        if self.limits.speculation.method != Method::Off
+            && planned.iter().all(|planned| planned.unprefilled == 0)
+        {
+            let tokens = generated(&self.running) - generated_before;
+            let guessed = planned.iter().any(|planned| planned.guesses > 0);
+            let seconds = started.elapsed().as_secs_f64();
+            self.payoff.record(guessed, seconds, tokens);
+        }
         self.end_all(endings);
     }
 
@@ -398,6 +421,8 @@ struct Planned {
     index: usize,
     /// Its tokens in the pass.
     length: usize,
+    /// Its prompt tokens not yet in its cache before the pass (0 for a decoding sequence).
+    unprefilled: usize,
     /// Whether its last position's logits are its next token's distribution.
     wants_logits: bool,
     /// Tokens guessed after its last sampled one, each position's logits checking one.

@@ -127,6 +127,11 @@ impl<'m> Sequence<'m> {
         }
     }
 
+    /// Tokens generated so far.
+    pub(crate) fn generated(&self) -> usize {
+        self.generated
+    }
+
     pub(crate) fn prompt_tokens(&self) -> usize {
         self.prompt.len()
     }
@@ -155,20 +160,25 @@ impl<'m> Sequence<'m> {
         self.prompt.len() - self.prefilled
     }
 
-    /// This sequence's share of the next pass: its last sampled token, or its next chunk of at
+    /// This sequence's share of the next pass: its last sampled token (with the tokens it
+    /// guesses after it, where the pass is `guessing`), or its next chunk of at
     /// most `budget` prompt tokens, which it takes from the budget; `None` while it has nothing
     /// to run. A chunk that reaches an image not yet encoded has the tower run on it first, on
     /// the same budget, and stops short of it until it is (an error is the tower's).
     pub(crate) fn next_input(
         &mut self,
         budget: &mut usize,
+        guessing: bool,
     ) -> Result<Option<Segment<'_>>, Exception> {
         let mut embedded = Vec::new();
         let tokens = if self.token_to_forward {
             if let Some(images) = &self.images {
                 images.rotate_generated(&mut self.cache);
             }
-            self.guess();
+            self.guessed.clear();
+            if guessing {
+                self.guess();
+            }
             match self.guessed.is_empty() {
                 true => &self.history[self.history.len() - 1..],
                 false => &self.guessed[..],
@@ -199,7 +209,6 @@ impl<'m> Sequence<'m> {
     /// Guesses the tokens after the last sampled one, as many as may still be generated, and
     /// lays them out after it as the next input (`guessed`); none where the method finds none.
     fn guess(&mut self) {
-        self.guessed.clear();
         let room = self.max_tokens.saturating_sub(self.generated + 1);
         let count = self.speculation.draft_tokens.min(room);
         let draft = match self.speculation.method {

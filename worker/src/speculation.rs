@@ -49,6 +49,56 @@ impl Default for Speculation {
     }
 }
 
+/// Whether guessing pays, for this model on this machine under its present load: checking
+/// guesses costs a pass more work (several positions per sequence instead of one), which is
+/// nearly free where decoding waits on memory (a GPU, a small batch) and costs in full where it
+/// waits on arithmetic (a CPU, a full batch). Decode passes are timed per token they generate,
+/// with guesses and without, each a running average; a pass guesses while that is as fast, and
+/// every `RECHECK_EVERY`th pass tries the other way, so that a change of load shows. A pass with
+/// a prompt chunk in it is not timed. Guessing never changes a token, only the speed.
+#[derive(Debug, Default)]
+pub struct Payoff {
+    with: Option<f64>,
+    without: Option<f64>,
+    passes: u64,
+}
+
+/// Passes between tries of the slower way.
+const RECHECK_EVERY: u64 = 16;
+/// The weight of the newest pass in the running averages.
+const NEWEST_WEIGHT: f64 = 0.25;
+
+impl Payoff {
+    /// Whether the next pass's sequences guess.
+    pub fn guess_now(&mut self) -> bool {
+        self.passes += 1;
+        let recheck = self.passes.is_multiple_of(RECHECK_EVERY);
+        match (self.with, self.without) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(with), Some(without)) => (with <= without) != recheck,
+        }
+    }
+
+    /// A decode pass that `guessed` (some sequence's input held guesses) took `seconds` to
+    /// generate `tokens` tokens.
+    pub fn record(&mut self, guessed: bool, seconds: f64, tokens: usize) {
+        if tokens == 0 {
+            return;
+        }
+        let per_token = seconds / tokens as f64;
+        let average = if guessed {
+            &mut self.with
+        } else {
+            &mut self.without
+        };
+        *average = Some(match *average {
+            Some(old) => old + NEWEST_WEIGHT * (per_token - old),
+            None => per_token,
+        });
+    }
+}
+
 /// The longest and shortest run of last tokens looked up.
 const LONGEST_NGRAM: usize = 3;
 const SHORTEST_NGRAM: usize = 2;
