@@ -378,13 +378,18 @@ pub struct TopLogprob {
     pub logprob: f32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     /// Prompt tokens restored from the prefix cache instead of prefilled.
     #[serde(default)]
     pub cached_tokens: u32,
+    /// Tokens guessed ahead (speculative decoding), and of those the ones the model confirmed.
+    #[serde(default)]
+    pub drafted_tokens: u32,
+    #[serde(default)]
+    pub accepted_tokens: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -397,11 +402,6 @@ pub struct Timings {
     pub images_encoded: u32,
     #[serde(default)]
     pub image_encode_ms: u64,
-    /// Tokens guessed ahead (speculative decoding), and of those the ones the model confirmed.
-    #[serde(default)]
-    pub drafted: u32,
-    #[serde(default)]
-    pub accepted: u32,
 }
 
 /// A worker's answer to `GetStats`: its load and memory as only it can measure them (MLX's

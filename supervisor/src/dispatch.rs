@@ -472,7 +472,7 @@ async fn relay(
                 timings,
                 ..
             } => {
-                observed.finished(&timings);
+                observed.finished(&usage, &timings);
                 StreamEvent::Done {
                     finish_reason,
                     stop_sequence,

@@ -127,14 +127,14 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                     prompt_tokens: saturate(timings.prompt_tokens),
                     completion_tokens: saturate(timings.completion_tokens),
                     cached_tokens: saturate(timings.cached_tokens),
+                    drafted_tokens: saturate(timings.drafted),
+                    accepted_tokens: saturate(timings.accepted),
                 },
                 timings: WireTimings {
                     prefill_ms: timings.prefill.as_millis() as u64,
                     decode_ms: timings.decode.as_millis() as u64,
                     images_encoded: saturate(timings.images_encoded),
                     image_encode_ms: timings.image_encode.as_millis() as u64,
-                    drafted: saturate(timings.drafted),
-                    accepted: saturate(timings.accepted),
                 },
             };
             (frame, Some(ending))

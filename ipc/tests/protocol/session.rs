@@ -44,14 +44,14 @@ async fn fake_worker(path: std::path::PathBuf) {
                         prompt_tokens: 4,
                         completion_tokens: 2,
                         cached_tokens: 0,
+                        drafted_tokens: 0,
+                        accepted_tokens: 0,
                     },
                     timings: Timings {
                         prefill_ms: 1,
                         decode_ms: 2,
                         images_encoded: 0,
                         image_encode_ms: 0,
-                        drafted: 0,
-                        accepted: 0,
                     },
                 };
                 conn.send(&done).await.expect("send");

@@ -41,6 +41,17 @@ pub struct UsageBody {
     pub completion_tokens: u32,
     pub total_tokens: u32,
     pub prompt_tokens_details: PromptTokensDetails,
+    /// Where the model's tokens were guessed ahead (speculative decoding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// OpenAI's counts of predicted tokens, here the guesses of speculative decoding: those the
+/// model confirmed and those it did not.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: u32,
+    pub rejected_prediction_tokens: u32,
 }
 
 /// OpenAI's breakdown of the prompt: how much of it came from the prefix cache.
@@ -58,6 +69,14 @@ impl From<Usage> for UsageBody {
             prompt_tokens_details: PromptTokensDetails {
                 cached_tokens: usage.cached_tokens,
             },
+            completion_tokens_details: (usage.drafted_tokens > 0).then(|| {
+                CompletionTokensDetails {
+                    accepted_prediction_tokens: usage.accepted_tokens,
+                    rejected_prediction_tokens: usage
+                        .drafted_tokens
+                        .saturating_sub(usage.accepted_tokens),
+                }
+            }),
         }
     }
 }

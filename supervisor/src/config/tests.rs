@@ -340,5 +340,5 @@ speculative = \"dflash\"
     )
     .unwrap();
     let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
-    assert!(error.to_string().contains("dflash"), "{error}");
+    assert!(format!("{error:#}").contains("dflash"), "{error:#}");
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use corral_ipc::Timings;
+use corral_ipc::{Timings, Usage};
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::{Metrics, ModelLabels};
@@ -64,9 +64,9 @@ impl GenerationMetrics {
             .inc_by(u64::from(count));
     }
 
-    /// The generation ended with its worker's `timings`: the images its vision tower encoded
-    /// and its time on them, and the tokens guessed ahead and confirmed.
-    pub fn finished(&self, timings: &Timings) {
+    /// The generation ended with its worker's `usage` and `timings`: the tokens guessed ahead
+    /// and confirmed, and the images its vision tower encoded and its time on them.
+    pub fn finished(&self, usage: &Usage, timings: &Timings) {
         if timings.images_encoded > 0 {
             self.metrics
                 .images_encoded
@@ -77,15 +77,15 @@ impl GenerationMetrics {
                 .get_or_create(&self.labels)
                 .observe(timings.image_encode_ms as f64 / 1000.0);
         }
-        if timings.drafted > 0 {
+        if usage.drafted_tokens > 0 {
             self.metrics
                 .drafted_tokens
                 .get_or_create(&self.labels)
-                .inc_by(u64::from(timings.drafted));
+                .inc_by(u64::from(usage.drafted_tokens));
             self.metrics
                 .accepted_tokens
                 .get_or_create(&self.labels)
-                .inc_by(u64::from(timings.accepted));
+                .inc_by(u64::from(usage.accepted_tokens));
         }
     }
 

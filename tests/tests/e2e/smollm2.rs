@@ -234,10 +234,12 @@ fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
             .as_str()
             .unwrap()
             .to_owned();
-        (text, server.metrics())
+        (text, body["usage"].clone(), server.metrics())
     };
-    let (plain, _) = answer("");
-    let (guessed, metrics) = answer(&format!("[models.\"{MODEL}\"]\nspeculative = \"ngram\"\n"));
+    let (plain, plain_usage, _) = answer("");
+    assert!(plain_usage.get("completion_tokens_details").is_none());
+    let (guessed, usage, metrics) =
+        answer(&format!("[models.\"{MODEL}\"]\nspeculative = \"ngram\"\n"));
     assert_eq!(guessed, plain);
     assert!(guessed.contains("let sum = a + b;"), "{guessed}");
     let count = |name: &str| {
@@ -252,5 +254,13 @@ fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
     assert!(
         accepted > 0 && accepted <= drafted,
         "{accepted} of {drafted}: {metrics}"
+    );
+    // OpenAI's predicted-output counts say it in the answer's usage too.
+    let details = &usage["completion_tokens_details"];
+    assert_eq!(details["accepted_prediction_tokens"], accepted, "{usage}");
+    assert_eq!(
+        details["rejected_prediction_tokens"],
+        drafted - accepted,
+        "{usage}"
     );
 }

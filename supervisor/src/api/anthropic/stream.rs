@@ -54,6 +54,7 @@ pub fn response(
         prompt_tokens: events.prompt_tokens,
         completion_tokens: 0,
         cached_tokens: events.cached_tokens,
+        ..Usage::default()
     });
     let message = json!({
         "id": message_id(), "type": "message", "role": "assistant", "model": model,

@@ -96,6 +96,7 @@ fn done(reason: FinishReason) -> StreamEvent {
             prompt_tokens: 7,
             completion_tokens: 4,
             cached_tokens: 2,
+            ..Usage::default()
         },
     }
 }

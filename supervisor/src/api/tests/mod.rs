@@ -216,6 +216,7 @@ fn done(reason: FinishReason) -> StreamEvent {
             prompt_tokens: 3,
             completion_tokens: 2,
             cached_tokens: 0,
+            ..Usage::default()
         },
     }
 }

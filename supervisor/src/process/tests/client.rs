@@ -53,14 +53,14 @@ fn done(id: u64) -> FromWorker {
             prompt_tokens: 1,
             completion_tokens: 1,
             cached_tokens: 0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         },
         timings: Timings {
             prefill_ms: 0,
             decode_ms: 0,
             images_encoded: 0,
             image_encode_ms: 0,
-            drafted: 0,
-            accepted: 0,
         },
     }
 }
