@@ -54,30 +54,60 @@ impl Default for Speculation {
 /// nearly free where decoding waits on memory (a GPU, a small batch) and costs in full where it
 /// waits on arithmetic (a CPU, a full batch). Decode passes are timed per token they generate,
 /// with guesses and without, each a running average; a pass guesses while that is as fast, and
-/// every `RECHECK_EVERY`th pass tries the other way, so that a change of load shows. A pass with
-/// a prompt chunk in it is not timed. Guessing never changes a token, only the speed.
-#[derive(Debug, Default)]
+/// now and then one tries the other way, so that a change of load shows: 16 passes after the
+/// way changed, then twice as many after each try that kept it, up to 256, so that a way that
+/// keeps losing costs ever less. A pass with a prompt chunk in it is not timed. Guessing never
+/// changes a token, only the speed.
+#[derive(Debug)]
 pub struct Payoff {
     with: Option<f64>,
     without: Option<f64>,
-    passes: u64,
+    /// Passes until the next try of the slower way, and the wait after it.
+    until_recheck: u64,
+    recheck_every: u64,
+    /// The faster way when last compared.
+    guessing_won: Option<bool>,
 }
 
-/// Passes between tries of the slower way.
-const RECHECK_EVERY: u64 = 16;
+impl Default for Payoff {
+    fn default() -> Self {
+        Self {
+            with: None,
+            without: None,
+            until_recheck: FIRST_RECHECK,
+            recheck_every: FIRST_RECHECK,
+            guessing_won: None,
+        }
+    }
+}
+
+/// Passes between tries of the slower way, at first and at most.
+const FIRST_RECHECK: u64 = 16;
+const LONGEST_RECHECK: u64 = 256;
 /// The weight of the newest pass in the running averages.
 const NEWEST_WEIGHT: f64 = 0.25;
 
 impl Payoff {
     /// Whether the next pass's sequences guess.
     pub fn guess_now(&mut self) -> bool {
-        self.passes += 1;
-        let recheck = self.passes.is_multiple_of(RECHECK_EVERY);
-        match (self.with, self.without) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(with), Some(without)) => (with <= without) != recheck,
+        let (Some(with), Some(without)) = (self.with, self.without) else {
+            // Guessing is timed first, then plain decoding.
+            return self.with.is_none();
+        };
+        let guessing_wins = with <= without;
+        if self.guessing_won != Some(guessing_wins) {
+            // The way changed: look again soon.
+            self.guessing_won = Some(guessing_wins);
+            self.recheck_every = FIRST_RECHECK;
+            self.until_recheck = FIRST_RECHECK;
         }
+        self.until_recheck -= 1;
+        if self.until_recheck > 0 {
+            return guessing_wins;
+        }
+        self.recheck_every = (self.recheck_every * 2).min(LONGEST_RECHECK);
+        self.until_recheck = self.recheck_every;
+        !guessing_wins
     }
 
     /// A decode pass that `guessed` (some sequence's input held guesses) took `seconds` to

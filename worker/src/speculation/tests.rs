@@ -23,21 +23,23 @@ fn the_longest_run_that_occurred_wins_and_nothing_is_drafted_without_one() {
 }
 
 #[test]
-fn guessing_goes_on_while_it_is_as_fast_and_the_slower_way_is_tried_now_and_then() {
+fn guessing_goes_on_while_it_is_as_fast_and_the_slower_way_is_tried_ever_less_often() {
     let mut payoff = Payoff::default();
     // Guessing is timed first, then plain decoding.
     assert!(payoff.guess_now());
     payoff.record(true, 0.3, 3);
     assert!(!payoff.guess_now());
     payoff.record(false, 0.05, 1);
-    // Guessing at 0.1 s a token loses to 0.05 s: passes go plain, but for a recheck.
-    let guessed: Vec<bool> = (0..32).map(|_| payoff.guess_now()).collect();
-    assert_eq!(guessed.iter().filter(|&&guess| guess).count(), 2);
-    // Once plain decoding is the slower (a batch that grew), guessing goes on.
+    // Guessing at 0.1 s a token loses to 0.05 s: passes go plain, but for rechecks after 16,
+    // then 32, then 64 passes.
+    let guessed: Vec<usize> = (1..=112).filter(|_| payoff.guess_now()).collect();
+    assert_eq!(guessed, [16, 48, 112]);
+    // Once plain decoding is the slower (a batch that grew), guessing goes on, rechecked soon.
     payoff.record(false, 0.2, 1);
     payoff.record(false, 0.2, 1);
-    let guessed: Vec<bool> = (0..15).map(|_| payoff.guess_now()).collect();
-    assert!(guessed.iter().filter(|&&guess| guess).count() >= 14);
+    let guessed: Vec<bool> = (0..16).map(|_| payoff.guess_now()).collect();
+    assert_eq!(guessed.iter().filter(|&&guess| !guess).count(), 1);
+    assert!(!guessed[15]);
 }
 
 #[test]
