@@ -1,5 +1,6 @@
-"""Qwen3.5's vision-language checkpoints with random weights, as transformers writes them, with
-transformers' own preprocessing, positions, vision features and logits for chats with images.
+"""Vision-language checkpoints with random weights (Qwen3.5's and Gemma 3's), as transformers
+writes them, with transformers' own preprocessing, positions, vision features and logits for
+chats with images.
 
 Usage: vision.py SPEC.json IMAGES_DIR OUT_DIR [ARCH ...]
 
@@ -8,15 +9,15 @@ For each architecture in SPEC.json (all of them, or the ones named), OUT_DIR/<ar
 - the checkpoint: the architecture's transformers config class given only the spec's values,
   its ConditionalGeneration model (vision tower and text model), seeded, every parameter then
   redrawn as toolchain.py does so that each one matters, saved in float32;
-- the processor as `Qwen3VLProcessor.save_pretrained` writes it: the tokenizer (a byte-level BPE
-  whose added tokens are the ones the Qwen3.6 release's chat template writes, special or not as
-  the release has them), that template, and the image processor's config (the release's
-  values with the patch size and pixel limits scaled down, `why_pixel_limits` in the spec). The
-  PIL backend (`Qwen2VLImageProcessorPil`) is the reference, as on a machine without
-  torchvision; the video processor needs torchvision and is left out;
+- the processor as the family's processor class saves it: the tokenizer (a byte-level BPE
+  whose added tokens are the ones the release's chat template and processor write, special or
+  not as the release has them), that template, and the image processor's config (the release's
+  values scaled down, `why_pixel_limits` / `why_image_size` in the spec). The PIL backend
+  (`Qwen2VLImageProcessorPil`, `Gemma3ImageProcessorPil`) is the reference, as on a machine
+  without torchvision; Qwen's video processor needs torchvision and is left out;
 - reference.safetensors and reference.json: for each of the architecture's cases (chats with
-  images, spec `cases`) the processor's token ids and pixels, transformers' M-RoPE positions,
-  the vision tower's merged output, the logits at every prompt position and greedy decode
+  images, spec `cases`) the processor's token ids and pixels, transformers' M-RoPE positions
+  (Qwen) or token types (Gemma 3's image tokens, which see each other), the vision tower's output, the logits at every prompt position and greedy decode
   steps; and for each image alone the processor's pixels and grid. tests/data/vision/README.md
   names every tensor.
 
@@ -33,6 +34,7 @@ import transformers
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedTokenizerFast
+from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -68,6 +70,49 @@ def tokenizer(size):
     return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
 
 
+# The Gemma 3 release's added tokens that its chat template and processor write, all special.
+GEMMA3_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+GEMMA3_SPECIAL += ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+
+
+def gemma3_tokenizer(size):
+    """A byte-level BPE of `size` tokens: the printable ASCII bytes and the newline, merges to
+    fill (the first joins two newlines, as Gemma's vocabulary has `\\n\\n`, so that the newlines
+    the processor writes around an image merge with the text's), after the release's added
+    tokens, first as in the release; the image tokens are named as the release's
+    tokenizer_config.json names them."""
+    printable = ["\u0120" if b == 0x20 else chr(b) for b in range(0x20, 0x7F)] + ["\u010a"]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    common = ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te"]
+    common += ["is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "ou", "le", "ic", "ur"]
+    pairs = [("\u010a", "\u010a")] + [("\u0120", c) for c in letters] + [tuple(p) for p in common + ["ed"]]
+    pairs = pairs[: size - len(printable) - len(GEMMA3_SPECIAL)]
+    # First, as the release numbers <pad> 0, <eos> 1 and <bos> 2.
+    vocab = {token: i for i, token in enumerate(GEMMA3_SPECIAL + printable + ["".join(p) for p in pairs])}
+    core = Tokenizer(models.BPE(vocab, pairs))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(GEMMA3_SPECIAL)
+    assert core.get_vocab_size() == size, core.get_vocab_size()
+    named = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", extra_special_tokens=named
+    )
+
+
+def gemma3_config(spec, tok):
+    values = json.loads(json.dumps(spec["config"]))
+    values["boi_token_index"] = tok.convert_tokens_to_ids("<start_of_image>")
+    values["eoi_token_index"] = tok.convert_tokens_to_ids("<end_of_image>")
+    values["image_token_index"] = tok.convert_tokens_to_ids("<image_soft_token>")
+    text = values["text_config"]
+    # The release ends a turn at either token.
+    text["eos_token_id"] = [tok.eos_token_id, tok.convert_tokens_to_ids("<end_of_turn>")]
+    text["pad_token_id"] = tok.pad_token_id
+    text["bos_token_id"] = tok.bos_token_id
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
 def build_config(spec, tok):
     values = json.loads(json.dumps(spec["config"]))
     ids = {
@@ -99,7 +144,55 @@ def top_two_gap(rows):
     return float((top[:, 0] - top[:, 1]).min())
 
 
-def run_case(model, processor, messages, steps):
+def decode_steps(model, out, steps):
+    """`steps` greedy steps through the cache after the prompt's `out`: the tokens and each
+    step's logits."""
+    past = out.past_key_values
+    decoded, rows = [], []
+    token = int(out.logits[0, -1].argmax())
+    with torch.no_grad():
+        for _ in range(steps):
+            decoded.append(token)
+            out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            rows.append(out.logits[0, -1].float())
+            token = int(rows[-1].argmax())
+    return decoded, rows
+
+
+def run_gemma3_case(model, processor, messages, steps):
+    """Transformers' answer for one chat with Gemma 3: the processor's inputs (its token types
+    mark the image tokens, which see each other in the prompt), the tower's pooled and projected
+    output, the prompt logits and `steps` greedy steps through the cache."""
+    inputs = processor.apply_chat_template(
+        messages, tokenize=True, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        features = model.model.get_image_features(inputs["pixel_values"]).pooler_output
+        out = model(**inputs, use_cache=True)
+    prompt_logits = out.logits[0].float()
+    decoded, rows = decode_steps(model, out, steps)
+    tensors = {
+        "input_ids": inputs["input_ids"][0].to(torch.int32),
+        "token_type_ids": inputs["token_type_ids"][0].to(torch.int32),
+        "pixel_values": inputs["pixel_values"].float(),
+        "image_features": features.flatten(0, 1).float(),
+        "logits": prompt_logits,
+        "decoded": torch.tensor(decoded, dtype=torch.int32),
+        "decode_logits": torch.stack(rows),
+    }
+    decode_rows = torch.cat([prompt_logits[-1:], tensors["decode_logits"][:-1]])
+    summary = {
+        "prompt": processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+        "tokens": int(tensors["input_ids"].numel()),
+        "images": int(inputs["pixel_values"].shape[0]),
+        "decoded": decoded,
+        "min_top_two_gap": round(top_two_gap(decode_rows), 6),
+    }
+    return tensors, summary
+
+
+def run_qwen_case(model, processor, messages, steps):
     """Transformers' answer for one chat: the processor's inputs, positions, vision features,
     prompt logits and `steps` greedy steps through the cache."""
     inputs = processor.apply_chat_template(
@@ -113,16 +206,8 @@ def run_case(model, processor, messages, steps):
         )
         features = inner.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output
         out = model(**inputs, use_cache=True)
-        prompt_logits = out.logits[0].float()
-        past = out.past_key_values
-        decoded, rows = [], []
-        token = int(prompt_logits[-1].argmax())
-        for _ in range(steps):
-            decoded.append(token)
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            rows.append(out.logits[0, -1].float())
-            token = int(rows[-1].argmax())
+    prompt_logits = out.logits[0].float()
+    decoded, rows = decode_steps(model, out, steps)
     tensors = {
         "input_ids": inputs["input_ids"][0].to(torch.int32),
         "pixel_values": inputs["pixel_values"].float(),
@@ -155,9 +240,26 @@ class Qwen3VLProcessor(transformers.Qwen3VLProcessor):
         super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
 
-def make_processor(spec, tok, template):
+def make_qwen_processor(spec, arch, tok, template):
     image_processor = Qwen2VLImageProcessorPil(**spec["image_processor"])
     return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tok, chat_template=template)
+
+
+def make_gemma3_processor(spec, arch, tok, template):
+    image_processor = Gemma3ImageProcessorPil(**arch["image_processor"])
+    return transformers.Gemma3Processor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        chat_template=template,
+        image_seq_length=arch["image_seq_length"],
+    )
+
+
+# Each family's tokenizer, config, processor and reference run.
+FAMILIES = {
+    "qwen": (tokenizer, build_config, make_qwen_processor, run_qwen_case),
+    "gemma3": (gemma3_tokenizer, gemma3_config, make_gemma3_processor, run_gemma3_case),
+}
 
 
 def save_processor(processor, directory):
@@ -166,7 +268,13 @@ def save_processor(processor, directory):
     processor_config.json; the releases (saved by transformers 4) have them flat in
     preprocessor_config.json, as the image processor's own `save_pretrained` writes it."""
     processor.save_pretrained(directory)
-    (directory / "processor_config.json").unlink()
+    nested = directory / "processor_config.json"
+    # The releases' processor_config.json, where they have one, holds the processor's own keys.
+    own = {key: value for key, value in json.loads(nested.read_text()).items() if key != "image_processor"}
+    if set(own) - {"processor_class"}:
+        nested.write_text(json.dumps(own, indent=2, sort_keys=True) + "\n")
+    else:
+        nested.unlink()
     processor.image_processor.save_pretrained(directory)
     path = directory / "preprocessor_config.json"
     settings = json.loads(path.read_text())
@@ -178,14 +286,17 @@ def make_architecture(name, arch, spec, root, images, out):
     hf_dir = out / name / "hf"
     shutil.rmtree(hf_dir.parent, ignore_errors=True)
     hf_dir.mkdir(parents=True)
-    tok = tokenizer(arch["config"]["text_config"]["vocab_size"])
-    processor = make_processor(spec, tok, (root / spec["chat_template"]).read_text())
-    config = build_config(arch, tok)
+    make_tokenizer, make_config, make_processor, run_case = FAMILIES[arch.get("family", "qwen")]
+    tok = make_tokenizer(arch["config"]["text_config"]["vocab_size"])
+    template = (root / arch.get("chat_template", spec["chat_template"])).read_text()
+    processor = make_processor(spec, arch, tok, template)
+    config = make_config(arch, tok)
     torch.manual_seed(arch["seed"])
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32, attn_implementation="eager")
     redraw(model, arch["seed"])
     model.eval()
-    model.save_pretrained(hf_dir, save_original_format=False)
+    # The layout of the release: Qwen3.5's were made with transformers 5, Gemma 3's with 4.
+    model.save_pretrained(hf_dir, save_original_format=arch.get("save_original_format", False))
     save_processor(processor, hf_dir)
 
     tensors = {}
@@ -199,8 +310,11 @@ def make_architecture(name, arch, spec, root, images, out):
         alone = processor.image_processor(images=[str(images / file)], return_tensors="pt")
         stem = Path(file).stem
         tensors[f"image.{stem}.pixel_values"] = alone["pixel_values"].float()
-        tensors[f"image.{stem}.image_grid_thw"] = alone["image_grid_thw"].to(torch.int32)
-        record["images"][file] = {"image_grid_thw": alone["image_grid_thw"].tolist()}
+        if "image_grid_thw" in alone:
+            tensors[f"image.{stem}.image_grid_thw"] = alone["image_grid_thw"].to(torch.int32)
+            record["images"][file] = {"image_grid_thw": alone["image_grid_thw"].tolist()}
+        else:
+            record["images"][file] = {"pixel_values": list(alone["pixel_values"].shape)}
     metadata = {"transformers": transformers.__version__, "torch": torch.__version__}
     tensors = {key: value.contiguous() for key, value in tensors.items()}
     save_file(tensors, str(hf_dir / "reference.safetensors"), metadata=metadata)
@@ -222,7 +336,7 @@ def main():
             continue
         record = make_architecture(name, arch, spec, root, images, out)
         for case, summary in record["cases"].items():
-            print(f"{name} {case}: {summary['tokens']} tokens, grids {summary['image_grid_thw']}, "
+            print(f"{name} {case}: {summary['tokens']} tokens, images {summary.get('images', summary.get('image_grid_thw'))}, "
                   f"decoded {summary['decoded']}, gap {summary['min_top_two_gap']}", flush=True)
 
 

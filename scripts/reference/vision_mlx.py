@@ -29,7 +29,7 @@ from mlx_vlm.convert import convert
 from mlx_vlm.generate.ar import generate_step
 from mlx_vlm.prompt_utils import apply_chat_template
 from mlx_vlm.utils import load, prepare_inputs
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 # The most one architecture's layouts together may take in tests/data, as toolchain.py allows.
 MAX_ARCHITECTURE_BYTES = 8 << 20
@@ -37,12 +37,21 @@ MAX_ARCHITECTURE_BYTES = 8 << 20
 
 def release_spelled(spec, hf_dir, scratch):
     """A copy of `hf` without the reference files, its text config given the keys the release
-    has and transformers 5 no longer writes (`release_spelling.release_keys` in the spec)."""
+    has and transformers 5 no longer writes (`release_spelling.release_keys` in the spec), its
+    tensors named as the release names them where transformers 5 names them otherwise
+    (`release_spelling.release_tensor_prefixes`)."""
     copy = Path(scratch) / "hf"
     shutil.copytree(hf_dir, copy, ignore=shutil.ignore_patterns("reference.*"))
     config = json.loads((copy / "config.json").read_text())
-    config["text_config"].update(spec.get("release_spelling", {}).get("release_keys", {}))
+    spelling = spec.get("release_spelling", {})
+    config["text_config"].update(spelling.get("release_keys", {}))
     (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    renames = spelling.get("release_tensor_prefixes", {})
+    for path in copy.glob("*.safetensors") if renames else []:
+        tensors = load_file(str(path))
+        for old, new in renames.items():
+            tensors = {(new + key[len(old):] if key.startswith(old) else key): value for key, value in tensors.items()}
+        save_file(tensors, str(path), metadata={"format": "pt"})
     return copy
 
 
@@ -54,6 +63,71 @@ def image_paths(messages, images):
         for part in message["content"]
         if part["type"] == "image"
     ]
+
+
+def transformers_masks(token_types, window):
+    """transformers' Gemma 3 prompt masks over `token_types` (1 at image tokens): a position
+    sees its past and, among an image's tokens, the whole image; a sliding layer's also only
+    keys after `position - window`. Each `[1, 1, L, L]`, true where a query sees a key."""
+    image = np.asarray(token_types) == 1
+    starts = image & ~np.concatenate([[False], image[:-1]])
+    block = np.where(image, np.cumsum(starts) - 1, -1)
+    query, key = np.arange(image.size)[:, None], np.arange(image.size)[None, :]
+    seen = (key <= query) | ((block[:, None] == block[None, :]) & (block[:, None] >= 0))
+    sliding = seen & (key > query - window)
+    return mx.array(seen[None, None]), mx.array(sliding[None, None])
+
+
+def run_gemma3_case(model, processor, messages, images, steps):
+    """mlx-vlm's Gemma 3 for one chat, its tower, projector and text layers, with transformers'
+    prompt mask and feature scale: mlx-vlm's own generation attends causally among an image's
+    tokens, where the model (and transformers) lets them see each other, and one call of its
+    model attends over the whole prompt both ways. Its prompt, inputs, tower output, prompt
+    logits and greedy steps."""
+    paths = image_paths(messages, images)
+    prompt = apply_chat_template(processor, model.config, messages, num_images=len(paths))
+    inputs = prepare_inputs(processor, images=paths, prompts=[prompt])
+    input_ids, pixel_values = inputs["input_ids"], inputs["pixel_values"]
+    hidden, _, _ = model.vision_tower(pixel_values.transpose(0, 2, 3, 1), output_hidden_states=True)
+    features = model.multi_modal_projector(hidden)
+    text = model.language_model
+    # mlx-vlm divides the features by the square root of a top-level hidden_size (2048 where
+    # the config has none, as the releases have none) before the text model multiplies every
+    # embedding by its own: given the text model's, as transformers leaves the features as
+    # they are.
+    embeds, _ = model.prepare_inputs_for_multimodal(
+        text.config.hidden_size,
+        model.config.pad_token_id,
+        model.config.image_token_index,
+        features,
+        text.model.embed_tokens(input_ids),
+        input_ids,
+        inputs["attention_mask"],
+    )
+    token_types = np.array(input_ids[0]) == model.config.image_token_index
+    full, sliding = transformers_masks(token_types, text.config.sliding_window)
+    cache = text.make_cache()
+    pattern = text.config.sliding_window_pattern
+    h = embeds * mx.array(text.config.hidden_size**0.5, mx.bfloat16).astype(embeds.dtype)
+    for index, (layer, layer_cache) in enumerate(zip(text.model.layers, cache)):
+        h = layer(h, full if index % pattern == pattern - 1 else sliding, layer_cache)
+    prompt_logits = text.lm_head(text.model.norm(h))[0].astype(mx.float32)
+    decoded, rows = [], []
+    token = int(mx.argmax(prompt_logits[-1]))
+    for _ in range(steps):
+        decoded.append(token)
+        logits = text(mx.array([[token]]), cache=cache).logits
+        rows.append(np.array(logits[0, -1].astype(mx.float32)))
+        token = int(np.argmax(rows[-1]))
+    tensors = {
+        "input_ids": np.array(input_ids[0]).astype(np.int32),
+        "pixel_values": np.array(pixel_values).astype(np.float32),
+        "image_features": np.array(features.reshape(-1, features.shape[-1]).astype(mx.float32)),
+        "logits": np.array(prompt_logits),
+        "decoded": np.array(decoded, dtype=np.int32),
+        "decode_logits": np.stack(rows),
+    }
+    return tensors, prompt, tensors["logits"][-1]
 
 
 def run_case(model, processor, messages, images, steps):
@@ -122,7 +196,8 @@ def make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_
     tensors, record = {}, {"cases": {}}
     for case in arch["mlx_cases"]:
         messages = spec["cases"][case]
-        case_tensors, prompt, last_row = run_case(model, processor, messages, images, spec["decode_steps"])
+        run = run_gemma3_case if arch.get("family") == "gemma3" else run_case
+        case_tensors, prompt, last_row = run(model, processor, messages, images, spec["decode_steps"])
         tensors.update({f"{case}.{key}": value for key, value in case_tensors.items()})
         rows = np.concatenate([last_row[None], case_tensors["decode_logits"][:-1]])
         summary = {
@@ -140,6 +215,8 @@ def make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_
             pixels = np.abs(case_tensors["pixel_values"] - hf_ref[f"{case}.pixel_values"]).max()
             summary["pixel_values_max_abs_diff_to_transformers"] = float(pixels)
         for key in ("position_ids", "rope_deltas"):
+            if key not in case_tensors:
+                continue
             same = np.array_equal(case_tensors[key], hf_ref[f"{case}.{key}"])
             summary[f"same_{key}_as_transformers"] = same
         features = np.abs(case_tensors["image_features"] - hf_ref[f"{case}.image_features"]).max()

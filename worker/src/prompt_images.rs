@@ -117,6 +117,9 @@ pub(crate) struct ImagePrompt {
     shift: i32,
     /// The prompt as the prefix cache keys it.
     key: Vec<u32>,
+    /// Whether an image's tokens see each other both ways in the prompt (Gemma 3's), which
+    /// keeps each image's tokens in one prompt chunk.
+    both_ways: bool,
     /// The image (by index) part-way through the tower, kept with the sequence so that a
     /// cancelled request's leaves with it.
     in_tower: RefCell<Option<(usize, Encoding)>>,
@@ -251,6 +254,7 @@ impl ImagePrompt {
             positions: None,
             shift: 0,
             key,
+            both_ways: tower.sees_images_both_ways(),
             in_tower: RefCell::new(None),
             tower_work: Cell::new((0, Duration::ZERO)),
         };
@@ -307,8 +311,45 @@ impl ImagePrompt {
         &self.key
     }
 
-    /// Sets how prompt positions `start..end` rotate, in every one of a sequence's caches.
-    pub(crate) fn rotate_chunk(&self, caches: &mut [KvCache], start: usize, end: usize) {
+    /// Where a chunk of prompt positions from `start` must end instead of `end`, for a model
+    /// whose image tokens see each other both ways: not inside an image, which a later chunk
+    /// could not show to its earlier tokens. Before the image where the chunk has tokens before
+    /// it, else after it, whatever the chunk's budget.
+    pub(crate) fn whole_images(&self, start: usize, end: usize) -> usize {
+        if !self.both_ways {
+            return end;
+        }
+        for (first, last) in self.spans() {
+            if first < end && end < last {
+                return if first > start { first } else { last };
+            }
+        }
+        end
+    }
+
+    /// Each image's positions, `[first, last)`.
+    fn spans(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.images.iter().filter_map(|image| {
+            let (first, last) = (image.runs.first()?, image.runs.last()?);
+            Some((first.0, last.0 + last.2))
+        })
+    }
+
+    /// Sets how prompt positions `start..end` rotate, and which of them see each other both
+    /// ways, in every one of a sequence's caches.
+    pub(crate) fn prepare_chunk(&self, caches: &mut [KvCache], start: usize, end: usize) {
+        if self.both_ways {
+            let runs: Vec<(i32, i32)> = self
+                .spans()
+                .filter_map(|(first, last)| {
+                    let (from, to) = (first.max(start), last.min(end));
+                    (from < to).then_some((from as i32, to as i32))
+                })
+                .collect();
+            for cache in caches.iter_mut() {
+                cache.set_both_ways(runs.clone());
+            }
+        }
         let Some(positions) = &self.positions else {
             return;
         };
@@ -323,8 +364,14 @@ impl ImagePrompt {
         }
     }
 
-    /// Sets generated tokens to rotate after the prompt's last position.
-    pub(crate) fn rotate_generated(&self, caches: &mut [KvCache]) {
+    /// Sets generated tokens to rotate after the prompt's last position, and to see only
+    /// their past.
+    pub(crate) fn prepare_generated(&self, caches: &mut [KvCache]) {
+        if self.both_ways {
+            for cache in caches.iter_mut() {
+                cache.set_both_ways(Vec::new());
+            }
+        }
         if self.positions.is_none() {
             return;
         }

@@ -173,7 +173,7 @@ impl<'m> Sequence<'m> {
         let mut embedded = Vec::new();
         let tokens = if self.token_to_forward {
             if let Some(images) = &self.images {
-                images.rotate_generated(&mut self.cache);
+                images.prepare_generated(&mut self.cache);
             }
             self.guessed.clear();
             if guessing {
@@ -191,10 +191,11 @@ impl<'m> Sequence<'m> {
                 if end == self.prefilled {
                     return Ok(None);
                 }
-                images.rotate_chunk(&mut self.cache, self.prefilled, end);
+                end = images.whole_images(self.prefilled, end);
+                images.prepare_chunk(&mut self.cache, self.prefilled, end);
                 embedded = images.rows_in(self.loaded, self.prefilled, end)?;
             }
-            *budget -= end - self.prefilled;
+            *budget = budget.saturating_sub(end - self.prefilled);
             &self.prompt[self.prefilled..end]
         } else {
             return Ok(None);

@@ -8,11 +8,13 @@ use image::RgbImage;
 use sha2::{Digest, Sha256};
 
 use super::ImageError;
+use super::gemma3::{self, Gemma3Processor};
 use super::qwen2_vl::{self, Qwen2VlProcessor};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ImageProcessor {
     Qwen2Vl(Qwen2VlProcessor),
+    Gemma3(Gemma3Processor),
 }
 
 /// An image as the vision tower takes it.
@@ -22,7 +24,8 @@ pub struct Patches {
     pub values: Vec<f32>,
     /// Values per patch.
     pub patch_values: usize,
-    /// Time, rows and columns in patches (`image_grid_thw`).
+    /// Time, rows and columns in patches (`image_grid_thw`); `[1, 1, 1]` for a processor that
+    /// hands the tower the whole image, which cuts the patches itself (Gemma 3).
     pub grid: [usize; 3],
     /// SHA-256 of the values and the grid: the image's key in the prefix cache and among the
     /// tower's outputs.
@@ -61,6 +64,7 @@ impl ImageProcessor {
         let family = kind.trim_end_matches("Fast").trim_end_matches("Pil");
         match family {
             "Qwen2VLImageProcessor" => qwen2_vl::config::parse(&path, section).map(Self::Qwen2Vl),
+            "Gemma3ImageProcessor" => gemma3::parse(&path, section).map(Self::Gemma3),
             _ => Err(ImageError::ProcessorConfig {
                 path,
                 message: format!("image_processor_type `{kind}` is not a processor corral runs"),
@@ -69,10 +73,12 @@ impl ImageProcessor {
         .map(Some)
     }
 
-    /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own.
+    /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
+    /// processor of one fixed size has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {
         match self {
             Self::Qwen2Vl(processor) => Self::Qwen2Vl(processor.with_pixel_limits(min, max)),
+            Self::Gemma3(_) => self,
         }
     }
 
@@ -80,12 +86,14 @@ impl ImageProcessor {
     pub fn max_pixels(&self) -> u64 {
         match self {
             Self::Qwen2Vl(processor) => processor.max_pixels(),
+            Self::Gemma3(processor) => processor.pixels(),
         }
     }
 
     pub fn preprocess(&self, image: &RgbImage) -> Result<Patches, ImageError> {
         match self {
             Self::Qwen2Vl(processor) => processor.preprocess(image),
+            Self::Gemma3(processor) => processor.preprocess(image),
         }
     }
 }

@@ -1,12 +1,12 @@
 //! transformers' Qwen2-VL image processor (`Qwen2VLImageProcessorPil`), which Qwen2-VL through
 //! Qwen3.5 and Qwen3.6 name: each image resized to multiples of the merged patch within the
-//! processor's pixel limits (`smart_resize`), with Pillow's bicubic filter on 8-bit pixels,
+//! processor's pixel limits (`smart_resize`), with Pillow's filter (bicubic) on 8-bit pixels,
 //! scaled to [0, 1], normalized, and cut into patches of two identical frames, laid out block by
 //! block of merged patches as the vision tower reads them.
 
 use image::RgbImage;
 
-use super::resample::resize_bicubic;
+use super::resample::{Filter, resize};
 use super::{ImageError, Patches};
 
 /// The processor's settings (`config.rs` reads them), the pixel bounds resolved.
@@ -20,6 +20,7 @@ pub struct Qwen2VlProcessor {
     image_mean: [f32; 3],
     image_std: [f32; 3],
     rescale_factor: f64,
+    filter: Filter,
     do_resize: bool,
     do_rescale: bool,
     do_normalize: bool,
@@ -52,10 +53,11 @@ impl Qwen2VlProcessor {
         } else {
             (height as usize, width as usize)
         };
-        let resized = resize_bicubic(
+        let resized = resize(
             image.as_raw(),
             (width as usize, height as usize),
             (new_width, new_height),
+            self.filter,
         );
         let planes = self.normalized_planes(&resized, new_width * new_height);
         Ok(self.patchify(&planes, new_height, new_width))

@@ -1,22 +1,54 @@
-//! Pillow's `BICUBIC` resize of 8-bit RGB (libImaging's `Resample.c`), to the bit: what the
-//! processors resize with (`image.resize` in transformers' PIL backend and mlx-vlm). A
-//! separable convolution, horizontal pass first, whose cubic kernel (a = -0.5) widens by the
-//! scale when shrinking; coefficients are fixed point with 22 fractional bits and each pass
-//! rounds and clamps to 8 bits. Rust's resizers round otherwise (`fast_image_resize` keeps 16-bit
-//! coefficients) and differ by a level or two.
+//! Pillow's `BICUBIC` and `BILINEAR` resizes of 8-bit RGB (libImaging's `Resample.c`), to the
+//! bit: what the processors resize with (`image.resize` in transformers' PIL backend and
+//! mlx-vlm). A separable convolution, horizontal pass first, whose kernel (cubic with a = -0.5,
+//! or the triangle) widens by the scale when shrinking; coefficients are fixed point with 22
+//! fractional bits and each pass rounds and clamps to 8 bits. Rust's resizers round otherwise
+//! (`fast_image_resize` keeps 16-bit coefficients) and differ by a level or two.
 
 /// Fractional bits of the fixed-point coefficients (`PRECISION_BITS`: 32 - 8 - 2).
 const PRECISION_BITS: u32 = 22;
-/// The cubic kernel's support at scale 1.
-const SUPPORT: f64 = 2.0;
+
+/// Pillow's filters the processors name, by their `resample` number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    Bilinear,
+    Bicubic,
+}
+
+impl Filter {
+    /// The filter PIL numbers `resample` (`PIL.Image.Resampling`), where corral has it.
+    pub fn from_pil(resample: u8) -> Option<Self> {
+        match resample {
+            2 => Some(Self::Bilinear),
+            3 => Some(Self::Bicubic),
+            _ => None,
+        }
+    }
+
+    /// The kernel's support at scale 1.
+    fn support(self) -> f64 {
+        match self {
+            Self::Bilinear => 1.0,
+            Self::Bicubic => 2.0,
+        }
+    }
+
+    fn weight(self, x: f64) -> f64 {
+        match self {
+            Self::Bilinear => (1.0 - x.abs()).max(0.0),
+            Self::Bicubic => cubic(x),
+        }
+    }
+}
 
 /// `pixels` (`width × height`, RGB, row-major) resized to `new_width × new_height`.
-pub fn resize_bicubic(
+pub fn resize(
     pixels: &[u8],
     (width, height): (usize, usize),
     (new_width, new_height): (usize, usize),
+    filter: Filter,
 ) -> Vec<u8> {
-    let rows = Coefficients::new(height, new_height);
+    let rows = Coefficients::new(height, new_height, filter);
     // Only the rows the vertical pass reads are resized across.
     let first_row = rows.bounds.first().map_or(0, |&(start, _)| start);
     let last_row = rows
@@ -24,7 +56,7 @@ pub fn resize_bicubic(
         .last()
         .map_or(height, |&(start, count)| start + count);
     let across = if new_width != width {
-        let columns = Coefficients::new(width, new_width);
+        let columns = Coefficients::new(width, new_width, filter);
         let mut across = vec![0; new_width * (last_row - first_row) * 3];
         for row in first_row..last_row {
             let source = &pixels[row * width * 3..(row + 1) * width * 3];
@@ -80,10 +112,10 @@ struct Coefficients {
 }
 
 impl Coefficients {
-    fn new(input: usize, output: usize) -> Self {
+    fn new(input: usize, output: usize, filter: Filter) -> Self {
         let scale = input as f64 / output as f64;
         let filter_scale = scale.max(1.0);
-        let support = SUPPORT * filter_scale;
+        let support = filter.support() * filter_scale;
         // Pillow multiplies by the reciprocal, which rounds differently from dividing.
         let inverse_scale = 1.0 / filter_scale;
         let width = support.ceil() as usize * 2 + 1;
@@ -96,7 +128,7 @@ impl Coefficients {
             let end = ((center + support + 0.5) as i64).min(input as i64) as usize;
             let count = end - start;
             let raw: Vec<f64> = (0..count)
-                .map(|tap| cubic(((tap + start) as f64 - center + 0.5) * inverse_scale))
+                .map(|tap| filter.weight(((tap + start) as f64 - center + 0.5) * inverse_scale))
                 .collect();
             let total: f64 = raw.iter().sum();
             for (tap, weight) in raw.into_iter().enumerate() {

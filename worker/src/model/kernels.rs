@@ -77,28 +77,38 @@ pub fn linear(x: &Array, weight: &Array, bias: Option<&Array>) -> Result<Array, 
     }
 }
 
-/// Causal attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
-/// (`[1, kv_heads, cached, head_dim]`, the new positions last); with a `window`, each position
-/// sees only the keys of its window. `sinks` (`[heads]`) add one logit per head to each
+/// Which keys the new positions see besides their past: those of their `window` only, and
+/// among the runs in `both_ways` (`[start, end)` indices into the keys) also the run's later
+/// positions (an image's tokens in Gemma 3's prompt).
+#[derive(Clone, Copy, Default)]
+pub struct Seen<'a> {
+    pub window: Option<Window>,
+    pub both_ways: &'a [(i32, i32)],
+}
+
+/// Attention of `queries` (`[1, heads, positions, head_dim]`) over `keys` and `values`
+/// (`[1, kv_heads, cached, head_dim]`, the new positions last), each position seeing its past
+/// as `seen` limits and widens it. `sinks` (`[heads]`) add one logit per head to each
 /// softmax's denominator (gpt-oss); MLX computes those.
 pub fn attention(
     queries: &Array,
     keys: &Array,
     values: &Array,
     scale: f32,
-    window: Option<Window>,
+    seen: Seen<'_>,
     sinks: Option<&Array>,
 ) -> Result<Array, Exception> {
     let (new_positions, cached) = (queries.dim(2), keys.dim(2));
-    let (first, keys, values) = seen_keys(new_positions, keys, values, window);
+    let (first, keys, values) = seen_keys(new_positions, keys, values, seen.window);
     let scores = queries.dim(1) as usize * new_positions as usize * keys.dim(2) as usize;
-    let on_host = sinks.is_none() && polynomial_pays(queries.dtype(), scores);
-    if window.is_none() && !on_host {
+    let causal_only = seen.both_ways.is_empty();
+    let on_host = causal_only && sinks.is_none() && polynomial_pays(queries.dtype(), scores);
+    if seen.window.is_none() && causal_only && !on_host {
         let mask = (new_positions > 1).then_some(ScaledDotProductAttentionMask::Causal);
         return fast::scaled_dot_product_attention(queries, keys, values, scale, mask, sinks);
     }
     let visible = if new_positions > 1 {
-        Some(visible_keys(new_positions, first, cached, window)?)
+        Some(visible_keys(new_positions, first, cached, seen)?)
     } else {
         None
     };
@@ -118,11 +128,11 @@ pub fn softcapped_attention(
     values: &Array,
     scale: f32,
     cap: f32,
-    window: Option<Window>,
+    seen: Seen<'_>,
 ) -> Result<Array, Exception> {
     let (heads, new_positions, head_dim) = (queries.dim(1), queries.dim(2), queries.dim(3));
     let (kv_heads, cached) = (keys.dim(1), keys.dim(2));
-    let (first, keys, values) = seen_keys(new_positions, keys, values, window);
+    let (first, keys, values) = seen_keys(new_positions, keys, values, seen.window);
     let dtype = queries.dtype();
     let queries = ops::multiply(queries, Array::from_f32(scale).as_dtype(dtype)?)?;
     // Each key head serves `heads / kv_heads` query heads, grouped beside it.
@@ -133,7 +143,7 @@ pub fn softcapped_attention(
     let cap = Array::from_f32(cap).as_dtype(dtype)?;
     let scores = ops::multiply(&ops::tanh(&ops::divide(&scores, &cap)?)?, &cap)?;
     let scores = if new_positions > 1 {
-        let visible = visible_keys(new_positions, first, cached, window)?;
+        let visible = visible_keys(new_positions, first, cached, seen)?;
         let hidden = Array::from_f32(f32::MIN).as_dtype(dtype)?;
         ops::select(&visible, &scores, &hidden)?
     } else {
@@ -164,20 +174,31 @@ fn seen_keys(
 }
 
 /// `[new_positions, cached - first]`: whether the `i`-th new position (at
-/// `cached - new_positions + i`) sees the key at `first + j`: not in its future, and within its
-/// window.
+/// `cached - new_positions + i`) sees the key at `first + j`: not in its future unless both
+/// are in one of the runs that see each other both ways, and within its window (transformers'
+/// Gemma 3: the window's and the image's masks, `AND(window, OR(causal, image))`).
 fn visible_keys(
     new_positions: i32,
     first: i32,
     cached: i32,
-    window: Option<Window>,
+    seen: Seen<'_>,
 ) -> Result<Array, Exception> {
     let query_positions = ops::arange::<_, i32>(cached - new_positions, cached, None)?
         .reshape(&[new_positions, 1])?;
     let key_positions =
         ops::arange::<_, i32>(first, cached, None)?.reshape(&[1, cached - first])?;
-    let causal = key_positions.le(&query_positions)?;
-    let window_start = match window {
+    let mut causal = key_positions.le(&query_positions)?;
+    for &(start, end) in seen.both_ways {
+        let within = |positions: &Array| -> Result<Array, Exception> {
+            ops::logical_and(
+                &positions.ge(Array::from_int(start))?,
+                &positions.lt(Array::from_int(end))?,
+            )
+        };
+        let run = ops::logical_and(&within(&query_positions)?, &within(&key_positions)?)?;
+        causal = ops::logical_or(&causal, &run)?;
+    }
+    let window_start = match seen.window {
         None => return Ok(causal),
         Some(Window::Sliding(size)) => {
             ops::subtract(&query_positions, Array::from_int(size.max(1) - 1))?

@@ -43,6 +43,9 @@ pub struct KvCache {
     /// The next input's own positions (`[3, positions]`: time, row, column), where it holds an
     /// image's tokens; they replace `offset` and `rotary_shift` for that input's rotation.
     next_positions: Option<Array>,
+    /// Runs of the next input's positions (`[start, end)`) that see each other both ways, not
+    /// only their past: an image's tokens in Gemma 3's prompt.
+    next_both_ways: Vec<(i32, i32)>,
     /// The position the buffers' first entry holds (0 until a window trims).
     start: i32,
     /// A sliding window: the query at `p` sees the keys at `p - window + 1 ..= p`.
@@ -283,6 +286,17 @@ impl KvCache {
     pub fn set_rotary(&mut self, shift: i32, positions: Option<Array>) {
         self.rotary_shift = shift;
         self.next_positions = positions;
+    }
+
+    /// Sets the runs of the next input's positions that see each other both ways.
+    pub fn set_both_ways(&mut self, runs: Vec<(i32, i32)>) {
+        self.next_both_ways = runs;
+    }
+
+    /// The runs of the input just added (or about to be) whose positions see each other both
+    /// ways, `[start, end)` each.
+    pub fn both_ways(&self) -> &[(i32, i32)] {
+        &self.next_both_ways
     }
 
     /// The next input's own multi-section positions, where it has them.

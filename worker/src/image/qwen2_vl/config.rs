@@ -7,8 +7,9 @@ use serde::Deserialize;
 
 use super::Qwen2VlProcessor;
 use crate::image::ImageError;
+use crate::image::resample::Filter;
 
-/// PIL's `BICUBIC`, the one filter corral resizes with.
+/// PIL's `BICUBIC`, the class's filter.
 const BICUBIC: u8 = 3;
 
 #[derive(Debug, Deserialize)]
@@ -81,12 +82,12 @@ fn bad(path: &Path, message: String) -> ImageError {
 
 impl Config {
     fn resolve(self) -> Result<Qwen2VlProcessor, String> {
-        if self.resample != BICUBIC {
-            return Err(format!(
-                "resample {} (corral resizes with bicubic, 3, only)",
+        let filter = Filter::from_pil(self.resample).ok_or_else(|| {
+            format!(
+                "resample {} (corral resizes with bilinear, 2, or bicubic, 3)",
                 self.resample
-            ));
-        }
+            )
+        })?;
         if self.patch_size == 0 || self.merge_size == 0 || self.temporal_patch_size == 0 {
             return Err("patch_size, merge_size and temporal_patch_size must be positive".into());
         }
@@ -103,6 +104,7 @@ impl Config {
             image_mean: self.image_mean,
             image_std: self.image_std,
             rescale_factor: self.rescale_factor,
+            filter,
             do_resize: self.do_resize,
             do_rescale: self.do_rescale,
             do_normalize: self.do_normalize,

@@ -157,7 +157,7 @@ fn configs_in_every_spelling_load_and_bad_ones_are_refused() {
         "{error}"
     );
     for (json, complaint) in [
-        (r#"{"resample": 2}"#, "resample 2"),
+        (r#"{"resample": 1}"#, "resample 1"),
         (r#"{"size": {"longest_edge": 8192}}"#, "shortest_edge"),
         (r#"{"patch_size": 0}"#, "positive"),
         (r#"{"image_mean": [0.5]}"#, "image_mean"),

@@ -428,20 +428,26 @@ impl Attention {
         self.sinks.is_none() && self.softcap.is_none()
     }
 
-    /// MLX's attention of rotated `queries` over `keys` and `values`, the new positions last.
-    fn attend(&self, queries: &Array, keys: &Array, values: &Array) -> Result<Array, Exception> {
+    /// MLX's attention of rotated `queries` over `keys` and `values`, the new positions last,
+    /// the runs in `both_ways` (indices into `keys`) seeing each other both ways.
+    fn attend(
+        &self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        both_ways: &[(i32, i32)],
+    ) -> Result<Array, Exception> {
+        let seen = kernels::Seen {
+            window: self.window,
+            both_ways,
+        };
         match self.softcap {
             Some(cap) => {
-                kernels::softcapped_attention(queries, keys, values, self.scale, cap, self.window)
+                kernels::softcapped_attention(queries, keys, values, self.scale, cap, seen)
             }
-            None => kernels::attention(
-                queries,
-                keys,
-                values,
-                self.scale,
-                self.window,
-                self.sinks.as_ref(),
-            ),
+            None => {
+                kernels::attention(queries, keys, values, self.scale, seen, self.sinks.as_ref())
+            }
         }
     }
 
@@ -482,14 +488,22 @@ impl Attention {
             }
             None => cache.held().ok_or_else(|| Exception::from(SOURCE_EMPTY))?,
         };
-        let on_host = if self.host_can_attend() {
+        // The runs that see each other both ways, as indices into the keys, the last of which
+        // is at `offset + length - 1`.
+        let first_key = cache.offset() - all_keys.dim(2);
+        let both_ways: Vec<(i32, i32)> = cache
+            .both_ways()
+            .iter()
+            .map(|&(start, end)| (start - first_key, end - first_key))
+            .collect();
+        let on_host = if self.host_can_attend() && both_ways.is_empty() {
             kernels::attend_chunk(&queries, cache, self.kv_heads, self.scale, self.window)?
         } else {
             None
         };
         let output = match on_host {
             Some(output) => output,
-            None => self.attend(&queries, &all_keys, &all_values)?,
+            None => self.attend(&queries, &all_keys, &all_values, &both_ways)?,
         };
         output
             .transpose_axes(&[0, 2, 1, 3])?
@@ -551,7 +565,7 @@ impl Attention {
                 let (keys, values) = cache
                     .held()
                     .ok_or_else(|| Exception::from("a decode row's cache is empty"))?;
-                self.attend(&queries, &keys, &values)
+                self.attend(&queries, &keys, &values, &[])
             })
             .collect::<Result<Vec<_>, _>>()?;
         ops::concatenate(&per_row, 0)?

@@ -1,8 +1,9 @@
 //! Vision towers: what turns an image's patches into the rows a multimodal model's text model
 //! reads in place of the image's tokens. One file per tower, as `arch/` holds one per text model;
-//! a wrapper's checkpoint (`qwen3_5`, ...) holds its tower's tensors beside the text model's,
-//! under transformers' names (`model.visual.`) or mlx-vlm's (`vision_tower.`).
+//! a wrapper's checkpoint (`qwen3_5`, `gemma3`, ...) holds its tower's tensors beside the text
+//! model's, under transformers' names (`model.visual.`, `vision_tower.`) or mlx-vlm's.
 
+mod gemma3;
 mod qwen3_5;
 
 use std::path::Path;
@@ -17,13 +18,22 @@ use crate::image::ImageProcessor;
 
 pub struct VisionTower {
     tower: Tower,
-    /// The token the chat template writes once per image, which the image's tokens replace;
-    /// Qwen's is also the token whose embeddings the tower's rows take the place of.
-    image_token: u32,
+    tokens: ImageTokenIds,
 }
 
 enum Tower {
     Qwen3_5(qwen3_5::Tower),
+    Gemma3(gemma3::Tower),
+}
+
+/// The tokens that stand for an image in the text.
+struct ImageTokenIds {
+    /// The token the chat template writes once per image.
+    placeholder: u32,
+    /// The token whose embeddings the tower's rows replace.
+    row: u32,
+    /// The tokens around the rows, where the processor writes them (Gemma 3's).
+    around: Option<(u32, u32)>,
 }
 
 /// An image part-way through its tower.
@@ -34,6 +44,7 @@ pub struct Encoding {
 
 enum Staged {
     Qwen3_5(qwen3_5::Staged),
+    Gemma3(gemma3::Staged),
 }
 
 /// What stands for one image in the text, in place of the placeholder the template wrote, as
@@ -52,41 +63,87 @@ pub struct ImageTokens {
     pub advance: i32,
 }
 
-/// transformers' names for a tower's tensors; mlx-vlm's, whose patch projection is stored
-/// channels last.
-const TRANSFORMERS_PREFIX: &str = "model.visual.";
-const MLX_VLM_PREFIX: &str = "vision_tower.";
+/// The wrappers whose towers corral runs.
+#[derive(Clone, Copy)]
+enum Family {
+    Qwen3_5,
+    Gemma3,
+}
 
-/// The wrapper's own keys a tower reads, defaulting as transformers' `Qwen3_5Config`.
+impl Family {
+    fn of(config: &ModelConfig) -> Option<Self> {
+        match config.wrapper?.model_type {
+            "qwen3_5" | "qwen3_5_moe" => Some(Self::Qwen3_5),
+            "gemma3" => Some(Self::Gemma3),
+            _ => None,
+        }
+    }
+
+    /// Where the tower's tensors are, in the order tried: transformers 5's names, mlx-vlm's
+    /// (Qwen's patch projection stored channels last under them) and, for Gemma 3, the
+    /// release's, which mlx-vlm keeps, then transformers 5's original format, which drops
+    /// `vision_model.`.
+    fn tower_prefixes(self) -> &'static [&'static str] {
+        match self {
+            Self::Qwen3_5 => &["model.visual.", "vision_tower."],
+            Self::Gemma3 => &[
+                "model.vision_tower.",
+                "vision_tower.vision_model.",
+                "vision_tower.",
+            ],
+        }
+    }
+}
+
+/// The wrapper's own keys a tower reads, defaulting as transformers' `Qwen3_5Config` and
+/// `Gemma3Config`.
 #[derive(serde::Deserialize)]
 struct WrapperArgs {
     vision_config: Option<serde_json::Value>,
-    #[serde(default = "qwen3_5_image_token")]
-    image_token_id: u32,
+    image_token_id: Option<u32>,
+    image_token_index: Option<u32>,
+    boi_token_index: Option<u32>,
+    eoi_token_index: Option<u32>,
+    mm_tokens_per_image: Option<i32>,
 }
 
-fn qwen3_5_image_token() -> u32 {
-    248_056
+impl WrapperArgs {
+    fn read(config: &ModelConfig) -> Option<Self> {
+        let text = std::fs::read_to_string(&config.path).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// `vision_config` as a tower reads it.
+fn vision_args<T: serde::de::DeserializeOwned>(
+    config: &ModelConfig,
+    value: serde_json::Value,
+) -> Result<T, ModelError> {
+    serde_path_to_error::deserialize(value).map_err(|error| ModelError::Config {
+        path: config.path.clone(),
+        message: format!("vision_config.{}: {}", error.path(), error.inner()),
+    })
 }
 
 /// Whether `config`'s wrapper has a tower this worker runs.
 fn runs_tower(config: &ModelConfig) -> bool {
-    config
-        .wrapper
-        .is_some_and(|wrapper| matches!(wrapper.model_type, "qwen3_5" | "qwen3_5_moe"))
+    Family::of(config).is_some()
 }
 
 /// Whether the checkpoint at `dir` holds a tower this worker runs and the processor config its
 /// images are prepared by, from those files and the tensors' names alone (`describe`).
 pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
-    let has_config = std::fs::read_to_string(&config.path)
-        .ok()
-        .and_then(|text| serde_json::from_str::<WrapperArgs>(&text).ok())
-        .is_some_and(|args| args.vision_config.is_some());
+    let Some(family) = Family::of(config) else {
+        return false;
+    };
+    let has_config = WrapperArgs::read(config).is_some_and(|args| args.vision_config.is_some());
     let has_tensors = tensor_headers(dir).is_ok_and(|headers| {
-        headers
-            .keys()
-            .any(|name| name.starts_with(TRANSFORMERS_PREFIX) || name.starts_with(MLX_VLM_PREFIX))
+        headers.keys().any(|name| {
+            family
+                .tower_prefixes()
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+        })
     });
     // The worker prepares images only with the processor's config.
     let has_processor = matches!(ImageProcessor::load(dir), Ok(Some(_)));
@@ -98,22 +155,47 @@ pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
 /// reserve for images. 0 when the files say too little to tell.
 pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) -> u64 {
     const MEGAPIXEL: u64 = 1 << 20;
-    let vision_config = std::fs::read_to_string(&config.path)
-        .ok()
-        .and_then(|text| serde_json::from_str::<WrapperArgs>(&text).ok())
-        .and_then(|args| args.vision_config);
-    let Some(args) =
-        vision_config.and_then(|value| serde_json::from_value::<qwen3_5::Args>(value).ok())
-    else {
+    let Some(family) = Family::of(config) else {
+        return 0;
+    };
+    let Some(vision_config) = WrapperArgs::read(config).and_then(|args| args.vision_config) else {
         return 0;
     };
     // Without a processor config the worker takes no images (`has_tower`).
-    match ImageProcessor::load(dir) {
-        Ok(Some(processor)) => {
-            args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
-        }
-        _ => 0,
+    let Ok(Some(processor)) = ImageProcessor::load(dir) else {
+        return 0;
+    };
+    match family {
+        Family::Qwen3_5 => serde_json::from_value::<qwen3_5::Args>(vision_config)
+            .map_or(0, |args| {
+                args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
+            }),
+        Family::Gemma3 => serde_json::from_value::<gemma3::Args>(vision_config)
+            .map_or(0, |args| args.activation_bytes(element_bytes)),
     }
+}
+
+/// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`: its
+/// attention scores and probabilities over all the patches (MLX's fused attention does not
+/// take every head size, so they may be written out), and its hidden states, projections and
+/// MLP activations.
+fn peak_bytes(patches: u64, [heads, hidden, intermediate]: [i32; 3], element_bytes: u64) -> u64 {
+    let width = |value: i32| u64::try_from(value).unwrap_or(0);
+    let scores = width(heads) * patches * patches * 2;
+    let activations = patches * (5 * width(hidden) + width(intermediate));
+    (scores + activations).saturating_mul(element_bytes)
+}
+
+/// One block's multiply-adds over `patches`: its projections and MLP on every patch, and
+/// attention among all of them.
+fn block_multiply_adds(patches: i32, hidden: i32, intermediate: i32) -> f64 {
+    let (patches, hidden, intermediate) = (
+        f64::from(patches),
+        f64::from(hidden),
+        f64::from(intermediate),
+    );
+    let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
+    patches * weights + 2.0 * patches * patches * hidden
 }
 
 impl VisionTower {
@@ -121,15 +203,15 @@ impl VisionTower {
     /// `weights`; `None` for a text model, or a checkpoint without the tower's tensors or its
     /// `vision_config` (a text model converted out of its wrapper).
     pub fn load(config: &ModelConfig, weights: &mut Weights) -> Result<Option<Self>, ModelError> {
-        if !runs_tower(config) {
+        let Some(family) = Family::of(config) else {
             return Ok(None);
-        }
-        let (mut tensors, channels_last) = match weights.split_off(TRANSFORMERS_PREFIX) {
-            Some(tensors) => (tensors, false),
-            None => match weights.split_off(MLX_VLM_PREFIX) {
-                Some(tensors) => (tensors, true),
-                None => return Ok(None),
-            },
+        };
+        let Some((prefix, mut tensors)) = family
+            .tower_prefixes()
+            .iter()
+            .find_map(|prefix| Some((*prefix, weights.split_off(prefix)?)))
+        else {
+            return Ok(None);
         };
         let bad = |message: String| ModelError::Config {
             path: config.path.clone(),
@@ -139,26 +221,65 @@ impl VisionTower {
             .map_err(|error| bad(format!("reading it again for the vision tower: {error}")))?;
         let wrapper_args: WrapperArgs =
             serde_json::from_str(&whole).map_err(|error| bad(error.to_string()))?;
-        let Some(vision_config) = wrapper_args.vision_config else {
+        let Some(vision_config) = wrapper_args.vision_config.clone() else {
             return Ok(None);
         };
-        let args = serde_path_to_error::deserialize(vision_config)
-            .map_err(|error| bad(format!("vision_config.{}: {}", error.path(), error.inner())))?;
-        let tower = qwen3_5::Tower::load(
-            &args,
-            &mut tensors,
-            channels_last,
-            config.quantization,
-            &config.path,
-        )?;
-        let leftovers = tensors.leftover_names();
+        // The projector's tensors no layer used, where the tower has them apart (Gemma 3's).
+        let mut projector_leftovers = Vec::new();
+        let (tower, tokens) = match family {
+            Family::Qwen3_5 => {
+                let channels_last = prefix == "vision_tower.";
+                let tower = qwen3_5::Tower::load(
+                    &vision_args(config, vision_config)?,
+                    &mut tensors,
+                    channels_last,
+                    config.quantization,
+                    &config.path,
+                )?;
+                // transformers' `Qwen3_5Config` default.
+                let image = wrapper_args.image_token_id.unwrap_or(248_056);
+                let tokens = ImageTokenIds {
+                    placeholder: image,
+                    row: image,
+                    around: None,
+                };
+                (Tower::Qwen3_5(tower), tokens)
+            }
+            Family::Gemma3 => {
+                let mut projector = ["model.multi_modal_projector.", "multi_modal_projector."]
+                    .iter()
+                    .find_map(|prefix| weights.split_off(prefix))
+                    .ok_or_else(|| bad("the vision tower has no multi_modal_projector".into()))?;
+                let tower = gemma3::Tower::load(
+                    &vision_args(config, vision_config)?,
+                    &mut tensors,
+                    &mut projector,
+                    config.hidden_size,
+                    wrapper_args.mm_tokens_per_image.unwrap_or(256),
+                    config.quantization,
+                    &config.path,
+                )?;
+                projector_leftovers = projector
+                    .leftover_names()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                // transformers' `Gemma3Config` defaults.
+                let boi = wrapper_args.boi_token_index.unwrap_or(255_999);
+                let tokens = ImageTokenIds {
+                    placeholder: boi,
+                    row: wrapper_args.image_token_index.unwrap_or(262_144),
+                    around: Some((boi, wrapper_args.eoi_token_index.unwrap_or(256_000))),
+                };
+                (Tower::Gemma3(tower), tokens)
+            }
+        };
+        let mut leftovers: Vec<&str> = tensors.leftover_names();
+        leftovers.extend(projector_leftovers.iter().map(String::as_str));
         if !leftovers.is_empty() {
             tracing::warn!(model = %config.path.display(), tensors = ?leftovers, "ignoring vision tensors no layer uses");
         }
-        Ok(Some(Self {
-            tower: Tower::Qwen3_5(tower),
-            image_token: wrapper_args.image_token_id,
-        }))
+        Ok(Some(Self { tower, tokens }))
     }
 
     /// One image's rows for the text model, `[tokens, hidden]`, from its `patches`
@@ -178,6 +299,7 @@ impl VisionTower {
     pub fn begin(&self, patches: &Array, grid: [i32; 3]) -> Result<Encoding, Exception> {
         let staged = match &self.tower {
             Tower::Qwen3_5(tower) => Staged::Qwen3_5(tower.begin(patches, grid)?),
+            Tower::Gemma3(tower) => Staged::Gemma3(tower.begin(patches)?),
         };
         Ok(Encoding { staged, grid })
     }
@@ -191,6 +313,8 @@ impl VisionTower {
     ) -> Result<Option<Array>, Exception> {
         match (&self.tower, &mut encoding.staged) {
             (Tower::Qwen3_5(tower), Staged::Qwen3_5(staged)) => tower.advance(staged, blocks),
+            (Tower::Gemma3(tower), Staged::Gemma3(staged)) => tower.advance(staged, blocks),
+            _ => Err(Exception::from("an image staged by another tower")),
         }
     }
 
@@ -199,6 +323,7 @@ impl VisionTower {
     pub fn activation_bytes(&self, grid: [i32; 3], element_bytes: u64) -> u64 {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.activation_bytes(grid, element_bytes),
+            Tower::Gemma3(tower) => tower.activation_bytes(element_bytes),
         }
     }
 
@@ -206,6 +331,7 @@ impl VisionTower {
     pub fn depth(&self) -> usize {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.depth(),
+            Tower::Gemma3(tower) => tower.depth(),
         }
     }
 
@@ -214,18 +340,30 @@ impl VisionTower {
     pub fn block_multiply_adds(&self, grid: [i32; 3]) -> f64 {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.block_multiply_adds(grid),
+            Tower::Gemma3(tower) => tower.block_multiply_adds(),
         }
     }
 
-    /// What replaces the template's placeholder for an image of `grid` patches.
+    /// What replaces the template's placeholder for an image of `grid` patches: Gemma 3's
+    /// processor writes the rows between its begin and end tokens, a blank line either side.
     pub fn expansion(&self, grid: [i32; 3]) -> Vec<ImagePiece> {
-        vec![ImagePiece::Token(self.image_token); self.rows(grid)]
+        let rows = vec![ImagePiece::Token(self.tokens.row); self.rows(grid)];
+        match self.tokens.around {
+            None => rows,
+            Some((begin, end)) => [
+                vec![ImagePiece::Text("\n\n"), ImagePiece::Token(begin)],
+                rows,
+                vec![ImagePiece::Token(end), ImagePiece::Text("\n\n")],
+            ]
+            .concat(),
+        }
     }
 
     /// The rows the tower gives an image of `grid` patches.
     pub fn rows(&self, grid: [i32; 3]) -> usize {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.rows(grid),
+            Tower::Gemma3(tower) => tower.rows(),
         }
     }
 
@@ -234,17 +372,24 @@ impl VisionTower {
     pub fn rotary_positions(&self, grid: [i32; 3]) -> Option<ImageTokens> {
         match &self.tower {
             Tower::Qwen3_5(tower) => Some(tower.image_tokens(grid)),
+            Tower::Gemma3(_) => None,
         }
+    }
+
+    /// Whether an image's tokens see each other both ways in the prompt, not only their past
+    /// (Gemma 3's, as transformers masks them by their token types).
+    pub fn sees_images_both_ways(&self) -> bool {
+        matches!(self.tower, Tower::Gemma3(_))
     }
 
     /// The token the chat template writes once per image.
     pub fn placeholder(&self) -> u32 {
-        self.image_token
+        self.tokens.placeholder
     }
 
     /// The token whose embeddings the tower's rows replace, one per row, in order.
     pub fn row_token(&self) -> u32 {
-        self.image_token
+        self.tokens.row
     }
 }
 

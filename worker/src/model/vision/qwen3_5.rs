@@ -12,7 +12,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype, fast, ops};
 use serde::Deserialize;
 
-use super::ImageTokens;
+use super::{ImageTokens, block_multiply_adds, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::gelu_tanh;
 use crate::model::blocks::norm::Norm;
@@ -53,14 +53,6 @@ impl Args {
         let shape = [self.num_heads, self.hidden_size, self.intermediate_size];
         peak_bytes(pixels / (patch * patch), shape, element_bytes)
     }
-}
-
-/// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`.
-fn peak_bytes(patches: u64, [heads, hidden, intermediate]: [i32; 3], element_bytes: u64) -> u64 {
-    let width = |value: i32| u64::try_from(value).unwrap_or(0);
-    let scores = width(heads) * patches * patches * 2;
-    let activations = patches * (5 * width(hidden) + width(intermediate));
-    (scores + activations).saturating_mul(element_bytes)
 }
 
 impl Default for Args {
@@ -264,13 +256,9 @@ impl Tower {
         self.blocks.len()
     }
 
-    /// One block's multiply-adds over an image of `grid` patches: its projections and MLP on
-    /// every patch, and attention among all of them.
+    /// One block's multiply-adds over an image of `grid` patches.
     pub fn block_multiply_adds(&self, grid: [i32; 3]) -> f64 {
-        let patches = f64::from(grid[0] * grid[1] * grid[2]);
-        let (hidden, intermediate) = (f64::from(self.hidden), f64::from(self.intermediate));
-        let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
-        patches * weights + 2.0 * patches * patches * hidden
+        block_multiply_adds(grid[0] * grid[1] * grid[2], self.hidden, self.intermediate)
     }
 
     /// The peak of encoding an image of `grid` patches, as `Args::activation_bytes`.

@@ -1,4 +1,4 @@
-//! The Qwen3.5 tower and the text model after images against transformers (`hf`) and mlx-vlm
+//! The Qwen3.5 and Gemma 3 towers and the text model after images against transformers (`hf`) and mlx-vlm
 //! (`mlx`, `mlx-q4`), on the random-weight checkpoints `scripts/reference/vision.py` and
 //! `vision_mlx.py` make (tests/data/vision), fed each reference's own pixel values, so that only
 //! the model is under test here.
@@ -137,6 +137,114 @@ fn the_text_after_images_reads_as_transformers() {
                 for layer in &mut cache {
                     layer.set_rotary(shift, None);
                 }
+                let hidden = model.hidden_states(&[token as u32], &mut cache).unwrap();
+                let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
+                let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
+                let difference = largest_difference(&logits, &expected);
+                assert!(
+                    difference < 1e-3,
+                    "{layout} case {case}: step {step} {difference}"
+                );
+            }
+        }
+    }
+}
+
+/// Gemma 3's checkpoint in each layout the tools made.
+const GEMMA3_LAYOUTS: [&str; 3] = ["gemma3/hf", "gemma3/mlx", "gemma3/mlx-q4"];
+
+/// Each image's rows of one Gemma 3 case, by the tower, one image at a time.
+fn gemma3_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec<Array> {
+    let tower = model.vision.as_ref().unwrap();
+    let pixels = &reference[&format!("{case}.pixel_values")];
+    (0..pixels.dim(0))
+        .map(|index| {
+            let image = pixels.index(index).reshape(&[1, -1]).unwrap();
+            tower.encode(&image, [1, 1, 1]).unwrap()
+        })
+        .collect()
+}
+
+/// The prompt's logits, the image tokens of each run in `tokens` seeing each other both ways
+/// where `both_ways`, in one pass; the cache is left after the prompt.
+fn gemma3_prompt_logits(
+    model: &Model,
+    tokens: &[u32],
+    images: Vec<Array>,
+    cache: &mut [crate::model::KvCache],
+    both_ways: bool,
+) -> Array {
+    let image_token = model.vision.as_ref().unwrap().row_token();
+    let starts: Vec<usize> = (0..tokens.len())
+        .filter(|&index| {
+            tokens[index] == image_token && (index == 0 || tokens[index - 1] != image_token)
+        })
+        .collect();
+    let runs: Vec<(i32, i32)> = starts
+        .iter()
+        .zip(&images)
+        .map(|(&start, rows)| (start as i32, (start as i32) + rows.dim(0)))
+        .collect();
+    for layer in cache.iter_mut() {
+        layer.set_both_ways(if both_ways { runs.clone() } else { Vec::new() });
+    }
+    let embedded = starts
+        .into_iter()
+        .zip(images)
+        .map(|(start, rows)| EmbeddedRows { start, rows })
+        .collect();
+    let hidden = model
+        .packed_hidden_states(&mut [Segment {
+            tokens,
+            cache,
+            embedded,
+        }])
+        .unwrap();
+    model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap()
+}
+
+#[test]
+fn gemma3s_tower_and_text_after_images_read_as_the_tools() {
+    for layout in GEMMA3_LAYOUTS {
+        let model = Model::load(&checkpoint(layout)).unwrap();
+        let reference = reference(layout);
+        for case in cases(&reference) {
+            let images = gemma3_encoded(&model, &reference, case);
+            let ours = ops::concatenate(&images, 0).unwrap();
+            let theirs = &reference[&format!("{case}.image_features")];
+            let difference = largest_difference(&ours, theirs);
+            assert!(
+                difference < 1e-4,
+                "{layout} case {case}: tower {difference}"
+            );
+
+            let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
+                .as_slice::<i32>()
+                .iter()
+                .map(|&id| id as u32)
+                .collect();
+            let expected = &reference[&format!("{case}.logits")];
+            // Attending only to their past, the image's tokens read otherwise.
+            let mut cache = model.new_cache();
+            let causal = gemma3_prompt_logits(&model, &tokens, images.clone(), &mut cache, false);
+            assert!(
+                largest_difference(&causal, expected) > 1e-2,
+                "{layout} case {case}"
+            );
+            let mut cache = model.new_cache();
+            let logits = gemma3_prompt_logits(&model, &tokens, images, &mut cache, true);
+            let difference = largest_difference(&logits, expected);
+            assert!(
+                difference < 1e-3,
+                "{layout} case {case}: prompt {difference}"
+            );
+            for layer in &mut cache {
+                layer.set_both_ways(Vec::new());
+            }
+            let decoded = reference[&format!("{case}.decoded")]
+                .as_slice::<i32>()
+                .to_vec();
+            for (step, &token) in decoded.iter().enumerate() {
                 let hidden = model.hidden_states(&[token as u32], &mut cache).unwrap();
                 let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
                 let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
