@@ -140,7 +140,12 @@ fn vision_data() -> std::path::PathBuf {
 
 /// The vision checkpoint transformers made (tests/data/vision/qwen3_5/hf), served as `name`.
 pub(crate) fn vision_model(dirs: &Dirs, name: &str) {
-    let from = vision_data().join("qwen3_5/hf");
+    vision_model_from(dirs, name, "qwen3_5/hf");
+}
+
+/// The checkpoint in tests/data/vision/`fixture`, served as `name`.
+fn vision_model_from(dirs: &Dirs, name: &str, fixture: &str) {
+    let from = vision_data().join(fixture);
     let to = dirs.models.path().join(name);
     std::fs::create_dir_all(&to).unwrap();
     for file in std::fs::read_dir(&from).unwrap() {
@@ -157,23 +162,38 @@ fn image_base64(file: &str) -> String {
 
 /// transformers' log-probability of each greedy token of reference case `case`.
 fn reference_logprobs(case: &str) -> Vec<f32> {
+    fixture_logprobs("qwen3_5/hf", case)
+}
+
+/// The log-probability of each greedy token of case `case` in the reference of `fixture`.
+fn fixture_logprobs(fixture: &str, case: &str) -> Vec<f32> {
+    fixture_top_logprobs(fixture, case, 1)
+        .into_iter()
+        .map(|top| top[0])
+        .collect()
+}
+
+/// The `count` highest log-probabilities at each greedy step of case `case` in the reference of
+/// `fixture`, highest first.
+fn fixture_top_logprobs(fixture: &str, case: &str, count: usize) -> Vec<Vec<f32>> {
     let reference =
-        mlx_rs::Array::load_safetensors(vision_data().join("qwen3_5/hf/reference.safetensors"))
+        mlx_rs::Array::load_safetensors(vision_data().join(fixture).join("reference.safetensors"))
             .unwrap();
     let rows =
         |name: &str| crate::reference_logits::host_rows(&reference[&format!("{case}.{name}")]);
-    let decoded = reference[&format!("{case}.decoded")]
-        .as_slice::<i32>()
-        .to_vec();
-    let mut steps = vec![rows("logits").last().unwrap().clone()];
-    steps.extend(rows("decode_logits"));
-    decoded
-        .iter()
-        .zip(steps)
-        .map(|(&token, row)| {
+    let steps = reference[&format!("{case}.decoded")].size();
+    let mut rows_at_steps = vec![rows("logits").last().unwrap().clone()];
+    rows_at_steps.extend(rows("decode_logits"));
+    rows_at_steps
+        .into_iter()
+        .take(steps)
+        .map(|row| {
             let top = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let total: f32 = row.iter().map(|logit| (logit - top).exp()).sum();
-            row[token as usize] - top - total.ln()
+            let mut logprobs: Vec<f32> = row.iter().map(|logit| logit - top - total.ln()).collect();
+            logprobs.sort_by(|a, b| b.total_cmp(a));
+            logprobs.truncate(count);
+            logprobs
         })
         .collect()
 }
@@ -376,4 +396,64 @@ fn a_restore_that_ends_inside_an_image_answers_as_a_cold_prefill() {
     for (a, b) in got.iter().zip(&want) {
         assert!((a - b).abs() < 1e-4, "{restored} against {expected}");
     }
+}
+
+/// Gemma 3's image tokens see each other both ways in the prompt: a prompt restored from the
+/// prefix cache partway through an image (from another prompt with the same picture) and one
+/// restored whole read as transformers reads the prompt cold.
+#[test]
+fn gemma3_reads_an_image_as_transformers_also_when_restored_partway_through_it() {
+    let dirs = Dirs::with_models(&[]);
+    vision_model_from(&dirs, "gemma3-vl", "gemma3/hf");
+    let config = dirs.write_config("[prefix_cache]\nblock_tokens = 16\n");
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    assert_eq!(server.get_json("/v1/models/gemma3-vl")["vision"], true);
+    let wide = format!("data:image/png;base64,{}", image_base64("wide.png"));
+    let ask = |after_image: Option<&str>| -> Value {
+        let mut content = vec![
+            json!({"type": "text", "text": "What is in this picture?"}),
+            json!({"type": "image_url", "image_url": {"url": wide}}),
+        ];
+        content.extend(after_image.map(|text| json!({"type": "text", "text": text})));
+        let body = json!({"model": "gemma3-vl", "max_tokens": 8, "temperature": 0,
+            "logprobs": true, "top_logprobs": 3,
+            "messages": [{"role": "user", "content": content}]});
+        server.post("/v1/chat/completions", &body).json().unwrap()
+    };
+    // The image's 16 tokens are positions 24 to 39 of reference case (a)'s 51; another
+    // question after the same picture shares the prompt up to the image's end token (40), so
+    // case (a) then restores the two blocks before 32, ending inside the image; asked again, it
+    // restores all but its last token.
+    ask(Some("Describe it."));
+    // The greedy token is all but certain; the runners-up tell the readings apart.
+    let expected = fixture_top_logprobs("gemma3/hf", "a", 3);
+    for cached in [32, 50] {
+        let answer = ask(None);
+        assert_eq!(answer["usage"]["prompt_tokens"], 51, "{answer}");
+        let restored = &answer["usage"]["prompt_tokens_details"]["cached_tokens"];
+        assert_eq!(restored, cached, "{answer}");
+        let steps = answer["choices"][0]["logprobs"]["content"]
+            .as_array()
+            .unwrap();
+        assert_eq!(steps.len(), expected.len(), "{answer}");
+        for (step, (got, expected)) in steps.iter().zip(&expected).enumerate() {
+            let got: Vec<f32> = got["top_logprobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|top| top["logprob"].as_f64().unwrap() as f32)
+                .collect();
+            assert_eq!(got.len(), expected.len(), "{answer}");
+            for (got, expected) in got.iter().zip(expected) {
+                assert!(
+                    (got - expected).abs() < 1e-2,
+                    "{cached} cached, step {step}: {got} against {expected}"
+                );
+            }
+        }
+    }
+    // The tower encoded the picture once.
+    let metrics = server.metrics();
+    let encoded = "corral_images_encoded_total{model=\"gemma3-vl\"} 1";
+    assert!(metrics.contains(encoded), "{encoded} not in {metrics}");
 }

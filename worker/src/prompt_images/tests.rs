@@ -294,3 +294,93 @@ fn the_memory_guard_counts_the_tower_on_the_largest_image() {
         "{failure}"
     );
 }
+
+#[test]
+fn gemma3s_prompts_have_the_processors_tokens_and_each_image_sees_itself_both_ways() {
+    let dir = data().join("vision/gemma3/hf");
+    let loaded = LoadedModel::load(&dir).unwrap();
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        let prepared = prepare(&loaded, &case(&reference, name), &ImageLimits::default()).unwrap();
+        let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
+        assert_eq!(
+            tokens,
+            tensors[&format!("{name}.input_ids")].as_slice::<i32>(),
+            "{name}"
+        );
+        let images = prepared.images.unwrap();
+        assert!(images.positions.is_none(), "{name}");
+        // The runs that see each other are transformers' image token types.
+        let types = tensors[&format!("{name}.token_type_ids")].as_slice::<i32>();
+        let spans: Vec<(usize, usize)> = images.spans().collect();
+        for (position, &kind) in types.iter().enumerate() {
+            let in_span = spans
+                .iter()
+                .any(|&(first, last)| (first..last).contains(&position));
+            assert_eq!(kind == 1, in_span, "{name} position {position}");
+        }
+    }
+}
+
+#[test]
+fn gemma3s_prompt_read_in_small_chunks_keeps_each_image_whole_and_reads_the_same() {
+    let dir = data().join("vision/gemma3/hf");
+    let loaded = LoadedModel::load(&dir).unwrap();
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    let prepared = prepare(&loaded, &case(&reference, "c"), &ImageLimits::default()).unwrap();
+    let images = prepared.images.as_ref().unwrap();
+    let spans: Vec<(usize, usize)> = images.spans().collect();
+    let length = prepared.tokens.len();
+    let mut cache = loaded.model.new_cache();
+    let (mut start, mut chunks, mut rows) = (0, Vec::new(), Vec::new());
+    while start < length {
+        let mut budget = usize::MAX;
+        let end = images
+            .encode_reached(&loaded, start, (start + 8).min(length), &mut budget)
+            .unwrap();
+        let end = images.whole_images(start, end);
+        // A chunk never ends inside an image, which is longer than the chunk.
+        assert!(
+            spans
+                .iter()
+                .all(|&(first, last)| !(first < end && end < last)),
+            "{start}..{end}"
+        );
+        images.prepare_chunk(&mut cache, start, end);
+        let embedded = images.rows_in(&loaded, start, end).unwrap();
+        let hidden = loaded
+            .model
+            .packed_hidden_states(&mut [crate::model::Segment {
+                tokens: &prepared.tokens[start..end],
+                cache: &mut cache,
+                embedded,
+            }])
+            .unwrap();
+        rows.push(
+            loaded
+                .model
+                .logits(&hidden)
+                .unwrap()
+                .squeeze_axes(&[0])
+                .unwrap(),
+        );
+        chunks.push((start, end));
+        start = end;
+    }
+    assert!(
+        chunks.iter().any(|&(start, end)| end - start > 8),
+        "{chunks:?}"
+    );
+    let logits = mlx_rs::ops::concatenate(&rows, 0).unwrap();
+    let difference =
+        mlx_rs::ops::abs(mlx_rs::ops::subtract(&logits, &tensors["c.logits"]).unwrap())
+            .unwrap()
+            .max(None)
+            .unwrap()
+            .item_exact::<f32>();
+    assert!(difference < 1e-3, "{difference}");
+}
