@@ -58,6 +58,9 @@ toolchain_pins="torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensor
 toolchain_pins+=" pillow==12.0.0"
 toolchain_pins+=" mlx${extra:-}==$mlx_version mlx-lm==$mlx_lm_version numpy==2.4.6"
 pinned_venv "$toolchain_venv" "$toolchain_pins"
+# transformers 5.23 imports Pixtral's processor (Mistral 3's, vision.py) only beside torchvision,
+# though vision.py runs its PIL backend: the newest torchvision PyPI has, without its pin on torch.
+"$toolchain_venv/bin/pip" install --quiet --no-deps torchvision==0.29.2
 # llama.cpp's logits on the GGUF layouts (toolchain_gguf.py): llama-cpp-python 0.3.36's own
 # package runs from the sdist on the shared libraries `cargo xtask setup` built from it, so
 # this venv holds only the package's dependencies; its converter runs in hf-venv.
@@ -66,7 +69,7 @@ llama_cpp_pins="numpy==2.4.6 diskcache==5.6.3 typing-extensions==4.16.0 jinja2==
 pinned_venv "$llama_cpp_venv" "$llama_cpp_pins"
 # The images the vision tests send, made by Pillow.
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision_images.py" "$root/tests/data/vision/images"
-# Qwen3.5's vision-language checkpoints with transformers' preprocessing, positions, tower
+# Qwen3.5's, Gemma 3's and Mistral 3's vision-language checkpoints with transformers' preprocessing, positions, tower
 # outputs and logits for chats with those images (vision.py).
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision.py" "$root/scripts/reference/vision.json" \
   "$root/tests/data/vision/images" "$root/tests/data/vision"

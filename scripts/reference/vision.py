@@ -35,6 +35,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedTokenizerFast
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
+from transformers.models.pixtral.processing_pixtral import PixtralProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,6 +113,76 @@ def gemma3_config(spec, tok):
     text["pad_token_id"] = tok.pad_token_id
     text["bos_token_id"] = tok.bos_token_id
     return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+# The Mistral Small 3.1 release's control tokens, first and in its order (tekken's).
+MISTRAL3_SPECIAL = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"]
+MISTRAL3_SPECIAL += ["[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]"]
+MISTRAL3_SPECIAL += ["[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]
+MISTRAL3_SPECIAL += ["[TOOL_CONTENT]"]
+
+
+def mistral3_tokenizer(size):
+    """A byte-level BPE of `size` tokens after the release's control tokens (special, numbered as
+    the release numbers them): the printable ASCII bytes and merges to fill."""
+    printable = ["\u0120" if b == 0x20 else chr(b) for b in range(0x20, 0x7F)]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    common = ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te"]
+    common += ["is", "it", "al", "ar", "st"]
+    pairs = [("\u0120", c) for c in letters] + [tuple(p) for p in common]
+    pairs = pairs[: size - len(printable) - len(MISTRAL3_SPECIAL)]
+    vocab = {token: i for i, token in enumerate(MISTRAL3_SPECIAL + printable + ["".join(p) for p in pairs])}
+    core = Tokenizer(models.BPE(vocab, pairs))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(MISTRAL3_SPECIAL)
+    assert core.get_vocab_size() == size, core.get_vocab_size()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+
+
+def mistral3_config(spec, tok):
+    values = json.loads(json.dumps(spec["config"]))
+    values["image_token_index"] = tok.convert_tokens_to_ids("[IMG]")
+    text = values["text_config"]
+    text["bos_token_id"], text["eos_token_id"] = tok.bos_token_id, tok.eos_token_id
+    text["pad_token_id"] = tok.pad_token_id
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+def run_mistral3_case(model, processor, messages, steps):
+    """Transformers' answer for one chat with Mistral 3: the processor's inputs (each image's
+    rows of `[IMG]` broken by `[IMG_BREAK]`, `[IMG_END]` last), the tower's merged and projected
+    output, the prompt logits and `steps` greedy steps through the cache."""
+    inputs = processor.apply_chat_template(
+        messages, tokenize=True, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        features = model.model.get_image_features(
+            inputs["pixel_values"], inputs["image_sizes"], vision_feature_layer=model.config.vision_feature_layer
+        ).pooler_output
+        out = model(**inputs, use_cache=True)
+    prompt_logits = out.logits[0].float()
+    decoded, rows = decode_steps(model, out, steps)
+    tensors = {
+        "input_ids": inputs["input_ids"][0].to(torch.int32),
+        "pixel_values": inputs["pixel_values"].float(),
+        "image_sizes": inputs["image_sizes"].to(torch.int32),
+        "image_features": torch.cat(features, dim=0).float(),
+        "logits": prompt_logits,
+        "decoded": torch.tensor(decoded, dtype=torch.int32),
+        "decode_logits": torch.stack(rows),
+    }
+    decode_rows = torch.cat([prompt_logits[-1:], tensors["decode_logits"][:-1]])
+    summary = {
+        "prompt": processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+        "tokens": int(tensors["input_ids"].numel()),
+        "images": tensors["image_sizes"].tolist(),
+        "decoded": decoded,
+        "min_top_two_gap": round(top_two_gap(decode_rows), 6),
+    }
+    return tensors, summary
 
 
 def build_config(spec, tok):
@@ -255,10 +327,22 @@ def make_gemma3_processor(spec, arch, tok, template):
     )
 
 
+def make_mistral3_processor(spec, arch, tok, template):
+    image_processor = PixtralImageProcessorPil(**arch["image_processor"])
+    return PixtralProcessor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        chat_template=template,
+        patch_size=arch["config"]["vision_config"]["patch_size"],
+        spatial_merge_size=arch["config"]["spatial_merge_size"],
+    )
+
+
 # Each family's tokenizer, config, processor and reference run.
 FAMILIES = {
     "qwen": (tokenizer, build_config, make_qwen_processor, run_qwen_case),
     "gemma3": (gemma3_tokenizer, gemma3_config, make_gemma3_processor, run_gemma3_case),
+    "mistral3": (mistral3_tokenizer, mistral3_config, make_mistral3_processor, run_mistral3_case),
 }
 
 
@@ -303,11 +387,18 @@ def make_architecture(name, arch, spec, root, images, out):
     record = {"mirrors": arch["mirrors"], "model_type": config.model_type, "cases": {}, "images": {}}
     for case in arch["cases"]:
         messages = spec["cases"][case]
+        if "system" in arch:
+            messages = [{"role": "system", "content": arch["system"]}, *messages]
         case_tensors, summary = run_case(model, processor, with_paths(messages, images), spec["decode_steps"])
         tensors.update({f"{case}.{key}": value for key, value in case_tensors.items()})
         record["cases"][case] = {"messages": messages, **summary}
     for file in spec["images"]:
-        alone = processor.image_processor(images=[str(images / file)], return_tensors="pt")
+        # Pixtral's processor resizes to whole merged patches, as it does in a chat.
+        kwargs = {}
+        if isinstance(processor, PixtralProcessor):
+            merged = processor.spatial_merge_size * processor.patch_size
+            kwargs["patch_size"] = {"height": merged, "width": merged}
+        alone = processor.image_processor(images=[str(images / file)], return_tensors="pt", **kwargs)
         stem = Path(file).stem
         tensors[f"image.{stem}.pixel_values"] = alone["pixel_values"].float()
         if "image_grid_thw" in alone:

@@ -45,6 +45,7 @@ def release_spelled(spec, hf_dir, scratch):
     config = json.loads((copy / "config.json").read_text())
     spelling = spec.get("release_spelling", {})
     config["text_config"].update(spelling.get("release_keys", {}))
+    config["vision_config"].update(spelling.get("release_vision_keys", {}))
     (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     renames = spelling.get("release_tensor_prefixes", {})
     for path in copy.glob("*.safetensors") if renames else []:
@@ -130,6 +131,46 @@ def run_gemma3_case(model, processor, messages, images, steps):
     return tensors, prompt, tensors["logits"][-1]
 
 
+def run_mistral3_case(model, processor, messages, images, steps):
+    """mlx-vlm's answer for one chat with Mistral 3: its prompt, inputs, tower and projector
+    output, the logits at every prompt position from one call of its model and greedy steps
+    through `generate_step`."""
+    paths = image_paths(messages, images)
+    prompt = apply_chat_template(processor, model.config, messages, num_images=len(paths))
+    inputs = prepare_inputs(processor, images=paths, prompts=[prompt])
+    extra = {"image_sizes": inputs["image_sizes"]}
+    input_ids, pixel_values = inputs["input_ids"], inputs["pixel_values"]
+    *_, hidden_states = model.vision_tower(
+        pixel_values.transpose(0, 2, 3, 1), output_hidden_states=True, image_sizes=inputs["image_sizes"]
+    )
+    selected = hidden_states[model.vision_feature_layer]
+    features = model.multi_modal_projector(selected.squeeze(0), inputs["image_sizes"])
+    out = model(input_ids, pixel_values, mask=inputs["attention_mask"], **extra)
+    prompt_logits = np.array(out.logits[0].astype(mx.float32))
+    rows = []
+
+    def record(tokens, logits):
+        rows.append(np.array(logits[0].astype(mx.float32)))
+        return logits
+
+    decoded = []
+    for token, _ in generate_step(
+        input_ids, model, pixel_values, inputs["attention_mask"], max_tokens=steps + 1,
+        temperature=0.0, logits_processors=[record], **extra,
+    ):
+        decoded.append(int(token))
+    tensors = {
+        "input_ids": np.array(input_ids[0]).astype(np.int32),
+        "pixel_values": np.array(pixel_values).astype(np.float32),
+        "image_sizes": np.array(inputs["image_sizes"]).astype(np.int32),
+        "image_features": np.array(features.reshape(-1, features.shape[-1]).astype(mx.float32)),
+        "logits": prompt_logits,
+        "decoded": np.array(decoded[:steps], dtype=np.int32),
+        "decode_logits": np.stack(rows[1 : steps + 1]),
+    }
+    return tensors, prompt, rows[0]
+
+
 def run_case(model, processor, messages, images, steps):
     """mlx-vlm's answer for one chat: its prompt, inputs, prompt logits and greedy steps."""
     paths = image_paths(messages, images)
@@ -196,7 +237,9 @@ def make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_
     tensors, record = {}, {"cases": {}}
     for case in arch["mlx_cases"]:
         messages = spec["cases"][case]
-        run = run_gemma3_case if arch.get("family") == "gemma3" else run_case
+        if "system" in arch:
+            messages = [{"role": "system", "content": arch["system"]}, *messages]
+        run = {"gemma3": run_gemma3_case, "mistral3": run_mistral3_case}.get(arch.get("family"), run_case)
         case_tensors, prompt, last_row = run(model, processor, messages, images, spec["decode_steps"])
         tensors.update({f"{case}.{key}": value for key, value in case_tensors.items()})
         rows = np.concatenate([last_row[None], case_tensors["decode_logits"][:-1]])

@@ -2,12 +2,13 @@
 //! (`decode.rs`: PNG, JPEG, WebP, GIF's first frame, as Pillow opens them and transformers makes
 //! them RGB), then resized, normalized and cut into patches by the processor the model's files
 //! name (`processor.rs` reads which; `qwen2_vl.rs`: Qwen2-VL's through Qwen3.5's; `gemma3.rs`:
-//! Gemma 3's).
+//! Gemma 3's; `pixtral.rs`: Mistral 3's).
 
 mod colour_key;
 mod decode;
 mod gemma3;
 mod jpeg;
+mod pixtral;
 mod processor;
 mod qwen2_vl;
 mod resample;

@@ -9,12 +9,14 @@ use sha2::{Digest, Sha256};
 
 use super::ImageError;
 use super::gemma3::{self, Gemma3Processor};
+use super::pixtral::{self, PixtralProcessor};
 use super::qwen2_vl::{self, Qwen2VlProcessor};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ImageProcessor {
     Qwen2Vl(Qwen2VlProcessor),
     Gemma3(Gemma3Processor),
+    Pixtral(PixtralProcessor),
 }
 
 /// An image as the vision tower takes it.
@@ -65,6 +67,7 @@ impl ImageProcessor {
         match family {
             "Qwen2VLImageProcessor" => qwen2_vl::config::parse(&path, section).map(Self::Qwen2Vl),
             "Gemma3ImageProcessor" => gemma3::parse(&path, section).map(Self::Gemma3),
+            "PixtralImageProcessor" => pixtral::parse(&path, section, dir).map(Self::Pixtral),
             _ => Err(ImageError::ProcessorConfig {
                 path,
                 message: format!("image_processor_type `{kind}` is not a processor corral runs"),
@@ -74,11 +77,11 @@ impl ImageProcessor {
     }
 
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
-    /// processor of one fixed size has none to change.
+    /// processor of one fixed size or longest edge has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {
         match self {
             Self::Qwen2Vl(processor) => Self::Qwen2Vl(processor.with_pixel_limits(min, max)),
-            Self::Gemma3(_) => self,
+            Self::Gemma3(_) | Self::Pixtral(_) => self,
         }
     }
 
@@ -87,6 +90,7 @@ impl ImageProcessor {
         match self {
             Self::Qwen2Vl(processor) => processor.max_pixels(),
             Self::Gemma3(processor) => processor.pixels(),
+            Self::Pixtral(processor) => processor.max_pixels(),
         }
     }
 
@@ -94,6 +98,7 @@ impl ImageProcessor {
         match self {
             Self::Qwen2Vl(processor) => processor.preprocess(image),
             Self::Gemma3(processor) => processor.preprocess(image),
+            Self::Pixtral(processor) => processor.preprocess(image),
         }
     }
 }
