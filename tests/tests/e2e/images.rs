@@ -457,3 +457,32 @@ fn gemma3_reads_an_image_as_transformers_also_when_restored_partway_through_it()
     let encoded = "corral_images_encoded_total{model=\"gemma3-vl\"} 1";
     assert!(metrics.contains(encoded), "{encoded} not in {metrics}");
 }
+
+/// Mistral 3 (Pixtral's tower) reads an image through chat completions as transformers does,
+/// each row of the image's tokens broken at its line's end.
+#[test]
+fn mistral3_reads_an_image_as_transformers() {
+    let dirs = Dirs::with_models(&[]);
+    vision_model_from(&dirs, "mistral3-vl", "mistral3/hf");
+    let server = Server::start(&dirs);
+    assert_eq!(server.get_json("/v1/models/mistral3-vl")["vision"], true);
+    // Reference case (a), with the system message the fixture's cases open with.
+    let body = json!({"model": "mistral3-vl", "max_tokens": 8, "temperature": 0,
+        "logprobs": true, "messages": [
+            {"role": "system", "content": "Answer in one word."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {
+                    "url": format!("data:image/png;base64,{}", image_base64("wide.png"))}}]}]});
+    let answer: Value = server.post("/v1/chat/completions", &body).json().unwrap();
+    assert_eq!(answer["usage"]["prompt_tokens"], 48, "{answer}");
+    let expected = fixture_logprobs("mistral3/hf", "a");
+    let got = logprobs_of(&answer);
+    assert_eq!(got.len(), expected.len(), "{answer}");
+    for (step, (got, expected)) in got.iter().zip(&expected).enumerate() {
+        assert!(
+            (got - expected).abs() < 1e-3,
+            "step {step}: {got} against {expected}"
+        );
+    }
+}

@@ -97,7 +97,9 @@ pub(super) fn parse(
         .map_err(|error| bad(path, format!("{}: {}", error.path(), error.inner())))?;
     let keys_path = dir.join("processor_config.json");
     let keys: ProcessorKeys = match std::fs::read_to_string(&keys_path) {
-        Ok(text) => serde_json::from_str(&text).map_err(|error| bad(&keys_path, error.to_string()))?,
+        Ok(text) => {
+            serde_json::from_str(&text).map_err(|error| bad(&keys_path, error.to_string()))?
+        }
         Err(_) => ProcessorKeys::default(),
     };
     let filter = Filter::from_pil(config.resample).ok_or_else(|| {

@@ -384,3 +384,29 @@ fn gemma3s_prompt_read_in_small_chunks_keeps_each_image_whole_and_reads_the_same
             .item_exact::<f32>();
     assert!(difference < 1e-3, "{difference}");
 }
+
+#[test]
+fn mistral3s_prompts_have_the_processors_tokens_rows_broken_at_each_line() {
+    let dir = data().join("vision/mistral3/hf");
+    let loaded = LoadedModel::load(&dir).unwrap();
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        let prepared = prepare(&loaded, &case(&reference, name), &ImageLimits::default()).unwrap();
+        let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
+        assert_eq!(
+            tokens,
+            tensors[&format!("{name}.input_ids")].as_slice::<i32>(),
+            "{name}"
+        );
+        let images = prepared.images.unwrap();
+        assert!(images.positions.is_none(), "{name}");
+        // One run of rows per line of merged patches.
+        let sizes = tensors[&format!("{name}.image_sizes")].as_slice::<i32>();
+        for (image, size) in images.images.iter().zip(sizes.chunks(2)) {
+            assert_eq!(image.runs.len(), (size[0] / 8) as usize, "{name}");
+            assert!(image.runs.iter().all(|run| run.2 == (size[1] / 8) as usize));
+        }
+    }
+}

@@ -72,8 +72,12 @@ fn sizes_fit_the_longest_edge_and_round_up_to_merged_patches() {
         r#"{"patch_size": 14, "spatial_merge_size": 2}"#,
     )
     .unwrap();
-    let processor = parse(path, serde_json::json!({"size": {"longest_edge": 1540}}), folder.path())
-        .unwrap();
+    let processor = parse(
+        path,
+        serde_json::json!({"size": {"longest_edge": 1540}}),
+        folder.path(),
+    )
+    .unwrap();
     // Each the release's processor's size for the same image.
     assert_eq!(processor.resized(768, 1024), (784, 1036));
     assert_eq!(processor.resized(3000, 4000), (1176, 1540));

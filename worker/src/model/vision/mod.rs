@@ -4,6 +4,7 @@
 //! model's, under transformers' names (`model.visual.`, `vision_tower.`) or mlx-vlm's.
 
 mod gemma3;
+mod pixtral;
 mod qwen3_5;
 
 use std::path::Path;
@@ -24,6 +25,7 @@ pub struct VisionTower {
 enum Tower {
     Qwen3_5(qwen3_5::Tower),
     Gemma3(gemma3::Tower),
+    Pixtral(pixtral::Tower),
 }
 
 /// The tokens that stand for an image in the text.
@@ -45,6 +47,7 @@ pub struct Encoding {
 enum Staged {
     Qwen3_5(qwen3_5::Staged),
     Gemma3(gemma3::Staged),
+    Pixtral(pixtral::Staged),
 }
 
 /// What stands for one image in the text, in place of the placeholder the template wrote, as
@@ -68,6 +71,7 @@ pub struct ImageTokens {
 enum Family {
     Qwen3_5,
     Gemma3,
+    Mistral3,
 }
 
 impl Family {
@@ -75,18 +79,19 @@ impl Family {
         match config.wrapper?.model_type {
             "qwen3_5" | "qwen3_5_moe" => Some(Self::Qwen3_5),
             "gemma3" => Some(Self::Gemma3),
+            "mistral3" => Some(Self::Mistral3),
             _ => None,
         }
     }
 
     /// Where the tower's tensors are, in the order tried: transformers 5's names, mlx-vlm's
-    /// (Qwen's patch projection stored channels last under them) and, for Gemma 3, the
-    /// release's, which mlx-vlm keeps, then transformers 5's original format, which drops
-    /// `vision_model.`.
+    /// (Qwen's patch projection stored channels last under them) and, for Gemma 3 and
+    /// Mistral 3, mlx-vlm's (`vision_model.` added; Gemma 3's release has it too), then the
+    /// original format's (transformers 4's releases of Mistral 3, transformers 5's of both).
     fn tower_prefixes(self) -> &'static [&'static str] {
         match self {
             Self::Qwen3_5 => &["model.visual.", "vision_tower."],
-            Self::Gemma3 => &[
+            Self::Gemma3 | Self::Mistral3 => &[
                 "model.vision_tower.",
                 "vision_tower.vision_model.",
                 "vision_tower.",
@@ -105,6 +110,10 @@ struct WrapperArgs {
     boi_token_index: Option<u32>,
     eoi_token_index: Option<u32>,
     mm_tokens_per_image: Option<i32>,
+    spatial_merge_size: Option<i32>,
+    multimodal_projector_bias: Option<bool>,
+    projector_hidden_act: Option<String>,
+    vision_feature_layer: Option<serde_json::Value>,
 }
 
 impl WrapperArgs {
@@ -112,6 +121,14 @@ impl WrapperArgs {
         let text = std::fs::read_to_string(&config.path).ok()?;
         serde_json::from_str(&text).ok()
     }
+}
+
+/// The projector's tensors beside a tower's (Gemma 3's, Mistral 3's), under transformers 5's
+/// name or the original one.
+fn projector_tensors(weights: &mut Weights) -> Option<Weights> {
+    ["model.multi_modal_projector.", "multi_modal_projector."]
+        .iter()
+        .find_map(|prefix| weights.split_off(prefix))
 }
 
 /// `vision_config` as a tower reads it.
@@ -172,6 +189,10 @@ pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) ->
             }),
         Family::Gemma3 => serde_json::from_value::<gemma3::Args>(vision_config)
             .map_or(0, |args| args.activation_bytes(element_bytes)),
+        Family::Mistral3 => serde_json::from_value::<pixtral::Args>(vision_config)
+            .map_or(0, |args| {
+                args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
+            }),
     }
 }
 
@@ -245,10 +266,59 @@ impl VisionTower {
                 };
                 (Tower::Qwen3_5(tower), tokens)
             }
+            Family::Mistral3 => {
+                let mut projector = projector_tensors(weights)
+                    .ok_or_else(|| bad("the vision tower has no multi_modal_projector".into()))?;
+                if wrapper_args
+                    .vision_feature_layer
+                    .as_ref()
+                    .is_some_and(|layer| layer.as_i64() != Some(-1))
+                {
+                    return Err(bad(
+                        "vision_feature_layer: corral's Pixtral tower gives its last layer (-1) \
+                         only"
+                            .into(),
+                    ));
+                }
+                let act = wrapper_args
+                    .projector_hidden_act
+                    .as_deref()
+                    .unwrap_or("gelu");
+                if act != "gelu" {
+                    return Err(bad(format!(
+                        "projector_hidden_act {act:?}: Mistral 3's projector runs gelu"
+                    )));
+                }
+                let projector_args = pixtral::ProjectorArgs {
+                    merge: wrapper_args.spatial_merge_size.unwrap_or(2),
+                    bias: wrapper_args.multimodal_projector_bias.unwrap_or(false),
+                    text_hidden: config.hidden_size,
+                    text_eps: config.rms_norm_eps,
+                };
+                let tower = pixtral::Tower::load(
+                    &vision_args(config, vision_config)?,
+                    &projector_args,
+                    &mut tensors,
+                    &mut projector,
+                    config.quantization,
+                    &config.path,
+                )?;
+                projector_leftovers = projector
+                    .leftover_names()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                // transformers' `Mistral3Config` default.
+                let image = wrapper_args.image_token_index.unwrap_or(10);
+                let tokens = ImageTokenIds {
+                    placeholder: image,
+                    row: image,
+                    around: None,
+                };
+                (Tower::Pixtral(tower), tokens)
+            }
             Family::Gemma3 => {
-                let mut projector = ["model.multi_modal_projector.", "multi_modal_projector."]
-                    .iter()
-                    .find_map(|prefix| weights.split_off(prefix))
+                let mut projector = projector_tensors(weights)
                     .ok_or_else(|| bad("the vision tower has no multi_modal_projector".into()))?;
                 let tower = gemma3::Tower::load(
                     &vision_args(config, vision_config)?,
@@ -300,6 +370,7 @@ impl VisionTower {
         let staged = match &self.tower {
             Tower::Qwen3_5(tower) => Staged::Qwen3_5(tower.begin(patches, grid)?),
             Tower::Gemma3(tower) => Staged::Gemma3(tower.begin(patches)?),
+            Tower::Pixtral(tower) => Staged::Pixtral(tower.begin(patches, grid)?),
         };
         Ok(Encoding { staged, grid })
     }
@@ -314,6 +385,7 @@ impl VisionTower {
         match (&self.tower, &mut encoding.staged) {
             (Tower::Qwen3_5(tower), Staged::Qwen3_5(staged)) => tower.advance(staged, blocks),
             (Tower::Gemma3(tower), Staged::Gemma3(staged)) => tower.advance(staged, blocks),
+            (Tower::Pixtral(tower), Staged::Pixtral(staged)) => tower.advance(staged, blocks),
             _ => Err(Exception::from("an image staged by another tower")),
         }
     }
@@ -324,6 +396,7 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.activation_bytes(grid, element_bytes),
             Tower::Gemma3(tower) => tower.activation_bytes(element_bytes),
+            Tower::Pixtral(tower) => tower.activation_bytes(grid, element_bytes),
         }
     }
 
@@ -332,6 +405,7 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.depth(),
             Tower::Gemma3(tower) => tower.depth(),
+            Tower::Pixtral(tower) => tower.depth(),
         }
     }
 
@@ -341,12 +415,31 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.block_multiply_adds(grid),
             Tower::Gemma3(tower) => tower.block_multiply_adds(),
+            Tower::Pixtral(tower) => tower.block_multiply_adds(grid),
         }
     }
 
     /// What replaces the template's placeholder for an image of `grid` patches: Gemma 3's
-    /// processor writes the rows between its begin and end tokens, a blank line either side.
+    /// processor writes the rows between its begin and end tokens, a blank line either side;
+    /// Pixtral's ends each row of merged patches with `[IMG_BREAK]`, the last with `[IMG_END]`.
     pub fn expansion(&self, grid: [i32; 3]) -> Vec<ImagePiece> {
+        if let Tower::Pixtral(tower) = &self.tower {
+            let (rows, columns) = tower.rows_and_columns(grid);
+            let mut pieces = Vec::with_capacity(rows * (columns + 1));
+            for row in 0..rows {
+                pieces.extend(std::iter::repeat_n(
+                    ImagePiece::Token(self.tokens.row),
+                    columns,
+                ));
+                let last = row + 1 == rows;
+                pieces.push(ImagePiece::Text(if last {
+                    "[IMG_END]"
+                } else {
+                    "[IMG_BREAK]"
+                }));
+            }
+            return pieces;
+        }
         let rows = vec![ImagePiece::Token(self.tokens.row); self.rows(grid)];
         match self.tokens.around {
             None => rows,
@@ -364,6 +457,10 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.rows(grid),
             Tower::Gemma3(tower) => tower.rows(),
+            Tower::Pixtral(tower) => {
+                let (rows, columns) = tower.rows_and_columns(grid);
+                rows * columns
+            }
         }
     }
 
@@ -372,7 +469,7 @@ impl VisionTower {
     pub fn rotary_positions(&self, grid: [i32; 3]) -> Option<ImageTokens> {
         match &self.tower {
             Tower::Qwen3_5(tower) => Some(tower.image_tokens(grid)),
-            Tower::Gemma3(_) => None,
+            Tower::Gemma3(_) | Tower::Pixtral(_) => None,
         }
     }
 

@@ -1,7 +1,7 @@
-//! The Qwen3.5 and Gemma 3 towers and the text model after images against transformers (`hf`) and mlx-vlm
-//! (`mlx`, `mlx-q4`), on the random-weight checkpoints `scripts/reference/vision.py` and
-//! `vision_mlx.py` make (tests/data/vision), fed each reference's own pixel values, so that only
-//! the model is under test here.
+//! The Qwen3.5, Gemma 3 and Mistral 3 towers and the text model after images against
+//! transformers (`hf`) and mlx-vlm (`mlx`, `mlx-q4`), on the random-weight checkpoints
+//! `scripts/reference/vision.py` and `vision_mlx.py` make (tests/data/vision), fed each
+//! reference's own pixel values, so that only the model is under test here.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -241,6 +241,105 @@ fn gemma3s_tower_and_text_after_images_read_as_the_tools() {
             for layer in &mut cache {
                 layer.set_both_ways(Vec::new());
             }
+            let decoded = reference[&format!("{case}.decoded")]
+                .as_slice::<i32>()
+                .to_vec();
+            for (step, &token) in decoded.iter().enumerate() {
+                let hidden = model.hidden_states(&[token as u32], &mut cache).unwrap();
+                let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
+                let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
+                let difference = largest_difference(&logits, &expected);
+                assert!(
+                    difference < 1e-3,
+                    "{layout} case {case}: step {step} {difference}"
+                );
+            }
+        }
+    }
+}
+
+/// Mistral 3's checkpoint in each layout the tools made.
+const MISTRAL3_LAYOUTS: [&str; 3] = ["mistral3/hf", "mistral3/mlx", "mistral3/mlx-q4"];
+
+/// Each image's rows of one Mistral 3 case, by the tower, one image at a time: its pixels (padded
+/// to the case's largest, `image_sizes` the real ones) cut into patches row by row.
+fn mistral3_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec<Array> {
+    let tower = model.vision.as_ref().unwrap();
+    let pixels = &reference[&format!("{case}.pixel_values")];
+    let sizes = reference[&format!("{case}.image_sizes")]
+        .as_slice::<i32>()
+        .to_vec();
+    sizes
+        .chunks(2)
+        .enumerate()
+        .map(|(index, size)| {
+            let (height, width) = (size[0], size[1]);
+            let image = pixels.index((index as i32, .., ..height, ..width));
+            let patches = image
+                .reshape(&[3, height / 4, 4, width / 4, 4])
+                .unwrap()
+                .transpose_axes(&[1, 3, 0, 2, 4])
+                .unwrap()
+                .reshape(&[-1, 48])
+                .unwrap();
+            tower.encode(&patches, [1, height / 4, width / 4]).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn mistral3s_tower_and_text_after_images_read_as_the_tools() {
+    for layout in MISTRAL3_LAYOUTS {
+        let model = Model::load(&checkpoint(layout)).unwrap();
+        let reference = reference(layout);
+        let image_token = model.vision.as_ref().unwrap().row_token();
+        for case in cases(&reference) {
+            let images = mistral3_encoded(&model, &reference, case);
+            let ours = ops::concatenate(&images, 0).unwrap();
+            let theirs = &reference[&format!("{case}.image_features")];
+            let difference = largest_difference(&ours, theirs);
+            assert!(
+                difference < 1e-4,
+                "{layout} case {case}: tower {difference}"
+            );
+
+            let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
+                .as_slice::<i32>()
+                .iter()
+                .map(|&id| id as u32)
+                .collect();
+            // Each run of image tokens (a row of merged patches) takes the next rows in order.
+            let mut next_row = 0;
+            let embedded = (0..tokens.len())
+                .filter(|&index| {
+                    tokens[index] == image_token && (index == 0 || tokens[index - 1] != image_token)
+                })
+                .map(|start| {
+                    let length = tokens[start..]
+                        .iter()
+                        .take_while(|&&token| token == image_token)
+                        .count() as i32;
+                    let rows = ours.index(next_row..next_row + length);
+                    next_row += length;
+                    EmbeddedRows { start, rows }
+                })
+                .collect();
+            assert_eq!(next_row, ours.dim(0), "{layout} case {case}");
+            let mut cache = model.new_cache();
+            let hidden = model
+                .packed_hidden_states(&mut [Segment {
+                    tokens: &tokens,
+                    cache: &mut cache,
+                    embedded,
+                }])
+                .unwrap();
+            let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
+            let expected = &reference[&format!("{case}.logits")];
+            let difference = largest_difference(&logits, expected);
+            assert!(
+                difference < 1e-3,
+                "{layout} case {case}: prompt {difference}"
+            );
             let decoded = reference[&format!("{case}.decoded")]
                 .as_slice::<i32>()
                 .to_vec();
