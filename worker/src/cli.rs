@@ -44,6 +44,9 @@ pub struct DescribeArgs {
 pub struct ServeArgs {
     #[arg(long)]
     pub model: PathBuf,
+    /// A GGUF model's vision projector (llama.cpp's `mmproj` file), which runs its images.
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
     /// The Unix socket the supervisor listens on for this worker.
     #[arg(long)]
     pub socket: PathBuf,
@@ -143,6 +146,7 @@ impl ServeArgs {
                 requantize: self.gguf_requantize,
                 exact_k_quants: self.gguf_exact_k_quants,
             },
+            projector: self.mmproj.clone(),
         }
     }
 }

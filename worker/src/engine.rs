@@ -30,6 +30,8 @@ pub struct EngineOptions {
     pub prefix_cache: Option<PrefixCacheOptions>,
     /// How a GGUF's quantized tensors are loaded.
     pub gguf: gguf::Choices,
+    /// A GGUF's vision projector (`mmproj`), where discovery found one beside it.
+    pub projector: Option<PathBuf>,
 }
 
 /// What the engine tells about a loaded model.
@@ -165,7 +167,11 @@ impl Engine {
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
-                let loaded = match LoadedModel::load_with(&model_dir, options.gguf) {
+                let loaded = match LoadedModel::load_with(
+                    &model_dir,
+                    options.gguf,
+                    options.projector.as_deref(),
+                ) {
                     Ok(loaded) => loaded,
                     Err(error) => {
                         let _ = loaded_tx.send(Err(error));

@@ -16,6 +16,7 @@ use crate::embedding::EmbedLoadError;
 use crate::embedding::engine::EncoderEngineError;
 use crate::embedding::layout::LayoutError;
 use crate::engine::EngineError;
+use crate::gguf::mmproj::ProjectorError;
 use crate::gguf::{GgufError, GgufLoadError};
 use crate::loaded::LoadError;
 use crate::model::ModelError;
@@ -71,6 +72,11 @@ impl Permanence for LoadError {
             LoadError::ChatTemplate(error) => error.is_permanent(),
             LoadError::ModelFile(error) => error.is_permanent(),
             LoadError::Gguf(error) => error.is_permanent(),
+            LoadError::Projector(error) => match error {
+                ProjectorError::Gguf(error) => error.is_permanent(),
+                ProjectorError::Model(error) => error.is_permanent(),
+                ProjectorError::Unsupported { .. } | ProjectorError::Invalid { .. } => true,
+            },
             // A processor config the load could not read as one stays so.
             LoadError::Tokenizer { .. }
             | LoadError::NotAModel { .. }

@@ -33,6 +33,8 @@ pub enum LoadError {
     NotAModel { path: PathBuf },
     #[error(transparent)]
     Gguf(#[from] GgufLoadError),
+    #[error("the vision projector: {0}")]
+    Projector(gguf::mmproj::ProjectorError),
     #[error(transparent)]
     ImageProcessor(#[from] ImageError),
 }
@@ -63,15 +65,41 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Loads a Hugging Face / MLX directory or a single GGUF file.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
-        Self::load_with(path, gguf::Choices::default())
+        Self::load_with(path, gguf::Choices::default(), None)
     }
 
-    /// As [`Self::load`], a GGUF's quantized tensors as `gguf_choices` says.
-    pub fn load_with(path: &Path, gguf_choices: gguf::Choices) -> Result<Self, LoadError> {
+    /// As [`Self::load`], a GGUF's quantized tensors as `gguf_choices` says, with the vision
+    /// projector (`mmproj`) at `projector` beside a GGUF. A projector of a type corral does not
+    /// run leaves the model serving text, which the log says.
+    pub fn load_with(
+        path: &Path,
+        gguf_choices: gguf::Choices,
+        projector: Option<&Path>,
+    ) -> Result<Self, LoadError> {
         let started = Instant::now();
         if gguf::is_gguf(path) {
-            let loaded = GgufModel::load_with(path, gguf_choices)?;
+            let mut loaded = GgufModel::load_with(path, gguf_choices)?;
             let formats = detect_formats(loaded.chat_template.as_ref(), &loaded.tokenizer);
+            let mut image_processor = None;
+            let mut prompt_token_multiply_adds = None;
+            match projector.map(|projector| gguf::mmproj::load(projector, &loaded.tokenizer)) {
+                Some(Ok(found)) => {
+                    loaded.model.vision = Some(found.tower);
+                    image_processor = Some(found.processor);
+                    let header = gguf::GgufHeader::read(path).map_err(GgufLoadError::from)?;
+                    let parameters: u64 = header
+                        .tensors
+                        .iter()
+                        .map(|tensor| tensor.dims.iter().product::<u64>())
+                        .sum();
+                    prompt_token_multiply_adds = Some(parameters as f64);
+                }
+                Some(Err(error @ gguf::mmproj::ProjectorError::Unsupported { .. })) => {
+                    tracing::warn!(model = %path.display(), %error, "serving the text model alone; its images are refused");
+                }
+                Some(Err(error)) => return Err(LoadError::Projector(error)),
+                None => {}
+            }
             return Ok(Self {
                 dir: path.to_path_buf(),
                 model: loaded.model,
@@ -79,9 +107,9 @@ impl LoadedModel {
                 chat_template: loaded.chat_template,
                 eos_token_ids: loaded.eos_token_ids,
                 formats,
-                image_processor: None,
+                image_processor,
                 encoded_images: EncodedImages::default(),
-                prompt_token_multiply_adds: None,
+                prompt_token_multiply_adds,
                 load_time: started.elapsed(),
                 constraints: OnceCell::new(),
             });

@@ -415,7 +415,7 @@ impl ImagePrompt {
                 Some(per_token) if per_token > 0.0 => {
                     let block = tower.block_multiply_adds(encoding.grid) / per_token;
                     let tokens = (block.ceil() as usize).max(1);
-                    let blocks = (*budget / tokens).max(1);
+                    let blocks = (*budget / tokens).clamp(1, tower.blocks_left(&encoding).max(1));
                     *budget = budget.saturating_sub(blocks * tokens);
                     blocks
                 }

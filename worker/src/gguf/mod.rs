@@ -7,6 +7,7 @@ mod config;
 mod fused;
 mod ggml_type;
 mod header;
+pub mod mmproj;
 mod tokenizer;
 mod weights;
 

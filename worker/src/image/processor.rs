@@ -76,6 +76,19 @@ impl ImageProcessor {
         .map(Some)
     }
 
+    /// The processor llama.cpp runs for a Qwen-VL projector (`mmproj`) whose metadata gives
+    /// these (`gguf/mmproj.rs`).
+    pub fn qwen_vl_projector(
+        patch_size: usize,
+        merge_size: usize,
+        image_mean: [f32; 3],
+        image_std: [f32; 3],
+    ) -> Self {
+        Self::Qwen2Vl(qwen2_vl::config::for_projector(
+            patch_size, merge_size, image_mean, image_std,
+        ))
+    }
+
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
     /// processor of one fixed size or longest edge has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {

@@ -338,7 +338,7 @@ fn gemma3s_prompt_read_in_small_chunks_keeps_each_image_whole_and_reads_the_same
     let mut cache = loaded.model.new_cache();
     let (mut start, mut chunks, mut rows) = (0, Vec::new(), Vec::new());
     while start < length {
-        let mut budget = usize::MAX;
+        let mut budget = 1 << 20;
         let end = images
             .encode_reached(&loaded, start, (start + 8).min(length), &mut budget)
             .unwrap();
@@ -409,4 +409,62 @@ fn mistral3s_prompts_have_the_processors_tokens_rows_broken_at_each_line() {
             assert!(image.runs.iter().all(|run| run.2 == (size[1] / 8) as usize));
         }
     }
+}
+
+/// llama.cpp's converter's GGUF and projector of the same checkpoint hold its weights exactly
+/// (float32), so transformers' reference holds for them: for case (b), whose images llama.cpp's
+/// pixel limits leave at the same size as the checkpoint's processor does.
+#[test]
+fn a_gguf_with_its_projector_reads_images_as_transformers() {
+    let dir = data().join("vision/qwen3_5");
+    let loaded = LoadedModel::load_with(
+        &dir.join("gguf/qwen3_5-vl-F32.gguf"),
+        crate::gguf::Choices::default(),
+        Some(&dir.join("gguf/mmproj-qwen3_5-vl-F32.gguf")),
+    )
+    .unwrap();
+    assert!(loaded.model.vision.is_some());
+    let text = std::fs::read_to_string(dir.join("hf/reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tensors = Array::load_safetensors(dir.join("hf/reference.safetensors")).unwrap();
+    let prepared = prepare(&loaded, &case(&reference, "b"), &ImageLimits::default()).unwrap();
+    let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
+    assert_eq!(tokens, tensors["b.input_ids"].as_slice::<i32>());
+    let images = prepared.images.as_ref().unwrap();
+    assert_eq!(
+        images.positions.as_deref().unwrap(),
+        tensors["b.position_ids"].as_slice::<i32>()
+    );
+    let mut cache = loaded.model.new_cache();
+    let mut budget = 1 << 20;
+    let length = prepared.tokens.len();
+    assert_eq!(
+        images
+            .encode_reached(&loaded, 0, length, &mut budget)
+            .unwrap(),
+        length
+    );
+    images.prepare_chunk(&mut cache, 0, length);
+    let embedded = images.rows_in(&loaded, 0, length).unwrap();
+    let hidden = loaded
+        .model
+        .packed_hidden_states(&mut [crate::model::Segment {
+            tokens: &prepared.tokens,
+            cache: &mut cache,
+            embedded,
+        }])
+        .unwrap();
+    let logits = loaded
+        .model
+        .logits(&hidden)
+        .unwrap()
+        .squeeze_axes(&[0])
+        .unwrap();
+    let difference =
+        mlx_rs::ops::abs(mlx_rs::ops::subtract(&logits, &tensors["b.logits"]).unwrap())
+            .unwrap()
+            .max(None)
+            .unwrap()
+            .item_exact::<f32>();
+    assert!(difference < 1e-3, "{difference}");
 }

@@ -6,9 +6,11 @@
 //! layers are linear is `attention.recurrent_layers` (one flag a layer), else every layer but
 //! each `full_attention_interval`-th. `block_count` counts the multi-token-prediction layers
 //! (`nextn_predict_layers`) the converter appends, which are not run. Qwen3.5's multi-section
-//! RoPE (`rope.dimension_sections`) rotates text, whose positions are equal in every section,
-//! as plain RoPE over `rope.dimension_count` channels. llama.cpp hard-codes the experts'
-//! renormalized top-k weights, and Qwen3.5's value heads in the converter's tiled order.
+//! RoPE (`rope.dimension_sections`, interleaved) rotates text, whose positions are equal in
+//! every section, as plain RoPE over `rope.dimension_count` channels, and an image's tokens by
+//! their rows and columns where a projector gives the model images (`mmproj.rs`). llama.cpp
+//! hard-codes the experts' renormalized top-k weights, and Qwen3.5's value heads in the
+//! converter's tiled order.
 
 use serde_json::{Map, Value as Json, json};
 
@@ -48,15 +50,24 @@ pub(super) fn hybrid(
         "linear_conv_kernel_dim",
         json!(keys.required("ssm.conv_kernel")?),
     );
-    put(
-        "rope_parameters",
-        json!({
-            "rope_type": "default",
-            // llama.cpp's default base.
-            "rope_theta": keys.float("rope.freq_base").unwrap_or(10_000.0),
-            "partial_rotary_factor": rotary_fraction(keys, head_dim),
-        }),
-    );
+    let mut rope = json!({
+        "rope_type": "default",
+        // llama.cpp's default base.
+        "rope_theta": keys.float("rope.freq_base").unwrap_or(10_000.0),
+        "partial_rotary_factor": rotary_fraction(keys, head_dim),
+    });
+    // Qwen3.5's sections (the fourth, always 0, is llama.cpp's padding), interleaved as
+    // llama.cpp's `LLAMA_ROPE_TYPE_IMROPE` and transformers turn them: an image's tokens turn
+    // by their rows and columns.
+    let sections: Option<Vec<u64>> = keys
+        .value("rope.dimension_sections")
+        .and_then(Value::as_array)
+        .and_then(|values| values.iter().take(3).map(Value::as_u64).collect());
+    if let Some(sections) = sections.filter(|sections| sections.len() == 3) {
+        rope["mrope_section"] = json!(sections);
+        rope["mrope_interleaved"] = json!(true);
+    }
+    put("rope_parameters", rope);
     if let Some(experts) = keys.integer("expert_count").filter(|&count| count > 0) {
         put("num_experts", json!(experts));
         put(

@@ -111,3 +111,29 @@ impl Config {
         })
     }
 }
+
+/// The processor a llama.cpp projector (`mmproj`) of a Qwen-VL tower implies, as llama.cpp's
+/// `clip.cpp` prepares its images: the patch, merge, mean and std its metadata gives, two
+/// frames, bicubic, and from 8 to 4096 merged patches an image.
+pub(in crate::image) fn for_projector(
+    patch_size: usize,
+    merge_size: usize,
+    image_mean: [f32; 3],
+    image_std: [f32; 3],
+) -> Qwen2VlProcessor {
+    let merged_patch = (patch_size * merge_size * patch_size * merge_size) as u64;
+    Qwen2VlProcessor {
+        min_pixels: 8 * merged_patch,
+        max_pixels: 4096 * merged_patch,
+        patch_size,
+        temporal_patch_size: 2,
+        merge_size,
+        image_mean,
+        image_std,
+        rescale_factor: 1.0 / 255.0,
+        filter: Filter::Bicubic,
+        do_resize: true,
+        do_rescale: true,
+        do_normalize: true,
+    }
+}

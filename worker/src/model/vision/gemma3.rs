@@ -85,7 +85,7 @@ pub struct Tower {
 /// An image part-way through the tower: its hidden states before block `next_block`.
 pub struct Staged {
     hidden: Array,
-    next_block: usize,
+    pub(super) next_block: usize,
 }
 
 struct Block {

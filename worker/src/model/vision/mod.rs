@@ -352,6 +352,33 @@ impl VisionTower {
         Ok(Some(Self { tower, tokens }))
     }
 
+    /// Qwen3.5's tower from a llama.cpp projector's tensors, renamed to transformers' names
+    /// (`gguf/mmproj.rs`), with the `vision_config` its metadata gives; `image_token` is both
+    /// the placeholder and the row token.
+    pub fn qwen3_5_from_projector(
+        vision_config: serde_json::Value,
+        tensors: &mut Weights,
+        image_token: u32,
+        path: &Path,
+    ) -> Result<Self, ModelError> {
+        let args: qwen3_5::Args =
+            serde_path_to_error::deserialize(vision_config).map_err(|error| {
+                ModelError::Config {
+                    path: path.to_path_buf(),
+                    message: format!("the projector's {}: {}", error.path(), error.inner()),
+                }
+            })?;
+        let tower = qwen3_5::Tower::load(&args, tensors, false, None, path)?;
+        Ok(Self {
+            tower: Tower::Qwen3_5(tower),
+            tokens: ImageTokenIds {
+                placeholder: image_token,
+                row: image_token,
+                around: None,
+            },
+        })
+    }
+
     /// One image's rows for the text model, `[tokens, hidden]`, from its `patches`
     /// (`[patches, values]`, as the model's processor lays them out) over a `grid` of
     /// `[time, rows, columns]` patches.
@@ -398,6 +425,16 @@ impl VisionTower {
             Tower::Gemma3(tower) => tower.activation_bytes(element_bytes),
             Tower::Pixtral(tower) => tower.activation_bytes(grid, element_bytes),
         }
+    }
+
+    /// The blocks `encoding` has still to run.
+    pub fn blocks_left(&self, encoding: &Encoding) -> usize {
+        let done = match &encoding.staged {
+            Staged::Qwen3_5(staged) => staged.next_block,
+            Staged::Gemma3(staged) => staged.next_block,
+            Staged::Pixtral(staged) => staged.next_block,
+        };
+        self.depth().saturating_sub(done)
     }
 
     /// The tower's blocks.

@@ -105,7 +105,7 @@ pub struct Staged {
     cos: Array,
     sin: Array,
     grid: [i32; 2],
-    next_block: usize,
+    pub(super) next_block: usize,
 }
 
 struct Block {

@@ -99,7 +99,7 @@ pub struct Staged {
     hidden: Array,
     cos: Array,
     sin: Array,
-    next_block: usize,
+    pub(super) next_block: usize,
 }
 
 struct Block {
