@@ -87,11 +87,22 @@ async fn serve(options: ServeOptions) -> Result<()> {
         marking_registry.mark_unloadable(id, path, reason);
     });
     let batching = config.clone();
+    let args_registry = registry.clone();
     let spawner = Spawner::new(worker, run_dir, lookup.clone(), exits)
         .with_unloadable_report(unloadable)
         .with_start_timeout(config.worker_start_timeout)
         .with_worker_args(prefix_cache_args(&config, &state_dir))
-        .with_model_args(Arc::new(move |model| model_args(&batching, model)));
+        .with_model_args(Arc::new(move |model| {
+            let mut args = model_args(&batching, model);
+            let projector = args_registry
+                .current()
+                .get(model)
+                .and_then(|entry| entry.projector.clone());
+            if let Some(projector) = projector {
+                args.extend(["--mmproj".into(), projector.into_os_string()]);
+            }
+            args
+        }));
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
     let loaded_registry = registry.clone();
     let requantize = config.clone();

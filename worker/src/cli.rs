@@ -37,6 +37,9 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
+    /// The vision projector (a GGUF's `mmproj` file) the models are described with.
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
     pub paths: Vec<PathBuf>,
 }
 

@@ -52,6 +52,31 @@ pub fn describe(path: &Path) -> ModelDescription {
     description
 }
 
+/// As [`describe`], a GGUF with its vision projector (`mmproj`): a vision model where corral
+/// runs the projector's type, a text model with a warning where it does not, unservable where
+/// the projector cannot be read.
+pub fn describe_with_projector(path: &Path, projector: &Path) -> ModelDescription {
+    let mut description = describe(path);
+    if description.unservable.is_some() || description.format != ModelFormat::Gguf {
+        return description;
+    }
+    let element_bytes = match GgufHeader::read(path) {
+        Ok(header) => gguf::activation_bytes(&header),
+        Err(_) => 4,
+    };
+    match gguf::mmproj::activation_bytes(projector, element_bytes) {
+        Ok(reserve) => {
+            description.vision = true;
+            description.vision_reserve_bytes = reserve;
+        }
+        Err(error @ gguf::mmproj::ProjectorError::Unsupported { .. }) => description
+            .warnings
+            .push(format!("{error}; its images are refused")),
+        Err(error) => description.unservable = Some(format!("its vision projector: {error}")),
+    }
+    description
+}
+
 fn describe_gguf(path: &Path) -> ModelDescription {
     let mut description = ModelDescription {
         path: path.to_path_buf(),

@@ -8,7 +8,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => corral_worker::one_shot::run(args),
-        Command::Describe(args) => describe(&args.paths),
+        Command::Describe(args) => describe(&args.paths, args.mmproj.as_deref()),
         Command::Serve(args) => {
             // The supervisor reads the worker's stderr through a pipe and forwards each line
             // into its own log, where colour codes would be noise; a worker run by hand on a
@@ -36,11 +36,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn describe(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
+fn describe(
+    paths: &[std::path::PathBuf],
+    projector: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     for path in paths {
-        let description = corral_worker::describe::describe(path);
+        let description = match projector {
+            Some(projector) => corral_worker::describe::describe_with_projector(path, projector),
+            None => corral_worker::describe::describe(path),
+        };
         serde_json::to_writer(&mut out, &description)?;
         writeln!(out)?;
     }

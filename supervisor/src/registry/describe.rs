@@ -18,15 +18,28 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Paths per run, well under any system's argument length limit.
 const PATHS_PER_RUN: usize = 256;
 
-/// Each described path's description, keyed by the path as given.
+/// Each described path's description, keyed by the path as given; a path with a vision
+/// projector beside it (a GGUF's `mmproj`) is described with it, in a run of its own.
 pub(super) async fn describe(
     worker: &Path,
-    paths: &[PathBuf],
+    paths: &[(PathBuf, Option<PathBuf>)],
 ) -> HashMap<PathBuf, ModelDescription> {
     let mut described = HashMap::new();
-    for chunk in paths.chunks(PATHS_PER_RUN) {
-        match run(worker, chunk).await {
-            Ok(stdout) => described.extend(parse(&stdout, chunk, worker)),
+    let alone: Vec<PathBuf> = paths
+        .iter()
+        .filter(|(_, projector)| projector.is_none())
+        .map(|(path, _)| path.clone())
+        .collect();
+    let runs =
+        alone
+            .chunks(PATHS_PER_RUN)
+            .map(|chunk| (chunk.to_vec(), None))
+            .chain(paths.iter().filter_map(|(path, projector)| {
+                Some((vec![path.clone()], Some(projector.clone()?)))
+            }));
+    for (chunk, projector) in runs {
+        match run(worker, &chunk, projector.as_deref()).await {
+            Ok(stdout) => described.extend(parse(&stdout, &chunk, worker)),
             Err(error) => {
                 tracing::warn!(worker = %worker.display(), %error, "cannot describe the models; listing them without format, size or servability");
             }
@@ -36,9 +49,13 @@ pub(super) async fn describe(
 }
 
 /// The worker's stdout, if it ran to a successful exit within the timeout.
-async fn run(worker: &Path, paths: &[PathBuf]) -> Result<String, String> {
-    let child = Command::new(worker)
-        .arg("describe")
+async fn run(worker: &Path, paths: &[PathBuf], projector: Option<&Path>) -> Result<String, String> {
+    let mut command = Command::new(worker);
+    command.arg("describe");
+    if let Some(projector) = projector {
+        command.arg("--mmproj").arg(projector);
+    }
+    let child = command
         .args(paths)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -147,11 +164,11 @@ mod tests {
     #[tokio::test]
     async fn a_worker_without_describe_leaves_the_models_undescribed() {
         // `false` exits 1 whatever its arguments: a worker that cannot describe.
-        let described = describe(Path::new("false"), &[PathBuf::from("/m/a")]).await;
+        let described = describe(Path::new("false"), &[(PathBuf::from("/m/a"), None)]).await;
         assert!(described.is_empty());
         let missing = describe(
             Path::new("/nonexistent/corral-worker"),
-            &[PathBuf::from("/m/a")],
+            &[(PathBuf::from("/m/a"), None)],
         )
         .await;
         assert!(missing.is_empty());
@@ -172,7 +189,27 @@ mod tests {
         )
         .unwrap();
         make_executable(&worker);
-        let described = describe(&worker, std::slice::from_ref(&a.path)).await;
+        let described = describe(&worker, &[(a.path.clone(), None)]).await;
+        assert_eq!(described.get(&a.path), Some(&a));
+    }
+
+    #[tokio::test]
+    async fn a_gguf_with_a_projector_is_described_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = dir.path().join("worker");
+        let a = description("/m/a.gguf", None);
+        std::fs::write(
+            &worker,
+            format!(
+                "#!/bin/sh
+[ \"$1\" = describe ] && [ \"$2\" = --mmproj ] && [ \"$3\" = /m/mmproj.gguf ] && [ \"$4\" = /m/a.gguf ] && echo '{}'\n",
+                serde_json::to_string(&a).unwrap()
+            ),
+        )
+        .unwrap();
+        make_executable(&worker);
+        let projector = Some(PathBuf::from("/m/mmproj.gguf"));
+        let described = describe(&worker, &[(a.path.clone(), projector)]).await;
         assert_eq!(described.get(&a.path), Some(&a));
     }
 

@@ -5,8 +5,8 @@
 //! the scheme llama.cpp's `-hf org/name:Q4_K_M` and Ollama's `hf.co/...:Q4_K_M` use), or
 //! `org/name:<file stem>` when the names do not end in distinct tags. Files of a split GGUF
 //! (`…-00001-of-00003.gguf`) are one model, listed by its first part, from which the worker reads
-//! the others; an `mmproj*.gguf`
-//! beside the model is a vision projector, so the folder's models are vision models.
+//! the others; an `mmproj*.gguf` beside the models is their vision projector, which their
+//! workers load with them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -71,20 +71,15 @@ impl GgufFolder {
             .collect()
     }
 
-    /// The entry for `file` under `id`, unservable when discovery can already tell.
+    /// The entry for `file` under `id` with the folder's projector, unservable when discovery
+    /// can already tell.
     pub fn entry(&self, file: &GgufFile, id: String, source: Source) -> ModelEntry {
         if let Some(target) = &file.broken {
             return broken_link(id, &file.path, target, source);
         }
-        let problem = self.projector.as_ref().map(|projector| {
-            format!(
-                "a vision model ({} beside it); corral serves text models only",
-                projector.display()
-            )
-        });
-        match problem {
-            Some(problem) => ModelEntry::unservable(id, &file.path, source, problem),
-            None => ModelEntry::new(id, &file.path, source),
+        ModelEntry {
+            projector: self.projector.clone(),
+            ..ModelEntry::new(id, &file.path, source)
         }
     }
 }

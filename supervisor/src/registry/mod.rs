@@ -68,6 +68,9 @@ pub struct ModelEntry {
     pub description: Option<ModelDescription>,
     /// The sampling defaults of an Ollama model's params layer; empty for other sources.
     pub ollama_params: SamplingValues,
+    /// A GGUF model's vision projector (llama.cpp's `mmproj` file beside it, or an Ollama
+    /// model's projector layer), which its worker loads with it (`--mmproj`).
+    pub projector: Option<PathBuf>,
     /// Why its worker could not load it, though the description found nothing wrong; set by
     /// `SharedRegistry::mark_unloadable`.
     pub load_failure: Option<LoadFailure>,
@@ -84,6 +87,7 @@ impl ModelEntry {
             problem: None,
             description: None,
             ollama_params: SamplingValues::default(),
+            projector: None,
             load_failure: None,
         }
     }

@@ -9,7 +9,8 @@
 //!
 //! The blob's digest is checked to be 64 hex digits before it becomes a file name. A manifest
 //! that is not JSON, has no model layer, names a missing blob or one that is not a GGUF, or
-//! carries a vision projector or a LoRA adapter, is listed as unservable with the reason. The
+//! carries a LoRA adapter, is listed as unservable with the reason. A projector layer is the
+//! model's vision projector (a GGUF the worker loads beside the model's, `--mmproj`). The
 //! params layer gives the model's sampling defaults (`ollama_params.rs`); the template and
 //! system prompt layers are ignored: the GGUF's own chat template is used.
 
@@ -87,10 +88,15 @@ fn model_id(registry: &str, namespace: &str, name: &str, tag: &str) -> String {
 fn model(root: &Path, manifest: &Path, id: String) -> ModelEntry {
     let source = Source::Ollama;
     match blob(root, manifest) {
-        Ok((blob, params)) => ModelEntry {
+        Ok(Blobs {
+            model,
+            params,
+            projector,
+        }) => ModelEntry {
             ollama_params: params
                 .map_or_else(Default::default, |params| ollama_params::read(&params, &id)),
-            ..ModelEntry::new(id, &blob, source)
+            projector,
+            ..ModelEntry::new(id, &model, source)
         },
         Err((path, problem)) => {
             tracing::warn!(model = %id, manifest = %manifest.display(), %problem, "an Ollama model cannot be served");
@@ -99,12 +105,18 @@ fn model(root: &Path, manifest: &Path, id: String) -> ModelEntry {
     }
 }
 
-/// The GGUF blob the manifest names and its params blob if it has one, or the path at fault and
-/// why it cannot be served.
-fn blob(
-    root: &Path,
-    manifest_path: &Path,
-) -> Result<(PathBuf, Option<PathBuf>), (PathBuf, String)> {
+/// The blobs of a manifest's layers that corral reads.
+struct Blobs {
+    /// The model's GGUF.
+    model: PathBuf,
+    params: Option<PathBuf>,
+    /// The vision projector's GGUF.
+    projector: Option<PathBuf>,
+}
+
+/// The GGUF blob the manifest names, its params blob and vision projector if it has them, or
+/// the path at fault and why it cannot be served.
+fn blob(root: &Path, manifest_path: &Path) -> Result<Blobs, (PathBuf, String)> {
     let at_manifest = |problem: String| (manifest_path.to_path_buf(), problem);
     let manifest = read_manifest(manifest_path).map_err(|problem| {
         at_manifest(format!(
@@ -118,12 +130,6 @@ fn blob(
             .iter()
             .any(|layer| layer.media_type == media_type)
     };
-    if has(PROJECTOR_LAYER) {
-        return Err(at_manifest(
-            "a vision model (its manifest has a projector layer); corral serves text models only"
-                .to_owned(),
-        ));
-    }
     if has(ADAPTER_LAYER) {
         return Err(at_manifest(
             "its manifest adds a LoRA adapter layer, which corral does not apply".to_owned(),
@@ -149,13 +155,23 @@ fn blob(
     let blob = blob_path(root, hex);
     check_gguf(&blob).map_err(|problem| (blob.clone(), problem))?;
     // A params layer naming no proper blob is only a lost default, not a reason to refuse.
-    let params = manifest
-        .layers
-        .iter()
-        .find(|layer| layer.media_type == PARAMS_LAYER)
-        .and_then(|layer| sha256_hex(&layer.digest))
-        .map(|hex| blob_path(root, hex));
-    Ok((blob, params))
+    let layer_blob = |media_type: &str| {
+        manifest
+            .layers
+            .iter()
+            .find(|layer| layer.media_type == media_type)
+            .and_then(|layer| sha256_hex(&layer.digest))
+            .map(|hex| blob_path(root, hex))
+    };
+    let projector = layer_blob(PROJECTOR_LAYER);
+    if let Some(projector) = &projector {
+        check_gguf(projector).map_err(|problem| (projector.clone(), problem))?;
+    }
+    Ok(Blobs {
+        model: blob,
+        params: layer_blob(PARAMS_LAYER),
+        projector,
+    })
 }
 
 fn blob_path(root: &Path, hex: &str) -> PathBuf {

@@ -41,10 +41,10 @@ impl Catalog {
         let mut registry = tokio::task::spawn_blocking(move || discover(&sources, fallback))
             .await
             .context("scanning for models")??;
-        let paths: Vec<PathBuf> = registry
+        let paths: Vec<(PathBuf, Option<PathBuf>)> = registry
             .entries()
             .filter(|entry| entry.problem.is_none())
-            .map(|entry| entry.path.clone())
+            .map(|entry| (entry.path.clone(), entry.projector.clone()))
             .collect();
         let mut described = describe(&self.worker, &paths).await;
         for entry in registry.models.values_mut() {

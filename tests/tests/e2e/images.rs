@@ -486,3 +486,46 @@ fn mistral3_reads_an_image_as_transformers() {
         );
     }
 }
+
+/// A GGUF with llama.cpp's vision projector beside it (the converter's files, in one folder as
+/// LM Studio and the GGUF repositories keep them) is one vision model: its worker loads both,
+/// and case (b), whose pictures llama.cpp's pixel limits leave at the checkpoint processor's
+/// sizes, answers as transformers does on the same weights.
+#[test]
+fn a_gguf_and_its_projector_in_one_folder_read_images_as_transformers() {
+    let dirs = Dirs::with_models(&[]);
+    let folder = dirs.models.path().join("qwen3_5-vl-gguf");
+    std::fs::create_dir_all(&folder).unwrap();
+    for file in ["qwen3_5-vl-F32.gguf", "mmproj-qwen3_5-vl-F32.gguf"] {
+        std::fs::copy(
+            vision_data().join("qwen3_5/gguf").join(file),
+            folder.join(file),
+        )
+        .unwrap();
+    }
+    let server = Server::start(&dirs);
+    let listed = server.get_json("/v1/models/qwen3_5-vl-gguf");
+    assert_eq!(listed["vision"], true, "{listed}");
+    let image = |file: &str, kind: &str| {
+        json!({"type": "image_url", "image_url": {
+            "url": format!("data:image/{kind};base64,{}", image_base64(file))}})
+    };
+    // Reference case (b).
+    let body = json!({"model": "qwen3_5-vl-gguf", "max_tokens": 8, "temperature": 0,
+        "logprobs": true, "messages": [{"role": "user", "content": [
+            image("tall.jpg", "jpeg"),
+            {"type": "text", "text": "and then"},
+            image("square.webp", "webp"),
+            {"type": "text", "text": "which is taller?"}]}]});
+    let answer: Value = server.post("/v1/chat/completions", &body).json().unwrap();
+    assert_eq!(answer["usage"]["prompt_tokens"], 111, "{answer}");
+    let expected = reference_logprobs("b");
+    let got = logprobs_of(&answer);
+    assert_eq!(got.len(), expected.len(), "{answer}");
+    for (step, (got, expected)) in got.iter().zip(&expected).enumerate() {
+        assert!(
+            (got - expected).abs() < 1e-3,
+            "step {step}: {got} against {expected}"
+        );
+    }
+}

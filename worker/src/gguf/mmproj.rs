@@ -39,12 +39,7 @@ pub enum ProjectorError {
     },
 }
 
-/// What the projector at `path` is, from its header alone: its type where corral runs it.
-pub fn supported_type(path: &Path) -> Result<String, ProjectorError> {
-    let header = GgufHeader::read(path)?;
-    kind(&header)
-}
-
+/// The projector's type, where corral runs it.
 fn kind(header: &GgufHeader) -> Result<String, ProjectorError> {
     if header.architecture() != Some("clip") {
         return Err(ProjectorError::Invalid {
@@ -65,21 +60,82 @@ fn kind(header: &GgufHeader) -> Result<String, ProjectorError> {
     Ok(kind.to_owned())
 }
 
+/// What the projector at `path` takes while it encodes one image of at most a megapixel, each
+/// activation `element_bytes` wide (`describe`'s reserve for images), from its header alone.
+pub fn activation_bytes(path: &Path, element_bytes: u64) -> Result<u64, ProjectorError> {
+    const MEGAPIXEL: u64 = 1 << 20;
+    let header = GgufHeader::read(path)?;
+    kind(&header)?;
+    let sizes = Sizes::read(&header)?;
+    let merged = (sizes.patch * sizes.merge) as u64;
+    let pixels = (4096 * merged * merged).min(MEGAPIXEL);
+    Ok(crate::model::projector_activation_bytes(
+        sizes.vision_config,
+        pixels,
+        element_bytes,
+    ))
+}
+
+/// A Qwen-VL projector's sizes, from its metadata.
+struct Sizes {
+    patch: usize,
+    merge: usize,
+    depth: usize,
+    /// As transformers' `Qwen3_5VisionConfig` has them.
+    vision_config: serde_json::Value,
+}
+
+impl Sizes {
+    fn read(header: &GgufHeader) -> Result<Self, ProjectorError> {
+        let integer = |key: &str| integer(header, key);
+        let patch = integer("clip.vision.patch_size")?;
+        let merge = integer("clip.vision.spatial_merge_size").unwrap_or(2);
+        let depth = integer("clip.vision.block_count")?;
+        let positions = header
+            .tensors
+            .iter()
+            .find(|tensor| tensor.name == "v.position_embd.weight")
+            .and_then(|tensor| tensor.dims.get(1).copied())
+            .ok_or_else(|| invalid(header, "no v.position_embd.weight".into()))?;
+        let vision_config = json!({
+            "depth": depth,
+            "hidden_size": integer("clip.vision.embedding_length")?,
+            "intermediate_size": integer("clip.vision.feed_forward_length")?,
+            "num_heads": integer("clip.vision.attention.head_count")?,
+            "patch_size": patch,
+            "spatial_merge_size": merge,
+            "temporal_patch_size": 2,
+            "out_hidden_size": integer("clip.vision.projection_dim")?,
+            "num_position_embeddings": positions,
+        });
+        Ok(Self {
+            patch,
+            merge,
+            depth,
+            vision_config,
+        })
+    }
+}
+
+fn invalid(header: &GgufHeader, message: String) -> ProjectorError {
+    ProjectorError::Invalid {
+        path: header.path.clone(),
+        message,
+    }
+}
+
+fn integer(header: &GgufHeader, key: &str) -> Result<usize, ProjectorError> {
+    header
+        .get(key)
+        .and_then(|value| value.as_u64())
+        .and_then(|value| usize::try_from(value).ok())
+        .ok_or_else(|| invalid(header, format!("{key} is missing or not an integer")))
+}
+
 /// The projector at `path` for a text model whose tokenizer is `tokenizer`.
 pub fn load(path: &Path, tokenizer: &Tokenizer) -> Result<Projector, ProjectorError> {
     let header = GgufHeader::read(path)?;
     kind(&header)?;
-    let invalid = |message: String| ProjectorError::Invalid {
-        path: path.to_path_buf(),
-        message,
-    };
-    let integer = |key: &str| -> Result<usize, ProjectorError> {
-        header
-            .get(key)
-            .and_then(|value| value.as_u64())
-            .and_then(|value| usize::try_from(value).ok())
-            .ok_or_else(|| invalid(format!("{key} is missing or not an integer")))
-    };
     let triple = |key: &str| -> Result<[f32; 3], ProjectorError> {
         let values: Option<Vec<f32>> = header
             .get(key)
@@ -93,42 +149,26 @@ pub fn load(path: &Path, tokenizer: &Tokenizer) -> Result<Projector, ProjectorEr
             .map(|values| values.into_iter().map(|value| value as f32).collect());
         values
             .and_then(|values| <[f32; 3]>::try_from(values).ok())
-            .ok_or_else(|| invalid(format!("{key} must be three numbers")))
+            .ok_or_else(|| invalid(&header, format!("{key} must be three numbers")))
     };
-    let patch = integer("clip.vision.patch_size")?;
-    let merge = integer("clip.vision.spatial_merge_size").unwrap_or(2);
-    let hidden = integer("clip.vision.embedding_length")?;
-    let positions = header
-        .tensors
-        .iter()
-        .find(|tensor| tensor.name == "v.position_embd.weight")
-        .and_then(|tensor| tensor.dims.get(1).copied())
-        .ok_or_else(|| invalid("no v.position_embd.weight".into()))?;
-    let vision_config = json!({
-        "depth": integer("clip.vision.block_count")?,
-        "hidden_size": hidden,
-        "intermediate_size": integer("clip.vision.feed_forward_length")?,
-        "num_heads": integer("clip.vision.attention.head_count")?,
-        "patch_size": patch,
-        "spatial_merge_size": merge,
-        "temporal_patch_size": 2,
-        "out_hidden_size": integer("clip.vision.projection_dim")?,
-        "num_position_embeddings": positions,
-    });
+    let sizes = Sizes::read(&header)?;
     let mut tensors = weights::load(&header, Choices::default())?;
-    qwen3vl_names(&mut tensors, integer("clip.vision.block_count")?)?;
-    let image_token = tokenizer
-        .token_to_id("<|image_pad|>")
-        .ok_or_else(|| invalid("the text model's vocabulary has no <|image_pad|>".into()))?;
+    qwen3vl_names(&mut tensors, sizes.depth)?;
+    let image_token = tokenizer.token_to_id("<|image_pad|>").ok_or_else(|| {
+        invalid(
+            &header,
+            "the text model's vocabulary has no <|image_pad|>".into(),
+        )
+    })?;
     let tower =
-        VisionTower::qwen3_5_from_projector(vision_config, &mut tensors, image_token, path)?;
+        VisionTower::qwen3_5_from_projector(sizes.vision_config, &mut tensors, image_token, path)?;
     let leftovers = tensors.leftover_names();
     if !leftovers.is_empty() {
         tracing::warn!(projector = %path.display(), tensors = ?leftovers, "ignoring projector tensors no layer uses");
     }
     let processor = ImageProcessor::qwen_vl_projector(
-        patch,
-        merge,
+        sizes.patch,
+        sizes.merge,
         triple("clip.vision.image_mean")?,
         triple("clip.vision.image_std")?,
     );

@@ -35,7 +35,7 @@ pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use vision::{
     Encoding, ImagePiece, ImageTokens, VisionTower, activation_bytes as vision_activation_bytes,
-    has_tower as has_vision_tower,
+    has_tower as has_vision_tower, projector_activation_bytes,
 };
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.

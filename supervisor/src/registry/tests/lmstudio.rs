@@ -37,7 +37,7 @@ fn gguf_files_and_mlx_folders_are_named_publisher_slash_repo() {
 }
 
 #[test]
-fn a_vision_repo_and_a_broken_link_are_unservable() {
+fn a_vision_repo_pairs_its_model_with_its_projector_and_a_broken_link_is_unservable() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path();
     gguf_at(&root.join("lmstudio-community/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf"));
@@ -51,7 +51,14 @@ fn a_vision_repo_and_a_broken_link_are_unservable() {
         ["lmstudio-community/gemma-3-4b-it-GGUF", "someone/moved"]
     );
     let vision = find(&found, "lmstudio-community/gemma-3-4b-it-GGUF");
-    assert!(vision.unservable_reason().unwrap().contains("vision"));
+    assert!(vision.is_servable());
+    assert_eq!(
+        vision.projector.as_deref(),
+        Some(
+            root.join("lmstudio-community/gemma-3-4b-it-GGUF/mmproj-model-f16.gguf")
+                .as_path()
+        )
+    );
     let moved = find(&found, "someone/moved").unservable_reason().unwrap();
     assert!(moved.contains("broken symbolic link"), "{moved}");
 }

@@ -82,7 +82,7 @@ fn manifests_name_their_gguf_blobs() {
 }
 
 #[test]
-fn a_missing_blob_a_foreign_blob_and_a_projector_are_unservable_with_the_reason() {
+fn a_missing_blob_a_foreign_blob_and_a_missing_projector_are_unservable_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path();
     let library = "registry.ollama.ai/library";
@@ -120,7 +120,34 @@ fn a_missing_blob_a_foreign_blob_and_a_projector_are_unservable_with_the_reason(
     let zip = reason("zip:1b");
     assert!(zip.contains("not a GGUF"), "{zip}");
     assert_eq!(find(&found, "zip:1b").path, blob(root, '5'));
-    assert!(reason("llava:7b").contains("vision"));
+    // The projector's blob is missing.
+    let llava = reason("llava:7b");
+    assert!(
+        llava.contains("missing") && llava.contains(&hex('7')),
+        "{llava}"
+    );
+}
+
+#[test]
+fn a_projector_layer_is_the_models_vision_projector() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    gguf_at(&blob(root, '6'));
+    gguf_at(&blob(root, '7'));
+    let projector = (
+        "application/vnd.ollama.image.projector",
+        format!("sha256:{}", hex('7')),
+    );
+    manifest(
+        root,
+        "registry.ollama.ai/library/qwen3.5/9b",
+        &[(MODEL, format!("sha256:{}", hex('6'))), projector],
+    );
+    let found = scan(root);
+    let vision = find(&found, "qwen3.5:9b");
+    assert!(vision.is_servable(), "{vision:?}");
+    assert_eq!(vision.path, blob(root, '6'));
+    assert_eq!(vision.projector.as_deref(), Some(blob(root, '7').as_path()));
 }
 
 #[test]

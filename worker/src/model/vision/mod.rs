@@ -196,6 +196,17 @@ pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) ->
     }
 }
 
+/// What a Qwen-VL projector's tower (`vision_config` as its metadata gives it) takes while it
+/// encodes an image of `pixels`; 0 when the sizes do not read.
+pub fn projector_activation_bytes(
+    vision_config: serde_json::Value,
+    pixels: u64,
+    element_bytes: u64,
+) -> u64 {
+    serde_json::from_value::<qwen3_5::Args>(vision_config)
+        .map_or(0, |args| args.activation_bytes(pixels, element_bytes))
+}
+
 /// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`: its
 /// attention scores and probabilities over all the patches (MLX's fused attention does not
 /// take every head size, so they may be written out), and its hidden states, projections and
