@@ -81,9 +81,10 @@ vlm_pins+=" safetensors==0.8.0 numpy==2.4.6 pillow==12.0.0"
 pinned_venv "$vlm_venv" "$vlm_pins"
 "$vlm_venv/bin/python" "$root/scripts/reference/vision_mlx.py" "$root/scripts/reference/vision.json" \
   "$root/tests/data/vision/images" "$root/tests/data/vision"
-# Their GGUF layout with the tower in a projector file (vision_gguf.py), by llama.cpp's converter.
+# Their GGUF layout with the tower in a projector file (vision_gguf.py), by llama.cpp's converter,
+# and llama.cpp's own answer through its multimodal library (llama_cpp_mtmd.py).
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision_gguf.py" "$root/scripts/reference/vision.json" \
-  "$root/tests/data/vision"
+  "$root/tests/data/vision/images" "$root/tests/data/vision" "$llama_cpp_venv/bin/python"
 echo "wrote $root/tests/data/vision"
 "$toolchain_venv/bin/python" "$root/scripts/reference/toolchain.py" \
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \

@@ -116,11 +116,13 @@ fn quantize(
     std::fs::rename(&scratch, out).with_context(|| format!("moving the model to {}", out.display()))
 }
 
-/// Builds `llama-quantize` once into `build/llama-quantize/`, from the pinned sdist.
+/// Builds `llama-quantize` and the multimodal library (`mtmd`) once into `build/llama-quantize/`,
+/// from the pinned sdist.
 fn built_tool(paths: &Paths) -> Result<PathBuf> {
     let work = paths.root.join("build/llama-quantize");
     let tool = work.join("build/bin/llama-quantize");
-    if tool.exists() {
+    // The multimodal library beside it gives the vision references (`llama_cpp_mtmd.py`).
+    if tool.exists() && work.join("build/bin/libmtmd.so").exists() {
         return Ok(tool);
     }
     let _ = std::fs::remove_dir_all(&work);
@@ -136,7 +138,7 @@ fn built_tool(paths: &Paths) -> Result<PathBuf> {
     sha256::verify(&sdist, SDIST_SHA256)?;
     python(&["-m", "tarfile", "-e", path_str(&sdist)?, path_str(&work)?])?;
     let build = work.join("build");
-    eprintln!("xtask: building llama.cpp's llama-quantize (minutes)");
+    eprintln!("xtask: building llama.cpp's llama-quantize and mtmd (minutes)");
     // The CPU only; the quantizer's code compiled the same everywhere: not for this CPU, and
     // without contracting a * b + c into one rounding. -O1: quantizing a 135M model takes
     // seconds at any level, while compiling llama.cpp at -O3 takes most of this step's time.
@@ -161,12 +163,13 @@ fn built_tool(paths: &Paths) -> Result<PathBuf> {
             "-DLLAMA_BUILD_EXAMPLES=OFF",
             "-DLLAMA_BUILD_SERVER=OFF",
             "-DLLAMA_BUILD_APP=OFF",
+            "-DLLAMA_BUILD_MTMD=ON",
         ]))?;
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     run(Command::new("cmake")
         .arg("--build")
         .arg(&build)
-        .args(["--target", "llama-quantize", "--parallel"])
+        .args(["--target", "llama-quantize", "mtmd", "--parallel"])
         .arg(jobs.to_string()))?;
     if !tool.exists() {
         bail!("the llama.cpp build left no {}", tool.display());

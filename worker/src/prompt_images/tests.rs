@@ -468,3 +468,77 @@ fn a_gguf_with_its_projector_reads_images_as_transformers() {
             .item_exact::<f32>();
     assert!(difference < 1e-3, "{difference}");
 }
+
+/// The same GGUF and projector against llama.cpp's own multimodal library (`mtmd`), on a
+/// picture llama.cpp leaves at its size (tests/data/vision/qwen3_5/gguf/reference.json).
+#[test]
+fn a_gguf_with_its_projector_reads_an_image_as_llama_cpp() {
+    let dir = data().join("vision/qwen3_5/gguf");
+    let loaded = LoadedModel::load_with(
+        &dir.join("qwen3_5-vl-F32.gguf"),
+        crate::gguf::Choices::default(),
+        Some(&dir.join("mmproj-qwen3_5-vl-F32.gguf")),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    let cases = serde_json::json!({"cases": {"only": {"messages": reference["messages"]}}});
+    let prepared = prepare(&loaded, &case(&cases, "only"), &ImageLimits::default()).unwrap();
+    let images = prepared.images.as_ref().unwrap();
+    let length = prepared.tokens.len();
+    // llama.cpp's position after the prompt is transformers' (M-RoPE's shift included).
+    assert_eq!(
+        length as i32 + images.shift,
+        tensors["positions"].as_slice::<i32>()[0]
+    );
+    let mut cache = loaded.model.new_cache();
+    let mut budget = 1 << 20;
+    assert_eq!(
+        images
+            .encode_reached(&loaded, 0, length, &mut budget)
+            .unwrap(),
+        length
+    );
+    images.prepare_chunk(&mut cache, 0, length);
+    let embedded = images.rows_in(&loaded, 0, length).unwrap();
+    let hidden = loaded
+        .model
+        .packed_hidden_states(&mut [crate::model::Segment {
+            tokens: &prepared.tokens,
+            cache: &mut cache,
+            embedded,
+        }])
+        .unwrap();
+    let mut rows = vec![
+        loaded
+            .model
+            .logits(&hidden)
+            .unwrap()
+            .index((0, -1, ..))
+            .reshape(&[-1])
+            .unwrap(),
+    ];
+    for &token in tensors["decoded"].as_slice::<i32>() {
+        images.prepare_generated(&mut cache);
+        let hidden = loaded
+            .model
+            .hidden_states(&[token as u32], &mut cache)
+            .unwrap();
+        rows.push(
+            loaded
+                .model
+                .logits(&hidden)
+                .unwrap()
+                .reshape(&[-1])
+                .unwrap(),
+        );
+    }
+    let logits = mlx_rs::ops::stack(&rows, 0).unwrap();
+    let difference = mlx_rs::ops::abs(mlx_rs::ops::subtract(&logits, &tensors["logits"]).unwrap())
+        .unwrap()
+        .max(None)
+        .unwrap()
+        .item_exact::<f32>();
+    assert!(difference < 1e-3, "{difference}");
+}
