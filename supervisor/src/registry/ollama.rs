@@ -165,7 +165,12 @@ fn blob(root: &Path, manifest_path: &Path) -> Result<Blobs, (PathBuf, String)> {
     };
     let projector = layer_blob(PROJECTOR_LAYER);
     if let Some(projector) = &projector {
-        check_gguf(projector).map_err(|problem| (projector.clone(), problem))?;
+        check_gguf(projector).map_err(|problem| {
+            (
+                projector.clone(),
+                format!("its vision projector: {problem}"),
+            )
+        })?;
     }
     Ok(Blobs {
         model: blob,

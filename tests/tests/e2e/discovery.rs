@@ -61,8 +61,9 @@ fn fake_lmstudio(home: &Path) {
     .unwrap();
 }
 
-/// An Ollama library: a GGUF blob with a template layer, a vision model, and a manifest whose
-/// blob is missing.
+/// An Ollama library: a GGUF blob with a template layer, a vision model whose projector's blob
+/// is missing, one with its projector (the vision fixture's GGUF and mmproj), and a manifest
+/// whose blob is missing.
 fn fake_ollama(home: &Path) {
     let ollama = home.join(".ollama/models");
     let blob = |digit| {
@@ -74,6 +75,15 @@ fn fake_ollama(home: &Path) {
     std::fs::write(blob('2'), "{{ .Prompt }}").unwrap();
     ollama_manifest(&ollama, "tiny", "q4_0", &[(MODEL, '1'), (TEMPLATE, '2')]);
     ollama_manifest(&ollama, "llava", "7b", &[(MODEL, '1'), (PROJECTOR, '3')]);
+    let vision = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/vision/qwen3_5/gguf");
+    std::fs::copy(vision.join("qwen3_5-vl-F32.gguf"), blob('5')).unwrap();
+    std::fs::copy(vision.join("mmproj-qwen3_5-vl-F32.gguf"), blob('6')).unwrap();
+    ollama_manifest(
+        &ollama,
+        "qwen3.5-vl",
+        "tiny",
+        &[(MODEL, '5'), (PROJECTOR, '6')],
+    );
     ollama_manifest(&ollama, "gone", "latest", &[(MODEL, '4')]);
 }
 
@@ -151,11 +161,14 @@ fn ollama_models_are_found_listed_and_served_and_the_unservable_refused_with_the
     let dirs = Dirs::generated([]);
     fake_ollama(&dirs.home());
     let server = Server::start(&dirs);
-    assert_eq!(served_ids(&server), ["tiny:q4_0"]);
+    assert_eq!(served_ids(&server), ["qwen3.5-vl:tiny", "tiny:q4_0"]);
+    let paired = server.get_json("/v1/models/qwen3.5-vl:tiny");
+    assert_eq!(paired["vision"], true, "{paired}");
     let models = models_json(&server);
     let llava = model(&models, "llava:7b");
+    let reason = llava["unservable"].as_str().unwrap();
     assert!(
-        llava["unservable"].as_str().unwrap().contains("vision"),
+        reason.contains("vision projector") && reason.contains("missing"),
         "{llava:#}"
     );
     let gone = model(&models, "gone:latest");
@@ -172,7 +185,7 @@ fn ollama_models_are_found_listed_and_served_and_the_unservable_refused_with_the
         error["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("vision")
+            .contains("vision projector")
     );
     assert_eq!(server.worker_row("llava:7b")["state"], "not_running");
     assert!(server.worker_pids().is_empty());
