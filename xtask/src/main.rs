@@ -210,6 +210,7 @@ fn reference() -> Result<ExitCode> {
     let mlx_sys = mlx_c::MlxSysSource::locate(&paths)?;
     let gguf = test_models::ensure(&paths)?;
     requantized_models::ensure(&paths, &gguf)?;
+    requantized_models::ensure_mtmd(&paths)?;
     let minilm = minilm::ensure(&paths)?;
     let status = Command::new("bash")
         .arg(paths.root.join("scripts/reference/regenerate.sh"))

@@ -116,13 +116,11 @@ fn quantize(
     std::fs::rename(&scratch, out).with_context(|| format!("moving the model to {}", out.display()))
 }
 
-/// Builds `llama-quantize` and the multimodal library (`mtmd`) once into `build/llama-quantize/`,
-/// from the pinned sdist.
+/// Builds `llama-quantize` once into `build/llama-quantize/`, from the pinned sdist.
 fn built_tool(paths: &Paths) -> Result<PathBuf> {
     let work = paths.root.join("build/llama-quantize");
     let tool = work.join("build/bin/llama-quantize");
-    // The multimodal library beside it gives the vision references (`llama_cpp_mtmd.py`).
-    if tool.exists() && work.join("build/bin/libmtmd.so").exists() {
+    if tool.exists() {
         return Ok(tool);
     }
     let _ = std::fs::remove_dir_all(&work);
@@ -138,7 +136,7 @@ fn built_tool(paths: &Paths) -> Result<PathBuf> {
     sha256::verify(&sdist, SDIST_SHA256)?;
     python(&["-m", "tarfile", "-e", path_str(&sdist)?, path_str(&work)?])?;
     let build = work.join("build");
-    eprintln!("xtask: building llama.cpp's llama-quantize and mtmd (minutes)");
+    eprintln!("xtask: building llama.cpp's llama-quantize (minutes)");
     // The CPU only; the quantizer's code compiled the same everywhere: not for this CPU, and
     // without contracting a * b + c into one rounding. -O1: quantizing a 135M model takes
     // seconds at any level, while compiling llama.cpp at -O3 takes most of this step's time.
@@ -163,18 +161,49 @@ fn built_tool(paths: &Paths) -> Result<PathBuf> {
             "-DLLAMA_BUILD_EXAMPLES=OFF",
             "-DLLAMA_BUILD_SERVER=OFF",
             "-DLLAMA_BUILD_APP=OFF",
-            "-DLLAMA_BUILD_MTMD=ON",
         ]))?;
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     run(Command::new("cmake")
         .arg("--build")
         .arg(&build)
-        .args(["--target", "llama-quantize", "mtmd", "--parallel"])
+        .args(["--target", "llama-quantize", "--parallel"])
         .arg(jobs.to_string()))?;
     if !tool.exists() {
         bail!("the llama.cpp build left no {}", tool.display());
     }
     Ok(tool)
+}
+
+/// Builds llama.cpp's multimodal library (`libmtmd.so`) beside `llama-quantize`, once, in the
+/// same build: the vision references run llama.cpp's own image path through it
+/// (`scripts/reference/llama_cpp_mtmd.py`); the tests never load it.
+pub fn ensure_mtmd(paths: &Paths) -> Result<()> {
+    let work = paths.root.join("build/llama-quantize");
+    if work.join("build/bin/libmtmd.so").exists() {
+        return Ok(());
+    }
+    built_tool(paths)?;
+    let build = work.join("build");
+    eprintln!("xtask: building llama.cpp's mtmd (minutes)");
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(work.join(SOURCE_DIR))
+        .arg("-B")
+        .arg(&build)
+        .arg("-DLLAMA_BUILD_MTMD=ON"))?;
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    run(Command::new("cmake")
+        .arg("--build")
+        .arg(&build)
+        .args(["--target", "mtmd", "--parallel"])
+        .arg(jobs.to_string()))?;
+    if !work.join("build/bin/libmtmd.so").exists() {
+        bail!(
+            "the llama.cpp build left no libmtmd.so in {}",
+            build.display()
+        );
+    }
+    Ok(())
 }
 
 fn run(command: &mut Command) -> Result<()> {

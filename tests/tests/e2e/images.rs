@@ -198,6 +198,18 @@ fn fixture_top_logprobs(fixture: &str, case: &str, count: usize) -> Vec<Vec<f32>
         .collect()
 }
 
+/// `answer`'s log-probabilities are `expected`'s, step by step, within 1e-3.
+fn assert_logprobs(answer: &Value, expected: &[f32]) {
+    let got = logprobs_of(answer);
+    assert_eq!(got.len(), expected.len(), "{answer}");
+    for (step, (got, expected)) in got.iter().zip(expected).enumerate() {
+        assert!(
+            (got - expected).abs() < 1e-3,
+            "step {step}: {got} against {expected}"
+        );
+    }
+}
+
 fn logprobs_of(answer: &Value) -> Vec<f32> {
     answer["choices"][0]["logprobs"]["content"]
         .as_array()
@@ -230,14 +242,7 @@ fn a_vision_model_reads_images_from_every_api_as_transformers_and_caches_them_by
         .unwrap();
     assert_eq!(first["usage"]["prompt_tokens"], 73, "{first}");
     let expected = reference_logprobs("a");
-    let got = logprobs_of(&first);
-    assert_eq!(got.len(), expected.len(), "{first}");
-    for (step, (got, expected)) in got.iter().zip(&expected).enumerate() {
-        assert!(
-            (got - expected).abs() < 1e-3,
-            "step {step}: {got} against {expected}"
-        );
-    }
+    assert_logprobs(&first, &expected);
 
     // Sent again, the image's tokens come from the prefix cache: the whole blocks of the prompt.
     let again: Value = server
@@ -476,15 +481,7 @@ fn mistral3_reads_an_image_as_transformers() {
                     "url": format!("data:image/png;base64,{}", image_base64("wide.png"))}}]}]});
     let answer: Value = server.post("/v1/chat/completions", &body).json().unwrap();
     assert_eq!(answer["usage"]["prompt_tokens"], 48, "{answer}");
-    let expected = fixture_logprobs("mistral3/hf", "a");
-    let got = logprobs_of(&answer);
-    assert_eq!(got.len(), expected.len(), "{answer}");
-    for (step, (got, expected)) in got.iter().zip(&expected).enumerate() {
-        assert!(
-            (got - expected).abs() < 1e-3,
-            "step {step}: {got} against {expected}"
-        );
-    }
+    assert_logprobs(&answer, &fixture_logprobs("mistral3/hf", "a"));
 }
 
 /// A GGUF with llama.cpp's vision projector beside it (the converter's files, in one folder as
@@ -519,13 +516,5 @@ fn a_gguf_and_its_projector_in_one_folder_read_images_as_transformers() {
             {"type": "text", "text": "which is taller?"}]}]});
     let answer: Value = server.post("/v1/chat/completions", &body).json().unwrap();
     assert_eq!(answer["usage"]["prompt_tokens"], 111, "{answer}");
-    let expected = reference_logprobs("b");
-    let got = logprobs_of(&answer);
-    assert_eq!(got.len(), expected.len(), "{answer}");
-    for (step, (got, expected)) in got.iter().zip(&expected).enumerate() {
-        assert!(
-            (got - expected).abs() < 1e-3,
-            "step {step}: {got} against {expected}"
-        );
-    }
+    assert_logprobs(&answer, &reference_logprobs("b"));
 }

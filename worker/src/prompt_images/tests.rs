@@ -295,25 +295,122 @@ fn the_memory_guard_counts_the_tower_on_the_largest_image() {
     );
 }
 
+/// A fixture's model (its files, or a GGUF with its projector) and its reference.
+struct Fixture {
+    loaded: LoadedModel,
+    reference: serde_json::Value,
+    tensors: std::collections::HashMap<String, Array>,
+}
+
+impl Fixture {
+    fn load(dir: &str) -> Self {
+        Self::at(
+            &data().join(dir),
+            LoadedModel::load(&data().join(dir)).unwrap(),
+        )
+    }
+
+    /// The GGUF and projector llama.cpp's converter made of the Qwen3.5 fixture, with the
+    /// reference in `reference_dir`.
+    fn gguf(reference_dir: &str) -> Self {
+        let gguf = data().join("vision/qwen3_5/gguf");
+        let loaded = LoadedModel::load_with(
+            &gguf.join("qwen3_5-vl-F32.gguf"),
+            crate::gguf::Choices::default(),
+            Some(&gguf.join("mmproj-qwen3_5-vl-F32.gguf")),
+        )
+        .unwrap();
+        Self::at(&data().join(reference_dir), loaded)
+    }
+
+    fn at(dir: &std::path::Path, loaded: LoadedModel) -> Self {
+        let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+        Self {
+            loaded,
+            reference: serde_json::from_str(&text).unwrap(),
+            tensors: Array::load_safetensors(dir.join("reference.safetensors")).unwrap(),
+        }
+    }
+
+    /// Case `name` prepared, its tokens checked against the processor's.
+    fn prepared(&self, name: &str) -> crate::generation::Prepared {
+        let request = case(&self.reference, name);
+        let prepared = prepare(&self.loaded, &request, &ImageLimits::default()).unwrap();
+        let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
+        let expected = &self.tensors[&format!("{name}.input_ids")];
+        assert_eq!(tokens, expected.as_slice::<i32>(), "{name}");
+        prepared
+    }
+
+    /// The logits at every prompt position, the prompt read in chunks of at most `chunk`
+    /// tokens as a sequence reads it (each image encoded when a chunk reaches it, kept whole
+    /// where its tokens see each other), into `cache`.
+    fn prompt_logits(
+        &self,
+        prepared: &crate::generation::Prepared,
+        cache: &mut [KvCache],
+        chunk: usize,
+    ) -> Array {
+        let images = prepared.images.as_ref().unwrap();
+        let length = prepared.tokens.len();
+        let spans: Vec<(usize, usize)> = images.spans().collect();
+        let (mut start, mut rows) = (0, Vec::new());
+        while start < length {
+            let mut budget = 1 << 20;
+            let end = start.saturating_add(chunk).min(length);
+            let end = images
+                .encode_reached(&self.loaded, start, end, &mut budget)
+                .unwrap();
+            let end = images.whole_images(start, end);
+            assert!(
+                !images.both_ways
+                    || spans
+                        .iter()
+                        .all(|&(first, last)| !(first < end && end < last)),
+                "{start}..{end} ends inside an image"
+            );
+            images.prepare_chunk(cache, start, end);
+            let embedded = images.rows_in(&self.loaded, start, end).unwrap();
+            let hidden = self
+                .loaded
+                .model
+                .packed_hidden_states(&mut [crate::model::Segment {
+                    tokens: &prepared.tokens[start..end],
+                    cache,
+                    embedded,
+                }])
+                .unwrap();
+            rows.push(
+                self.loaded
+                    .model
+                    .logits(&hidden)
+                    .unwrap()
+                    .squeeze_axes(&[0])
+                    .unwrap(),
+            );
+            start = end;
+        }
+        mlx_rs::ops::concatenate(&rows, 0).unwrap()
+    }
+}
+
+fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
+    assert_eq!(ours.shape(), theirs.shape());
+    mlx_rs::ops::abs(mlx_rs::ops::subtract(ours, theirs).unwrap())
+        .unwrap()
+        .max(None)
+        .unwrap()
+        .item_exact::<f32>()
+}
+
 #[test]
 fn gemma3s_prompts_have_the_processors_tokens_and_each_image_sees_itself_both_ways() {
-    let dir = data().join("vision/gemma3/hf");
-    let loaded = LoadedModel::load(&dir).unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    let fixture = Fixture::load("vision/gemma3/hf");
     for name in ["a", "b", "c", "d"] {
-        let prepared = prepare(&loaded, &case(&reference, name), &ImageLimits::default()).unwrap();
-        let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
-        assert_eq!(
-            tokens,
-            tensors[&format!("{name}.input_ids")].as_slice::<i32>(),
-            "{name}"
-        );
-        let images = prepared.images.unwrap();
+        let images = fixture.prepared(name).images.unwrap();
         assert!(images.positions.is_none(), "{name}");
         // The runs that see each other are transformers' image token types.
-        let types = tensors[&format!("{name}.token_type_ids")].as_slice::<i32>();
+        let types = fixture.tensors[&format!("{name}.token_type_ids")].as_slice::<i32>();
         let spans: Vec<(usize, usize)> = images.spans().collect();
         for (position, &kind) in types.iter().enumerate() {
             let in_span = spans
@@ -326,84 +423,23 @@ fn gemma3s_prompts_have_the_processors_tokens_and_each_image_sees_itself_both_wa
 
 #[test]
 fn gemma3s_prompt_read_in_small_chunks_keeps_each_image_whole_and_reads_the_same() {
-    let dir = data().join("vision/gemma3/hf");
-    let loaded = LoadedModel::load(&dir).unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
-    let prepared = prepare(&loaded, &case(&reference, "c"), &ImageLimits::default()).unwrap();
-    let images = prepared.images.as_ref().unwrap();
-    let spans: Vec<(usize, usize)> = images.spans().collect();
-    let length = prepared.tokens.len();
-    let mut cache = loaded.model.new_cache();
-    let (mut start, mut chunks, mut rows) = (0, Vec::new(), Vec::new());
-    while start < length {
-        let mut budget = 1 << 20;
-        let end = images
-            .encode_reached(&loaded, start, (start + 8).min(length), &mut budget)
-            .unwrap();
-        let end = images.whole_images(start, end);
-        // A chunk never ends inside an image, which is longer than the chunk.
-        assert!(
-            spans
-                .iter()
-                .all(|&(first, last)| !(first < end && end < last)),
-            "{start}..{end}"
-        );
-        images.prepare_chunk(&mut cache, start, end);
-        let embedded = images.rows_in(&loaded, start, end).unwrap();
-        let hidden = loaded
-            .model
-            .packed_hidden_states(&mut [crate::model::Segment {
-                tokens: &prepared.tokens[start..end],
-                cache: &mut cache,
-                embedded,
-            }])
-            .unwrap();
-        rows.push(
-            loaded
-                .model
-                .logits(&hidden)
-                .unwrap()
-                .squeeze_axes(&[0])
-                .unwrap(),
-        );
-        chunks.push((start, end));
-        start = end;
-    }
-    assert!(
-        chunks.iter().any(|&(start, end)| end - start > 8),
-        "{chunks:?}"
-    );
-    let logits = mlx_rs::ops::concatenate(&rows, 0).unwrap();
-    let difference =
-        mlx_rs::ops::abs(mlx_rs::ops::subtract(&logits, &tensors["c.logits"]).unwrap())
-            .unwrap()
-            .max(None)
-            .unwrap()
-            .item_exact::<f32>();
+    let fixture = Fixture::load("vision/gemma3/hf");
+    let prepared = fixture.prepared("c");
+    // 8-token chunks, shorter than an image's 16 tokens.
+    let mut cache = fixture.loaded.model.new_cache();
+    let logits = fixture.prompt_logits(&prepared, &mut cache, 8);
+    let difference = largest_difference(&logits, &fixture.tensors["c.logits"]);
     assert!(difference < 1e-3, "{difference}");
 }
 
 #[test]
 fn mistral3s_prompts_have_the_processors_tokens_rows_broken_at_each_line() {
-    let dir = data().join("vision/mistral3/hf");
-    let loaded = LoadedModel::load(&dir).unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    let fixture = Fixture::load("vision/mistral3/hf");
     for name in ["a", "b", "c", "d"] {
-        let prepared = prepare(&loaded, &case(&reference, name), &ImageLimits::default()).unwrap();
-        let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
-        assert_eq!(
-            tokens,
-            tensors[&format!("{name}.input_ids")].as_slice::<i32>(),
-            "{name}"
-        );
-        let images = prepared.images.unwrap();
+        let images = fixture.prepared(name).images.unwrap();
         assert!(images.positions.is_none(), "{name}");
         // One run of rows per line of merged patches.
-        let sizes = tensors[&format!("{name}.image_sizes")].as_slice::<i32>();
+        let sizes = fixture.tensors[&format!("{name}.image_sizes")].as_slice::<i32>();
         for (image, size) in images.images.iter().zip(sizes.chunks(2)) {
             assert_eq!(image.runs.len(), (size[0] / 8) as usize, "{name}");
             assert!(image.runs.iter().all(|run| run.2 == (size[1] / 8) as usize));
@@ -416,56 +452,22 @@ fn mistral3s_prompts_have_the_processors_tokens_rows_broken_at_each_line() {
 /// pixel limits leave at the same size as the checkpoint's processor does.
 #[test]
 fn a_gguf_with_its_projector_reads_images_as_transformers() {
-    let dir = data().join("vision/qwen3_5");
-    let loaded = LoadedModel::load_with(
-        &dir.join("gguf/qwen3_5-vl-F32.gguf"),
-        crate::gguf::Choices::default(),
-        Some(&dir.join("gguf/mmproj-qwen3_5-vl-F32.gguf")),
-    )
-    .unwrap();
-    assert!(loaded.model.vision.is_some());
-    let text = std::fs::read_to_string(dir.join("hf/reference.json")).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tensors = Array::load_safetensors(dir.join("hf/reference.safetensors")).unwrap();
-    let prepared = prepare(&loaded, &case(&reference, "b"), &ImageLimits::default()).unwrap();
-    let tokens: Vec<i32> = prepared.tokens.iter().map(|&token| token as i32).collect();
-    assert_eq!(tokens, tensors["b.input_ids"].as_slice::<i32>());
-    let images = prepared.images.as_ref().unwrap();
+    let fixture = Fixture::gguf("vision/qwen3_5/hf");
+    assert!(fixture.loaded.model.vision.is_some());
+    let prepared = fixture.prepared("b");
     assert_eq!(
-        images.positions.as_deref().unwrap(),
-        tensors["b.position_ids"].as_slice::<i32>()
-    );
-    let mut cache = loaded.model.new_cache();
-    let mut budget = 1 << 20;
-    let length = prepared.tokens.len();
-    assert_eq!(
-        images
-            .encode_reached(&loaded, 0, length, &mut budget)
+        prepared
+            .images
+            .as_ref()
+            .unwrap()
+            .positions
+            .as_deref()
             .unwrap(),
-        length
+        fixture.tensors["b.position_ids"].as_slice::<i32>()
     );
-    images.prepare_chunk(&mut cache, 0, length);
-    let embedded = images.rows_in(&loaded, 0, length).unwrap();
-    let hidden = loaded
-        .model
-        .packed_hidden_states(&mut [crate::model::Segment {
-            tokens: &prepared.tokens,
-            cache: &mut cache,
-            embedded,
-        }])
-        .unwrap();
-    let logits = loaded
-        .model
-        .logits(&hidden)
-        .unwrap()
-        .squeeze_axes(&[0])
-        .unwrap();
-    let difference =
-        mlx_rs::ops::abs(mlx_rs::ops::subtract(&logits, &tensors["b.logits"]).unwrap())
-            .unwrap()
-            .max(None)
-            .unwrap()
-            .item_exact::<f32>();
+    let mut cache = fixture.loaded.model.new_cache();
+    let logits = fixture.prompt_logits(&prepared, &mut cache, usize::MAX);
+    let difference = largest_difference(&logits, &fixture.tensors["b.logits"]);
     assert!(difference < 1e-3, "{difference}");
 }
 
@@ -473,53 +475,26 @@ fn a_gguf_with_its_projector_reads_images_as_transformers() {
 /// picture llama.cpp leaves at its size (tests/data/vision/qwen3_5/gguf/reference.json).
 #[test]
 fn a_gguf_with_its_projector_reads_an_image_as_llama_cpp() {
-    let dir = data().join("vision/qwen3_5/gguf");
-    let loaded = LoadedModel::load_with(
-        &dir.join("qwen3_5-vl-F32.gguf"),
-        crate::gguf::Choices::default(),
-        Some(&dir.join("mmproj-qwen3_5-vl-F32.gguf")),
+    let mut fixture = Fixture::gguf("vision/qwen3_5/gguf");
+    let messages = fixture.reference["messages"].clone();
+    fixture.reference = serde_json::json!({"cases": {"only": {"messages": messages}}});
+    let loaded = &fixture.loaded;
+    let prepared = prepare(
+        loaded,
+        &case(&fixture.reference, "only"),
+        &ImageLimits::default(),
     )
     .unwrap();
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tensors = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
-    let cases = serde_json::json!({"cases": {"only": {"messages": reference["messages"]}}});
-    let prepared = prepare(&loaded, &case(&cases, "only"), &ImageLimits::default()).unwrap();
     let images = prepared.images.as_ref().unwrap();
-    let length = prepared.tokens.len();
     // llama.cpp's position after the prompt is transformers' (M-RoPE's shift included).
     assert_eq!(
-        length as i32 + images.shift,
-        tensors["positions"].as_slice::<i32>()[0]
+        prepared.tokens.len() as i32 + images.shift,
+        fixture.tensors["positions"].as_slice::<i32>()[0]
     );
     let mut cache = loaded.model.new_cache();
-    let mut budget = 1 << 20;
-    assert_eq!(
-        images
-            .encode_reached(&loaded, 0, length, &mut budget)
-            .unwrap(),
-        length
-    );
-    images.prepare_chunk(&mut cache, 0, length);
-    let embedded = images.rows_in(&loaded, 0, length).unwrap();
-    let hidden = loaded
-        .model
-        .packed_hidden_states(&mut [crate::model::Segment {
-            tokens: &prepared.tokens,
-            cache: &mut cache,
-            embedded,
-        }])
-        .unwrap();
-    let mut rows = vec![
-        loaded
-            .model
-            .logits(&hidden)
-            .unwrap()
-            .index((0, -1, ..))
-            .reshape(&[-1])
-            .unwrap(),
-    ];
-    for &token in tensors["decoded"].as_slice::<i32>() {
+    let prompt = fixture.prompt_logits(&prepared, &mut cache, usize::MAX);
+    let mut rows = vec![prompt.index(-1)];
+    for &token in fixture.tensors["decoded"].as_slice::<i32>() {
         images.prepare_generated(&mut cache);
         let hidden = loaded
             .model
@@ -535,10 +510,6 @@ fn a_gguf_with_its_projector_reads_an_image_as_llama_cpp() {
         );
     }
     let logits = mlx_rs::ops::stack(&rows, 0).unwrap();
-    let difference = mlx_rs::ops::abs(mlx_rs::ops::subtract(&logits, &tensors["logits"]).unwrap())
-        .unwrap()
-        .max(None)
-        .unwrap()
-        .item_exact::<f32>();
+    let difference = largest_difference(&logits, &fixture.tensors["logits"]);
     assert!(difference < 1e-3, "{difference}");
 }

@@ -10,7 +10,7 @@ use mlx_rs::error::Exception;
 use mlx_rs::{Array, fast, ops};
 use serde::Deserialize;
 
-use super::{block_multiply_adds, peak_bytes};
+use super::{block_multiply_adds, patch_projection, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::gelu_tanh;
 use crate::model::blocks::norm::Norm;
@@ -110,7 +110,7 @@ struct Projector {
 impl Tower {
     /// The tower from `tower` (SigLIP's tensors, its prefix taken off) and `projector` (the
     /// projector's), for a text model `text_hidden` wide, whose images have `tokens` tokens
-    /// each. mlx-vlm stores the patch projection channels last, which its shape tells.
+    /// each.
     pub fn load(
         args: &Args,
         tower: &mut Weights,
@@ -139,21 +139,12 @@ impl Tower {
             )));
         }
         let (hidden, channels, patch) = (args.hidden_size, args.num_channels, args.patch_size);
-        let name = "embeddings.patch_embedding.weight";
-        let channels_last = tower
-            .shape_of(name)
-            .is_some_and(|shape| shape == [hidden, patch, patch, channels]);
-        let projection = if channels_last {
-            tower
-                .take_float(name, &[hidden, patch, patch, channels])?
-                .transpose_axes(&[0, 3, 1, 2])
-        } else {
-            Ok(tower.take_float(name, &[hidden, channels, patch, patch])?)
-        }
-        .and_then(|weight| weight.reshape(&[hidden, channels * patch * patch]))
-        .map_err(|source| tower.mlx_error("flattening the patch projection", source))?;
         let patch_embed = Linear::Dense {
-            weight: projection,
+            weight: patch_projection(
+                tower,
+                "embeddings.patch_embedding.weight",
+                [hidden, channels, patch],
+            )?,
             bias: Some(tower.take_float("embeddings.patch_embedding.bias", &[hidden])?),
         };
         let positions = tower.take_float(

@@ -123,6 +123,15 @@ impl WrapperArgs {
     }
 }
 
+/// The names of the tensors no layer took from `weights`.
+fn owned_names(weights: &Weights) -> Vec<String> {
+    weights
+        .leftover_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The projector's tensors beside a tower's (Gemma 3's, Mistral 3's), under transformers 5's
 /// name or the original one.
 fn projector_tensors(weights: &mut Weights) -> Option<Weights> {
@@ -205,6 +214,28 @@ pub fn projector_activation_bytes(
 ) -> u64 {
     serde_json::from_value::<qwen3_5::Args>(vision_config)
         .map_or(0, |args| args.activation_bytes(pixels, element_bytes))
+}
+
+/// A patch convolution's weight `name` as the projection of a flattened patch (channels, then
+/// rows and columns): `[hidden, channels · patch · patch]`. mlx-vlm stores it channels last,
+/// which its shape tells.
+fn patch_projection(
+    weights: &mut Weights,
+    name: &str,
+    [hidden, channels, patch]: [i32; 3],
+) -> Result<Array, ModelError> {
+    let channels_last = weights
+        .shape_of(name)
+        .is_some_and(|shape| shape == [hidden, patch, patch, channels]);
+    if channels_last {
+        weights
+            .take_float(name, &[hidden, patch, patch, channels])?
+            .transpose_axes(&[0, 3, 1, 2])
+    } else {
+        Ok(weights.take_float(name, &[hidden, channels, patch, patch])?)
+    }
+    .and_then(|weight| weight.reshape(&[hidden, channels * patch * patch]))
+    .map_err(|source| weights.mlx_error("flattening the patch projection", source))
 }
 
 /// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`: its
@@ -314,11 +345,7 @@ impl VisionTower {
                     config.quantization,
                     &config.path,
                 )?;
-                projector_leftovers = projector
-                    .leftover_names()
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect();
+                projector_leftovers = owned_names(&projector);
                 // transformers' `Mistral3Config` default.
                 let image = wrapper_args.image_token_index.unwrap_or(10);
                 let tokens = ImageTokenIds {
@@ -340,11 +367,7 @@ impl VisionTower {
                     config.quantization,
                     &config.path,
                 )?;
-                projector_leftovers = projector
-                    .leftover_names()
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect();
+                projector_leftovers = owned_names(&projector);
                 // transformers' `Gemma3Config` defaults.
                 let boi = wrapper_args.boi_token_index.unwrap_or(255_999);
                 let tokens = ImageTokenIds {

@@ -10,7 +10,7 @@ use mlx_rs::error::Exception;
 use mlx_rs::{Array, fast, ops};
 use serde::Deserialize;
 
-use super::{block_multiply_adds, peak_bytes};
+use super::{block_multiply_adds, patch_projection, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::sections::rotate_halves;
@@ -132,8 +132,7 @@ struct Projector {
 const NORM_EPS: f32 = 1e-5;
 
 impl Tower {
-    /// The tower from `tower` (its tensors, prefix taken off) and `projector`; mlx-vlm stores the
-    /// patch projection channels last, which its shape tells.
+    /// The tower from `tower` (its tensors, prefix taken off) and `projector`.
     pub fn load(
         args: &Args,
         projector_args: &ProjectorArgs,
@@ -156,21 +155,8 @@ impl Tower {
             }
         };
         let (hidden, channels, patch) = (args.hidden_size, args.num_channels, args.patch_size);
-        let name = "patch_conv.weight";
-        let channels_last = tower
-            .shape_of(name)
-            .is_some_and(|shape| shape == [hidden, patch, patch, channels]);
-        let projection = if channels_last {
-            tower
-                .take_float(name, &[hidden, patch, patch, channels])?
-                .transpose_axes(&[0, 3, 1, 2])
-        } else {
-            Ok(tower.take_float(name, &[hidden, channels, patch, patch])?)
-        }
-        .and_then(|weight| weight.reshape(&[hidden, channels * patch * patch]))
-        .map_err(|source| tower.mlx_error("flattening the patch projection", source))?;
         let patch_embed = Linear::Dense {
-            weight: projection,
+            weight: patch_projection(tower, "patch_conv.weight", [hidden, channels, patch])?,
             bias: None,
         };
         let intermediate = args.intermediate_size;

@@ -70,6 +70,30 @@ fn encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec
         .collect()
 }
 
+/// The reference's greedy steps through `cache`, after its prompt: each step's logits as the
+/// reference's.
+fn check_decode_steps(
+    model: &Model,
+    cache: &mut [crate::model::KvCache],
+    reference: &HashMap<String, Array>,
+    layout: &str,
+    case: &str,
+) {
+    let decoded = reference[&format!("{case}.decoded")]
+        .as_slice::<i32>()
+        .to_vec();
+    for (step, &token) in decoded.iter().enumerate() {
+        let hidden = model.hidden_states(&[token as u32], cache).unwrap();
+        let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
+        let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
+        let difference = largest_difference(&logits, &expected);
+        assert!(
+            difference < 1e-3,
+            "{layout} case {case}: step {step} {difference}"
+        );
+    }
+}
+
 #[test]
 fn the_tower_encodes_images_as_transformers() {
     for layout in LAYOUTS {
@@ -130,22 +154,10 @@ fn the_text_after_images_reads_as_transformers() {
                 difference < 1e-3,
                 "{layout} case {case}: prompt {difference}"
             );
-            let decoded = reference[&format!("{case}.decoded")]
-                .as_slice::<i32>()
-                .to_vec();
-            for (step, &token) in decoded.iter().enumerate() {
-                for layer in &mut cache {
-                    layer.set_rotary(shift, None);
-                }
-                let hidden = model.hidden_states(&[token as u32], &mut cache).unwrap();
-                let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
-                let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
-                let difference = largest_difference(&logits, &expected);
-                assert!(
-                    difference < 1e-3,
-                    "{layout} case {case}: step {step} {difference}"
-                );
+            for layer in &mut cache {
+                layer.set_rotary(shift, None);
             }
+            check_decode_steps(&model, &mut cache, &reference, layout, case);
         }
     }
 }
@@ -241,19 +253,7 @@ fn gemma3s_tower_and_text_after_images_read_as_the_tools() {
             for layer in &mut cache {
                 layer.set_both_ways(Vec::new());
             }
-            let decoded = reference[&format!("{case}.decoded")]
-                .as_slice::<i32>()
-                .to_vec();
-            for (step, &token) in decoded.iter().enumerate() {
-                let hidden = model.hidden_states(&[token as u32], &mut cache).unwrap();
-                let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
-                let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
-                let difference = largest_difference(&logits, &expected);
-                assert!(
-                    difference < 1e-3,
-                    "{layout} case {case}: step {step} {difference}"
-                );
-            }
+            check_decode_steps(&model, &mut cache, &reference, layout, case);
         }
     }
 }
@@ -340,19 +340,7 @@ fn mistral3s_tower_and_text_after_images_read_as_the_tools() {
                 difference < 1e-3,
                 "{layout} case {case}: prompt {difference}"
             );
-            let decoded = reference[&format!("{case}.decoded")]
-                .as_slice::<i32>()
-                .to_vec();
-            for (step, &token) in decoded.iter().enumerate() {
-                let hidden = model.hidden_states(&[token as u32], &mut cache).unwrap();
-                let logits = model.logits(&hidden).unwrap().reshape(&[-1]).unwrap();
-                let expected = reference[&format!("{case}.decode_logits")].index(step as i32);
-                let difference = largest_difference(&logits, &expected);
-                assert!(
-                    difference < 1e-3,
-                    "{layout} case {case}: step {step} {difference}"
-                );
-            }
+            check_decode_steps(&model, &mut cache, &reference, layout, case);
         }
     }
 }
