@@ -1,8 +1,11 @@
 //! Vision towers: what turns an image's patches into the rows a multimodal model's text model
 //! reads in place of the image's tokens. One file per tower, as `arch/` holds one per text model;
 //! a wrapper's checkpoint (`qwen3_5`, `gemma3`, ...) holds its tower's tensors beside the text
-//! model's, under transformers' names (`model.visual.`, `vision_tower.`) or mlx-vlm's.
+//! model's, under transformers' names (`model.visual.`, `vision_tower.`) or mlx-vlm's
+//! (`checkpoint.rs` says which, `blocks.rs` holds what the towers share).
 
+mod blocks;
+mod checkpoint;
 mod gemma3;
 mod pixtral;
 mod qwen3_5;
@@ -14,8 +17,10 @@ use mlx_rs::error::Exception;
 
 use super::config::ModelConfig;
 use super::error::ModelError;
-use super::weights::{Weights, tensor_headers};
-use crate::image::ImageProcessor;
+use super::weights::Weights;
+use blocks::{block_multiply_adds, patch_projection, peak_bytes};
+use checkpoint::{Family, WrapperArgs, owned_names, projector_tensors, vision_args};
+pub use checkpoint::{activation_bytes, has_tower, projector_activation_bytes};
 
 pub struct VisionTower {
     tower: Tower,
@@ -64,201 +69,6 @@ pub enum ImagePiece {
 pub struct ImageTokens {
     pub positions: Vec<[i32; 3]>,
     pub advance: i32,
-}
-
-/// The wrappers whose towers corral runs.
-#[derive(Clone, Copy)]
-enum Family {
-    Qwen3_5,
-    Gemma3,
-    Mistral3,
-}
-
-impl Family {
-    fn of(config: &ModelConfig) -> Option<Self> {
-        match config.wrapper?.model_type {
-            "qwen3_5" | "qwen3_5_moe" => Some(Self::Qwen3_5),
-            "gemma3" => Some(Self::Gemma3),
-            "mistral3" => Some(Self::Mistral3),
-            _ => None,
-        }
-    }
-
-    /// Where the tower's tensors are, in the order tried: transformers 5's names, mlx-vlm's
-    /// (Qwen's patch projection stored channels last under them) and, for Gemma 3 and
-    /// Mistral 3, mlx-vlm's (`vision_model.` added; Gemma 3's release has it too), then the
-    /// original format's (transformers 4's releases of Mistral 3, transformers 5's of both).
-    fn tower_prefixes(self) -> &'static [&'static str] {
-        match self {
-            Self::Qwen3_5 => &["model.visual.", "vision_tower."],
-            Self::Gemma3 | Self::Mistral3 => &[
-                "model.vision_tower.",
-                "vision_tower.vision_model.",
-                "vision_tower.",
-            ],
-        }
-    }
-}
-
-/// The wrapper's own keys a tower reads, defaulting as transformers' `Qwen3_5Config` and
-/// `Gemma3Config`.
-#[derive(serde::Deserialize)]
-struct WrapperArgs {
-    vision_config: Option<serde_json::Value>,
-    image_token_id: Option<u32>,
-    image_token_index: Option<u32>,
-    boi_token_index: Option<u32>,
-    eoi_token_index: Option<u32>,
-    mm_tokens_per_image: Option<i32>,
-    spatial_merge_size: Option<i32>,
-    multimodal_projector_bias: Option<bool>,
-    projector_hidden_act: Option<String>,
-    vision_feature_layer: Option<serde_json::Value>,
-}
-
-impl WrapperArgs {
-    fn read(config: &ModelConfig) -> Option<Self> {
-        let text = std::fs::read_to_string(&config.path).ok()?;
-        serde_json::from_str(&text).ok()
-    }
-}
-
-/// The names of the tensors no layer took from `weights`.
-fn owned_names(weights: &Weights) -> Vec<String> {
-    weights
-        .leftover_names()
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The projector's tensors beside a tower's (Gemma 3's, Mistral 3's), under transformers 5's
-/// name or the original one.
-fn projector_tensors(weights: &mut Weights) -> Option<Weights> {
-    ["model.multi_modal_projector.", "multi_modal_projector."]
-        .iter()
-        .find_map(|prefix| weights.split_off(prefix))
-}
-
-/// `vision_config` as a tower reads it.
-fn vision_args<T: serde::de::DeserializeOwned>(
-    config: &ModelConfig,
-    value: serde_json::Value,
-) -> Result<T, ModelError> {
-    serde_path_to_error::deserialize(value).map_err(|error| ModelError::Config {
-        path: config.path.clone(),
-        message: format!("vision_config.{}: {}", error.path(), error.inner()),
-    })
-}
-
-/// Whether `config`'s wrapper has a tower this worker runs.
-fn runs_tower(config: &ModelConfig) -> bool {
-    Family::of(config).is_some()
-}
-
-/// Whether the checkpoint at `dir` holds a tower this worker runs and the processor config its
-/// images are prepared by, from those files and the tensors' names alone (`describe`).
-pub fn has_tower(config: &ModelConfig, dir: &Path) -> bool {
-    let Some(family) = Family::of(config) else {
-        return false;
-    };
-    let has_config = WrapperArgs::read(config).is_some_and(|args| args.vision_config.is_some());
-    let has_tensors = tensor_headers(dir).is_ok_and(|headers| {
-        headers.keys().any(|name| {
-            family
-                .tower_prefixes()
-                .iter()
-                .any(|prefix| name.starts_with(prefix))
-        })
-    });
-    // The worker prepares images only with the processor's config.
-    let has_processor = matches!(ImageProcessor::load(dir), Ok(Some(_)));
-    runs_tower(config) && has_config && has_tensors && has_processor
-}
-
-/// What the tower of the checkpoint at `dir` takes while it encodes one image of at most a
-/// megapixel (within its processor's limit), each activation `element_bytes` wide: `describe`'s
-/// reserve for images. 0 when the files say too little to tell.
-pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) -> u64 {
-    const MEGAPIXEL: u64 = 1 << 20;
-    let Some(family) = Family::of(config) else {
-        return 0;
-    };
-    let Some(vision_config) = WrapperArgs::read(config).and_then(|args| args.vision_config) else {
-        return 0;
-    };
-    // Without a processor config the worker takes no images (`has_tower`).
-    let Ok(Some(processor)) = ImageProcessor::load(dir) else {
-        return 0;
-    };
-    match family {
-        Family::Qwen3_5 => serde_json::from_value::<qwen3_5::Args>(vision_config)
-            .map_or(0, |args| {
-                args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
-            }),
-        Family::Gemma3 => serde_json::from_value::<gemma3::Args>(vision_config)
-            .map_or(0, |args| args.activation_bytes(element_bytes)),
-        Family::Mistral3 => serde_json::from_value::<pixtral::Args>(vision_config)
-            .map_or(0, |args| {
-                args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
-            }),
-    }
-}
-
-/// What a Qwen-VL projector's tower (`vision_config` as its metadata gives it) takes while it
-/// encodes an image of `pixels`; 0 when the sizes do not read.
-pub fn projector_activation_bytes(
-    vision_config: serde_json::Value,
-    pixels: u64,
-    element_bytes: u64,
-) -> u64 {
-    serde_json::from_value::<qwen3_5::Args>(vision_config)
-        .map_or(0, |args| args.activation_bytes(pixels, element_bytes))
-}
-
-/// A patch convolution's weight `name` as the projection of a flattened patch (channels, then
-/// rows and columns): `[hidden, channels · patch · patch]`. mlx-vlm stores it channels last,
-/// which its shape tells.
-fn patch_projection(
-    weights: &mut Weights,
-    name: &str,
-    [hidden, channels, patch]: [i32; 3],
-) -> Result<Array, ModelError> {
-    let channels_last = weights
-        .shape_of(name)
-        .is_some_and(|shape| shape == [hidden, patch, patch, channels]);
-    if channels_last {
-        weights
-            .take_float(name, &[hidden, patch, patch, channels])?
-            .transpose_axes(&[0, 3, 1, 2])
-    } else {
-        Ok(weights.take_float(name, &[hidden, channels, patch, patch])?)
-    }
-    .and_then(|weight| weight.reshape(&[hidden, channels * patch * patch]))
-    .map_err(|source| weights.mlx_error("flattening the patch projection", source))
-}
-
-/// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`: its
-/// attention scores and probabilities over all the patches (MLX's fused attention does not
-/// take every head size, so they may be written out), and its hidden states, projections and
-/// MLP activations.
-fn peak_bytes(patches: u64, [heads, hidden, intermediate]: [i32; 3], element_bytes: u64) -> u64 {
-    let width = |value: i32| u64::try_from(value).unwrap_or(0);
-    let scores = width(heads) * patches * patches * 2;
-    let activations = patches * (5 * width(hidden) + width(intermediate));
-    (scores + activations).saturating_mul(element_bytes)
-}
-
-/// One block's multiply-adds over `patches`: its projections and MLP on every patch, and
-/// attention among all of them.
-fn block_multiply_adds(patches: i32, hidden: i32, intermediate: i32) -> f64 {
-    let (patches, hidden, intermediate) = (
-        f64::from(patches),
-        f64::from(hidden),
-        f64::from(intermediate),
-    );
-    let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
-    patches * weights + 2.0 * patches * patches * hidden
 }
 
 impl VisionTower {

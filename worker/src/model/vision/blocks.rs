@@ -1,0 +1,56 @@
+//! What the towers share: the patch convolution as a projection, and the sizes the batch and
+//! the memory guard weigh a block by.
+
+use mlx_rs::Array;
+
+use crate::model::error::ModelError;
+use crate::model::weights::Weights;
+
+/// A patch convolution's weight `name` as the projection of a flattened patch (channels, then
+/// rows and columns): `[hidden, channels · patch · patch]`. mlx-vlm stores it channels last,
+/// which its shape tells.
+pub(super) fn patch_projection(
+    weights: &mut Weights,
+    name: &str,
+    [hidden, channels, patch]: [i32; 3],
+) -> Result<Array, ModelError> {
+    let channels_last = weights
+        .shape_of(name)
+        .is_some_and(|shape| shape == [hidden, patch, patch, channels]);
+    if channels_last {
+        weights
+            .take_float(name, &[hidden, patch, patch, channels])?
+            .transpose_axes(&[0, 3, 1, 2])
+    } else {
+        Ok(weights.take_float(name, &[hidden, channels, patch, patch])?)
+    }
+    .and_then(|weight| weight.reshape(&[hidden, channels * patch * patch]))
+    .map_err(|source| weights.mlx_error("flattening the patch projection", source))
+}
+
+/// One block's peak over `patches` for a tower of `[heads, hidden, intermediate]`: its
+/// attention scores and probabilities over all the patches (MLX's fused attention does not
+/// take every head size, so they may be written out), and its hidden states, projections and
+/// MLP activations.
+pub(super) fn peak_bytes(
+    patches: u64,
+    [heads, hidden, intermediate]: [i32; 3],
+    element_bytes: u64,
+) -> u64 {
+    let width = |value: i32| u64::try_from(value).unwrap_or(0);
+    let scores = width(heads) * patches * patches * 2;
+    let activations = patches * (5 * width(hidden) + width(intermediate));
+    (scores + activations).saturating_mul(element_bytes)
+}
+
+/// One block's multiply-adds over `patches`: its projections and MLP on every patch, and
+/// attention among all of them.
+pub(super) fn block_multiply_adds(patches: i32, hidden: i32, intermediate: i32) -> f64 {
+    let (patches, hidden, intermediate) = (
+        f64::from(patches),
+        f64::from(hidden),
+        f64::from(intermediate),
+    );
+    let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
+    patches * weights + 2.0 * patches * patches * hidden
+}
