@@ -1,7 +1,8 @@
-//! What the towers share: the patch convolution as a projection, and the sizes the batch and
-//! the memory guard weigh a block by.
+//! What the towers share: the patch convolution as a projection, attention among all of an
+//! image's patches, and the sizes the batch and the memory guard weigh a block by.
 
-use mlx_rs::Array;
+use mlx_rs::error::Exception;
+use mlx_rs::{Array, fast};
 
 use crate::model::error::ModelError;
 use crate::model::weights::Weights;
@@ -53,4 +54,27 @@ pub(super) fn block_multiply_adds(patches: i32, hidden: i32, intermediate: i32) 
     );
     let weights = 4.0 * hidden * hidden + 2.0 * hidden * intermediate;
     patches * weights + 2.0 * patches * patches * hidden
+}
+
+/// A projection's output over an image's patches (`[patches, heads · head_dim]`) as heads,
+/// `[1, heads, patches, head_dim]`.
+pub(super) fn heads_of(projected: Array, heads: i32) -> Result<Array, Exception> {
+    let patches = projected.dim(0);
+    projected
+        .reshape(&[1, patches, heads, -1])?
+        .transpose_axes(&[0, 2, 1, 3])
+}
+
+/// Every patch attending to every patch of its image: `[1, heads, patches, head_dim]` each in,
+/// `[patches, heads · head_dim]` out.
+pub(super) fn attend_all(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+) -> Result<Array, Exception> {
+    let patches = queries.dim(2);
+    let scale = (queries.dim(-1) as f32).powf(-0.5);
+    fast::scaled_dot_product_attention(queries, keys, values, scale, None, None)?
+        .transpose_axes(&[0, 2, 1, 3])?
+        .reshape(&[patches, -1])
 }

@@ -7,10 +7,10 @@
 use std::path::Path;
 
 use mlx_rs::error::Exception;
-use mlx_rs::{Array, fast, ops};
+use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
-use super::{block_multiply_adds, patch_projection, peak_bytes};
+use super::{attend_all, block_multiply_adds, heads_of, patch_projection, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::gelu_tanh;
 use crate::model::blocks::norm::Norm;
@@ -267,24 +267,12 @@ impl Block {
 
     /// Full attention over one image's patches.
     fn attend(&self, x: &Array, heads: i32) -> Result<Array, Exception> {
-        let patches = x.dim(0);
-        let split = |projection: &Linear| -> Result<Array, Exception> {
-            projection
-                .forward(x)?
-                .reshape(&[1, patches, heads, -1])?
-                .transpose_axes(&[0, 2, 1, 3])
-        };
-        let (queries, keys, values) = (
-            split(&self.q_proj)?,
-            split(&self.k_proj)?,
-            split(&self.v_proj)?,
-        );
-        let scale = (queries.dim(-1) as f32).powf(-0.5);
-        let output =
-            fast::scaled_dot_product_attention(&queries, &keys, &values, scale, None, None)?;
-        let output = output
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[patches, -1])?;
+        let split = |projection: &Linear| heads_of(projection.forward(x)?, heads);
+        let output = attend_all(
+            &split(&self.q_proj)?,
+            &split(&self.k_proj)?,
+            &split(&self.v_proj)?,
+        )?;
         self.out_proj.forward(&output)
     }
 }

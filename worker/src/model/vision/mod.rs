@@ -18,7 +18,7 @@ use mlx_rs::error::Exception;
 use super::config::ModelConfig;
 use super::error::ModelError;
 use super::weights::Weights;
-use blocks::{block_multiply_adds, patch_projection, peak_bytes};
+use blocks::{attend_all, block_multiply_adds, heads_of, patch_projection, peak_bytes};
 use checkpoint::{Family, WrapperArgs, owned_names, projector_tensors, vision_args};
 pub use checkpoint::{activation_bytes, has_tower, projector_activation_bytes};
 

@@ -7,10 +7,10 @@
 use std::path::Path;
 
 use mlx_rs::error::Exception;
-use mlx_rs::{Array, fast, ops};
+use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
-use super::{block_multiply_adds, patch_projection, peak_bytes};
+use super::{attend_all, block_multiply_adds, heads_of, patch_projection, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::sections::rotate_halves;
@@ -373,24 +373,12 @@ impl Block {
     /// Full attention over one image's patches, each query and key rotated by its patch's row
     /// and column.
     fn attend(&self, x: &Array, heads: i32, cos: &Array, sin: &Array) -> Result<Array, Exception> {
-        let patches = x.dim(0);
-        let split = |projection: &Linear| -> Result<Array, Exception> {
-            projection
-                .forward(x)?
-                .reshape(&[1, patches, heads, -1])?
-                .transpose_axes(&[0, 2, 1, 3])
-        };
+        let split = |projection: &Linear| heads_of(projection.forward(x)?, heads);
         let queries = split(&self.q_proj)?;
         let head_dim = queries.dim(-1);
         let queries = rotate_halves(&queries, cos, sin, head_dim)?;
         let keys = rotate_halves(&split(&self.k_proj)?, cos, sin, head_dim)?;
-        let values = split(&self.v_proj)?;
-        let scale = (head_dim as f32).powf(-0.5);
-        let output =
-            fast::scaled_dot_product_attention(&queries, &keys, &values, scale, None, None)?;
-        let output = output
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[patches, -1])?;
+        let output = attend_all(&queries, &keys, &split(&self.v_proj)?)?;
         self.o_proj.forward(&output)
     }
 }

@@ -9,10 +9,10 @@ use std::path::Path;
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::{Array, Dtype, fast, ops};
+use mlx_rs::{Array, Dtype, ops};
 use serde::Deserialize;
 
-use super::{ImageTokens, block_multiply_adds, peak_bytes};
+use super::{ImageTokens, attend_all, block_multiply_adds, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::gelu_tanh;
 use crate::model::blocks::norm::Norm;
@@ -387,14 +387,7 @@ impl Block {
         let queries = rotate(part(0)?)?;
         let keys = rotate(part(1)?)?;
         let values = part(2)?.expand_dims(0)?;
-        let scale = (head_dim as f32).powf(-0.5);
-        let output =
-            fast::scaled_dot_product_attention(&queries, &keys, &values, scale, None, None)?;
-        let output = output
-            .squeeze_axes(&[0])?
-            .transpose_axes(&[1, 0, 2])?
-            .reshape(&[patches, -1])?;
-        self.proj.forward(&output)
+        self.proj.forward(&attend_all(&queries, &keys, &values)?)
     }
 }
 
