@@ -69,7 +69,7 @@ llama_cpp_pins="numpy==2.4.6 diskcache==5.6.3 typing-extensions==4.16.0 jinja2==
 pinned_venv "$llama_cpp_venv" "$llama_cpp_pins"
 # The images the vision tests send, made by Pillow.
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision_images.py" "$root/tests/data/vision/images"
-# Qwen3.5's, Gemma 3's and Mistral 3's vision-language checkpoints with transformers' preprocessing, positions, tower
+# Qwen3.5's, Gemma 3's, Gemma 4's and Mistral 3's vision-language checkpoints with transformers' preprocessing, positions, tower
 # outputs and logits for chats with those images (vision.py).
 "$toolchain_venv/bin/python" "$root/scripts/reference/vision.py" "$root/scripts/reference/vision.json" \
   "$root/tests/data/vision/images" "$root/tests/data/vision"

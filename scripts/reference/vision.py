@@ -1,4 +1,5 @@
-"""Vision-language checkpoints with random weights (Qwen3.5's and Gemma 3's), as transformers
+"""Vision-language checkpoints with random weights (Qwen3.5's, Gemma 3's, Gemma 4's and
+Mistral 3's), as transformers
 writes them, with transformers' own preprocessing, positions, vision features and logits for
 chats with images.
 
@@ -17,7 +18,7 @@ For each architecture in SPEC.json (all of them, or the ones named), OUT_DIR/<ar
   without torchvision; Qwen's video processor needs torchvision and is left out;
 - reference.safetensors and reference.json: for each of the architecture's cases (chats with
   images, spec `cases`) the processor's token ids and pixels, transformers' M-RoPE positions
-  (Qwen) or token types (Gemma 3's image tokens, which see each other), the vision tower's output, the logits at every prompt position and greedy decode
+  (Qwen) or token types (Gemma 3's and 4's image tokens, which see each other), the vision tower's output, the logits at every prompt position and greedy decode
   steps; and for each image alone the processor's pixels and grid. tests/data/vision/README.md
   names every tensor.
 
@@ -35,6 +36,9 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedTokenizerFast
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+from transformers.models.gemma4.video_processing_gemma4 import Gemma4VideoProcessor
 from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 from transformers.models.pixtral.processing_pixtral import PixtralProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -77,29 +81,32 @@ GEMMA3_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
 GEMMA3_SPECIAL += ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
 
 
-def gemma3_tokenizer(size):
-    """A byte-level BPE of `size` tokens: the printable ASCII bytes and the newline, merges to
-    fill (the first joins two newlines, as Gemma's vocabulary has `\\n\\n`, so that the newlines
-    the processor writes around an image merge with the text's), after the release's added
-    tokens, first as in the release; the image tokens are named as the release's
-    tokenizer_config.json names them."""
+def gemma_tokenizer(size, special, named, more_merges=()):
+    """A byte-level BPE of `size` tokens after a Gemma release's added tokens `special` (first,
+    as the release numbers <pad> 0, <eos> 1 and <bos> 2): the printable ASCII bytes and the
+    newline, merges to fill (the first joins two newlines, as Gemma's vocabulary has `\\n\\n`,
+    so that the newlines around an image merge with the text's); the tokens `named` as the
+    release's tokenizer_config.json names them."""
     printable = ["\u0120" if b == 0x20 else chr(b) for b in range(0x20, 0x7F)] + ["\u010a"]
     letters = "abcdefghijklmnopqrstuvwxyz"
     common = ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te"]
     common += ["is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "ou", "le", "ic", "ur"]
-    pairs = [("\u010a", "\u010a")] + [("\u0120", c) for c in letters] + [tuple(p) for p in common + ["ed"]]
-    pairs = pairs[: size - len(printable) - len(GEMMA3_SPECIAL)]
-    # First, as the release numbers <pad> 0, <eos> 1 and <bos> 2.
-    vocab = {token: i for i, token in enumerate(GEMMA3_SPECIAL + printable + ["".join(p) for p in pairs])}
+    pairs = [("\u010a", "\u010a")] + [("\u0120", c) for c in letters] + [tuple(p) for p in common + list(more_merges)]
+    pairs = pairs[: size - len(printable) - len(special)]
+    vocab = {token: i for i, token in enumerate(special + printable + ["".join(p) for p in pairs])}
     core = Tokenizer(models.BPE(vocab, pairs))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(GEMMA3_SPECIAL)
+    core.add_special_tokens(special)
     assert core.get_vocab_size() == size, core.get_vocab_size()
-    named = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
     return PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", extra_special_tokens=named
     )
+
+
+def gemma3_tokenizer(size):
+    named = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    return gemma_tokenizer(size, GEMMA3_SPECIAL, named, ["ed"])
 
 
 def gemma3_config(spec, tok):
@@ -113,6 +120,94 @@ def gemma3_config(spec, tok):
     text["pad_token_id"] = tok.pad_token_id
     text["bos_token_id"] = tok.bos_token_id
     return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+# The Gemma 4 release's added tokens that its chat template and processor write, all special;
+# its processor needs the audio markers named too, though no case sends audio.
+GEMMA4_SPECIAL = ["<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>"]
+GEMMA4_SPECIAL += ["<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>"]
+GEMMA4_SPECIAL += ["<|image>", "<image|>", "<|image|>", "<|video|>", "<|audio>", "<audio|>", "<|audio|>"]
+
+
+def gemma4_tokenizer(size):
+    named = {"boi_token": "<|image>", "eoi_token": "<image|>", "image_token": "<|image|>"}
+    named |= {"boa_token": "<|audio>", "eoa_token": "<audio|>", "audio_token": "<|audio|>"}
+    return gemma_tokenizer(size, GEMMA4_SPECIAL, named)
+
+
+def gemma4_config(spec, tok):
+    values = json.loads(json.dumps(spec["config"]))
+    values["boi_token_id"] = tok.convert_tokens_to_ids("<|image>")
+    values["eoi_token_id"] = tok.convert_tokens_to_ids("<image|>")
+    values["image_token_id"] = tok.convert_tokens_to_ids("<|image|>")
+    values["video_token_id"] = tok.convert_tokens_to_ids("<|video|>")
+    values["boa_token_id"] = tok.convert_tokens_to_ids("<|audio>")
+    values["eoa_token_index"] = tok.convert_tokens_to_ids("<audio|>")
+    values["audio_token_id"] = tok.convert_tokens_to_ids("<|audio|>")
+    text = values["text_config"]
+    # The release ends a turn at either token.
+    text["eos_token_id"] = [tok.eos_token_id, tok.convert_tokens_to_ids("<turn|>")]
+    text["pad_token_id"] = tok.pad_token_id
+    text["bos_token_id"] = tok.bos_token_id
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+def gemma4_grids(positions):
+    """Each image's rows and columns of patches, from the processor's `image_position_ids`
+    (`[images, max patches, 2]` of (x, y), -1 for padding)."""
+    return torch.stack([positions[:, :, 1].amax(dim=1) + 1, positions[:, :, 0].amax(dim=1) + 1], dim=1)
+
+
+def run_gemma4_case(model, processor, messages, steps):
+    """Transformers' answer for one chat with Gemma 4: the processor's inputs (padded patches and
+    their positions; the token types mark the image tokens, which see each other in the prompt on
+    the sliding layers), the tower's pooled and embedded output, the prompt logits and `steps`
+    greedy steps through the cache."""
+    inputs = processor.apply_chat_template(
+        messages, tokenize=True, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        features = model.model.get_image_features(inputs["pixel_values"], inputs["image_position_ids"]).pooler_output
+        out = model(**inputs, use_cache=True)
+    prompt_logits = out.logits[0].float()
+    decoded, rows = decode_steps(model, out, steps)
+    tensors = {
+        "input_ids": inputs["input_ids"][0].to(torch.int32),
+        "mm_token_type_ids": inputs["mm_token_type_ids"][0].to(torch.int32),
+        "pixel_values": inputs["pixel_values"].float(),
+        "image_grid": gemma4_grids(inputs["image_position_ids"]).to(torch.int32),
+        "image_features": torch.cat(features, dim=0).float(),
+        "logits": prompt_logits,
+        "decoded": torch.tensor(decoded, dtype=torch.int32),
+        "decode_logits": torch.stack(rows),
+    }
+    decode_rows = torch.cat([prompt_logits[-1:], tensors["decode_logits"][:-1]])
+    summary = {
+        "prompt": processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+        "tokens": int(tensors["input_ids"].numel()),
+        "images": tensors["image_grid"].tolist(),
+        "decoded": decoded,
+        "min_top_two_gap": round(top_two_gap(decode_rows), 6),
+    }
+    return tensors, summary
+
+
+def gemma4_buffers(model, seed):
+    """The tower's buffers `redraw` leaves: the clipped projections' bounds (infinite as
+    transformers makes them), drawn so that some inputs and outputs are clipped, and the
+    standardization's bias and scale (uninitialized as transformers makes them)."""
+    generator = torch.Generator().manual_seed(seed)
+    tower = model.model.vision_tower
+    with torch.no_grad():
+        for module in tower.modules():
+            if getattr(module, "use_clipped_linears", False):
+                for name in ("input", "output"):
+                    bound = 1.0 + torch.rand((), generator=generator)
+                    getattr(module, f"{name}_min").fill_(-bound)
+                    getattr(module, f"{name}_max").fill_(bound)
+        if tower.config.standardize:
+            tower.std_bias.copy_(torch.randn(tower.std_bias.shape, generator=generator) * 0.5)
+            tower.std_scale.copy_(0.5 + torch.rand(tower.std_scale.shape, generator=generator))
 
 
 # The Mistral Small 3.1 release's control tokens, first and in its order (tekken's).
@@ -327,6 +422,18 @@ def make_gemma3_processor(spec, arch, tok, template):
     )
 
 
+def make_gemma4_processor(spec, arch, tok, template):
+    image_processor = Gemma4ImageProcessorPil(**arch["image_processor"])
+    return transformers.Gemma4Processor(
+        feature_extractor=Gemma4AudioFeatureExtractor(),
+        image_processor=image_processor,
+        tokenizer=tok,
+        video_processor=Gemma4VideoProcessor(),
+        chat_template=template,
+        image_seq_length=arch["image_processor"]["max_soft_tokens"],
+    )
+
+
 def make_mistral3_processor(spec, arch, tok, template):
     image_processor = PixtralImageProcessorPil(**arch["image_processor"])
     return PixtralProcessor(
@@ -342,16 +449,20 @@ def make_mistral3_processor(spec, arch, tok, template):
 FAMILIES = {
     "qwen": (tokenizer, build_config, make_qwen_processor, run_qwen_case),
     "gemma3": (gemma3_tokenizer, gemma3_config, make_gemma3_processor, run_gemma3_case),
+    "gemma4": (gemma4_tokenizer, gemma4_config, make_gemma4_processor, run_gemma4_case),
     "mistral3": (mistral3_tokenizer, mistral3_config, make_mistral3_processor, run_mistral3_case),
 }
 
 
-def save_processor(processor, directory):
+def save_processor(processor, directory, nested):
     """The processor's files as a release has them: transformers 5's `save_pretrained` writes
-    the tokenizer and chat_template.jinja, but the image processor's settings nested in a
-    processor_config.json; the releases (saved by transformers 4) have them flat in
-    preprocessor_config.json, as the image processor's own `save_pretrained` writes it."""
+    the tokenizer and chat_template.jinja, and the image processor's settings nested in a
+    processor_config.json, as the releases made with transformers 5 have them (`nested`); the
+    older releases (saved by transformers 4) have them flat in preprocessor_config.json, as the
+    image processor's own `save_pretrained` writes it."""
     processor.save_pretrained(directory)
+    if nested:
+        return
     nested = directory / "processor_config.json"
     # The releases' processor_config.json, where they have one, holds the processor's own keys.
     own = {key: value for key, value in json.loads(nested.read_text()).items() if key != "image_processor"}
@@ -378,10 +489,12 @@ def make_architecture(name, arch, spec, root, images, out):
     torch.manual_seed(arch["seed"])
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32, attn_implementation="eager")
     redraw(model, arch["seed"])
+    if arch.get("family") == "gemma4":
+        gemma4_buffers(model, arch["seed"])
     model.eval()
     # The layout of the release: Qwen3.5's were made with transformers 5, Gemma 3's with 4.
     model.save_pretrained(hf_dir, save_original_format=arch.get("save_original_format", False))
-    save_processor(processor, hf_dir)
+    save_processor(processor, hf_dir, arch.get("nested_processor_config", False))
 
     tensors = {}
     record = {"mirrors": arch["mirrors"], "model_type": config.model_type, "cases": {}, "images": {}}
@@ -401,7 +514,11 @@ def make_architecture(name, arch, spec, root, images, out):
         alone = processor.image_processor(images=[str(images / file)], return_tensors="pt", **kwargs)
         stem = Path(file).stem
         tensors[f"image.{stem}.pixel_values"] = alone["pixel_values"].float()
-        if "image_grid_thw" in alone:
+        if "image_position_ids" in alone:
+            grid = gemma4_grids(alone["image_position_ids"]).to(torch.int32)
+            tensors[f"image.{stem}.image_grid"] = grid
+            record["images"][file] = {"image_grid": grid.tolist()}
+        elif "image_grid_thw" in alone:
             tensors[f"image.{stem}.image_grid_thw"] = alone["image_grid_thw"].to(torch.int32)
             record["images"][file] = {"image_grid_thw": alone["image_grid_thw"].tolist()}
         else:

@@ -67,7 +67,7 @@ def image_paths(messages, images):
 
 
 def transformers_masks(token_types, window):
-    """transformers' Gemma 3 prompt masks over `token_types` (1 at image tokens): a position
+    """transformers' Gemma 3 (and Gemma 4's sliding) prompt masks over `token_types` (1 at image tokens): a position
     sees its past and, among an image's tokens, the whole image; a sliding layer's also only
     keys after `position - window`. Each `[1, 1, L, L]`, true where a query sees a key."""
     image = np.asarray(token_types) == 1
@@ -171,6 +171,67 @@ def run_mistral3_case(model, processor, messages, images, steps):
     return tensors, prompt, rows[0]
 
 
+def gemma4_patches(pixels, patch):
+    """mlx-vlm's Gemma 4 pixels (`[images, 3, height, width]`, its tower cuts them) as
+    transformers' processor hands them over: each image's patches row by row, each patch's
+    pixels row by row with their channels (`[images, patches, values]`, padded with zeros to the
+    largest image's), and each image's rows and columns of patches."""
+    images, channels, height, width = pixels.shape
+    rows, columns = height // patch, width // patch
+    patches = pixels.reshape(images, channels, rows, patch, columns, patch)
+    patches = patches.transpose(0, 2, 4, 3, 5, 1).reshape(images, rows * columns, -1)
+    grid = np.array([[rows, columns]] * images, dtype=np.int32)
+    return patches.astype(np.float32), grid
+
+
+def run_gemma4_case(model, processor, messages, images, steps):
+    """mlx-vlm's Gemma 4 for one chat, its tower, embedder and text layers, with transformers'
+    prompt masks: mlx-vlm 0.7.10 lets an image's tokens see each other on the full-attention
+    layers too, and on the sliding layers beyond the window, where transformers 5.23 keeps the
+    full layers causal and the sliding layers within the window towards the past. Its prompt,
+    inputs, tower and embedder output, the prompt logits from one call of the model with a fresh
+    cache and greedy steps through that cache."""
+    paths = image_paths(messages, images)
+    prompt = apply_chat_template(processor, model.config, messages, num_images=len(paths))
+    inputs = prepare_inputs(processor, images=paths, prompts=[prompt])
+    pixel_values = inputs["pixel_values"]
+    features = model.encode_image(pixel_values)
+    text = model.language_model.model
+    token_types = np.array(inputs["mm_token_type_ids"][0])
+    _, sliding = transformers_masks(token_types, text.window_size)
+    length = token_types.size
+    causal = mx.array(np.tril(np.ones((length, length), dtype=bool))[None, None])
+    own_masks = text._make_masks
+
+    def prompt_masks(h, cache, mm_token_type_ids=None):
+        if h.shape[1] != length:
+            return own_masks(h, cache, mm_token_type_ids)
+        return [causal if layer.layer_type == "full_attention" else sliding for layer in text.layers]
+
+    text._make_masks = prompt_masks
+    cache = model.language_model.make_cache()
+    out = model(inputs["input_ids"], pixel_values, cache=cache)
+    prompt_logits = np.array(out.logits[0].astype(mx.float32))
+    decoded, rows = [], []
+    token = int(np.argmax(prompt_logits[-1]))
+    for _ in range(steps):
+        decoded.append(token)
+        logits = model.language_model(mx.array([[token]]), cache=cache).logits
+        rows.append(np.array(logits[0, -1].astype(mx.float32)))
+        token = int(np.argmax(rows[-1]))
+    patches, grid = gemma4_patches(np.array(pixel_values), model.config.vision_config.patch_size)
+    tensors = {
+        "input_ids": np.array(inputs["input_ids"][0]).astype(np.int32),
+        "pixel_values": patches,
+        "image_grid": grid,
+        "image_features": np.array(features.reshape(-1, features.shape[-1]).astype(mx.float32)),
+        "logits": prompt_logits,
+        "decoded": np.array(decoded, dtype=np.int32),
+        "decode_logits": np.stack(rows),
+    }
+    return tensors, prompt, tensors["logits"][-1]
+
+
 def run_case(model, processor, messages, images, steps):
     """mlx-vlm's answer for one chat: its prompt, inputs, prompt logits and greedy steps."""
     paths = image_paths(messages, images)
@@ -239,7 +300,8 @@ def make_layout(arch, spec, tool_input, directory, quantize, images, hf_ref, hf_
         messages = spec["cases"][case]
         if "system" in arch:
             messages = [{"role": "system", "content": arch["system"]}, *messages]
-        run = {"gemma3": run_gemma3_case, "mistral3": run_mistral3_case}.get(arch.get("family"), run_case)
+        runs = {"gemma3": run_gemma3_case, "gemma4": run_gemma4_case, "mistral3": run_mistral3_case}
+        run = runs.get(arch.get("family"), run_case)
         case_tensors, prompt, last_row = run(model, processor, messages, images, spec["decode_steps"])
         tensors.update({f"{case}.{key}": value for key, value in case_tensors.items()})
         rows = np.concatenate([last_row[None], case_tensors["decode_logits"][:-1]])

@@ -23,7 +23,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use crate::encoded_images::{grid_of, patch_array};
 use crate::image::{self, ImageError, Patches};
 use crate::loaded::LoadedModel;
-use crate::model::{EmbeddedRows, Encoding, ImagePiece, KvCache, VisionTower};
+use crate::model::{EmbeddedRows, Encoding, ImagePiece, ImagesSeenBothWays, KvCache, VisionTower};
 
 /// `corral-worker serve --max-images`, `--image-max-pixels` and `--image-min-pixels`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,9 +117,9 @@ pub(crate) struct ImagePrompt {
     shift: i32,
     /// The prompt as the prefix cache keys it.
     key: Vec<u32>,
-    /// Whether an image's tokens see each other both ways in the prompt (Gemma 3's), which
-    /// keeps each image's tokens in one prompt chunk.
-    both_ways: bool,
+    /// Which layers let an image's tokens see each other both ways in the prompt (Gemma 3's
+    /// and 4's), which keeps each image's tokens in one prompt chunk.
+    both_ways: ImagesSeenBothWays,
     /// The image (by index) part-way through the tower, kept with the sequence so that a
     /// cancelled request's leaves with it.
     in_tower: RefCell<Option<(usize, Encoding)>>,
@@ -316,7 +316,7 @@ impl ImagePrompt {
     /// could not show to its earlier tokens. Before the image where the chunk has tokens before
     /// it, else after it, whatever the chunk's budget.
     pub(crate) fn whole_images(&self, start: usize, end: usize) -> usize {
-        if !self.both_ways {
+        if self.both_ways == ImagesSeenBothWays::Nowhere {
             return end;
         }
         for (first, last) in self.spans() {
@@ -338,7 +338,7 @@ impl ImagePrompt {
     /// Sets how prompt positions `start..end` rotate, and which of them see each other both
     /// ways, in every one of a sequence's caches.
     pub(crate) fn prepare_chunk(&self, caches: &mut [KvCache], start: usize, end: usize) {
-        if self.both_ways {
+        if self.both_ways != ImagesSeenBothWays::Nowhere {
             let runs: Vec<(i32, i32)> = self
                 .spans()
                 .filter_map(|(first, last)| {
@@ -347,7 +347,9 @@ impl ImagePrompt {
                 })
                 .collect();
             for cache in caches.iter_mut() {
-                cache.set_both_ways(runs.clone());
+                if self.both_ways.in_layer_of(cache) {
+                    cache.set_both_ways(runs.clone());
+                }
             }
         }
         let Some(positions) = &self.positions else {
@@ -367,7 +369,7 @@ impl ImagePrompt {
     /// Sets generated tokens to rotate after the prompt's last position, and to see only
     /// their past.
     pub(crate) fn prepare_generated(&self, caches: &mut [KvCache]) {
-        if self.both_ways {
+        if self.both_ways != ImagesSeenBothWays::Nowhere {
             for cache in caches.iter_mut() {
                 cache.set_both_ways(Vec::new());
             }

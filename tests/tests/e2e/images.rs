@@ -403,64 +403,75 @@ fn a_restore_that_ends_inside_an_image_answers_as_a_cold_prefill() {
     }
 }
 
-/// Gemma 3's image tokens see each other both ways in the prompt: a prompt restored from the
-/// prefix cache partway through an image (from another prompt with the same picture) and one
-/// restored whole read as transformers reads the prompt cold.
+/// Gemma 3's and Gemma 4's image tokens see each other both ways in the prompt (Gemma 4's on
+/// its sliding layers only): a prompt restored from the prefix cache partway through an image
+/// (from another prompt with the same picture) and one restored whole read as transformers
+/// reads the prompt cold.
 #[test]
-fn gemma3_reads_an_image_as_transformers_also_when_restored_partway_through_it() {
+fn gemmas_read_an_image_as_transformers_also_when_restored_partway_through_it() {
     let dirs = Dirs::with_models(&[]);
     vision_model_from(&dirs, "gemma3-vl", "gemma3/hf");
+    vision_model_from(&dirs, "gemma4-vl", "gemma4/hf");
     let config = dirs.write_config("[prefix_cache]\nblock_tokens = 16\n");
     let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
-    assert_eq!(server.get_json("/v1/models/gemma3-vl")["vision"], true);
     let wide = format!("data:image/png;base64,{}", image_base64("wide.png"));
-    let ask = |after_image: Option<&str>| -> Value {
-        let mut content = vec![
-            json!({"type": "text", "text": "What is in this picture?"}),
-            json!({"type": "image_url", "image_url": {"url": wide}}),
-        ];
-        content.extend(after_image.map(|text| json!({"type": "text", "text": text})));
-        let body = json!({"model": "gemma3-vl", "max_tokens": 8, "temperature": 0,
-            "logprobs": true, "top_logprobs": 3,
-            "messages": [{"role": "user", "content": content}]});
-        server.post("/v1/chat/completions", &body).json().unwrap()
-    };
-    // The image's 16 tokens are positions 24 to 39 of reference case (a)'s 51; another
-    // question after the same picture shares the prompt up to the image's end token (40), so
-    // case (a) then restores the two blocks before 32, ending inside the image; asked again, it
-    // restores all but its last token.
-    ask(Some("Describe it."));
-    // The greedy token is all but certain; the runners-up tell the readings apart.
-    let expected = fixture_top_logprobs("gemma3/hf", "a", 3);
-    for cached in [32, 50] {
-        let answer = ask(None);
-        assert_eq!(answer["usage"]["prompt_tokens"], 51, "{answer}");
-        let restored = &answer["usage"]["prompt_tokens_details"]["cached_tokens"];
-        assert_eq!(restored, cached, "{answer}");
-        let steps = answer["choices"][0]["logprobs"]["content"]
-            .as_array()
-            .unwrap();
-        assert_eq!(steps.len(), expected.len(), "{answer}");
-        for (step, (got, expected)) in steps.iter().zip(&expected).enumerate() {
-            let got: Vec<f32> = got["top_logprobs"]
+    // Reference case (a) of each: its length, and the tokens restored when it follows another
+    // question after the same picture, which shares the prompt up to the image's end: the
+    // blocks of 16 before the shared prefix's end, which is inside the image (Gemma 3's 16
+    // tokens are positions 24 to 39 of 51, Gemma 4's 65 are 25 to 89 of 110); asked again, all
+    // but its last token.
+    for (model, fixture, length, restores) in [
+        ("gemma3-vl", "gemma3/hf", 51, [32, 50]),
+        ("gemma4-vl", "gemma4/hf", 110, [80, 109]),
+    ] {
+        assert_eq!(
+            server.get_json(&format!("/v1/models/{model}"))["vision"],
+            true
+        );
+        let ask = |after_image: Option<&str>| -> Value {
+            let mut content = vec![
+                json!({"type": "text", "text": "What is in this picture?"}),
+                json!({"type": "image_url", "image_url": {"url": wide}}),
+            ];
+            content.extend(after_image.map(|text| json!({"type": "text", "text": text})));
+            let body = json!({"model": model, "max_tokens": 8, "temperature": 0,
+                "logprobs": true, "top_logprobs": 3,
+                "messages": [{"role": "user", "content": content}]});
+            server.post("/v1/chat/completions", &body).json().unwrap()
+        };
+        ask(Some("Describe it."));
+        // The greedy token is all but certain; the runners-up tell the readings apart.
+        let expected = fixture_top_logprobs(fixture, "a", 3);
+        for cached in restores {
+            let answer = ask(None);
+            assert_eq!(answer["usage"]["prompt_tokens"], length, "{answer}");
+            let restored = &answer["usage"]["prompt_tokens_details"]["cached_tokens"];
+            assert_eq!(restored, cached, "{answer}");
+            let steps = answer["choices"][0]["logprobs"]["content"]
                 .as_array()
-                .unwrap()
-                .iter()
-                .map(|top| top["logprob"].as_f64().unwrap() as f32)
-                .collect();
-            assert_eq!(got.len(), expected.len(), "{answer}");
-            for (got, expected) in got.iter().zip(expected) {
-                assert!(
-                    (got - expected).abs() < 1e-2,
-                    "{cached} cached, step {step}: {got} against {expected}"
-                );
+                .unwrap();
+            assert_eq!(steps.len(), expected.len(), "{answer}");
+            for (step, (got, expected)) in steps.iter().zip(&expected).enumerate() {
+                let got: Vec<f32> = got["top_logprobs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|top| top["logprob"].as_f64().unwrap() as f32)
+                    .collect();
+                assert_eq!(got.len(), expected.len(), "{answer}");
+                for (got, expected) in got.iter().zip(expected) {
+                    assert!(
+                        (got - expected).abs() < 1e-2,
+                        "{model}, {cached} cached, step {step}: {got} against {expected}"
+                    );
+                }
             }
         }
+        // The tower encoded the picture once.
+        let metrics = server.metrics();
+        let encoded = format!("corral_images_encoded_total{{model=\"{model}\"}} 1");
+        assert!(metrics.contains(&encoded), "{encoded} not in {metrics}");
     }
-    // The tower encoded the picture once.
-    let metrics = server.metrics();
-    let encoded = "corral_images_encoded_total{model=\"gemma3-vl\"} 1";
-    assert!(metrics.contains(encoded), "{encoded} not in {metrics}");
 }
 
 /// Mistral 3 (Pixtral's tower) reads an image through chat completions as transformers does,

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::ImageError;
 use super::gemma3::{self, Gemma3Processor};
+use super::gemma4::{self, Gemma4Processor};
 use super::pixtral::{self, PixtralProcessor};
 use super::qwen2_vl::{self, Qwen2VlProcessor};
 
@@ -16,6 +17,7 @@ use super::qwen2_vl::{self, Qwen2VlProcessor};
 pub enum ImageProcessor {
     Qwen2Vl(Qwen2VlProcessor),
     Gemma3(Gemma3Processor),
+    Gemma4(Gemma4Processor),
     Pixtral(PixtralProcessor),
 }
 
@@ -67,6 +69,7 @@ impl ImageProcessor {
         match family {
             "Qwen2VLImageProcessor" => qwen2_vl::config::parse(&path, section).map(Self::Qwen2Vl),
             "Gemma3ImageProcessor" => gemma3::parse(&path, section).map(Self::Gemma3),
+            "Gemma4ImageProcessor" => gemma4::parse(&path, section).map(Self::Gemma4),
             "PixtralImageProcessor" => pixtral::parse(&path, section, dir).map(Self::Pixtral),
             _ => Err(ImageError::ProcessorConfig {
                 path,
@@ -94,7 +97,7 @@ impl ImageProcessor {
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {
         match self {
             Self::Qwen2Vl(processor) => Self::Qwen2Vl(processor.with_pixel_limits(min, max)),
-            Self::Gemma3(_) | Self::Pixtral(_) => self,
+            Self::Gemma3(_) | Self::Gemma4(_) | Self::Pixtral(_) => self,
         }
     }
 
@@ -103,6 +106,7 @@ impl ImageProcessor {
         match self {
             Self::Qwen2Vl(processor) => processor.max_pixels(),
             Self::Gemma3(processor) => processor.pixels(),
+            Self::Gemma4(processor) => processor.max_pixels(),
             Self::Pixtral(processor) => processor.max_pixels(),
         }
     }
@@ -111,6 +115,7 @@ impl ImageProcessor {
         match self {
             Self::Qwen2Vl(processor) => processor.preprocess(image),
             Self::Gemma3(processor) => processor.preprocess(image),
+            Self::Gemma4(processor) => processor.preprocess(image),
             Self::Pixtral(processor) => processor.preprocess(image),
         }
     }

@@ -288,6 +288,11 @@ impl KvCache {
         self.next_positions = positions;
     }
 
+    /// Whether this is a sliding-window layer's cache.
+    pub fn is_sliding(&self) -> bool {
+        self.window.is_some()
+    }
+
     /// Sets the runs of the next input's positions that see each other both ways.
     pub fn set_both_ways(&mut self, runs: Vec<(i32, i32)>) {
         self.next_both_ways = runs;

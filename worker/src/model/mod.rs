@@ -34,8 +34,9 @@ pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use vision::{
-    Encoding, ImagePiece, ImageTokens, VisionTower, activation_bytes as vision_activation_bytes,
-    has_tower as has_vision_tower, projector_activation_bytes,
+    Encoding, ImagePiece, ImageTokens, ImagesSeenBothWays, VisionTower,
+    activation_bytes as vision_activation_bytes, has_tower as has_vision_tower,
+    projector_activation_bytes,
 };
 
 /// `count` deterministic values spread over [-1, 1], for the host kernels' tests.
@@ -191,7 +192,14 @@ impl Model {
         let h = scaled(decoder.embed_tokens.lookup(&ids)?, decoder.embedding_scale)?;
         let mut h = with_embedded_rows(h, segments)?;
         let per_layer_inputs = match &decoder.per_layer_inputs {
-            Some(inputs) => Some(inputs.forward(&ids, &h)?),
+            // transformers looks an image's tokens up as the pad token in the per-layer table.
+            Some(inputs) => {
+                let ids = match padded_under_rows(&tokens, segments, inputs.pad_token) {
+                    Some(padded) => Array::from_slice(&padded, &[1, padded.len() as i32]),
+                    None => ids,
+                };
+                Some(inputs.forward(&ids, &h)?)
+            }
             None => None,
         };
         for (index, layer) in decoder.layers.iter().enumerate() {
@@ -225,6 +233,25 @@ impl Model {
     pub fn dtype(&self) -> mlx_rs::Dtype {
         self.decoder.embed_tokens.dtype()
     }
+}
+
+/// The packed `tokens` with `pad` wherever a segment's embedded rows replace them; `None` when
+/// no segment has any.
+fn padded_under_rows(tokens: &[u32], segments: &[Segment<'_>], pad: u32) -> Option<Vec<u32>> {
+    if segments.iter().all(|segment| segment.embedded.is_empty()) {
+        return None;
+    }
+    let mut padded = tokens.to_vec();
+    let mut segment_start = 0;
+    for segment in segments {
+        for embedded in &segment.embedded {
+            let start = segment_start + embedded.start;
+            let end = (start + embedded.rows.dim(0) as usize).min(padded.len());
+            padded[start..end].fill(pad);
+        }
+        segment_start += segment.tokens.len();
+    }
+    Some(padded)
 }
 
 /// The packed embeddings `h` (`[1, positions, hidden]`) with each segment's embedded rows in

@@ -363,7 +363,7 @@ impl Fixture {
                 .unwrap();
             let end = images.whole_images(start, end);
             assert!(
-                !images.both_ways
+                images.both_ways == ImagesSeenBothWays::Nowhere
                     || spans
                         .iter()
                         .all(|&(first, last)| !(first < end && end < last)),
@@ -403,33 +403,44 @@ fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
         .item_exact::<f32>()
 }
 
+/// The Gemma fixtures and the name of the token types transformers' processor marks their
+/// images' tokens with.
+const GEMMAS: [(&str, &str); 2] = [
+    ("vision/gemma3/hf", "token_type_ids"),
+    ("vision/gemma4/hf", "mm_token_type_ids"),
+];
+
 #[test]
-fn gemma3s_prompts_have_the_processors_tokens_and_each_image_sees_itself_both_ways() {
-    let fixture = Fixture::load("vision/gemma3/hf");
-    for name in ["a", "b", "c", "d"] {
-        let images = fixture.prepared(name).images.unwrap();
-        assert!(images.positions.is_none(), "{name}");
-        // The runs that see each other are transformers' image token types.
-        let types = fixture.tensors[&format!("{name}.token_type_ids")].as_slice::<i32>();
-        let spans: Vec<(usize, usize)> = images.spans().collect();
-        for (position, &kind) in types.iter().enumerate() {
-            let in_span = spans
-                .iter()
-                .any(|&(first, last)| (first..last).contains(&position));
-            assert_eq!(kind == 1, in_span, "{name} position {position}");
+fn gemmas_prompts_have_the_processors_tokens_and_each_image_sees_itself_both_ways() {
+    for (dir, types) in GEMMAS {
+        let fixture = Fixture::load(dir);
+        for name in ["a", "b", "c", "d"] {
+            let images = fixture.prepared(name).images.unwrap();
+            assert!(images.positions.is_none(), "{dir} {name}");
+            // The runs that see each other are transformers' image token types.
+            let types = fixture.tensors[&format!("{name}.{types}")].as_slice::<i32>();
+            let spans: Vec<(usize, usize)> = images.spans().collect();
+            for (position, &kind) in types.iter().enumerate() {
+                let in_span = spans
+                    .iter()
+                    .any(|&(first, last)| (first..last).contains(&position));
+                assert_eq!(kind == 1, in_span, "{dir} {name} position {position}");
+            }
         }
     }
 }
 
 #[test]
-fn gemma3s_prompt_read_in_small_chunks_keeps_each_image_whole_and_reads_the_same() {
-    let fixture = Fixture::load("vision/gemma3/hf");
-    let prepared = fixture.prepared("c");
-    // 8-token chunks, shorter than an image's 16 tokens.
-    let mut cache = fixture.loaded.model.new_cache();
-    let logits = fixture.prompt_logits(&prepared, &mut cache, 8);
-    let difference = largest_difference(&logits, &fixture.tensors["c.logits"]);
-    assert!(difference < 1e-3, "{difference}");
+fn gemmas_prompt_read_in_small_chunks_keeps_each_image_whole_and_reads_the_same() {
+    for (dir, _) in GEMMAS {
+        let fixture = Fixture::load(dir);
+        let prepared = fixture.prepared("c");
+        // 8-token chunks, shorter than an image's tokens.
+        let mut cache = fixture.loaded.model.new_cache();
+        let logits = fixture.prompt_logits(&prepared, &mut cache, 8);
+        let difference = largest_difference(&logits, &fixture.tensors["c.logits"]);
+        assert!(difference < 1e-3, "{dir}: {difference}");
+    }
 }
 
 #[test]

@@ -45,6 +45,8 @@ struct Args {
     /// `null`: no per-layer inputs.
     hidden_size_per_layer_input: Option<i32>,
     vocab_size_per_layer_input: i32,
+    /// The token whose per-layer input an image's tokens take.
+    pad_token_id: u32,
     /// transformers' `None`, no cap (mlx-lm's is 30).
     final_logit_softcapping: Option<f32>,
     enable_moe_block: bool,
@@ -66,6 +68,7 @@ impl Default for Args {
             use_double_wide_mlp: false,
             hidden_size_per_layer_input: Some(256),
             vocab_size_per_layer_input: 262_144,
+            pad_token_id: 0,
             final_logit_softcapping: None,
             enable_moe_block: false,
             num_experts: None,
@@ -265,6 +268,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             config,
             vocab,
             per_layer_width,
+            args.pad_token_id,
         )?);
     }
     Ok(decoder)

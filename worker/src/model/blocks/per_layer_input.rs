@@ -21,6 +21,8 @@ pub struct PerLayerInputs {
     per_layer_projection_norm: Norm,
     layers: i32,
     width: i32,
+    /// The token whose table row an image's tokens take (transformers' `pad_token_id`).
+    pub pad_token: u32,
 }
 
 impl PerLayerInputs {
@@ -31,6 +33,7 @@ impl PerLayerInputs {
         config: &ModelConfig,
         vocab: i32,
         width: i32,
+        pad_token: u32,
     ) -> Result<Self, ModelError> {
         let (layers, hidden, quant) = (config.num_layers, config.hidden_size, config.quantization);
         Ok(Self {
@@ -57,6 +60,7 @@ impl PerLayerInputs {
             )?,
             layers,
             width,
+            pad_token,
         })
     }
 

@@ -65,15 +65,25 @@ pub(super) fn heads_of(projected: Array, heads: i32) -> Result<Array, Exception>
         .transpose_axes(&[0, 2, 1, 3])
 }
 
-/// Every patch attending to every patch of its image: `[1, heads, patches, head_dim]` each in,
-/// `[patches, heads · head_dim]` out.
+/// Every patch attending to every patch of its image, the scores scaled by the head size's
+/// root: `[1, heads, patches, head_dim]` each in, `[patches, heads · head_dim]` out.
 pub(super) fn attend_all(
     queries: &Array,
     keys: &Array,
     values: &Array,
 ) -> Result<Array, Exception> {
-    let patches = queries.dim(2);
     let scale = (queries.dim(-1) as f32).powf(-0.5);
+    attend_all_scaled(queries, keys, values, scale)
+}
+
+/// [`attend_all`] with the scores scaled by `scale` (Gemma 4's tower leaves them unscaled).
+pub(super) fn attend_all_scaled(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, Exception> {
+    let patches = queries.dim(2);
     fast::scaled_dot_product_attention(queries, keys, values, scale, None, None)?
         .transpose_axes(&[0, 2, 1, 3])?
         .reshape(&[patches, -1])

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{gemma3, pixtral, qwen3_5};
+use super::{gemma3, gemma4, pixtral, qwen3_5};
 use crate::image::ImageProcessor;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
@@ -15,6 +15,7 @@ use crate::model::weights::{Weights, tensor_headers};
 pub(super) enum Family {
     Qwen3_5,
     Gemma3,
+    Gemma4,
     Mistral3,
 }
 
@@ -23,6 +24,7 @@ impl Family {
         match config.wrapper?.model_type {
             "qwen3_5" | "qwen3_5_moe" => Some(Self::Qwen3_5),
             "gemma3" => Some(Self::Gemma3),
+            "gemma4" => Some(Self::Gemma4),
             "mistral3" => Some(Self::Mistral3),
             _ => None,
         }
@@ -32,9 +34,11 @@ impl Family {
     /// (Qwen's patch projection stored channels last under them) and, for Gemma 3 and
     /// Mistral 3, mlx-vlm's (`vision_model.` added; Gemma 3's release has it too), then the
     /// original format's (transformers 4's releases of Mistral 3, transformers 5's of both).
+    /// Gemma 4's are transformers 5's and mlx-vlm's, which drops `model.`.
     pub(super) fn tower_prefixes(self) -> &'static [&'static str] {
         match self {
             Self::Qwen3_5 => &["model.visual.", "vision_tower."],
+            Self::Gemma4 => &["model.vision_tower.", "vision_tower."],
             Self::Gemma3 | Self::Mistral3 => &[
                 "model.vision_tower.",
                 "vision_tower.vision_model.",
@@ -58,9 +62,28 @@ pub(super) struct WrapperArgs {
     pub(super) multimodal_projector_bias: Option<bool>,
     pub(super) projector_hidden_act: Option<String>,
     pub(super) vision_feature_layer: Option<serde_json::Value>,
+    pub(super) boi_token_id: Option<u32>,
+    pub(super) eoi_token_id: Option<u32>,
+    text_config: Option<TextKeys>,
+}
+
+/// The text model's keys that say how it attends to an image.
+#[derive(serde::Deserialize)]
+struct TextKeys {
+    /// Gemma 4's `"vision"` or `"all"`; Gemma 3's configs write a boolean.
+    use_bidirectional_attention: Option<serde_json::Value>,
 }
 
 impl WrapperArgs {
+    /// Gemma 4's `text_config.use_bidirectional_attention`.
+    pub(super) fn bidirectional_attention(&self) -> Option<&str> {
+        self.text_config
+            .as_ref()?
+            .use_bidirectional_attention
+            .as_ref()?
+            .as_str()
+    }
+
     pub(super) fn read(config: &ModelConfig) -> Option<Self> {
         let text = std::fs::read_to_string(&config.path).ok()?;
         serde_json::from_str(&text).ok()
@@ -80,6 +103,14 @@ pub(super) fn owned_names(weights: &Weights) -> Vec<String> {
 /// name or the original one.
 pub(super) fn projector_tensors(weights: &mut Weights) -> Option<Weights> {
     ["model.multi_modal_projector.", "multi_modal_projector."]
+        .iter()
+        .find_map(|prefix| weights.split_off(prefix))
+}
+
+/// Gemma 4's embedder of the tower's tokens into the text model's width, under transformers 5's
+/// name or mlx-vlm's.
+pub(super) fn embedder_tensors(weights: &mut Weights) -> Option<Weights> {
+    ["model.embed_vision.", "embed_vision."]
         .iter()
         .find_map(|prefix| weights.split_off(prefix))
 }
@@ -142,6 +173,9 @@ pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) ->
             }),
         Family::Gemma3 => serde_json::from_value::<gemma3::Args>(vision_config)
             .map_or(0, |args| args.activation_bytes(element_bytes)),
+        Family::Gemma4 => serde_json::from_value::<gemma4::Args>(vision_config).map_or(0, |args| {
+            args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)
+        }),
         Family::Mistral3 => serde_json::from_value::<pixtral::Args>(vision_config)
             .map_or(0, |args| {
                 args.activation_bytes(processor.max_pixels().min(MEGAPIXEL), element_bytes)

@@ -7,6 +7,7 @@
 mod blocks;
 mod checkpoint;
 mod gemma3;
+mod gemma4;
 mod pixtral;
 mod qwen3_5;
 
@@ -17,19 +18,49 @@ use mlx_rs::error::Exception;
 
 use super::config::ModelConfig;
 use super::error::ModelError;
+use super::kv_cache::KvCache;
 use super::weights::Weights;
-use blocks::{attend_all, block_multiply_adds, heads_of, patch_projection, peak_bytes};
-use checkpoint::{Family, WrapperArgs, owned_names, projector_tensors, vision_args};
+use blocks::{
+    attend_all, attend_all_scaled, block_multiply_adds, heads_of, patch_projection, peak_bytes,
+};
+use checkpoint::{
+    Family, WrapperArgs, embedder_tensors, owned_names, projector_tensors, vision_args,
+};
 pub use checkpoint::{activation_bytes, has_tower, projector_activation_bytes};
 
 pub struct VisionTower {
     tower: Tower,
     tokens: ImageTokenIds,
+    both_ways: ImagesSeenBothWays,
+}
+
+/// Which of the text model's layers let an image's tokens see each other both ways in the
+/// prompt, not only their past, as transformers masks them by their token types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImagesSeenBothWays {
+    Nowhere,
+    /// Gemma 3's.
+    EveryLayer,
+    /// Gemma 4's with `use_bidirectional_attention = "vision"`: its full-attention layers stay
+    /// causal.
+    SlidingLayers,
+}
+
+impl ImagesSeenBothWays {
+    /// Whether the layer that keeps `cache` sees an image's tokens both ways.
+    pub fn in_layer_of(self, cache: &KvCache) -> bool {
+        match self {
+            Self::Nowhere => false,
+            Self::EveryLayer => true,
+            Self::SlidingLayers => cache.is_sliding(),
+        }
+    }
 }
 
 enum Tower {
     Qwen3_5(qwen3_5::Tower),
     Gemma3(gemma3::Tower),
+    Gemma4(gemma4::Tower),
     Pixtral(pixtral::Tower),
 }
 
@@ -52,6 +83,7 @@ pub struct Encoding {
 enum Staged {
     Qwen3_5(qwen3_5::Staged),
     Gemma3(gemma3::Staged),
+    Gemma4(gemma4::Staged),
     Pixtral(pixtral::Staged),
 }
 
@@ -99,6 +131,7 @@ impl VisionTower {
         };
         // The projector's tensors no layer used, where the tower has them apart (Gemma 3's).
         let mut projector_leftovers = Vec::new();
+        let mut both_ways = ImagesSeenBothWays::Nowhere;
         let (tower, tokens) = match family {
             Family::Qwen3_5 => {
                 let channels_last = prefix == "vision_tower.";
@@ -185,7 +218,35 @@ impl VisionTower {
                     row: wrapper_args.image_token_index.unwrap_or(262_144),
                     around: Some((boi, wrapper_args.eoi_token_index.unwrap_or(256_000))),
                 };
+                both_ways = ImagesSeenBothWays::EveryLayer;
                 (Tower::Gemma3(tower), tokens)
+            }
+            Family::Gemma4 => {
+                let mut embedder = embedder_tensors(weights)
+                    .ok_or_else(|| bad("the vision tower has no embed_vision".into()))?;
+                let tower = gemma4::Tower::load(
+                    &vision_args(config, vision_config)?,
+                    &mut tensors,
+                    &mut embedder,
+                    config.hidden_size,
+                    config.quantization,
+                    &config.path,
+                )?;
+                projector_leftovers = owned_names(&embedder);
+                if wrapper_args.bidirectional_attention() == Some("vision") {
+                    both_ways = ImagesSeenBothWays::SlidingLayers;
+                }
+                // transformers' `Gemma4Config` defaults.
+                let image = wrapper_args.image_token_id.unwrap_or(258_880);
+                let tokens = ImageTokenIds {
+                    placeholder: image,
+                    row: image,
+                    around: Some((
+                        wrapper_args.boi_token_id.unwrap_or(255_999),
+                        wrapper_args.eoi_token_id.unwrap_or(258_882),
+                    )),
+                };
+                (Tower::Gemma4(tower), tokens)
             }
         };
         let mut leftovers: Vec<&str> = tensors.leftover_names();
@@ -193,7 +254,11 @@ impl VisionTower {
         if !leftovers.is_empty() {
             tracing::warn!(model = %config.path.display(), tensors = ?leftovers, "ignoring vision tensors no layer uses");
         }
-        Ok(Some(Self { tower, tokens }))
+        Ok(Some(Self {
+            tower,
+            tokens,
+            both_ways,
+        }))
     }
 
     /// Qwen3.5's tower from a llama.cpp projector's tensors, renamed to transformers' names
@@ -220,6 +285,7 @@ impl VisionTower {
                 row: image_token,
                 around: None,
             },
+            both_ways: ImagesSeenBothWays::Nowhere,
         })
     }
 
@@ -241,6 +307,7 @@ impl VisionTower {
         let staged = match &self.tower {
             Tower::Qwen3_5(tower) => Staged::Qwen3_5(tower.begin(patches, grid)?),
             Tower::Gemma3(tower) => Staged::Gemma3(tower.begin(patches)?),
+            Tower::Gemma4(tower) => Staged::Gemma4(tower.begin(patches, grid)?),
             Tower::Pixtral(tower) => Staged::Pixtral(tower.begin(patches, grid)?),
         };
         Ok(Encoding { staged, grid })
@@ -256,6 +323,7 @@ impl VisionTower {
         match (&self.tower, &mut encoding.staged) {
             (Tower::Qwen3_5(tower), Staged::Qwen3_5(staged)) => tower.advance(staged, blocks),
             (Tower::Gemma3(tower), Staged::Gemma3(staged)) => tower.advance(staged, blocks),
+            (Tower::Gemma4(tower), Staged::Gemma4(staged)) => tower.advance(staged, blocks),
             (Tower::Pixtral(tower), Staged::Pixtral(staged)) => tower.advance(staged, blocks),
             _ => Err(Exception::from("an image staged by another tower")),
         }
@@ -267,6 +335,7 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.activation_bytes(grid, element_bytes),
             Tower::Gemma3(tower) => tower.activation_bytes(element_bytes),
+            Tower::Gemma4(tower) => tower.activation_bytes(grid, element_bytes),
             Tower::Pixtral(tower) => tower.activation_bytes(grid, element_bytes),
         }
     }
@@ -276,6 +345,7 @@ impl VisionTower {
         let done = match &encoding.staged {
             Staged::Qwen3_5(staged) => staged.next_block,
             Staged::Gemma3(staged) => staged.next_block,
+            Staged::Gemma4(staged) => staged.next_block,
             Staged::Pixtral(staged) => staged.next_block,
         };
         self.depth().saturating_sub(done)
@@ -286,6 +356,7 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.depth(),
             Tower::Gemma3(tower) => tower.depth(),
+            Tower::Gemma4(tower) => tower.depth(),
             Tower::Pixtral(tower) => tower.depth(),
         }
     }
@@ -296,12 +367,14 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.block_multiply_adds(grid),
             Tower::Gemma3(tower) => tower.block_multiply_adds(),
+            Tower::Gemma4(tower) => tower.block_multiply_adds(grid),
             Tower::Pixtral(tower) => tower.block_multiply_adds(grid),
         }
     }
 
     /// What replaces the template's placeholder for an image of `grid` patches: Gemma 3's
-    /// processor writes the rows between its begin and end tokens, a blank line either side;
+    /// processor writes the rows between its begin and end tokens, a blank line either side
+    /// (Gemma 4's template writes the blank lines itself);
     /// Pixtral's ends each row of merged patches with `[IMG_BREAK]`, the last with `[IMG_END]`.
     pub fn expansion(&self, grid: [i32; 3]) -> Vec<ImagePiece> {
         if let Tower::Pixtral(tower) = &self.tower {
@@ -324,6 +397,12 @@ impl VisionTower {
         let rows = vec![ImagePiece::Token(self.tokens.row); self.rows(grid)];
         match self.tokens.around {
             None => rows,
+            Some((begin, end)) if matches!(self.tower, Tower::Gemma4(_)) => [
+                vec![ImagePiece::Token(begin)],
+                rows,
+                vec![ImagePiece::Token(end)],
+            ]
+            .concat(),
             Some((begin, end)) => [
                 vec![ImagePiece::Text("\n\n"), ImagePiece::Token(begin)],
                 rows,
@@ -338,6 +417,7 @@ impl VisionTower {
         match &self.tower {
             Tower::Qwen3_5(tower) => tower.rows(grid),
             Tower::Gemma3(tower) => tower.rows(),
+            Tower::Gemma4(tower) => tower.rows(grid),
             Tower::Pixtral(tower) => {
                 let (rows, columns) = tower.rows_and_columns(grid);
                 rows * columns
@@ -350,14 +430,13 @@ impl VisionTower {
     pub fn rotary_positions(&self, grid: [i32; 3]) -> Option<ImageTokens> {
         match &self.tower {
             Tower::Qwen3_5(tower) => Some(tower.image_tokens(grid)),
-            Tower::Gemma3(_) | Tower::Pixtral(_) => None,
+            Tower::Gemma3(_) | Tower::Gemma4(_) | Tower::Pixtral(_) => None,
         }
     }
 
-    /// Whether an image's tokens see each other both ways in the prompt, not only their past
-    /// (Gemma 3's, as transformers masks them by their token types).
-    pub fn sees_images_both_ways(&self) -> bool {
-        matches!(self.tower, Tower::Gemma3(_))
+    /// Which layers let an image's tokens see each other both ways in the prompt.
+    pub fn sees_images_both_ways(&self) -> ImagesSeenBothWays {
+        self.both_ways
     }
 
     /// The token the chat template writes once per image.

@@ -1,4 +1,4 @@
-//! The Qwen3.5, Gemma 3 and Mistral 3 towers and the text model after images against
+//! The Qwen3.5, Gemma 3, Gemma 4 and Mistral 3 towers and the text model after images against
 //! transformers (`hf`) and mlx-vlm (`mlx`, `mlx-q4`), on the random-weight checkpoints
 //! `scripts/reference/vision.py` and `vision_mlx.py` make (tests/data/vision), fed each
 //! reference's own pixel values, so that only the model is under test here.
@@ -10,7 +10,7 @@ use mlx_rs::Array;
 use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
-use crate::model::{EmbeddedRows, Model, Segment};
+use crate::model::{EmbeddedRows, ImagesSeenBothWays, Model, Segment};
 
 const CASES: [&str; 4] = ["a", "b", "c", "d"];
 
@@ -178,13 +178,13 @@ fn gemma3_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str)
 }
 
 /// The prompt's logits, the image tokens of each run in `tokens` seeing each other both ways
-/// where `both_ways`, in one pass; the cache is left after the prompt.
-fn gemma3_prompt_logits(
+/// in the layers `both_ways` names, in one pass; the cache is left after the prompt.
+fn gemma_prompt_logits(
     model: &Model,
     tokens: &[u32],
     images: Vec<Array>,
     cache: &mut [crate::model::KvCache],
-    both_ways: bool,
+    both_ways: ImagesSeenBothWays,
 ) -> Array {
     let image_token = model.vision.as_ref().unwrap().row_token();
     let starts: Vec<usize> = (0..tokens.len())
@@ -198,7 +198,8 @@ fn gemma3_prompt_logits(
         .map(|(&start, rows)| (start as i32, (start as i32) + rows.dim(0)))
         .collect();
     for layer in cache.iter_mut() {
-        layer.set_both_ways(if both_ways { runs.clone() } else { Vec::new() });
+        let seen = both_ways.in_layer_of(layer);
+        layer.set_both_ways(if seen { runs.clone() } else { Vec::new() });
     }
     let embedded = starts
         .into_iter()
@@ -238,13 +239,104 @@ fn gemma3s_tower_and_text_after_images_read_as_the_tools() {
             let expected = &reference[&format!("{case}.logits")];
             // Attending only to their past, the image's tokens read otherwise.
             let mut cache = model.new_cache();
-            let causal = gemma3_prompt_logits(&model, &tokens, images.clone(), &mut cache, false);
+            let causal = gemma_prompt_logits(
+                &model,
+                &tokens,
+                images.clone(),
+                &mut cache,
+                ImagesSeenBothWays::Nowhere,
+            );
             assert!(
                 largest_difference(&causal, expected) > 1e-2,
                 "{layout} case {case}"
             );
             let mut cache = model.new_cache();
-            let logits = gemma3_prompt_logits(&model, &tokens, images, &mut cache, true);
+            let logits = gemma_prompt_logits(
+                &model,
+                &tokens,
+                images,
+                &mut cache,
+                ImagesSeenBothWays::EveryLayer,
+            );
+            let difference = largest_difference(&logits, expected);
+            assert!(
+                difference < 1e-3,
+                "{layout} case {case}: prompt {difference}"
+            );
+            for layer in &mut cache {
+                layer.set_both_ways(Vec::new());
+            }
+            check_decode_steps(&model, &mut cache, &reference, layout, case);
+        }
+    }
+}
+
+/// Gemma 4's checkpoint in each layout the tools made.
+const GEMMA4_LAYOUTS: [&str; 3] = ["gemma4/hf", "gemma4/mlx", "gemma4/mlx-q4"];
+
+/// Each image's rows of one Gemma 4 case, by the tower, one image at a time: its patches
+/// without the padding transformers adds to every image's.
+fn gemma4_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec<Array> {
+    let tower = model.vision.as_ref().unwrap();
+    let pixels = &reference[&format!("{case}.pixel_values")];
+    let grids = reference[&format!("{case}.image_grid")]
+        .as_slice::<i32>()
+        .to_vec();
+    grids
+        .chunks(2)
+        .enumerate()
+        .map(|(index, grid)| {
+            let patches = pixels.index((index as i32, ..grid[0] * grid[1], ..));
+            tower.encode(&patches, [1, grid[0], grid[1]]).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn gemma4s_tower_and_text_after_images_read_as_the_tools() {
+    for layout in GEMMA4_LAYOUTS {
+        let model = Model::load(&checkpoint(layout)).unwrap();
+        let tower = model.vision.as_ref().unwrap();
+        assert_eq!(
+            tower.sees_images_both_ways(),
+            ImagesSeenBothWays::SlidingLayers
+        );
+        let reference = reference(layout);
+        for case in cases(&reference) {
+            let images = gemma4_encoded(&model, &reference, case);
+            let ours = ops::concatenate(&images, 0).unwrap();
+            let theirs = &reference[&format!("{case}.image_features")];
+            let difference = largest_difference(&ours, theirs);
+            assert!(
+                difference < 1e-4,
+                "{layout} case {case}: tower {difference}"
+            );
+
+            let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
+                .as_slice::<i32>()
+                .iter()
+                .map(|&id| id as u32)
+                .collect();
+            let expected = &reference[&format!("{case}.logits")];
+            // Causal everywhere, or both ways in the full layers too, the image's tokens read
+            // otherwise.
+            for wrong in [ImagesSeenBothWays::Nowhere, ImagesSeenBothWays::EveryLayer] {
+                let mut cache = model.new_cache();
+                let logits =
+                    gemma_prompt_logits(&model, &tokens, images.clone(), &mut cache, wrong);
+                assert!(
+                    largest_difference(&logits, expected) > 1e-2,
+                    "{layout} case {case}: {wrong:?}"
+                );
+            }
+            let mut cache = model.new_cache();
+            let logits = gemma_prompt_logits(
+                &model,
+                &tokens,
+                images,
+                &mut cache,
+                ImagesSeenBothWays::SlidingLayers,
+            );
             let difference = largest_difference(&logits, expected);
             assert!(
                 difference < 1e-3,
