@@ -8,11 +8,13 @@ Runs in hf-venv, as toolchain_gguf.py. For each architecture in SPEC.json with `
 them, or the ones named), OUT_DIR/<arch>/gguf/ gets `<arch>-vl-F32.gguf` (the text model,
 `toolchain_gguf.convert`: the pinned converter with the pre-tokenizer registered, `--no-mtp`
 where the converter needs it) and `mmproj-<arch>-vl-F32.gguf` (the converter's `--mmproj` on the
-same folder), both float32, so that they hold the `hf` folder's weights exactly and transformers'
-reference there holds for them too; and llama.cpp's own answer for the spec's `gguf_case` (one
-image, which llama.cpp's pixel limits leave at its size): the chat rendered by the `hf` folder's
-template, the image's placeholder given to llama.cpp's `mtmd` as its media marker
-(llama_cpp_mtmd.py, in LLAMA_CPP_PYTHON), into reference.safetensors and reference.json.
+same folder), both float32 (but what the converter always writes otherwise), so that they hold
+the `hf` folder's weights and transformers' reference there holds for them too. The converter
+reads the folder as the release spells it (vision_spelling.py, the spec's `release_spelling`).
+Where the spec gives a `case` (one image, which llama.cpp's pixel limits leave at its size),
+also llama.cpp's own answer to it: the chat rendered by the `hf` folder's template, the image's
+placeholder given to llama.cpp's `mtmd` as its media marker (llama_cpp_mtmd.py, in
+LLAMA_CPP_PYTHON), into reference.safetensors and reference.json.
 """
 
 import json
@@ -29,6 +31,7 @@ from transformers import PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).parent))
 from toolchain_gguf import CONVERTER, LLAMA_CPP_VERSION, QUANTIZE, SDIST, convert, run  # noqa: E402
+from vision_spelling import release_spelled  # noqa: E402
 
 # What Qwen's chat template writes for an image, which mtmd writes around the image itself.
 QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -63,22 +66,25 @@ def make_architecture(name, arch, spec, images, out, llama_python):
     shutil.rmtree(gguf_dir, ignore_errors=True)
     gguf_dir.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as scratch:
-        source = Path(scratch) / name
-        shutil.copytree(hf_dir, source, ignore=shutil.ignore_patterns("reference.*"))
+        source = release_spelled(arch, hf_dir, scratch)
         convert(source, gguf_dir / f"{name}-vl-F32.gguf", "f32")
         projector = gguf_dir / f"mmproj-{name}-vl-F32.gguf"
         run([sys.executable, str(CONVERTER), str(source), "--mmproj", "--outtype", "f32", "--outfile", str(projector)])
-    case = arch["gguf_case"]
-    prompt, answer = llama_cpp_answer(llama_python, gguf_dir, name, hf_dir, case, images, spec["decode_steps"])
-    save_file({key: np.ascontiguousarray(value) for key, value in answer.items()}, str(gguf_dir / "reference.safetensors"))
-    record = {
-        "made_by": f"{LLAMA_CPP_VERSION}'s convert_hf_to_gguf.py (--mmproj for the projector), float32",
-        "reference": f"{LLAMA_CPP_VERSION}'s mtmd (mtmd_helper_eval_chunks), one thread",
-        "messages": case["messages"],
-        "prompt": prompt,
-        "positions": int(answer["positions"][0]),
-        "decoded": answer["decoded"].tolist(),
-    }
+    record = {"made_by": f"{LLAMA_CPP_VERSION}'s convert_hf_to_gguf.py (--mmproj for the projector), float32"}
+    case = arch["gguf"].get("case")
+    if case is None:
+        record["no_llama_cpp_answer"] = arch["gguf"]["why"]
+    else:
+        prompt, answer = llama_cpp_answer(llama_python, gguf_dir, name, hf_dir, case, images, spec["decode_steps"])
+        tensors = {key: np.ascontiguousarray(value) for key, value in answer.items()}
+        save_file(tensors, str(gguf_dir / "reference.safetensors"))
+        record |= {
+            "reference": f"{LLAMA_CPP_VERSION}'s mtmd (mtmd_helper_eval_chunks), one thread",
+            "messages": case["messages"],
+            "prompt": prompt,
+            "positions": int(answer["positions"][0]),
+            "decoded": answer["decoded"].tolist(),
+        }
     (gguf_dir / "reference.json").write_text(json.dumps(record, indent=1) + "\n")
     return sorted(path.name for path in gguf_dir.iterdir())
 
@@ -88,7 +94,7 @@ def main():
     only = sys.argv[5:]
     spec = json.loads(spec_path.read_text())
     for name, arch in spec["architectures"].items():
-        if not arch.get("gguf_case") or (only and name not in only):
+        if "gguf" not in arch or (only and name not in only):
             continue
         print(f"{name} gguf: {make_architecture(name, arch, spec, images, out, llama_python)}", flush=True)
 

@@ -2,9 +2,10 @@
 //! in a file of its own beside the text model's GGUF, as llama.cpp's converter writes it
 //! (`convert_hf_to_gguf.py --mmproj`), LM Studio and the GGUF repositories ship it and Ollama
 //! keeps it in a projector layer. Its tensors take transformers' names for the tower corral runs
-//! (`clip.projector_type`: so far `qwen3vl_merger`, Qwen3-VL's through Qwen3.6's), its
+//! (`clip.projector_type`: `qwen3vl_merger`, Qwen3-VL's through Qwen3.6's, and `gemma3`), its
 //! metadata gives the tower's sizes and the processor's normalization, and the images are
-//! prepared within llama.cpp's limits for that tower, its processor's config not being there.
+//! prepared within llama.cpp's limits for that tower, its processor's config not being there
+//! (Gemma 3's is one fixed size, the tower's).
 
 use std::path::Path;
 
@@ -13,7 +14,7 @@ use tokenizers::Tokenizer;
 
 use super::{Choices, GgufError, GgufHeader, weights};
 use crate::image::ImageProcessor;
-use crate::model::{ModelError, VisionTower, Weights};
+use crate::model::{ModelError, ProjectorTower, VisionTower, Weights};
 
 /// A projector's tower and the processor its images are prepared by.
 pub struct Projector {
@@ -27,7 +28,9 @@ pub enum ProjectorError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error("{path}: a projector of type {kind:?}, not one corral runs (it runs qwen3vl_merger)")]
+    #[error(
+        "{path}: a projector of type {kind:?}, not one corral runs (it runs qwen3vl_merger and gemma3)"
+    )]
     Unsupported {
         path: std::path::PathBuf,
         kind: String,
@@ -39,8 +42,15 @@ pub enum ProjectorError {
     },
 }
 
+/// The projector types corral runs.
+#[derive(Clone, Copy)]
+enum Kind {
+    Qwen3VlMerger,
+    Gemma3,
+}
+
 /// The projector's type, where corral runs it.
-fn kind(header: &GgufHeader) -> Result<String, ProjectorError> {
+fn kind(header: &GgufHeader) -> Result<Kind, ProjectorError> {
     if header.architecture() != Some("clip") {
         return Err(ProjectorError::Invalid {
             path: header.path.clone(),
@@ -50,14 +60,19 @@ fn kind(header: &GgufHeader) -> Result<String, ProjectorError> {
             ),
         });
     }
-    let kind = header.string("clip.projector_type").unwrap_or_default();
-    if kind != "qwen3vl_merger" {
-        return Err(ProjectorError::Unsupported {
+    // Projectors with an audio tower beside the vision one name the vision one's type apart.
+    let kind = header
+        .string("clip.projector_type")
+        .or_else(|| header.string("clip.vision.projector_type"))
+        .unwrap_or_default();
+    match kind {
+        "qwen3vl_merger" => Ok(Kind::Qwen3VlMerger),
+        "gemma3" => Ok(Kind::Gemma3),
+        _ => Err(ProjectorError::Unsupported {
             path: header.path.clone(),
             kind: kind.to_owned(),
-        });
+        }),
     }
-    Ok(kind.to_owned())
 }
 
 /// What the projector at `path` takes while it encodes one image of at most a megapixel, each
@@ -65,15 +80,28 @@ fn kind(header: &GgufHeader) -> Result<String, ProjectorError> {
 pub fn activation_bytes(path: &Path, element_bytes: u64) -> Result<u64, ProjectorError> {
     const MEGAPIXEL: u64 = 1 << 20;
     let header = GgufHeader::read(path)?;
-    kind(&header)?;
-    let sizes = Sizes::read(&header)?;
-    let merged = (sizes.patch * sizes.merge) as u64;
-    let pixels = (4096 * merged * merged).min(MEGAPIXEL);
-    Ok(crate::model::projector_activation_bytes(
-        sizes.vision_config,
-        pixels,
-        element_bytes,
-    ))
+    match kind(&header)? {
+        Kind::Qwen3VlMerger => {
+            let sizes = Sizes::read(&header)?;
+            let merged = (sizes.patch * sizes.merge) as u64;
+            let pixels = (4096 * merged * merged).min(MEGAPIXEL);
+            Ok(crate::model::projector_activation_bytes(
+                ProjectorTower::Qwen3_5,
+                sizes.vision_config,
+                pixels,
+                element_bytes,
+            ))
+        }
+        Kind::Gemma3 => {
+            let sizes = Gemma3Sizes::read(&header)?;
+            Ok(crate::model::projector_activation_bytes(
+                ProjectorTower::Gemma3,
+                sizes.vision_config,
+                (sizes.image_size * sizes.image_size) as u64,
+                element_bytes,
+            ))
+        }
+    }
 }
 
 /// A Qwen-VL projector's sizes, from its metadata.
@@ -117,6 +145,48 @@ impl Sizes {
     }
 }
 
+/// A Gemma 3 projector's sizes, from its metadata.
+struct Gemma3Sizes {
+    image_size: usize,
+    depth: usize,
+    /// The tokens an image becomes: the patches along a side, pooled by the scale factor.
+    tokens: i32,
+    /// As transformers' `SiglipVisionConfig` has them.
+    vision_config: serde_json::Value,
+}
+
+impl Gemma3Sizes {
+    fn read(header: &GgufHeader) -> Result<Self, ProjectorError> {
+        let integer = |key: &str| integer(header, key);
+        let image_size = integer("clip.vision.image_size")?;
+        let patch = integer("clip.vision.patch_size")?;
+        let depth = integer("clip.vision.block_count")?;
+        // llama.cpp's default, the releases' 4: 64 patches a side pooled to 16.
+        let pool = integer("clip.vision.projector.scale_factor").unwrap_or(4);
+        let per_side = image_size / patch.max(1) / pool.max(1);
+        let eps = header
+            .get("clip.vision.attention.layer_norm_epsilon")
+            .and_then(|value| value.as_f64())
+            .unwrap_or(1e-6);
+        let vision_config = json!({
+            "hidden_size": integer("clip.vision.embedding_length")?,
+            "intermediate_size": integer("clip.vision.feed_forward_length")?,
+            "num_hidden_layers": depth,
+            "num_attention_heads": integer("clip.vision.attention.head_count")?,
+            "image_size": image_size,
+            "patch_size": patch,
+            "layer_norm_eps": eps,
+        });
+        Ok(Self {
+            image_size,
+            depth,
+            tokens: i32::try_from(per_side * per_side)
+                .map_err(|_| invalid(header, "too many tokens an image".into()))?,
+            vision_config,
+        })
+    }
+}
+
 fn invalid(header: &GgufHeader, message: String) -> ProjectorError {
     ProjectorError::Invalid {
         path: header.path.clone(),
@@ -135,44 +205,119 @@ fn integer(header: &GgufHeader, key: &str) -> Result<usize, ProjectorError> {
 /// The projector at `path` for a text model whose tokenizer is `tokenizer`.
 pub fn load(path: &Path, tokenizer: &Tokenizer) -> Result<Projector, ProjectorError> {
     let header = GgufHeader::read(path)?;
-    kind(&header)?;
-    let triple = |key: &str| -> Result<[f32; 3], ProjectorError> {
-        let values: Option<Vec<f32>> = header
-            .get(key)
-            .and_then(|value| value.as_array())
-            .and_then(|values| {
-                values
-                    .iter()
-                    .map(|value| value.as_f64())
-                    .collect::<Option<Vec<f64>>>()
-            })
-            .map(|values| values.into_iter().map(|value| value as f32).collect());
-        values
-            .and_then(|values| <[f32; 3]>::try_from(values).ok())
-            .ok_or_else(|| invalid(&header, format!("{key} must be three numbers")))
+    let kind = kind(&header)?;
+    let normalization = [
+        triple(&header, "clip.vision.image_mean")?,
+        triple(&header, "clip.vision.image_std")?,
+    ];
+    let token = |name: &str| {
+        tokenizer.token_to_id(name).ok_or_else(|| {
+            invalid(
+                &header,
+                format!("the text model's vocabulary has no {name}"),
+            )
+        })
     };
-    let sizes = Sizes::read(&header)?;
     let mut tensors = weights::load(&header, Choices::default())?;
-    qwen3vl_names(&mut tensors, sizes.depth)?;
-    let image_token = tokenizer.token_to_id("<|image_pad|>").ok_or_else(|| {
-        invalid(
-            &header,
-            "the text model's vocabulary has no <|image_pad|>".into(),
-        )
-    })?;
-    let tower =
-        VisionTower::qwen3_5_from_projector(sizes.vision_config, &mut tensors, image_token, path)?;
+    let (tower, processor) = match kind {
+        Kind::Qwen3VlMerger => {
+            let sizes = Sizes::read(&header)?;
+            qwen3vl_names(&mut tensors, sizes.depth)?;
+            let image_token = token("<|image_pad|>")?;
+            let tower = VisionTower::qwen3_5_from_projector(
+                sizes.vision_config,
+                &mut tensors,
+                image_token,
+                path,
+            )?;
+            let [mean, std] = normalization;
+            let processor = ImageProcessor::qwen_vl_projector(sizes.patch, sizes.merge, mean, std);
+            (tower, processor)
+        }
+        Kind::Gemma3 => {
+            let sizes = Gemma3Sizes::read(&header)?;
+            let mut projector = gemma3_names(&mut tensors, sizes.depth)?
+                .ok_or_else(|| invalid(&header, "no mm.* projector tensors".into()))?;
+            let tokens = [
+                token("<start_of_image>")?,
+                token("<image_soft_token>")?,
+                token("<end_of_image>")?,
+            ];
+            let tower = VisionTower::gemma3_from_projector(
+                sizes.vision_config,
+                &mut tensors,
+                &mut projector,
+                sizes.tokens,
+                tokens,
+                path,
+            )?;
+            let processor = ImageProcessor::gemma3_projector(sizes.image_size, normalization);
+            (tower, processor)
+        }
+    };
     let leftovers = tensors.leftover_names();
     if !leftovers.is_empty() {
         tracing::warn!(projector = %path.display(), tensors = ?leftovers, "ignoring projector tensors no layer uses");
     }
-    let processor = ImageProcessor::qwen_vl_projector(
-        sizes.patch,
-        sizes.merge,
-        triple("clip.vision.image_mean")?,
-        triple("clip.vision.image_std")?,
-    );
     Ok(Projector { tower, processor })
+}
+
+/// The three numbers of metadata `key` (the processor's mean or std).
+fn triple(header: &GgufHeader, key: &str) -> Result<[f32; 3], ProjectorError> {
+    let values: Option<Vec<f32>> = header
+        .get(key)
+        .and_then(|value| value.as_array())
+        .and_then(|values| {
+            values
+                .iter()
+                .map(|value| value.as_f64())
+                .collect::<Option<Vec<f64>>>()
+        })
+        .map(|values| values.into_iter().map(|value| value as f32).collect());
+    values
+        .and_then(|values| <[f32; 3]>::try_from(values).ok())
+        .ok_or_else(|| invalid(header, format!("{key} must be three numbers")))
+}
+
+/// llama.cpp's names for Gemma 3's tower (SigLIP) as transformers names it under
+/// `vision_tower.`; the projector's two tensors are split off as transformers names them under
+/// `multi_modal_projector.`. llama.cpp stores the projector's norm weight with Gemma's one
+/// added, which transformers' offset takes off again.
+fn gemma3_names(tensors: &mut Weights, depth: usize) -> Result<Option<Weights>, ModelError> {
+    tensors.rename_layer("v.patch_embd", "embeddings.patch_embedding");
+    tensors.rename(
+        "v.position_embd.weight",
+        "embeddings.position_embedding.weight",
+    );
+    for block in 0..depth {
+        for (gguf, transformers) in [
+            ("ln1", "layer_norm1"),
+            ("ln2", "layer_norm2"),
+            ("attn_q", "self_attn.q_proj"),
+            ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_out", "self_attn.out_proj"),
+            ("ffn_up", "mlp.fc1"),
+            ("ffn_down", "mlp.fc2"),
+        ] {
+            tensors.rename_layer(
+                &format!("v.blk.{block}.{gguf}"),
+                &format!("encoder.layers.{block}.{transformers}"),
+            );
+        }
+    }
+    tensors.rename_layer("v.post_ln", "post_layernorm");
+    tensors.convert(
+        "mm.soft_emb_norm.weight",
+        "projector.mm_soft_emb_norm.weight",
+        "taking Gemma's one off the projector's norm",
+        |weight| mlx_rs::ops::subtract(weight, mlx_rs::Array::from_f32(1.0)),
+    )?;
+    tensors.rename(
+        "mm.input_projection.weight",
+        "projector.mm_input_projection_weight",
+    );
+    Ok(tensors.split_off("projector."))
 }
 
 /// llama.cpp's names for Qwen3-VL's tower as transformers names it under `model.visual.`: the

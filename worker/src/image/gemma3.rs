@@ -105,6 +105,26 @@ pub(super) fn parse(path: &Path, value: serde_json::Value) -> Result<Gemma3Proce
     })
 }
 
+/// The processor llama.cpp runs for a Gemma 3 projector, whose folder has no processor config:
+/// the release's bilinear to the tower's `size`, square, with the projector's mean and std.
+pub(super) fn for_projector(
+    size: usize,
+    image_mean: [f32; 3],
+    image_std: [f32; 3],
+) -> Gemma3Processor {
+    Gemma3Processor {
+        height: size,
+        width: size,
+        filter: Filter::Bilinear,
+        image_mean,
+        image_std,
+        rescale_factor: 1.0 / 255.0,
+        do_resize: true,
+        do_rescale: true,
+        do_normalize: true,
+    }
+}
+
 impl Gemma3Processor {
     /// The pixels of the processor's fixed size.
     pub fn pixels(&self) -> u64 {

@@ -92,6 +92,12 @@ impl ImageProcessor {
         ))
     }
 
+    /// The processor llama.cpp runs for a Gemma 3 projector: its one `size`, square, with the
+    /// metadata's mean and std.
+    pub fn gemma3_projector(size: usize, [mean, std]: [[f32; 3]; 2]) -> Self {
+        Self::Gemma3(gemma3::for_projector(size, mean, std))
+    }
+
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
     /// processor of one fixed size or longest edge has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {

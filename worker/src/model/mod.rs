@@ -34,7 +34,7 @@ pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 pub use vision::{
-    Encoding, ImagePiece, ImageTokens, ImagesSeenBothWays, VisionTower,
+    Encoding, ImagePiece, ImageTokens, ImagesSeenBothWays, ProjectorTower, VisionTower,
     activation_bytes as vision_activation_bytes, has_tower as has_vision_tower,
     projector_activation_bytes,
 };

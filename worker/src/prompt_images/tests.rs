@@ -310,14 +310,14 @@ impl Fixture {
         )
     }
 
-    /// The GGUF and projector llama.cpp's converter made of the Qwen3.5 fixture, with the
+    /// The GGUF and projector llama.cpp's converter made of fixture `name`, with the
     /// reference in `reference_dir`.
-    fn gguf(reference_dir: &str) -> Self {
-        let gguf = data().join("vision/qwen3_5/gguf");
+    fn gguf(name: &str, reference_dir: &str) -> Self {
+        let gguf = data().join(format!("vision/{name}/gguf"));
         let loaded = LoadedModel::load_with(
-            &gguf.join("qwen3_5-vl-F32.gguf"),
+            &gguf.join(format!("{name}-vl-F32.gguf")),
             crate::gguf::Choices::default(),
-            Some(&gguf.join("mmproj-qwen3_5-vl-F32.gguf")),
+            Some(&gguf.join(format!("mmproj-{name}-vl-F32.gguf"))),
         )
         .unwrap();
         Self::at(&data().join(reference_dir), loaded)
@@ -463,7 +463,7 @@ fn mistral3s_prompts_have_the_processors_tokens_rows_broken_at_each_line() {
 /// pixel limits leave at the same size as the checkpoint's processor does.
 #[test]
 fn a_gguf_with_its_projector_reads_images_as_transformers() {
-    let fixture = Fixture::gguf("vision/qwen3_5/hf");
+    let fixture = Fixture::gguf("qwen3_5", "vision/qwen3_5/hf");
     assert!(fixture.loaded.model.vision.is_some());
     let prepared = fixture.prepared("b");
     assert_eq!(
@@ -482,11 +482,69 @@ fn a_gguf_with_its_projector_reads_images_as_transformers() {
     assert!(difference < 1e-3, "{difference}");
 }
 
+/// Gemma 3's GGUF and projector (llama.cpp's converter's, of the fixture as the release spells
+/// it) read every case as transformers does: llama.cpp's fixed size is the processor's, and
+/// the weights are the same but for the projection, which the converter writes in float16.
+/// Its rounding moves the tower's rows by up to 2.6e-4, and the logits after them by up to
+/// 4.7e-2; so the tower is held to transformers' rows, and the text model, given those rows,
+/// to transformers' logits.
+#[test]
+fn a_gemma3_gguf_with_its_projector_reads_images_as_transformers() {
+    let fixture = Fixture::gguf("gemma3", "vision/gemma3/hf");
+    let model = &fixture.loaded.model;
+    let tower = model.vision.as_ref().unwrap();
+    assert_eq!(
+        tower.sees_images_both_ways(),
+        ImagesSeenBothWays::EveryLayer
+    );
+    for name in ["a", "b", "c", "d"] {
+        let pixels = &fixture.tensors[&format!("{name}.pixel_values")];
+        let rows: Vec<Array> = (0..pixels.dim(0))
+            .map(|image| {
+                let image = pixels.index(image).reshape(&[1, -1]).unwrap();
+                tower.encode(&image, [1, 1, 1]).unwrap()
+            })
+            .collect();
+        let rows = mlx_rs::ops::concatenate(&rows, 0).unwrap();
+        let features = &fixture.tensors[&format!("{name}.image_features")];
+        let difference = largest_difference(&rows, features);
+        assert!(difference < 1e-3, "{name}: tower {difference}");
+
+        let prepared = fixture.prepared(name);
+        let images = prepared.images.as_ref().unwrap();
+        let mut cache = model.new_cache();
+        images.prepare_chunk(&mut cache, 0, prepared.tokens.len());
+        let mut next = 0;
+        let embedded = images
+            .spans()
+            .map(|(first, last)| {
+                let count = (last - first) as i32;
+                next += count;
+                crate::model::EmbeddedRows {
+                    start: first,
+                    rows: features.index(next - count..next),
+                }
+            })
+            .collect();
+        let hidden = model
+            .packed_hidden_states(&mut [crate::model::Segment {
+                tokens: &prepared.tokens,
+                cache: &mut cache,
+                embedded,
+            }])
+            .unwrap();
+        let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
+        let expected = &fixture.tensors[&format!("{name}.logits")];
+        let difference = largest_difference(&logits, expected);
+        assert!(difference < 1e-3, "{name}: {difference}");
+    }
+}
+
 /// The same GGUF and projector against llama.cpp's own multimodal library (`mtmd`), on a
 /// picture llama.cpp leaves at its size (tests/data/vision/qwen3_5/gguf/reference.json).
 #[test]
 fn a_gguf_with_its_projector_reads_an_image_as_llama_cpp() {
-    let mut fixture = Fixture::gguf("vision/qwen3_5/gguf");
+    let mut fixture = Fixture::gguf("qwen3_5", "vision/qwen3_5/gguf");
     let messages = fixture.reference["messages"].clone();
     fixture.reference = serde_json::json!({"cases": {"only": {"messages": messages}}});
     let loaded = &fixture.loaded;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{gemma3, gemma4, pixtral, qwen3_5};
+use super::{ProjectorTower, gemma3, gemma4, pixtral, qwen3_5};
 use crate::image::ImageProcessor;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
@@ -183,13 +183,18 @@ pub fn activation_bytes(config: &ModelConfig, dir: &Path, element_bytes: u64) ->
     }
 }
 
-/// What a Qwen-VL projector's tower (`vision_config` as its metadata gives it) takes while it
-/// encodes an image of `pixels`; 0 when the sizes do not read.
+/// What a projector's `tower` (`vision_config` as its metadata gives it) takes while it encodes
+/// an image of `pixels`; 0 when the sizes do not read.
 pub fn projector_activation_bytes(
+    tower: ProjectorTower,
     vision_config: serde_json::Value,
     pixels: u64,
     element_bytes: u64,
 ) -> u64 {
-    serde_json::from_value::<qwen3_5::Args>(vision_config)
-        .map_or(0, |args| args.activation_bytes(pixels, element_bytes))
+    match tower {
+        ProjectorTower::Qwen3_5 => serde_json::from_value::<qwen3_5::Args>(vision_config)
+            .map_or(0, |args| args.activation_bytes(pixels, element_bytes)),
+        ProjectorTower::Gemma3 => serde_json::from_value::<gemma3::Args>(vision_config)
+            .map_or(0, |args| args.activation_bytes(element_bytes)),
+    }
 }

@@ -270,13 +270,7 @@ impl VisionTower {
         image_token: u32,
         path: &Path,
     ) -> Result<Self, ModelError> {
-        let args: qwen3_5::Args =
-            serde_path_to_error::deserialize(vision_config).map_err(|error| {
-                ModelError::Config {
-                    path: path.to_path_buf(),
-                    message: format!("the projector's {}: {}", error.path(), error.inner()),
-                }
-            })?;
+        let args: qwen3_5::Args = projector_args(vision_config, path)?;
         let tower = qwen3_5::Tower::load(&args, tensors, false, None, path)?;
         Ok(Self {
             tower: Tower::Qwen3_5(tower),
@@ -286,6 +280,38 @@ impl VisionTower {
                 around: None,
             },
             both_ways: ImagesSeenBothWays::Nowhere,
+        })
+    }
+
+    /// Gemma 3's tower from a llama.cpp projector's tensors, renamed to transformers' names
+    /// (`gguf/mmproj.rs`: the tower's in `tower`, the projector's in `projector`), with the
+    /// `vision_config` its metadata gives; its images become `tokens` rows each, between
+    /// `[begin, row, end]`'s first and last.
+    pub fn gemma3_from_projector(
+        vision_config: serde_json::Value,
+        tower: &mut Weights,
+        projector: &mut Weights,
+        tokens: i32,
+        [begin, row, end]: [u32; 3],
+        path: &Path,
+    ) -> Result<Self, ModelError> {
+        let args: gemma3::Args = projector_args(vision_config, path)?;
+        let text_hidden = projector
+            .shape_of("mm_input_projection_weight")
+            .and_then(|shape| shape.get(1).copied())
+            .ok_or_else(|| ModelError::Config {
+                path: path.to_path_buf(),
+                message: "the projector has no mm.input_projection.weight of two axes".into(),
+            })?;
+        let tower = gemma3::Tower::load(&args, tower, projector, text_hidden, tokens, None, path)?;
+        Ok(Self {
+            tower: Tower::Gemma3(tower),
+            tokens: ImageTokenIds {
+                placeholder: begin,
+                row,
+                around: Some((begin, end)),
+            },
+            both_ways: ImagesSeenBothWays::EveryLayer,
         })
     }
 
@@ -448,6 +474,24 @@ impl VisionTower {
     pub fn row_token(&self) -> u32 {
         self.tokens.row
     }
+}
+
+/// A projector's `vision_config`, from its metadata, as a tower reads it.
+fn projector_args<T: serde::de::DeserializeOwned>(
+    vision_config: serde_json::Value,
+    path: &Path,
+) -> Result<T, ModelError> {
+    serde_path_to_error::deserialize(vision_config).map_err(|error| ModelError::Config {
+        path: path.to_path_buf(),
+        message: format!("the projector's {}: {}", error.path(), error.inner()),
+    })
+}
+
+/// The towers a llama.cpp projector file holds that corral runs.
+#[derive(Clone, Copy)]
+pub enum ProjectorTower {
+    Qwen3_5,
+    Gemma3,
 }
 
 #[cfg(test)]
