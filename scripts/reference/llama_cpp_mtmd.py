@@ -2,6 +2,7 @@
 (`mtmd`) on a GGUF and its projector.
 
 Usage: llama_cpp_mtmd.py MODEL.gguf MMPROJ.gguf PIXELS.npy PROMPT.txt STEPS OUT.npz
+       llama_cpp_mtmd.py MODEL.gguf MMPROJ.gguf PIXELS.npy PROMPT.txt tokens OUT.npz
 
 PIXELS.npy: the image's RGB bytes, `uint8[height, width, 3]`, decoded by the caller (llama.cpp's
 own decoder reads no WebP). PROMPT.txt: the prompt with mtmd's media marker where the image
@@ -9,7 +10,8 @@ goes. Runs under llama-cpp-python 0.3.36's `mtmd_cpp` bindings on the shared lib
 from the same sdist with `LLAMA_BUILD_MTMD` (LLAMA_CPP_LIB_PATH, MTMD_CPP_LIB), on one thread:
 the prompt's chunks evaluated from an empty cache (`mtmd_helper_eval_chunks`), then STEPS greedy
 steps one token each; writes `positions` (the position after the prompt), `logits` (float32
-[1 + STEPS, vocab]: after the prompt, then after each step) and `decoded`.
+[1 + STEPS, vocab]: after the prompt, then after each step) and `decoded`. With `tokens` for
+STEPS, evaluates nothing and writes `image_tokens`: the tokens mtmd gives the image (its sizing).
 """
 
 import ctypes
@@ -49,6 +51,14 @@ def main():
     bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
     if mtmd_cpp.mtmd_tokenize(projector, chunks, ctypes.byref(text), bitmaps, 1) != 0:
         raise SystemExit("mtmd_tokenize failed")
+    if steps_arg == "tokens":
+        image_tokens = [
+            mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+            for chunk in (mtmd_cpp.mtmd_input_chunks_get(chunks, index) for index in range(mtmd_cpp.mtmd_input_chunks_size(chunks)))
+            if mtmd_cpp.mtmd_input_chunk_get_type(chunk) == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+        ]
+        np.savez(out, image_tokens=np.array(image_tokens, dtype=np.int32))
+        return
     position = llama_cpp.llama_pos(0)
     if mtmd_cpp.mtmd_helper_eval_chunks(projector, context, chunks, 0, 0, 512, True, ctypes.byref(position)) != 0:
         raise SystemExit("mtmd_helper_eval_chunks failed")

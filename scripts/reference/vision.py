@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import transformers
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedTokenizerFast
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
@@ -130,9 +130,31 @@ GEMMA4_SPECIAL += ["<|image>", "<image|>", "<|image|>", "<|video|>", "<|audio>",
 
 
 def gemma4_tokenizer(size):
+    """A SentencePiece-style BPE of `size` tokens, as the Gemma 4 release ships its tokenizer.json
+    (spaces as "\u2581", byte fallback to `<0xNN>` tokens; llama.cpp's converter reads Gemma 4's
+    vocabulary only so, through gguf-py's `LlamaHfVocab`), after the release's added tokens and
+    `<unk>`: the control bytes tab to carriage return, "\u2581" and the printable ASCII
+    characters, merges to fill. The image and audio tokens are named as the release's
+    tokenizer_config.json names them."""
+    byte_tokens = [f"<0x{b:02X}>" for b in range(0x09, 0x0E)]
+    characters = ["\u2581"] + [chr(c) for c in range(0x21, 0x7F)]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    common = ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te"]
+    specials = GEMMA4_SPECIAL + ["<unk>"]
+    base = specials + byte_tokens + characters
+    pairs = ([("\u2581", c) for c in letters] + [tuple(p) for p in common])[: size - len(base)]
+    vocab = {token: i for i, token in enumerate(base + ["".join(p) for p in pairs])}
+    core = Tokenizer(models.BPE(vocab, pairs, unk_token="<unk>", byte_fallback=True))
+    core.normalizer = normalizers.Replace(" ", "\u2581")
+    core.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    core.add_special_tokens(specials)
+    assert core.get_vocab_size() == size, core.get_vocab_size()
     named = {"boi_token": "<|image>", "eoi_token": "<image|>", "image_token": "<|image|>"}
     named |= {"boa_token": "<|audio>", "eoa_token": "<audio|>", "audio_token": "<|audio|>"}
-    return gemma_tokenizer(size, GEMMA4_SPECIAL, named)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        extra_special_tokens=named,
+    )
 
 
 def gemma4_config(spec, tok):

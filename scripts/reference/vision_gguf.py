@@ -60,17 +60,38 @@ def llama_cpp_answer(llama_python, gguf_dir, name, hf_dir, case, images, steps):
             return prompt, {key: arrays[key].copy() for key in arrays.files}
 
 
+def llama_cpp_image_tokens(llama_python, gguf_dir, name, spec, images):
+    """The tokens llama.cpp's `mtmd` gives each of the spec's images with this projector (its own
+    sizing), by file name."""
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(QUANTIZE.parent), MTMD_CPP_LIB=str(QUANTIZE.parent), PYTHONPATH=str(SDIST))
+    counts = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        (scratch / "prompt.txt").write_text("<__media__>", encoding="utf-8")
+        for file in spec["images"]:
+            np.save(scratch / "pixels.npy", np.asarray(Image.open(images / file).convert("RGB"), dtype=np.uint8))
+            run([llama_python, str(Path(__file__).parent / "llama_cpp_mtmd.py"), str(gguf_dir / f"{name}-vl-F32.gguf"),
+                 str(gguf_dir / f"mmproj-{name}-vl-F32.gguf"), str(scratch / "pixels.npy"), str(scratch / "prompt.txt"),
+                 "tokens", str(scratch / "out.npz")], env=env)
+            with np.load(scratch / "out.npz") as arrays:
+                counts[file] = int(arrays["image_tokens"][0])
+    return counts
+
+
 def make_architecture(name, arch, spec, images, out, llama_python):
     hf_dir = out / name / "hf"
     gguf_dir = out / name / "gguf"
     shutil.rmtree(gguf_dir, ignore_errors=True)
     gguf_dir.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as scratch:
-        source = release_spelled(arch, hf_dir, scratch)
+        # The converter names the model after its folder.
+        source = release_spelled(arch, hf_dir, scratch).rename(Path(scratch) / name)
         convert(source, gguf_dir / f"{name}-vl-F32.gguf", "f32")
         projector = gguf_dir / f"mmproj-{name}-vl-F32.gguf"
         run([sys.executable, str(CONVERTER), str(source), "--mmproj", "--outtype", "f32", "--outfile", str(projector)])
     record = {"made_by": f"{LLAMA_CPP_VERSION}'s convert_hf_to_gguf.py (--mmproj for the projector), float32"}
+    if arch["gguf"].get("image_tokens"):
+        record["llama_cpp_image_tokens"] = llama_cpp_image_tokens(llama_python, gguf_dir, name, spec, images)
     case = arch["gguf"].get("case")
     if case is None:
         record["no_llama_cpp_answer"] = arch["gguf"]["why"]

@@ -418,11 +418,11 @@ fn gemmas_read_an_image_as_transformers_also_when_restored_partway_through_it() 
     // Reference case (a) of each: its length, and the tokens restored when it follows another
     // question after the same picture, which shares the prompt up to the image's end: the
     // blocks of 16 before the shared prefix's end, which is inside the image (Gemma 3's 16
-    // tokens are positions 24 to 39 of 51, Gemma 4's 65 are 25 to 89 of 110); asked again, all
+    // tokens are positions 24 to 39 of 51, Gemma 4's 65 are 27 to 91 of 113); asked again, all
     // but its last token.
     for (model, fixture, length, restores) in [
         ("gemma3-vl", "gemma3/hf", 51, [32, 50]),
-        ("gemma4-vl", "gemma4/hf", 110, [80, 109]),
+        ("gemma4-vl", "gemma4/hf", 113, [80, 112]),
     ] {
         assert_eq!(
             server.get_json(&format!("/v1/models/{model}"))["vision"],

@@ -2,7 +2,8 @@
 //! in a file of its own beside the text model's GGUF, as llama.cpp's converter writes it
 //! (`convert_hf_to_gguf.py --mmproj`), LM Studio and the GGUF repositories ship it and Ollama
 //! keeps it in a projector layer. Its tensors take transformers' names for the tower corral runs
-//! (`clip.projector_type`: `qwen3vl_merger`, Qwen3-VL's through Qwen3.6's, and `gemma3`), its
+//! (`clip.projector_type`: `qwen3vl_merger`, Qwen3-VL's through Qwen3.6's, `gemma3` and
+//! `gemma4v`), its
 //! metadata gives the tower's sizes and the processor's normalization, and the images are
 //! prepared within llama.cpp's limits for that tower, its processor's config not being there
 //! (Gemma 3's is one fixed size, the tower's).
@@ -29,7 +30,7 @@ pub enum ProjectorError {
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(
-        "{path}: a projector of type {kind:?}, not one corral runs (it runs qwen3vl_merger and gemma3)"
+        "{path}: a projector of type {kind:?}, not one corral runs (it runs qwen3vl_merger, gemma3 and gemma4v)"
     )]
     Unsupported {
         path: std::path::PathBuf,
@@ -47,6 +48,7 @@ pub enum ProjectorError {
 enum Kind {
     Qwen3VlMerger,
     Gemma3,
+    Gemma4,
 }
 
 /// The projector's type, where corral runs it.
@@ -68,6 +70,7 @@ fn kind(header: &GgufHeader) -> Result<Kind, ProjectorError> {
     match kind {
         "qwen3vl_merger" => Ok(Kind::Qwen3VlMerger),
         "gemma3" => Ok(Kind::Gemma3),
+        "gemma4v" => Ok(Kind::Gemma4),
         _ => Err(ProjectorError::Unsupported {
             path: header.path.clone(),
             kind: kind.to_owned(),
@@ -98,6 +101,16 @@ pub fn activation_bytes(path: &Path, element_bytes: u64) -> Result<u64, Projecto
                 ProjectorTower::Gemma3,
                 sizes.vision_config,
                 (sizes.image_size * sizes.image_size) as u64,
+                element_bytes,
+            ))
+        }
+        Kind::Gemma4 => {
+            let sizes = Gemma4Sizes::read(&header)?;
+            let square = (sizes.patch * sizes.pooling) as u64;
+            Ok(crate::model::projector_activation_bytes(
+                ProjectorTower::Gemma4,
+                sizes.vision_config,
+                (1120 * square * square).min(MEGAPIXEL),
                 element_bytes,
             ))
         }
@@ -187,6 +200,70 @@ impl Gemma3Sizes {
     }
 }
 
+/// A Gemma 4 projector's sizes, from its metadata and its tensors' shapes (the heads' sizes,
+/// the position table's length, whether it clips its projections and standardizes its tokens).
+struct Gemma4Sizes {
+    patch: usize,
+    pooling: usize,
+    depth: usize,
+    /// As transformers' `Gemma4VisionConfig` has them.
+    vision_config: serde_json::Value,
+}
+
+impl Gemma4Sizes {
+    fn read(header: &GgufHeader) -> Result<Self, ProjectorError> {
+        let integer = |key: &str| integer(header, key);
+        let dims = |name: &str| {
+            header
+                .tensors
+                .iter()
+                .find(|tensor| tensor.name == name)
+                .map(|tensor| tensor.dims.clone())
+                .ok_or_else(|| invalid(header, format!("no {name}")))
+        };
+        let has = |name: &str| header.tensors.iter().any(|tensor| tensor.name == name);
+        let patch = integer("clip.vision.patch_size")?;
+        let depth = integer("clip.vision.block_count")?;
+        let heads = integer("clip.vision.attention.head_count")?;
+        // llama.cpp's pooling square where the file names none.
+        let pooling = integer("clip.vision.projector.scale_factor").unwrap_or(3);
+        // Each projection's dimensions come input first.
+        let output_of = |name: &str| -> Result<usize, ProjectorError> {
+            let dims = dims(name)?;
+            dims.get(1)
+                .and_then(|&value| usize::try_from(value).ok())
+                .ok_or_else(|| invalid(header, format!("{name} is not a matrix")))
+        };
+        let head_dim = output_of("v.blk.0.attn_q.weight")? / heads.max(1);
+        let kv_heads = output_of("v.blk.0.attn_k.weight")? / head_dim.max(1);
+        let positions = output_of("v.position_embd.weight")?;
+        let eps = header
+            .get("clip.vision.attention.layer_norm_epsilon")
+            .and_then(|value| value.as_f64())
+            .unwrap_or(1e-6);
+        let vision_config = json!({
+            "hidden_size": integer("clip.vision.embedding_length")?,
+            "intermediate_size": integer("clip.vision.feed_forward_length")?,
+            "num_hidden_layers": depth,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "head_dim": head_dim,
+            "rms_norm_eps": eps,
+            "pooling_kernel_size": pooling,
+            "patch_size": patch,
+            "position_embedding_size": positions,
+            "use_clipped_linears": has("v.blk.0.attn_q.input_max"),
+            "standardize": has("v.std_bias"),
+        });
+        Ok(Self {
+            patch,
+            pooling,
+            depth,
+            vision_config,
+        })
+    }
+}
+
 fn invalid(header: &GgufHeader, message: String) -> ProjectorError {
     ProjectorError::Invalid {
         path: header.path.clone(),
@@ -254,6 +331,22 @@ pub fn load(path: &Path, tokenizer: &Tokenizer) -> Result<Projector, ProjectorEr
             let processor = ImageProcessor::gemma3_projector(sizes.image_size, normalization);
             (tower, processor)
         }
+        Kind::Gemma4 => {
+            let sizes = Gemma4Sizes::read(&header)?;
+            let mut embedder = gemma4_names(&mut tensors, sizes.depth)?
+                .ok_or_else(|| invalid(&header, "no mm.input_projection.weight".into()))?;
+            let tokens = [token("<|image>")?, token("<|image|>")?, token("<image|>")?];
+            let tower = VisionTower::gemma4_from_projector(
+                sizes.vision_config,
+                &mut tensors,
+                &mut embedder,
+                tokens,
+                path,
+            )?;
+            let processor =
+                ImageProcessor::gemma4_projector(sizes.patch, sizes.pooling, normalization);
+            (tower, processor)
+        }
     };
     let leftovers = tensors.leftover_names();
     if !leftovers.is_empty() {
@@ -318,6 +411,66 @@ fn gemma3_names(tensors: &mut Weights, depth: usize) -> Result<Option<Weights>, 
         "projector.mm_input_projection_weight",
     );
     Ok(tensors.split_off("projector."))
+}
+
+/// llama.cpp's names for Gemma 4's tower as transformers names it under `vision_tower.`; the
+/// embedder's projection is split off as transformers names it under `embed_vision.`. The
+/// converter turned the patch projection into a convolution's (`[hidden, channels, rows,
+/// columns]`) and each clipping bound into a one-element vector; both are turned back.
+fn gemma4_names(tensors: &mut Weights, depth: usize) -> Result<Option<Weights>, ModelError> {
+    tensors.convert(
+        "v.patch_embd.weight",
+        "patch_embedder.input_proj.weight",
+        "flattening the patch projection with the channels last",
+        |weight| {
+            let hidden = weight.dim(0);
+            weight.transpose_axes(&[0, 2, 3, 1])?.reshape(&[hidden, -1])
+        },
+    )?;
+    tensors.rename(
+        "v.position_embd.weight",
+        "patch_embedder.position_embedding_table",
+    );
+    tensors.rename("v.std_bias", "std_bias");
+    tensors.rename("v.std_scale", "std_scale");
+    for block in 0..depth {
+        let layer = |name: &str| format!("encoder.layers.{block}.{name}");
+        for (gguf, transformers) in [
+            ("ln1", "input_layernorm"),
+            ("attn_post_norm", "post_attention_layernorm"),
+            ("ln2", "pre_feedforward_layernorm"),
+            ("ffn_post_norm", "post_feedforward_layernorm"),
+            ("attn_q_norm", "self_attn.q_norm"),
+            ("attn_k_norm", "self_attn.k_norm"),
+        ] {
+            tensors.rename_layer(&format!("v.blk.{block}.{gguf}"), &layer(transformers));
+        }
+        for (gguf, transformers) in [
+            ("attn_q", "self_attn.q_proj"),
+            ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_out", "self_attn.o_proj"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ] {
+            let (from, to) = (format!("v.blk.{block}.{gguf}"), layer(transformers));
+            tensors.rename_layer(&from, &format!("{to}.linear"));
+            for bound in ["input_min", "input_max", "output_min", "output_max"] {
+                tensors.convert(
+                    &format!("{from}.{bound}"),
+                    &format!("{to}.{bound}"),
+                    "reading a clipping bound as a scalar",
+                    |value| value.reshape(&[]),
+                )?;
+            }
+        }
+    }
+    tensors.rename(
+        "mm.input_projection.weight",
+        "embedder.embedding_projection.weight",
+    );
+    Ok(tensors.split_off("embedder."))
 }
 
 /// llama.cpp's names for Qwen3-VL's tower as transformers names it under `model.visual.`: the

@@ -20,7 +20,7 @@ const SOFT_TOKEN_BUDGETS: [usize; 5] = [70, 140, 280, 560, 1120];
 pub struct Gemma4Processor {
     patch: usize,
     pooling: usize,
-    max_soft_tokens: usize,
+    sizing: Sizing,
     filter: Filter,
     image_mean: [f32; 3],
     image_std: [f32; 3],
@@ -28,6 +28,19 @@ pub struct Gemma4Processor {
     do_resize: bool,
     do_rescale: bool,
     do_normalize: bool,
+}
+
+/// How an image's size is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Sizing {
+    /// transformers': the most pixels whose patches fit `max_soft_tokens` pooling squares.
+    Budget { max_soft_tokens: usize },
+    /// llama.cpp's for a projector (`calc_size_preserved_ratio`): each side rounded to whole
+    /// pooling squares, then scaled into `min_tokens..=max_tokens` squares where it falls out.
+    Limits {
+        min_tokens: usize,
+        max_tokens: usize,
+    },
 }
 
 /// The settings as a model's files hold them, with the class's defaults for the keys they
@@ -93,7 +106,9 @@ pub(super) fn parse(path: &Path, value: serde_json::Value) -> Result<Gemma4Proce
     Ok(Gemma4Processor {
         patch: config.patch_size,
         pooling: config.pooling_kernel_size,
-        max_soft_tokens: config.max_soft_tokens,
+        sizing: Sizing::Budget {
+            max_soft_tokens: config.max_soft_tokens,
+        },
         filter,
         image_mean: config.image_mean,
         image_std: config.image_std,
@@ -104,23 +119,57 @@ pub(super) fn parse(path: &Path, value: serde_json::Value) -> Result<Gemma4Proce
     })
 }
 
-impl Gemma4Processor {
-    /// The patches an image may have.
-    fn max_patches(&self) -> usize {
-        self.max_soft_tokens * self.pooling * self.pooling
+/// The processor llama.cpp runs for a Gemma 4 projector, whose folder has no processor config:
+/// its own sizing, to between 70 and 1120 tokens an image, bicubic, with the projector's mean
+/// and std (which leave the values as they are in the releases).
+pub(super) fn for_projector(
+    patch: usize,
+    pooling: usize,
+    image_mean: [f32; 3],
+    image_std: [f32; 3],
+) -> Gemma4Processor {
+    Gemma4Processor {
+        patch,
+        pooling,
+        sizing: Sizing::Limits {
+            min_tokens: 70,
+            max_tokens: 1120,
+        },
+        filter: Filter::Bicubic,
+        image_mean,
+        image_std,
+        rescale_factor: 1.0 / 255.0,
+        do_resize: true,
+        do_rescale: true,
+        do_normalize: true,
     }
+}
 
+impl Gemma4Processor {
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
-        (self.max_patches() * self.patch * self.patch) as u64
+        let square = self.pooling * self.patch;
+        let tokens = match self.sizing {
+            Sizing::Budget { max_soft_tokens } => max_soft_tokens,
+            Sizing::Limits { max_tokens, .. } => max_tokens,
+        };
+        (tokens * square * square) as u64
     }
 
     pub fn preprocess(&self, image: &RgbImage) -> Result<Patches, ImageError> {
         let (width, height) = (image.width() as usize, image.height() as usize);
-        let (new_height, new_width) = if self.do_resize {
-            self.resized(height, width)?
-        } else {
-            (height, width)
+        let (new_height, new_width) = match (self.do_resize, self.sizing) {
+            (false, _) => (height, width),
+            (true, Sizing::Budget { max_soft_tokens }) => {
+                self.resized(height, width, max_soft_tokens)?
+            }
+            (
+                true,
+                Sizing::Limits {
+                    min_tokens,
+                    max_tokens,
+                },
+            ) => self.fitted(height, width, min_tokens, max_tokens),
         };
         let resized = if (new_height, new_width) == (height, width) {
             image.as_raw().clone()
@@ -138,14 +187,19 @@ impl Gemma4Processor {
     /// transformers' `get_aspect_ratio_preserving_size`: both sides scaled by the one factor
     /// that brings the image to the budget's pixels, then down to whole pooling squares of
     /// patches; a side that comes to none gets one square and the other side its ratio's.
-    fn resized(&self, height: usize, width: usize) -> Result<(usize, usize), ImageError> {
+    fn resized(
+        &self,
+        height: usize,
+        width: usize,
+        max_soft_tokens: usize,
+    ) -> Result<(usize, usize), ImageError> {
         let step = self.pooling * self.patch;
-        let target_pixels = self.max_pixels() as f64;
+        let target_pixels = (max_soft_tokens * step * step) as f64;
         let factor = (target_pixels / (height * width) as f64).sqrt();
         let down = |ideal: f64| (ideal / step as f64).floor() as usize * step;
         let (mut new_height, mut new_width) =
             (down(factor * height as f64), down(factor * width as f64));
-        let longest = self.max_patches() / (self.pooling * self.pooling) * step;
+        let longest = max_soft_tokens * step;
         // The longer side comes to at least a square: the budget holds 70 squares.
         match (new_height, new_width) {
             (0, _) => {
@@ -163,6 +217,36 @@ impl Gemma4Processor {
             return Err(ImageError::AspectRatio { ratio });
         }
         Ok((new_height, new_width))
+    }
+
+    /// llama.cpp's `calc_size_preserved_ratio`, in its single precision: each side rounded (half
+    /// away from zero) to whole pooling squares, at least one; over the most tokens, both sides
+    /// scaled down by one factor and floored, under the fewest, scaled up and ceiled.
+    fn fitted(
+        &self,
+        height: usize,
+        width: usize,
+        min_tokens: usize,
+        max_tokens: usize,
+    ) -> (usize, usize) {
+        let step = self.pooling * self.patch;
+        let area = step * step;
+        let (min_pixels, max_pixels) = (min_tokens * area, max_tokens * area);
+        let by_step = |x: f32, whole: fn(f32) -> f32| whole(x / step as f32) as usize * step;
+        let new_height = by_step(height as f32, f32::round).max(step);
+        let new_width = by_step(width as f32, f32::round).max(step);
+        let pixels = (height * width) as f32;
+        if new_height * new_width > max_pixels {
+            let beta = (pixels / max_pixels as f32).sqrt();
+            let down = |side: usize| by_step(side as f32 / beta, f32::floor).max(step);
+            (down(height), down(width))
+        } else if new_height * new_width < min_pixels {
+            let beta = (min_pixels as f32 / pixels).sqrt();
+            let up = |side: usize| by_step(side as f32 * beta, f32::ceil);
+            (up(height), up(width))
+        } else {
+            (new_height, new_width)
+        }
     }
 
     /// Row by row of patches, each its pixels row by row with their channels, scaled and

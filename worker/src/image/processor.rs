@@ -98,6 +98,12 @@ impl ImageProcessor {
         Self::Gemma3(gemma3::for_projector(size, mean, std))
     }
 
+    /// The processor llama.cpp runs for a Gemma 4 projector of `patch` pixels, pooled by
+    /// `pooling`, with the metadata's mean and std.
+    pub fn gemma4_projector(patch: usize, pooling: usize, [mean, std]: [[f32; 3]; 2]) -> Self {
+        Self::Gemma4(gemma4::for_projector(patch, pooling, mean, std))
+    }
+
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
     /// processor of one fixed size or longest edge has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {

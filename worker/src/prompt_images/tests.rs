@@ -540,6 +540,82 @@ fn a_gemma3_gguf_with_its_projector_reads_images_as_transformers() {
     }
 }
 
+/// Gemma 4's GGUF and projector (llama.cpp's converter's): each image sized as llama.cpp's
+/// `mtmd` sizes it (tests/data/vision/gemma4/gguf/reference.json), the tower on transformers'
+/// patches giving transformers' rows, and the text model, given those rows, transformers'
+/// logits, its image's tokens seeing each other on the sliding layers.
+#[test]
+fn a_gemma4_gguf_with_its_projector_sizes_images_as_llama_cpp_and_reads_them_as_transformers() {
+    let fixture = Fixture::gguf("gemma4", "vision/gemma4/hf");
+    let model = &fixture.loaded.model;
+    let tower = model.vision.as_ref().unwrap();
+    let both_ways = tower.sees_images_both_ways();
+    assert_eq!(both_ways, ImagesSeenBothWays::SlidingLayers);
+    let text = std::fs::read_to_string(data().join("vision/gemma4/gguf/reference.json")).unwrap();
+    let llama_cpp: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let processor = fixture.loaded.image_processor.as_ref().unwrap();
+    for (file, tokens) in llama_cpp["llama_cpp_image_tokens"].as_object().unwrap() {
+        let bytes = std::fs::read(data().join("vision/images").join(file)).unwrap();
+        let patches = processor
+            .preprocess(&image::decode(&bytes).unwrap())
+            .unwrap();
+        let rows = tower.rows(crate::encoded_images::grid_of(&patches));
+        assert_eq!(rows as u64, tokens.as_u64().unwrap(), "{file}");
+    }
+    let row_token = tower.row_token();
+    for name in ["a", "b", "c", "d"] {
+        let pixels = &fixture.tensors[&format!("{name}.pixel_values")];
+        let grids = fixture.tensors[&format!("{name}.image_grid")].as_slice::<i32>();
+        let rows: Vec<Array> = grids
+            .chunks(2)
+            .enumerate()
+            .map(|(index, grid)| {
+                let patches = pixels.index((index as i32, ..grid[0] * grid[1], ..));
+                tower.encode(&patches, [1, grid[0], grid[1]]).unwrap()
+            })
+            .collect();
+        let features = &fixture.tensors[&format!("{name}.image_features")];
+        let difference = largest_difference(&mlx_rs::ops::concatenate(&rows, 0).unwrap(), features);
+        assert!(difference < 1e-3, "{name}: tower {difference}");
+
+        let tokens: Vec<u32> = fixture.tensors[&format!("{name}.input_ids")]
+            .as_slice::<i32>()
+            .iter()
+            .map(|&token| token as u32)
+            .collect();
+        let starts: Vec<usize> = (0..tokens.len())
+            .filter(|&at| tokens[at] == row_token && (at == 0 || tokens[at - 1] != row_token))
+            .collect();
+        let runs: Vec<(i32, i32)> = starts
+            .iter()
+            .zip(&rows)
+            .map(|(&start, rows)| (start as i32, start as i32 + rows.dim(0)))
+            .collect();
+        let mut cache = model.new_cache();
+        for layer in cache.iter_mut() {
+            if both_ways.in_layer_of(layer) {
+                layer.set_both_ways(runs.clone());
+            }
+        }
+        let embedded = starts
+            .into_iter()
+            .zip(rows)
+            .map(|(start, rows)| crate::model::EmbeddedRows { start, rows })
+            .collect();
+        let hidden = model
+            .packed_hidden_states(&mut [crate::model::Segment {
+                tokens: &tokens,
+                cache: &mut cache,
+                embedded,
+            }])
+            .unwrap();
+        let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
+        let expected = &fixture.tensors[&format!("{name}.logits")];
+        let difference = largest_difference(&logits, expected);
+        assert!(difference < 1e-3, "{name}: {difference}");
+    }
+}
+
 /// The same GGUF and projector against llama.cpp's own multimodal library (`mtmd`), on a
 /// picture llama.cpp leaves at its size (tests/data/vision/qwen3_5/gguf/reference.json).
 #[test]

@@ -315,6 +315,44 @@ impl VisionTower {
         })
     }
 
+    /// Gemma 4's tower from a llama.cpp projector's tensors, renamed to transformers' names
+    /// (`gguf/mmproj.rs`: the tower's in `tower`, the embedder's in `embedder`), with the
+    /// `vision_config` its metadata and shapes give; its images' rows stand between
+    /// `[begin, row, end]`'s first and last. No metadata says whether an image's tokens see each
+    /// other both ways; as llama.cpp, the E2B's and E4B's text widths (1536, 2560) mark the
+    /// releases that keep them causal.
+    pub fn gemma4_from_projector(
+        vision_config: serde_json::Value,
+        tower: &mut Weights,
+        embedder: &mut Weights,
+        [begin, row, end]: [u32; 3],
+        path: &Path,
+    ) -> Result<Self, ModelError> {
+        let args: gemma4::Args = projector_args(vision_config, path)?;
+        let text_hidden = embedder
+            .shape_of("embedding_projection.weight")
+            .and_then(|shape| shape.first().copied())
+            .ok_or_else(|| ModelError::Config {
+                path: path.to_path_buf(),
+                message: "the projector has no mm.input_projection.weight of two axes".into(),
+            })?;
+        let tower = gemma4::Tower::load(&args, tower, embedder, text_hidden, None, path)?;
+        let both_ways = if matches!(text_hidden, 1536 | 2560) {
+            ImagesSeenBothWays::Nowhere
+        } else {
+            ImagesSeenBothWays::SlidingLayers
+        };
+        Ok(Self {
+            tower: Tower::Gemma4(tower),
+            tokens: ImageTokenIds {
+                placeholder: row,
+                row,
+                around: Some((begin, end)),
+            },
+            both_ways,
+        })
+    }
+
     /// One image's rows for the text model, `[tokens, hidden]`, from its `patches`
     /// (`[patches, values]`, as the model's processor lays them out) over a `grid` of
     /// `[time, rows, columns]` patches.
@@ -492,6 +530,7 @@ fn projector_args<T: serde::de::DeserializeOwned>(
 pub enum ProjectorTower {
     Qwen3_5,
     Gemma3,
+    Gemma4,
 }
 
 #[cfg(test)]
