@@ -82,7 +82,9 @@ impl LoadedModel {
             let formats = detect_formats(loaded.chat_template.as_ref(), &loaded.tokenizer);
             let mut image_processor = None;
             let mut prompt_token_multiply_adds = None;
-            match projector.map(|projector| gguf::mmproj::load(projector, &loaded.tokenizer)) {
+            match projector.map(|projector| {
+                gguf::mmproj::load(projector, &loaded.tokenizer, &loaded.model.config)
+            }) {
                 Some(Ok(found)) => {
                     loaded.model.vision = Some(found.tower);
                     image_processor = Some(found.processor);

@@ -2,8 +2,8 @@
 //! in a file of its own beside the text model's GGUF, as llama.cpp's converter writes it
 //! (`convert_hf_to_gguf.py --mmproj`), LM Studio and the GGUF repositories ship it and Ollama
 //! keeps it in a projector layer. Its tensors take transformers' names for the tower corral runs
-//! (`clip.projector_type`: `qwen3vl_merger`, Qwen3-VL's through Qwen3.6's, `gemma3` and
-//! `gemma4v`), its
+//! (`clip.projector_type`: `qwen3vl_merger`, Qwen3-VL's through Qwen3.6's, `gemma3`, `gemma4v`
+//! and `pixtral`, Mistral 3's), its
 //! metadata gives the tower's sizes and the processor's normalization, and the images are
 //! prepared within llama.cpp's limits for that tower, its processor's config not being there
 //! (Gemma 3's is one fixed size, the tower's).
@@ -15,7 +15,7 @@ use tokenizers::Tokenizer;
 
 use super::{Choices, GgufError, GgufHeader, weights};
 use crate::image::ImageProcessor;
-use crate::model::{ModelError, ProjectorTower, VisionTower, Weights};
+use crate::model::{ModelConfig, ModelError, ProjectorTower, VisionTower, Weights};
 
 /// A projector's tower and the processor its images are prepared by.
 pub struct Projector {
@@ -30,7 +30,7 @@ pub enum ProjectorError {
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(
-        "{path}: a projector of type {kind:?}, not one corral runs (it runs qwen3vl_merger, gemma3 and gemma4v)"
+        "{path}: a projector of type {kind:?}, not one corral runs (it runs qwen3vl_merger, gemma3, gemma4v and pixtral)"
     )]
     Unsupported {
         path: std::path::PathBuf,
@@ -49,6 +49,7 @@ enum Kind {
     Qwen3VlMerger,
     Gemma3,
     Gemma4,
+    Pixtral,
 }
 
 /// The projector's type, where corral runs it.
@@ -71,6 +72,7 @@ fn kind(header: &GgufHeader) -> Result<Kind, ProjectorError> {
         "qwen3vl_merger" => Ok(Kind::Qwen3VlMerger),
         "gemma3" => Ok(Kind::Gemma3),
         "gemma4v" => Ok(Kind::Gemma4),
+        "pixtral" => Ok(Kind::Pixtral),
         _ => Err(ProjectorError::Unsupported {
             path: header.path.clone(),
             kind: kind.to_owned(),
@@ -101,6 +103,16 @@ pub fn activation_bytes(path: &Path, element_bytes: u64) -> Result<u64, Projecto
                 ProjectorTower::Gemma3,
                 sizes.vision_config,
                 (sizes.image_size * sizes.image_size) as u64,
+                element_bytes,
+            ))
+        }
+        Kind::Pixtral => {
+            let sizes = PixtralSizes::read(&header)?;
+            let merged = (sizes.patch * sizes.merge) as u64;
+            Ok(crate::model::projector_activation_bytes(
+                ProjectorTower::Pixtral,
+                sizes.vision_config,
+                (1024 * merged * merged).min(MEGAPIXEL),
                 element_bytes,
             ))
         }
@@ -264,6 +276,46 @@ impl Gemma4Sizes {
     }
 }
 
+/// A Pixtral projector's sizes, from its metadata.
+struct PixtralSizes {
+    patch: usize,
+    merge: usize,
+    depth: usize,
+    heads: usize,
+    /// As transformers' `PixtralVisionConfig` has them.
+    vision_config: serde_json::Value,
+}
+
+impl PixtralSizes {
+    fn read(header: &GgufHeader) -> Result<Self, ProjectorError> {
+        let integer = |key: &str| integer(header, key);
+        let patch = integer("clip.vision.patch_size")?;
+        let depth = integer("clip.vision.block_count")?;
+        let heads = integer("clip.vision.attention.head_count")?;
+        let silu = header
+            .get("clip.use_silu")
+            .and_then(|value| value.as_bool())
+            .unwrap_or(false);
+        let vision_config = json!({
+            "hidden_size": integer("clip.vision.embedding_length")?,
+            "intermediate_size": integer("clip.vision.feed_forward_length")?,
+            "num_hidden_layers": depth,
+            "num_attention_heads": heads,
+            "patch_size": patch,
+            "hidden_act": if silu { "silu" } else { "gelu" },
+            // llama.cpp's, which the file does not hold.
+            "rope_theta": 10_000.0,
+        });
+        Ok(Self {
+            patch,
+            merge: integer("clip.vision.spatial_merge_size").unwrap_or(1),
+            depth,
+            heads,
+            vision_config,
+        })
+    }
+}
+
 fn invalid(header: &GgufHeader, message: String) -> ProjectorError {
     ProjectorError::Invalid {
         path: header.path.clone(),
@@ -279,8 +331,12 @@ fn integer(header: &GgufHeader, key: &str) -> Result<usize, ProjectorError> {
         .ok_or_else(|| invalid(header, format!("{key} is missing or not an integer")))
 }
 
-/// The projector at `path` for a text model whose tokenizer is `tokenizer`.
-pub fn load(path: &Path, tokenizer: &Tokenizer) -> Result<Projector, ProjectorError> {
+/// The projector at `path` for the text model `text` whose tokenizer is `tokenizer`.
+pub fn load(
+    path: &Path,
+    tokenizer: &Tokenizer,
+    text: &ModelConfig,
+) -> Result<Projector, ProjectorError> {
     let header = GgufHeader::read(path)?;
     let kind = kind(&header)?;
     let normalization = [
@@ -347,6 +403,23 @@ pub fn load(path: &Path, tokenizer: &Tokenizer) -> Result<Projector, ProjectorEr
                 ImageProcessor::gemma4_projector(sizes.patch, sizes.pooling, normalization);
             (tower, processor)
         }
+        Kind::Pixtral => {
+            let sizes = PixtralSizes::read(&header)?;
+            let mut projector = pixtral_names(&mut tensors, sizes.depth, sizes.heads)?
+                .ok_or_else(|| invalid(&header, "no mm.* projector tensors".into()))?;
+            let tower = VisionTower::pixtral_from_projector(
+                sizes.vision_config,
+                sizes.merge,
+                text,
+                &mut tensors,
+                &mut projector,
+                token("[IMG]")?,
+                path,
+            )?;
+            let processor =
+                ImageProcessor::pixtral_projector(sizes.patch, sizes.merge, normalization);
+            (tower, processor)
+        }
     };
     let leftovers = tensors.leftover_names();
     if !leftovers.is_empty() {
@@ -410,6 +483,63 @@ fn gemma3_names(tensors: &mut Weights, depth: usize) -> Result<Option<Weights>, 
         "mm.input_projection.weight",
         "projector.mm_input_projection_weight",
     );
+    Ok(tensors.split_off("projector."))
+}
+
+/// llama.cpp's names for Pixtral's tower as transformers names it under `vision_tower.`; the
+/// projector's are split off as transformers names them under `multi_modal_projector.`. The
+/// converter permuted the query and key projections' rows for llama.cpp's rotation (each head's
+/// halves interleaved, `LlamaModel.permute`), which is undone; `[IMG_BREAK]`'s embedding, which
+/// llama.cpp keeps with the projector, is the text model's own and is dropped.
+fn pixtral_names(
+    tensors: &mut Weights,
+    depth: usize,
+    heads: usize,
+) -> Result<Option<Weights>, ModelError> {
+    tensors.rename("v.patch_embd.weight", "patch_conv.weight");
+    tensors.rename("v.pre_ln.weight", "ln_pre.weight");
+    tensors.discard("v.token_embd.img_break");
+    let heads = heads as i32;
+    for block in 0..depth {
+        let layer = |name: &str| format!("transformer.layers.{block}.{name}");
+        for (gguf, transformers) in [
+            ("ln1", "attention_norm"),
+            ("ln2", "ffn_norm"),
+            ("attn_v", "attention.v_proj"),
+            ("attn_out", "attention.o_proj"),
+            ("ffn_gate", "feed_forward.gate_proj"),
+            ("ffn_up", "feed_forward.up_proj"),
+            ("ffn_down", "feed_forward.down_proj"),
+        ] {
+            tensors.rename_layer(&format!("v.blk.{block}.{gguf}"), &layer(transformers));
+        }
+        for (gguf, transformers) in [
+            ("attn_q", "attention.q_proj"),
+            ("attn_k", "attention.k_proj"),
+        ] {
+            for part in ["weight", "bias"] {
+                tensors.convert(
+                    &format!("v.blk.{block}.{gguf}.{part}"),
+                    &format!("{}.{part}", layer(transformers)),
+                    "undoing llama.cpp's permutation of a projection's rows",
+                    |rows| {
+                        let shape = rows.shape().to_vec();
+                        let mut split = vec![heads, shape[0] / heads / 2, 2];
+                        split.extend_from_slice(&shape[1..]);
+                        rows.reshape(&split)?.swap_axes(1, 2)?.reshape(&shape)
+                    },
+                )?;
+            }
+        }
+    }
+    for (gguf, transformers) in [
+        ("mm.input_norm", "norm"),
+        ("mm.patch_merger", "patch_merger.merging_layer"),
+        ("mm.1", "linear_1"),
+        ("mm.2", "linear_2"),
+    ] {
+        tensors.rename_layer(gguf, &format!("projector.{transformers}"));
+    }
     Ok(tensors.split_off("projector."))
 }
 

@@ -10,6 +10,7 @@ use std::path::Path;
 use image::RgbImage;
 use serde::Deserialize;
 
+use super::llama_cpp_size::TokenLimits;
 use super::resample::{Filter, resize};
 use super::{ImageError, Patches};
 
@@ -35,12 +36,8 @@ pub struct Gemma4Processor {
 enum Sizing {
     /// transformers': the most pixels whose patches fit `max_soft_tokens` pooling squares.
     Budget { max_soft_tokens: usize },
-    /// llama.cpp's for a projector (`calc_size_preserved_ratio`): each side rounded to whole
-    /// pooling squares, then scaled into `min_tokens..=max_tokens` squares where it falls out.
-    Limits {
-        min_tokens: usize,
-        max_tokens: usize,
-    },
+    /// llama.cpp's for a projector: within its limits of pooling squares.
+    Limits(TokenLimits),
 }
 
 /// The settings as a model's files hold them, with the class's defaults for the keys they
@@ -131,10 +128,11 @@ pub(super) fn for_projector(
     Gemma4Processor {
         patch,
         pooling,
-        sizing: Sizing::Limits {
+        sizing: Sizing::Limits(TokenLimits {
+            step: pooling * patch,
             min_tokens: 70,
             max_tokens: 1120,
-        },
+        }),
         filter: Filter::Bicubic,
         image_mean,
         image_std,
@@ -149,11 +147,10 @@ impl Gemma4Processor {
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
         let square = self.pooling * self.patch;
-        let tokens = match self.sizing {
-            Sizing::Budget { max_soft_tokens } => max_soft_tokens,
-            Sizing::Limits { max_tokens, .. } => max_tokens,
-        };
-        (tokens * square * square) as u64
+        match self.sizing {
+            Sizing::Budget { max_soft_tokens } => (max_soft_tokens * square * square) as u64,
+            Sizing::Limits(limits) => limits.max_pixels(),
+        }
     }
 
     pub fn preprocess(&self, image: &RgbImage) -> Result<Patches, ImageError> {
@@ -163,13 +160,7 @@ impl Gemma4Processor {
             (true, Sizing::Budget { max_soft_tokens }) => {
                 self.resized(height, width, max_soft_tokens)?
             }
-            (
-                true,
-                Sizing::Limits {
-                    min_tokens,
-                    max_tokens,
-                },
-            ) => self.fitted(height, width, min_tokens, max_tokens),
+            (true, Sizing::Limits(limits)) => limits.fit(height, width),
         };
         let resized = if (new_height, new_width) == (height, width) {
             image.as_raw().clone()
@@ -217,36 +208,6 @@ impl Gemma4Processor {
             return Err(ImageError::AspectRatio { ratio });
         }
         Ok((new_height, new_width))
-    }
-
-    /// llama.cpp's `calc_size_preserved_ratio`, in its single precision: each side rounded (half
-    /// away from zero) to whole pooling squares, at least one; over the most tokens, both sides
-    /// scaled down by one factor and floored, under the fewest, scaled up and ceiled.
-    fn fitted(
-        &self,
-        height: usize,
-        width: usize,
-        min_tokens: usize,
-        max_tokens: usize,
-    ) -> (usize, usize) {
-        let step = self.pooling * self.patch;
-        let area = step * step;
-        let (min_pixels, max_pixels) = (min_tokens * area, max_tokens * area);
-        let by_step = |x: f32, whole: fn(f32) -> f32| whole(x / step as f32) as usize * step;
-        let new_height = by_step(height as f32, f32::round).max(step);
-        let new_width = by_step(width as f32, f32::round).max(step);
-        let pixels = (height * width) as f32;
-        if new_height * new_width > max_pixels {
-            let beta = (pixels / max_pixels as f32).sqrt();
-            let down = |side: usize| by_step(side as f32 / beta, f32::floor).max(step);
-            (down(height), down(width))
-        } else if new_height * new_width < min_pixels {
-            let beta = (min_pixels as f32 / pixels).sqrt();
-            let up = |side: usize| by_step(side as f32 * beta, f32::ceil);
-            (up(height), up(width))
-        } else {
-            (new_height, new_width)
-        }
     }
 
     /// Row by row of patches, each its pixels row by row with their channels, scaled and

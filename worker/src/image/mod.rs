@@ -2,13 +2,15 @@
 //! (`decode.rs`: PNG, JPEG, WebP, GIF's first frame, as Pillow opens them and transformers makes
 //! them RGB), then resized, normalized and cut into patches by the processor the model's files
 //! name (`processor.rs` reads which; `qwen2_vl.rs`: Qwen2-VL's through Qwen3.5's; `gemma3.rs`:
-//! Gemma 3's; `gemma4.rs`: Gemma 4's; `pixtral.rs`: Mistral 3's).
+//! Gemma 3's; `gemma4.rs`: Gemma 4's; `pixtral.rs`: Mistral 3's; `llama_cpp_size.rs`: llama.cpp's sizing for a
+//! GGUF's projector).
 
 mod colour_key;
 mod decode;
 mod gemma3;
 mod gemma4;
 mod jpeg;
+mod llama_cpp_size;
 mod pixtral;
 mod processor;
 mod qwen2_vl;

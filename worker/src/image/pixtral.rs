@@ -9,12 +9,13 @@ use std::path::Path;
 use image::RgbImage;
 use serde::Deserialize;
 
+use super::llama_cpp_size::TokenLimits;
 use super::resample::{Filter, resize};
 use super::{ImageError, Patches};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PixtralProcessor {
-    longest_edge: usize,
+    sizing: Sizing,
     /// The tower's patch side.
     patch: usize,
     /// Patches along a side that the projector merges into one token.
@@ -26,6 +27,15 @@ pub struct PixtralProcessor {
     do_resize: bool,
     do_rescale: bool,
     do_normalize: bool,
+}
+
+/// How an image's size is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Sizing {
+    /// transformers': down to fit the longest edge, then up to whole merged patches.
+    LongestEdge(usize),
+    /// llama.cpp's for a projector: within its limits of merged patches.
+    Limits(TokenLimits),
 }
 
 /// The image processor's settings, with the class's defaults for the keys they leave out.
@@ -118,7 +128,7 @@ pub(super) fn parse(
         ));
     }
     Ok(PixtralProcessor {
-        longest_edge: config.size.longest_edge,
+        sizing: Sizing::LongestEdge(config.size.longest_edge),
         patch: keys.patch_size,
         merge: keys.spatial_merge_size,
         filter,
@@ -131,19 +141,52 @@ pub(super) fn parse(
     })
 }
 
+/// The processor llama.cpp runs for a Pixtral projector, whose folder has no processor config:
+/// its own sizing, to between 8 and 1024 merged patches an image, bicubic, with the projector's
+/// mean and std.
+pub(super) fn for_projector(
+    patch: usize,
+    merge: usize,
+    image_mean: [f32; 3],
+    image_std: [f32; 3],
+) -> PixtralProcessor {
+    PixtralProcessor {
+        sizing: Sizing::Limits(TokenLimits {
+            step: patch * merge,
+            min_tokens: 8,
+            max_tokens: 1024,
+        }),
+        patch,
+        merge,
+        filter: Filter::Bicubic,
+        image_mean,
+        image_std,
+        rescale_factor: 1.0 / 255.0,
+        do_resize: true,
+        do_rescale: true,
+        do_normalize: true,
+    }
+}
+
 impl PixtralProcessor {
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
-        let side = self.longest_edge.div_ceil(self.patch * self.merge) * self.patch * self.merge;
-        (side * side) as u64
+        match self.sizing {
+            Sizing::LongestEdge(longest_edge) => {
+                let step = self.patch * self.merge;
+                let side = longest_edge.div_ceil(step) * step;
+                (side * side) as u64
+            }
+            Sizing::Limits(limits) => limits.max_pixels(),
+        }
     }
 
     pub fn preprocess(&self, image: &RgbImage) -> Result<Patches, ImageError> {
         let (width, height) = (image.width() as usize, image.height() as usize);
-        let (new_height, new_width) = if self.do_resize {
-            self.resized(height, width)
-        } else {
-            (height, width)
+        let (new_height, new_width) = match (self.do_resize, self.sizing) {
+            (false, _) => (height, width),
+            (true, Sizing::LongestEdge(longest_edge)) => self.resized(height, width, longest_edge),
+            (true, Sizing::Limits(limits)) => limits.fit(height, width),
         };
         let resized = resize(
             image.as_raw(),
@@ -157,8 +200,8 @@ impl PixtralProcessor {
     /// transformers' `get_resize_output_image_size`: scaled down by the larger of the sides'
     /// ratios to the longest edge where over it (sides truncated), then each side up to whole
     /// merged patches.
-    fn resized(&self, height: usize, width: usize) -> (usize, usize) {
-        let longest = self.longest_edge as f64;
+    fn resized(&self, height: usize, width: usize, longest_edge: usize) -> (usize, usize) {
+        let longest = longest_edge as f64;
         let ratio = (height as f64 / longest).max(width as f64 / longest);
         let (height, width) = if ratio > 1.0 {
             (

@@ -104,6 +104,12 @@ impl ImageProcessor {
         Self::Gemma4(gemma4::for_projector(patch, pooling, mean, std))
     }
 
+    /// The processor llama.cpp runs for a Pixtral projector of `patch` pixels, merged by
+    /// `merge`, with the metadata's mean and std.
+    pub fn pixtral_projector(patch: usize, merge: usize, [mean, std]: [[f32; 3]; 2]) -> Self {
+        Self::Pixtral(pixtral::for_projector(patch, merge, mean, std))
+    }
+
     /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
     /// processor of one fixed size or longest edge has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {

@@ -616,6 +616,90 @@ fn a_gemma4_gguf_with_its_projector_sizes_images_as_llama_cpp_and_reads_them_as_
     }
 }
 
+/// Mistral 3's GGUF and projector (llama.cpp's converter's, its query and key rows permuted for
+/// llama.cpp's rotation): the tower on transformers' patches gives transformers' rows, and the
+/// text model, given those rows, transformers' logits; llama.cpp's sizing, shared with Gemma
+/// 4's (held to `mtmd` there), within its own limits.
+#[test]
+fn a_mistral3_gguf_with_its_projector_reads_images_as_transformers() {
+    let fixture = Fixture::gguf("mistral3", "vision/mistral3/hf");
+    let model = &fixture.loaded.model;
+    let tower = model.vision.as_ref().unwrap();
+    let processor = fixture.loaded.image_processor.as_ref().unwrap();
+    // llama.cpp's 8 to 1024 merged patches (of 8 pixels here): the screenshot scaled down into
+    // 1024, the rest rounded to whole merged patches and scaled up to 8.
+    for (file, [rows, columns]) in [
+        ("screenshot.png", [27, 36]),
+        ("wide.png", [3, 8]),
+        ("square.webp", [6, 6]),
+    ] {
+        let bytes = std::fs::read(data().join("vision/images").join(file)).unwrap();
+        let patches = processor
+            .preprocess(&image::decode(&bytes).unwrap())
+            .unwrap();
+        assert_eq!(patches.grid, [1, rows * 2, columns * 2], "{file}");
+    }
+    let row_token = tower.row_token();
+    for name in ["a", "b", "c", "d"] {
+        let pixels = &fixture.tensors[&format!("{name}.pixel_values")];
+        let sizes = fixture.tensors[&format!("{name}.image_sizes")].as_slice::<i32>();
+        let rows: Vec<Array> = sizes
+            .chunks(2)
+            .enumerate()
+            .map(|(index, size)| {
+                let (height, width) = (size[0], size[1]);
+                let image = pixels.index((index as i32, .., ..height, ..width));
+                let patches = image
+                    .reshape(&[3, height / 4, 4, width / 4, 4])
+                    .unwrap()
+                    .transpose_axes(&[1, 3, 0, 2, 4])
+                    .unwrap()
+                    .reshape(&[-1, 48])
+                    .unwrap();
+                tower.encode(&patches, [1, height / 4, width / 4]).unwrap()
+            })
+            .collect();
+        let rows = mlx_rs::ops::concatenate(&rows, 0).unwrap();
+        let features = &fixture.tensors[&format!("{name}.image_features")];
+        let difference = largest_difference(&rows, features);
+        assert!(difference < 1e-3, "{name}: tower {difference}");
+
+        let tokens: Vec<u32> = fixture.tensors[&format!("{name}.input_ids")]
+            .as_slice::<i32>()
+            .iter()
+            .map(|&token| token as u32)
+            .collect();
+        // Each run of image tokens (a line of merged patches) takes the next rows in order.
+        let mut next = 0;
+        let embedded = (0..tokens.len())
+            .filter(|&at| tokens[at] == row_token && (at == 0 || tokens[at - 1] != row_token))
+            .map(|start| {
+                let length = tokens[start..]
+                    .iter()
+                    .take_while(|&&token| token == row_token)
+                    .count() as i32;
+                next += length;
+                crate::model::EmbeddedRows {
+                    start,
+                    rows: rows.index(next - length..next),
+                }
+            })
+            .collect();
+        let mut cache = model.new_cache();
+        let hidden = model
+            .packed_hidden_states(&mut [crate::model::Segment {
+                tokens: &tokens,
+                cache: &mut cache,
+                embedded,
+            }])
+            .unwrap();
+        let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
+        let expected = &fixture.tensors[&format!("{name}.logits")];
+        let difference = largest_difference(&logits, expected);
+        assert!(difference < 1e-3, "{name}: {difference}");
+    }
+}
+
 /// The same GGUF and projector against llama.cpp's own multimodal library (`mtmd`), on a
 /// picture llama.cpp leaves at its size (tests/data/vision/qwen3_5/gguf/reference.json).
 #[test]

@@ -65,8 +65,8 @@ fn sizes_fit_the_longest_edge_and_round_up_to_merged_patches() {
     let config = serde_json::json!({"size": {"longest_edge": 1540}});
     let processor = parse(path, config, folder.path()).unwrap();
     // Without processor_config.json: patches of 16, unmerged.
-    assert_eq!(processor.resized(768, 1024), (768, 1024));
-    assert_eq!(processor.resized(1, 1), (16, 16));
+    assert_eq!(processor.resized(768, 1024, 1540), (768, 1024));
+    assert_eq!(processor.resized(1, 1, 1540), (16, 16));
     std::fs::write(
         folder.path().join("processor_config.json"),
         r#"{"patch_size": 14, "spatial_merge_size": 2}"#,
@@ -79,9 +79,9 @@ fn sizes_fit_the_longest_edge_and_round_up_to_merged_patches() {
     )
     .unwrap();
     // Each the release's processor's size for the same image.
-    assert_eq!(processor.resized(768, 1024), (784, 1036));
-    assert_eq!(processor.resized(3000, 4000), (1176, 1540));
-    assert_eq!(processor.resized(10, 4000), (28, 1540));
+    assert_eq!(processor.resized(768, 1024, 1540), (784, 1036));
+    assert_eq!(processor.resized(3000, 4000, 1540), (1176, 1540));
+    assert_eq!(processor.resized(10, 4000, 1540), (28, 1540));
     for (json, complaint) in [
         (r#"{"resample": 0}"#, "resample 0"),
         (r#"{"size": {"longest_edge": 0}}"#, "positive"),

@@ -198,5 +198,7 @@ pub fn projector_activation_bytes(
             .map_or(0, |args| args.activation_bytes(element_bytes)),
         ProjectorTower::Gemma4 => serde_json::from_value::<gemma4::Args>(vision_config)
             .map_or(0, |args| args.activation_bytes(pixels, element_bytes)),
+        ProjectorTower::Pixtral => serde_json::from_value::<pixtral::Args>(vision_config)
+            .map_or(0, |args| args.activation_bytes(pixels, element_bytes)),
     }
 }

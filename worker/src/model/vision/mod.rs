@@ -315,6 +315,38 @@ impl VisionTower {
         })
     }
 
+    /// Mistral 3's (Pixtral's) tower from a llama.cpp projector's tensors, renamed to
+    /// transformers' names (`gguf/mmproj.rs`: the tower's in `tower`, the projector's in
+    /// `projector`), with the `vision_config` its metadata gives, merging `merge` patches a side,
+    /// for the text model `text`; `image_token` is the row token.
+    pub fn pixtral_from_projector(
+        vision_config: serde_json::Value,
+        merge: usize,
+        text: &ModelConfig,
+        tower: &mut Weights,
+        projector: &mut Weights,
+        image_token: u32,
+        path: &Path,
+    ) -> Result<Self, ModelError> {
+        let args: pixtral::Args = projector_args(vision_config, path)?;
+        let projector_args = pixtral::ProjectorArgs {
+            merge: i32::try_from(merge).unwrap_or(1),
+            bias: projector.contains("linear_1.bias"),
+            text_hidden: text.hidden_size,
+            text_eps: text.rms_norm_eps,
+        };
+        let tower = pixtral::Tower::load(&args, &projector_args, tower, projector, None, path)?;
+        Ok(Self {
+            tower: Tower::Pixtral(tower),
+            tokens: ImageTokenIds {
+                placeholder: image_token,
+                row: image_token,
+                around: None,
+            },
+            both_ways: ImagesSeenBothWays::Nowhere,
+        })
+    }
+
     /// Gemma 4's tower from a llama.cpp projector's tensors, renamed to transformers' names
     /// (`gguf/mmproj.rs`: the tower's in `tower`, the embedder's in `embedder`), with the
     /// `vision_config` its metadata and shapes give; its images' rows stand between
@@ -531,6 +563,7 @@ pub enum ProjectorTower {
     Qwen3_5,
     Gemma3,
     Gemma4,
+    Pixtral,
 }
 
 #[cfg(test)]
