@@ -445,8 +445,12 @@ def make_gemma3_processor(spec, arch, tok, template):
 
 
 def make_gemma4_processor(spec, arch, tok, template):
+    """transformers' Gemma4Processor; its tokenizer's added tokens listed special, as the
+    release's are (llama.cpp's converter marks only the tokenizer's special tokens as control
+    tokens, which its chat needs): the processor replaces that list with `<|video|>` alone (its
+    FIXME), so the rest is added back after it."""
     image_processor = Gemma4ImageProcessorPil(**arch["image_processor"])
-    return transformers.Gemma4Processor(
+    processor = transformers.Gemma4Processor(
         feature_extractor=Gemma4AudioFeatureExtractor(),
         image_processor=image_processor,
         tokenizer=tok,
@@ -454,6 +458,9 @@ def make_gemma4_processor(spec, arch, tok, template):
         chat_template=template,
         image_seq_length=arch["image_processor"]["max_soft_tokens"],
     )
+    unnamed = [token for token in GEMMA4_SPECIAL if token not in tok.all_special_tokens]
+    tok.add_special_tokens({"additional_special_tokens": unnamed}, replace_extra_special_tokens=False)
+    return processor
 
 
 def make_mistral3_processor(spec, arch, tok, template):

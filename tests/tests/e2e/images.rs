@@ -502,15 +502,7 @@ fn mistral3_reads_an_image_as_transformers() {
 #[test]
 fn a_gguf_and_its_projector_in_one_folder_read_images_as_transformers() {
     let dirs = Dirs::with_models(&[]);
-    let folder = dirs.models.path().join("qwen3_5-vl-gguf");
-    std::fs::create_dir_all(&folder).unwrap();
-    for file in ["qwen3_5-vl-F32.gguf", "mmproj-qwen3_5-vl-F32.gguf"] {
-        std::fs::copy(
-            vision_data().join("qwen3_5/gguf").join(file),
-            folder.join(file),
-        )
-        .unwrap();
-    }
+    gguf_pair_in_a_folder(&dirs, "qwen3_5");
     let server = Server::start(&dirs);
     let listed = server.get_json("/v1/models/qwen3_5-vl-gguf");
     assert_eq!(listed["vision"], true, "{listed}");
@@ -528,4 +520,57 @@ fn a_gguf_and_its_projector_in_one_folder_read_images_as_transformers() {
     let answer: Value = server.post("/v1/chat/completions", &body).json().unwrap();
     assert_eq!(answer["usage"]["prompt_tokens"], 111, "{answer}");
     assert_logprobs(&answer, &reference_logprobs("b"));
+}
+
+/// llama.cpp's converter's GGUF and projector of fixture `name`, in a folder of their own in the
+/// models directory, as LM Studio keeps them: the model `<name>-vl-gguf`.
+fn gguf_pair_in_a_folder(dirs: &Dirs, name: &str) {
+    let folder = dirs.models.path().join(format!("{name}-vl-gguf"));
+    std::fs::create_dir_all(&folder).unwrap();
+    for file in [
+        format!("{name}-vl-F32.gguf"),
+        format!("mmproj-{name}-vl-F32.gguf"),
+    ] {
+        std::fs::copy(
+            vision_data().join(name).join("gguf").join(&file),
+            folder.join(&file),
+        )
+        .unwrap();
+    }
+}
+
+/// Gemma 3's, Gemma 4's and Mistral 3's GGUFs with llama.cpp's projectors take an image as its
+/// tokens, sized as llama.cpp sizes them: reference case (a)'s prompt, whose picture (wide.png,
+/// 61x23) is Gemma 3's 16 tokens, Gemma 4's 84 (llama.cpp's 14x6 squares; transformers' 65) and
+/// Mistral 3's 3 lines of 8 merged patches, each ended by its break (27; transformers' 12).
+#[test]
+fn gemma_and_mistral_ggufs_with_their_projectors_take_images_as_llama_cpp_sizes_them() {
+    let dirs = Dirs::with_models(&[]);
+    for name in ["gemma3", "gemma4", "mistral3"] {
+        gguf_pair_in_a_folder(&dirs, name);
+    }
+    let server = Server::start(&dirs);
+    let wide = format!("data:image/png;base64,{}", image_base64("wide.png"));
+    for (name, prompt_tokens) in [("gemma3", 51), ("gemma4", 132), ("mistral3", 63)] {
+        let model = format!("{name}-vl-gguf");
+        let listed = server.get_json(&format!("/v1/models/{model}"));
+        assert_eq!(listed["vision"], true, "{listed}");
+        let mut messages = vec![json!({"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": wide}}]})];
+        if name == "mistral3" {
+            // The fixture's cases open with the system message its template needs.
+            messages.insert(
+                0,
+                json!({"role": "system", "content": "Answer in one word."}),
+            );
+        }
+        let body = json!({"model": model, "max_tokens": 2, "temperature": 0,
+            "messages": messages});
+        let answer: Value = server.post("/v1/chat/completions", &body).json().unwrap();
+        assert_eq!(answer["usage"]["prompt_tokens"], prompt_tokens, "{answer}");
+        let metrics = server.metrics();
+        let encoded = format!("corral_images_encoded_total{{model=\"{model}\"}} 1");
+        assert!(metrics.contains(&encoded), "{encoded} not in {metrics}");
+    }
 }
