@@ -144,6 +144,26 @@ pub(super) fn for_projector(
 }
 
 impl Gemma4Processor {
+    /// The processor with an operator's pixel limits: for transformers' sizing, the largest
+    /// budget transformers takes within the most pixels (the smallest, 70 tokens, at least);
+    /// for llama.cpp's, its token limits from both.
+    pub fn with_pixel_limits(mut self, min: Option<u64>, max: Option<u64>) -> Self {
+        let square = (self.pooling * self.patch) as u64;
+        self.sizing = match self.sizing {
+            Sizing::Budget { max_soft_tokens } => Sizing::Budget {
+                max_soft_tokens: max.map_or(max_soft_tokens, |max| {
+                    SOFT_TOKEN_BUDGETS
+                        .into_iter()
+                        .filter(|&tokens| tokens as u64 * square * square <= max)
+                        .max()
+                        .unwrap_or(SOFT_TOKEN_BUDGETS[0])
+                }),
+            },
+            Sizing::Limits(limits) => Sizing::Limits(limits.with_pixel_limits(min, max)),
+        };
+        self
+    }
+
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
         let square = self.pooling * self.patch;

@@ -12,6 +12,20 @@ pub struct TokenLimits {
 }
 
 impl TokenLimits {
+    /// The limits with an operator's pixel limits in place of llama.cpp's, in whole tokens:
+    /// the fewest pixels rounded up, the most rounded down, at least one token.
+    pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {
+        let area = (self.step * self.step).max(1) as u64;
+        let tokens = |pixels: u64| usize::try_from(pixels).unwrap_or(usize::MAX);
+        let max_tokens = max.map_or(self.max_tokens, |max| tokens(max / area).max(1));
+        let min_tokens = min.map_or(self.min_tokens, |min| tokens(min.div_ceil(area)));
+        Self {
+            min_tokens: min_tokens.min(max_tokens),
+            max_tokens,
+            ..self
+        }
+    }
+
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
         (self.max_tokens * self.step * self.step) as u64

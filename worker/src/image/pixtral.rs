@@ -169,6 +169,20 @@ pub(super) fn for_projector(
 }
 
 impl PixtralProcessor {
+    /// The processor with an operator's pixel limits: for transformers' sizing, the longest
+    /// edge of a square of the most pixels; for llama.cpp's, its token limits from both.
+    pub fn with_pixel_limits(mut self, min: Option<u64>, max: Option<u64>) -> Self {
+        self.sizing = match self.sizing {
+            Sizing::LongestEdge(longest_edge) => {
+                Sizing::LongestEdge(max.map_or(longest_edge, |max| {
+                    (max as f64).sqrt().floor().max(1.0) as usize
+                }))
+            }
+            Sizing::Limits(limits) => Sizing::Limits(limits.with_pixel_limits(min, max)),
+        };
+        self
+    }
+
     /// The most pixels an image is resized to.
     pub fn max_pixels(&self) -> u64 {
         match self.sizing {

@@ -110,12 +110,14 @@ impl ImageProcessor {
         Self::Pixtral(pixtral::for_projector(patch, merge, mean, std))
     }
 
-    /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own; a
-    /// processor of one fixed size or longest edge has none to change.
+    /// The processor with an operator's pixel limits (`[models.ID]`) in place of its own;
+    /// Gemma 3's one fixed size has none to change.
     pub fn with_pixel_limits(self, min: Option<u64>, max: Option<u64>) -> Self {
         match self {
             Self::Qwen2Vl(processor) => Self::Qwen2Vl(processor.with_pixel_limits(min, max)),
-            Self::Gemma3(_) | Self::Gemma4(_) | Self::Pixtral(_) => self,
+            Self::Gemma4(processor) => Self::Gemma4(processor.with_pixel_limits(min, max)),
+            Self::Pixtral(processor) => Self::Pixtral(processor.with_pixel_limits(min, max)),
+            Self::Gemma3(_) => self,
         }
     }
 

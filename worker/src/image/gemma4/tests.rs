@@ -45,3 +45,35 @@ fn every_image_comes_out_as_transformers_makes_it() {
         assert!(patches.values.len() <= 630 * 48, "{file}");
     }
 }
+
+fn screenshot() -> image::RgbImage {
+    let bytes = std::fs::read(data().join("images/screenshot.png")).unwrap();
+    decode(&bytes).unwrap()
+}
+
+/// The tokens (pooling squares of 3x3 patches) an image becomes.
+fn tokens(processor: &ImageProcessor, image: &image::RgbImage) -> usize {
+    let [_, rows, columns] = processor.preprocess(image).unwrap().grid;
+    rows * columns / 9
+}
+
+#[test]
+fn an_operators_pixel_limits_choose_the_budget_or_llama_cpps_limits() {
+    let processor = ImageProcessor::load(&data().join("gemma4/hf"))
+        .unwrap()
+        .unwrap();
+    let screenshot = screenshot();
+    // Within the fixture's budget of 70 tokens of 12x12 pixels, 63 (transformers' 21x27
+    // patches); 280 tokens fit in 280 · 144 pixels, and no budget is smaller than 70.
+    assert_eq!(tokens(&processor, &screenshot), 63);
+    let larger = processor.clone().with_pixel_limits(None, Some(280 * 144));
+    assert!((141..=280).contains(&tokens(&larger, &screenshot)));
+    let tiny = processor.with_pixel_limits(None, Some(1));
+    assert_eq!(tokens(&tiny, &screenshot), 63);
+
+    // llama.cpp's 1064 for the screenshot (gemma4/gguf/reference.json), then within 200.
+    let projector = ImageProcessor::Gemma4(super::for_projector(4, 3, [0.0; 3], [1.0; 3]));
+    assert_eq!(tokens(&projector, &screenshot), 1064);
+    let limited = projector.with_pixel_limits(Some(100 * 144), Some(200 * 144));
+    assert!((100..=200).contains(&tokens(&limited, &screenshot)));
+}

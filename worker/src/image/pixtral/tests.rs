@@ -90,3 +90,27 @@ fn sizes_fit_the_longest_edge_and_round_up_to_merged_patches() {
         assert!(error.to_string().contains(complaint), "{json}: {error}");
     }
 }
+
+#[test]
+fn an_operators_most_pixels_set_the_longest_edge_or_llama_cpps_limits() {
+    let path = std::path::Path::new("preprocessor_config.json");
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(
+        folder.path().join("processor_config.json"),
+        r#"{"patch_size": 14, "spatial_merge_size": 2}"#,
+    )
+    .unwrap();
+    let config = serde_json::json!({"size": {"longest_edge": 1540}});
+    let processor = parse(path, config, folder.path()).unwrap();
+    // A square of 784 · 784 pixels: the longest edge 784.
+    let limited = processor.with_pixel_limits(None, Some(784 * 784));
+    assert_eq!(limited.max_pixels(), 784 * 784);
+    let image = image::RgbImage::new(1024, 768);
+    assert_eq!(limited.preprocess(&image).unwrap().grid, [1, 42, 56]);
+
+    // llama.cpp's limits of merged patches (28 pixels a side), at most 100 of them.
+    let projector =
+        for_projector(14, 2, [0.5; 3], [0.5; 3]).with_pixel_limits(None, Some(100 * 784));
+    let [_, rows, columns] = projector.preprocess(&image).unwrap().grid;
+    assert!(rows * columns / 4 <= 100, "{rows}x{columns}");
+}
