@@ -55,7 +55,7 @@ pub enum ChatTemplateError {
     /// The template rejected the conversation through `raise_exception`: the request's fault.
     #[error("chat template raised: {0}")]
     Raised(String),
-    #[error("the chat template from {path} failed to render")]
+    #[error("the chat template from {path} failed to render: {source}")]
     Render {
         path: PathBuf,
         #[source]

@@ -144,7 +144,7 @@ pub(crate) fn vision_model(dirs: &Dirs, name: &str) {
 }
 
 /// The checkpoint in tests/data/vision/`fixture`, served as `name`.
-fn vision_model_from(dirs: &Dirs, name: &str, fixture: &str) {
+pub(crate) fn vision_model_from(dirs: &Dirs, name: &str, fixture: &str) {
     let from = vision_data().join(fixture);
     let to = dirs.models.path().join(name);
     std::fs::create_dir_all(&to).unwrap();

@@ -4,13 +4,14 @@
 //! `lstrip_blocks` on, trailing newline dropped, the loop-controls extension, Python string and
 //! dict methods (`.strip()`, `.items()`, ...), three helpers of its own: `raise_exception`,
 //! `strftime_now` and a `tojson` that is Python's `json.dumps`, its `{% generation %}` block, and
-//! Python's line continuation (backslash-newline) inside string literals.
+//! Python's line continuation (backslash-newline) inside string literals. One departure: a
+//! lookup into an undefined value is undefined, not an error (`UndefinedBehavior::Chainable`).
 //! Matching those is what makes the prompt byte-identical to the one the model was trained on.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use minijinja::{AutoEscape, Environment, Error, ErrorKind};
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior};
 
 use super::pyjson::tojson;
 use super::strftime::strftime_now;
@@ -33,6 +34,10 @@ pub fn hugging_face_environment() -> Environment<'static> {
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
+    // A lookup into a missing key or index yields nothing rather than failing the request:
+    // Gemma 4's template reads a tool parameter's `type[0]` where the schema gives `anyOf`
+    // instead (Claude Code's tools), which transformers refuses to render.
+    env.set_undefined_behavior(UndefinedBehavior::Chainable);
     // minijinja picks escaping from the template's name (`.json` means JSON-escaping); a
     // prompt is never escaped, as in transformers.
     env.set_auto_escape_callback(|_name| AutoEscape::None);

@@ -764,3 +764,30 @@ fn phi4_mini_renders_its_system_tools_string_and_calls_as_text() {
         r#"<|system|>You are terse.<|tool|>[{"name": "get_weather", "description": "Get the weather <now>", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]<|/tool|><|end|><|user|>Weather in Paris?<|end|><|assistant|>functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|end|><|tool|>{"temp": 21}<|end|><|assistant|>"#
     );
 }
+
+/// Gemma 4's template reads a tool parameter's `type` (its first, where a list), which a schema
+/// of `anyOf` alternatives (Claude Code's) lacks: transformers refuses to render it; corral
+/// renders the parameter with what it has.
+#[test]
+fn a_lookup_into_a_missing_key_renders_nothing_instead_of_failing() {
+    let source = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/chat_templates/gemma4.jinja"),
+    )
+    .unwrap();
+    let gemma4 = template(&source, Some("<bos>"), Some("<eos>"));
+    let tools = json!([{"type": "function", "function": {"name": "update", "description": "d",
+        "parameters": {"type": "object", "properties": {
+            "status": {"description": "the new status",
+                "anyOf": [{"type": "string"}, {"type": "null"}]}}}}}]);
+    let prompt = gemma4
+        .render(
+            &[json!({"role": "user", "content": "hi"})],
+            Some(&tools),
+            true,
+        )
+        .unwrap();
+    assert!(
+        prompt.contains("status:{description:<|\"|>the new status<|\"|>"),
+        "{prompt}"
+    );
+}
