@@ -10,6 +10,7 @@ use image::RgbImage;
 use serde::Deserialize;
 
 use super::resample::{Filter, resize};
+use super::scaling::Scaling;
 use super::{ImageError, Patches};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -17,12 +18,8 @@ pub struct Gemma3Processor {
     height: usize,
     width: usize,
     filter: Filter,
-    image_mean: [f32; 3],
-    image_std: [f32; 3],
-    rescale_factor: f64,
     do_resize: bool,
-    do_rescale: bool,
-    do_normalize: bool,
+    scaling: Scaling,
 }
 
 /// The settings as a model's files hold them, with the class's defaults for the keys they
@@ -96,12 +93,14 @@ pub(super) fn parse(path: &Path, value: serde_json::Value) -> Result<Gemma3Proce
         height: config.size.height,
         width: config.size.width,
         filter,
-        image_mean: config.image_mean,
-        image_std: config.image_std,
-        rescale_factor: config.rescale_factor,
         do_resize: config.do_resize,
-        do_rescale: config.do_rescale,
-        do_normalize: config.do_normalize,
+        scaling: Scaling {
+            image_mean: config.image_mean,
+            image_std: config.image_std,
+            rescale_factor: config.rescale_factor,
+            do_rescale: config.do_rescale,
+            do_normalize: config.do_normalize,
+        },
     })
 }
 
@@ -116,12 +115,8 @@ pub(super) fn for_projector(
         height: size,
         width: size,
         filter: Filter::Bilinear,
-        image_mean,
-        image_std,
-        rescale_factor: 1.0 / 255.0,
         do_resize: true,
-        do_rescale: true,
-        do_normalize: true,
+        scaling: Scaling::normalizing(image_mean, image_std),
     }
 }
 
@@ -148,19 +143,12 @@ impl Gemma3Processor {
         let area = new_width * new_height;
         let mut values = Vec::with_capacity(3 * area);
         for channel in 0..3 {
-            values.extend(resized[channel..].iter().step_by(3).map(|&pixel| {
-                // numpy's order: the scale in float64, then float32.
-                let value = if self.do_rescale {
-                    (f64::from(pixel) * self.rescale_factor) as f32
-                } else {
-                    f32::from(pixel)
-                };
-                if self.do_normalize {
-                    (value - self.image_mean[channel]) / self.image_std[channel]
-                } else {
-                    value
-                }
-            }));
+            values.extend(
+                resized[channel..]
+                    .iter()
+                    .step_by(3)
+                    .map(|&pixel| self.scaling.value(pixel, channel)),
+            );
         }
         Ok(Patches::new(values, 3 * area, [1, 1, 1]))
     }

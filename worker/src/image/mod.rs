@@ -15,6 +15,7 @@ mod pixtral;
 mod processor;
 mod qwen2_vl;
 mod resample;
+mod scaling;
 mod size;
 
 pub use decode::decode;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::llama_cpp_size::TokenLimits;
 use super::resample::{Filter, resize};
+use super::scaling::Scaling;
 use super::{ImageError, Patches};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -21,12 +22,8 @@ pub struct PixtralProcessor {
     /// Patches along a side that the projector merges into one token.
     merge: usize,
     filter: Filter,
-    image_mean: [f32; 3],
-    image_std: [f32; 3],
-    rescale_factor: f64,
     do_resize: bool,
-    do_rescale: bool,
-    do_normalize: bool,
+    scaling: Scaling,
 }
 
 /// How an image's size is chosen.
@@ -132,12 +129,14 @@ pub(super) fn parse(
         patch: keys.patch_size,
         merge: keys.spatial_merge_size,
         filter,
-        image_mean: config.image_mean,
-        image_std: config.image_std,
-        rescale_factor: config.rescale_factor,
         do_resize: config.do_resize,
-        do_rescale: config.do_rescale,
-        do_normalize: config.do_normalize,
+        scaling: Scaling {
+            image_mean: config.image_mean,
+            image_std: config.image_std,
+            rescale_factor: config.rescale_factor,
+            do_rescale: config.do_rescale,
+            do_normalize: config.do_normalize,
+        },
     })
 }
 
@@ -159,12 +158,8 @@ pub(super) fn for_projector(
         patch,
         merge,
         filter: Filter::Bicubic,
-        image_mean,
-        image_std,
-        rescale_factor: 1.0 / 255.0,
         do_resize: true,
-        do_rescale: true,
-        do_normalize: true,
+        scaling: Scaling::normalizing(image_mean, image_std),
     }
 }
 
@@ -242,17 +237,8 @@ impl PixtralProcessor {
                 for channel in 0..3 {
                     for y in row * patch..(row + 1) * patch {
                         for x in column * patch..(column + 1) * patch {
-                            let pixel = f64::from(pixels[(y * width + x) * 3 + channel]);
-                            let value = if self.do_rescale {
-                                (pixel * self.rescale_factor) as f32
-                            } else {
-                                pixel as f32
-                            };
-                            values.push(if self.do_normalize {
-                                (value - self.image_mean[channel]) / self.image_std[channel]
-                            } else {
-                                value
-                            });
+                            let pixel = pixels[(y * width + x) * 3 + channel];
+                            values.push(self.scaling.value(pixel, channel));
                         }
                     }
                 }

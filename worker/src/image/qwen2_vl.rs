@@ -7,6 +7,7 @@
 use image::RgbImage;
 
 use super::resample::{Filter, resize};
+use super::scaling::Scaling;
 use super::{ImageError, Patches};
 
 /// The processor's settings (`config.rs` reads them), the pixel bounds resolved.
@@ -17,13 +18,9 @@ pub struct Qwen2VlProcessor {
     patch_size: usize,
     temporal_patch_size: usize,
     merge_size: usize,
-    image_mean: [f32; 3],
-    image_std: [f32; 3],
-    rescale_factor: f64,
     filter: Filter,
     do_resize: bool,
-    do_rescale: bool,
-    do_normalize: bool,
+    scaling: Scaling,
 }
 
 impl Qwen2VlProcessor {
@@ -68,19 +65,7 @@ impl Qwen2VlProcessor {
     fn normalized_planes(&self, pixels: &[u8], area: usize) -> [Vec<f32>; 3] {
         std::array::from_fn(|channel| {
             (0..area)
-                .map(|index| {
-                    let value = f64::from(pixels[index * 3 + channel]);
-                    let value = if self.do_rescale {
-                        (value * self.rescale_factor) as f32
-                    } else {
-                        value as f32
-                    };
-                    if self.do_normalize {
-                        (value - self.image_mean[channel]) / self.image_std[channel]
-                    } else {
-                        value
-                    }
-                })
+                .map(|index| self.scaling.value(pixels[index * 3 + channel], channel))
                 .collect()
         })
     }

@@ -33,6 +33,9 @@ pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
+/// The vision tests' helpers, which the prompt's image tests share.
+#[cfg(test)]
+pub(crate) use vision::tests as vision_tests;
 pub use vision::{
     Encoding, ImagePiece, ImageTokens, ImagesSeenBothWays, ProjectorTower, VisionTower,
     activation_bytes as vision_activation_bytes, has_tower as has_vision_tower,

@@ -8,6 +8,7 @@ use mlx_rs::Array;
 
 use super::*;
 use crate::generation::{GenerateRequest, Prompt, prepare};
+use crate::model::vision_tests;
 
 fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data")
@@ -482,77 +483,64 @@ fn a_gguf_with_its_projector_reads_images_as_transformers() {
     assert!(difference < 1e-3, "{difference}");
 }
 
-/// Gemma 3's GGUF and projector (llama.cpp's converter's, of the fixture as the release spells
-/// it) read every case as transformers does: llama.cpp's fixed size is the processor's, and
-/// the weights are the same but for the projection, which the converter writes in float16.
-/// Its rounding moves the tower's rows by up to 2.6e-4, and the logits after them by up to
-/// 4.7e-2; so the tower is held to transformers' rows, and the text model, given those rows,
-/// to transformers' logits.
-#[test]
-fn a_gemma3_gguf_with_its_projector_reads_images_as_transformers() {
-    let fixture = Fixture::gguf("gemma3", "vision/gemma3/hf");
+/// Fixture `name`'s GGUF and projector (llama.cpp's converter's, of the fixture as the release
+/// spells it) against transformers' reference in its `hf` folder, case by case: the tower, given
+/// transformers' pixels (`encoded`), within 1e-3 of transformers' rows, and the text model,
+/// given those rows, within 1e-3 of transformers' logits, each image's tokens seeing each other
+/// both ways where `both_ways` says.
+fn a_gguf_pair_reads_as_transformers(
+    name: &str,
+    encoded: vision_tests::Encoded,
+    both_ways: ImagesSeenBothWays,
+) -> Fixture {
+    let fixture = Fixture::gguf(name, &format!("vision/{name}/hf"));
     let model = &fixture.loaded.model;
     let tower = model.vision.as_ref().unwrap();
-    assert_eq!(
-        tower.sees_images_both_ways(),
-        ImagesSeenBothWays::EveryLayer
-    );
-    for name in ["a", "b", "c", "d"] {
-        let pixels = &fixture.tensors[&format!("{name}.pixel_values")];
-        let rows: Vec<Array> = (0..pixels.dim(0))
-            .map(|image| {
-                let image = pixels.index(image).reshape(&[1, -1]).unwrap();
-                tower.encode(&image, [1, 1, 1]).unwrap()
-            })
-            .collect();
-        let rows = mlx_rs::ops::concatenate(&rows, 0).unwrap();
-        let features = &fixture.tensors[&format!("{name}.image_features")];
+    assert_eq!(tower.sees_images_both_ways(), both_ways, "{name}");
+    for case in ["a", "b", "c", "d"] {
+        let rows = encoded(model, &fixture.tensors, case);
+        let features = &fixture.tensors[&format!("{case}.image_features")];
         let difference = largest_difference(&rows, features);
-        assert!(difference < 1e-3, "{name}: tower {difference}");
-
-        let prepared = fixture.prepared(name);
-        let images = prepared.images.as_ref().unwrap();
+        assert!(difference < 1e-3, "{name} {case}: tower {difference}");
+        let tokens = vision_tests::reference_tokens(&fixture.tensors, case);
         let mut cache = model.new_cache();
-        images.prepare_chunk(&mut cache, 0, prepared.tokens.len());
-        let mut next = 0;
-        let embedded = images
-            .spans()
-            .map(|(first, last)| {
-                let count = (last - first) as i32;
-                next += count;
-                crate::model::EmbeddedRows {
-                    start: first,
-                    rows: features.index(next - count..next),
-                }
-            })
-            .collect();
-        let hidden = model
-            .packed_hidden_states(&mut [crate::model::Segment {
-                tokens: &prepared.tokens,
-                cache: &mut cache,
-                embedded,
-            }])
-            .unwrap();
-        let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
-        let expected = &fixture.tensors[&format!("{name}.logits")];
+        let logits =
+            vision_tests::logits_after_rows(model, &tokens, features, &mut cache, both_ways);
+        let expected = &fixture.tensors[&format!("{case}.logits")];
         let difference = largest_difference(&logits, expected);
-        assert!(difference < 1e-3, "{name}: {difference}");
+        assert!(difference < 1e-3, "{name} {case}: {difference}");
+    }
+    fixture
+}
+
+/// Gemma 3's pair: llama.cpp's fixed size is the processor's, and the converter writes the
+/// projection in float16 whatever the output type, which moves the tower's rows by up to
+/// 2.6e-4 (and the logits after them by up to 4.7e-2).
+#[test]
+fn a_gemma3_gguf_with_its_projector_reads_images_as_transformers() {
+    let fixture = a_gguf_pair_reads_as_transformers(
+        "gemma3",
+        vision_tests::gemma3_encoded,
+        ImagesSeenBothWays::EveryLayer,
+    );
+    // The prompt is transformers'.
+    for name in ["a", "b", "c", "d"] {
+        fixture.prepared(name);
     }
 }
 
-/// Gemma 4's GGUF and projector (llama.cpp's converter's): each image sized as llama.cpp's
-/// `mtmd` sizes it (tests/data/vision/gemma4/gguf/reference.json), the tower on transformers'
-/// patches giving transformers' rows, and the text model, given those rows, transformers'
-/// logits, its image's tokens seeing each other on the sliding layers.
+/// Gemma 4's pair, each image sized as llama.cpp's `mtmd` sizes it
+/// (tests/data/vision/gemma4/gguf/reference.json).
 #[test]
 fn a_gemma4_gguf_with_its_projector_sizes_images_as_llama_cpp_and_reads_them_as_transformers() {
-    let fixture = Fixture::gguf("gemma4", "vision/gemma4/hf");
-    let model = &fixture.loaded.model;
-    let tower = model.vision.as_ref().unwrap();
-    let both_ways = tower.sees_images_both_ways();
-    assert_eq!(both_ways, ImagesSeenBothWays::SlidingLayers);
+    let fixture = a_gguf_pair_reads_as_transformers(
+        "gemma4",
+        vision_tests::gemma4_encoded,
+        ImagesSeenBothWays::SlidingLayers,
+    );
     let text = std::fs::read_to_string(data().join("vision/gemma4/gguf/reference.json")).unwrap();
     let llama_cpp: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tower = fixture.loaded.model.vision.as_ref().unwrap();
     let processor = fixture.loaded.image_processor.as_ref().unwrap();
     for (file, tokens) in llama_cpp["llama_cpp_image_tokens"].as_object().unwrap() {
         let bytes = std::fs::read(data().join("vision/images").join(file)).unwrap();
@@ -562,72 +550,20 @@ fn a_gemma4_gguf_with_its_projector_sizes_images_as_llama_cpp_and_reads_them_as_
         let rows = tower.rows(crate::encoded_images::grid_of(&patches));
         assert_eq!(rows as u64, tokens.as_u64().unwrap(), "{file}");
     }
-    let row_token = tower.row_token();
-    for name in ["a", "b", "c", "d"] {
-        let pixels = &fixture.tensors[&format!("{name}.pixel_values")];
-        let grids = fixture.tensors[&format!("{name}.image_grid")].as_slice::<i32>();
-        let rows: Vec<Array> = grids
-            .chunks(2)
-            .enumerate()
-            .map(|(index, grid)| {
-                let patches = pixels.index((index as i32, ..grid[0] * grid[1], ..));
-                tower.encode(&patches, [1, grid[0], grid[1]]).unwrap()
-            })
-            .collect();
-        let features = &fixture.tensors[&format!("{name}.image_features")];
-        let difference = largest_difference(&mlx_rs::ops::concatenate(&rows, 0).unwrap(), features);
-        assert!(difference < 1e-3, "{name}: tower {difference}");
-
-        let tokens: Vec<u32> = fixture.tensors[&format!("{name}.input_ids")]
-            .as_slice::<i32>()
-            .iter()
-            .map(|&token| token as u32)
-            .collect();
-        let starts: Vec<usize> = (0..tokens.len())
-            .filter(|&at| tokens[at] == row_token && (at == 0 || tokens[at - 1] != row_token))
-            .collect();
-        let runs: Vec<(i32, i32)> = starts
-            .iter()
-            .zip(&rows)
-            .map(|(&start, rows)| (start as i32, start as i32 + rows.dim(0)))
-            .collect();
-        let mut cache = model.new_cache();
-        for layer in cache.iter_mut() {
-            if both_ways.in_layer_of(layer) {
-                layer.set_both_ways(runs.clone());
-            }
-        }
-        let embedded = starts
-            .into_iter()
-            .zip(rows)
-            .map(|(start, rows)| crate::model::EmbeddedRows { start, rows })
-            .collect();
-        let hidden = model
-            .packed_hidden_states(&mut [crate::model::Segment {
-                tokens: &tokens,
-                cache: &mut cache,
-                embedded,
-            }])
-            .unwrap();
-        let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
-        let expected = &fixture.tensors[&format!("{name}.logits")];
-        let difference = largest_difference(&logits, expected);
-        assert!(difference < 1e-3, "{name}: {difference}");
-    }
 }
 
-/// Mistral 3's GGUF and projector (llama.cpp's converter's, its query and key rows permuted for
-/// llama.cpp's rotation): the tower on transformers' patches gives transformers' rows, and the
-/// text model, given those rows, transformers' logits; llama.cpp's sizing, shared with Gemma
-/// 4's (held to `mtmd` there), within its own limits.
+/// Mistral 3's pair, its query and key rows permuted for llama.cpp's rotation, sized as
+/// llama.cpp sizes Pixtral's images: its sizing, shared with Gemma 4's (held to `mtmd` there),
+/// within 8 to 1024 merged patches of 8 pixels here.
 #[test]
 fn a_mistral3_gguf_with_its_projector_reads_images_as_transformers() {
-    let fixture = Fixture::gguf("mistral3", "vision/mistral3/hf");
-    let model = &fixture.loaded.model;
-    let tower = model.vision.as_ref().unwrap();
+    let fixture = a_gguf_pair_reads_as_transformers(
+        "mistral3",
+        vision_tests::mistral3_encoded,
+        ImagesSeenBothWays::Nowhere,
+    );
     let processor = fixture.loaded.image_processor.as_ref().unwrap();
-    // llama.cpp's 8 to 1024 merged patches (of 8 pixels here): the screenshot scaled down into
-    // 1024, the rest rounded to whole merged patches and scaled up to 8.
+    // The screenshot scaled down into 1024, the rest rounded to whole merged patches.
     for (file, [rows, columns]) in [
         ("screenshot.png", [27, 36]),
         ("wide.png", [3, 8]),
@@ -638,65 +574,6 @@ fn a_mistral3_gguf_with_its_projector_reads_images_as_transformers() {
             .preprocess(&image::decode(&bytes).unwrap())
             .unwrap();
         assert_eq!(patches.grid, [1, rows * 2, columns * 2], "{file}");
-    }
-    let row_token = tower.row_token();
-    for name in ["a", "b", "c", "d"] {
-        let pixels = &fixture.tensors[&format!("{name}.pixel_values")];
-        let sizes = fixture.tensors[&format!("{name}.image_sizes")].as_slice::<i32>();
-        let rows: Vec<Array> = sizes
-            .chunks(2)
-            .enumerate()
-            .map(|(index, size)| {
-                let (height, width) = (size[0], size[1]);
-                let image = pixels.index((index as i32, .., ..height, ..width));
-                let patches = image
-                    .reshape(&[3, height / 4, 4, width / 4, 4])
-                    .unwrap()
-                    .transpose_axes(&[1, 3, 0, 2, 4])
-                    .unwrap()
-                    .reshape(&[-1, 48])
-                    .unwrap();
-                tower.encode(&patches, [1, height / 4, width / 4]).unwrap()
-            })
-            .collect();
-        let rows = mlx_rs::ops::concatenate(&rows, 0).unwrap();
-        let features = &fixture.tensors[&format!("{name}.image_features")];
-        let difference = largest_difference(&rows, features);
-        assert!(difference < 1e-3, "{name}: tower {difference}");
-
-        let tokens: Vec<u32> = fixture.tensors[&format!("{name}.input_ids")]
-            .as_slice::<i32>()
-            .iter()
-            .map(|&token| token as u32)
-            .collect();
-        // Each run of image tokens (a line of merged patches) takes the next rows in order.
-        let mut next = 0;
-        let embedded = (0..tokens.len())
-            .filter(|&at| tokens[at] == row_token && (at == 0 || tokens[at - 1] != row_token))
-            .map(|start| {
-                let length = tokens[start..]
-                    .iter()
-                    .take_while(|&&token| token == row_token)
-                    .count() as i32;
-                next += length;
-                crate::model::EmbeddedRows {
-                    start,
-                    rows: rows.index(next - length..next),
-                }
-            })
-            .collect();
-        let mut cache = model.new_cache();
-        let hidden = model
-            .packed_hidden_states(&mut [crate::model::Segment {
-                tokens: &tokens,
-                cache: &mut cache,
-                embedded,
-            }])
-            .unwrap();
-        let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
-        let expected = &fixture.tensors[&format!("{name}.logits")];
-        let difference = largest_difference(&logits, expected);
-        assert!(difference < 1e-3, "{name}: {difference}");
     }
 }
 

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use super::Qwen2VlProcessor;
 use crate::image::ImageError;
 use crate::image::resample::Filter;
+use crate::image::scaling::Scaling;
 
 /// PIL's `BICUBIC`, the class's filter.
 const BICUBIC: u8 = 3;
@@ -101,13 +102,15 @@ impl Config {
             patch_size: self.patch_size,
             temporal_patch_size: self.temporal_patch_size,
             merge_size: self.merge_size,
-            image_mean: self.image_mean,
-            image_std: self.image_std,
-            rescale_factor: self.rescale_factor,
             filter,
             do_resize: self.do_resize,
-            do_rescale: self.do_rescale,
-            do_normalize: self.do_normalize,
+            scaling: Scaling {
+                image_mean: self.image_mean,
+                image_std: self.image_std,
+                rescale_factor: self.rescale_factor,
+                do_rescale: self.do_rescale,
+                do_normalize: self.do_normalize,
+            },
         })
     }
 }
@@ -128,12 +131,8 @@ pub(in crate::image) fn for_projector(
         patch_size,
         temporal_patch_size: 2,
         merge_size,
-        image_mean,
-        image_std,
-        rescale_factor: 1.0 / 255.0,
         filter: Filter::Bicubic,
         do_resize: true,
-        do_rescale: true,
-        do_normalize: true,
+        scaling: Scaling::normalizing(image_mean, image_std),
     }
 }

@@ -44,6 +44,12 @@ pub(super) fn peak_bytes(
     (scores + activations).saturating_mul(element_bytes)
 }
 
+/// The patches of `patch` pixels a side in an image of `pixels`.
+pub(super) fn patches_in(pixels: u64, patch: i32) -> u64 {
+    let patch = u64::try_from(patch).unwrap_or(1).max(1);
+    pixels / (patch * patch)
+}
+
 /// One block's multiply-adds over `patches`: its projections and MLP on every patch, and
 /// attention among all of them.
 pub(super) fn block_multiply_adds(patches: i32, hidden: i32, intermediate: i32) -> f64 {

@@ -14,7 +14,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
-use super::{attend_all_scaled, block_multiply_adds, heads_of, peak_bytes};
+use super::{attend_all_scaled, block_multiply_adds, heads_of, patches_in, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::gelu_tanh;
 use crate::model::blocks::norm::Norm;
@@ -72,13 +72,12 @@ impl Default for Args {
 impl Args {
     /// The peak of encoding an image of `pixels`, as [`peak_bytes`] counts a block's.
     pub fn activation_bytes(&self, pixels: u64, element_bytes: u64) -> u64 {
-        let patch = u64::try_from(self.patch_size).unwrap_or(1).max(1);
         let shape = [
             self.num_attention_heads,
             self.hidden_size,
             self.intermediate_size,
         ];
-        peak_bytes(pixels / (patch * patch), shape, element_bytes)
+        peak_bytes(patches_in(pixels, self.patch_size), shape, element_bytes)
     }
 }
 

@@ -21,7 +21,8 @@ use super::error::ModelError;
 use super::kv_cache::KvCache;
 use super::weights::Weights;
 use blocks::{
-    attend_all, attend_all_scaled, block_multiply_adds, heads_of, patch_projection, peak_bytes,
+    attend_all, attend_all_scaled, block_multiply_adds, heads_of, patch_projection, patches_in,
+    peak_bytes,
 };
 use checkpoint::{
     Family, WrapperArgs, embedder_tensors, owned_names, projector_tensors, vision_args,
@@ -567,4 +568,4 @@ pub enum ProjectorTower {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -12,7 +12,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype, ops};
 use serde::Deserialize;
 
-use super::{ImageTokens, attend_all, block_multiply_adds, peak_bytes};
+use super::{ImageTokens, attend_all, block_multiply_adds, patches_in, peak_bytes};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::gelu_tanh;
 use crate::model::blocks::norm::Norm;
@@ -49,9 +49,8 @@ impl Args {
     /// probabilities over all its patches (MLX's fused attention does not take the tower's head
     /// size, so they are written out), and its hidden states, projections and MLP activations.
     pub fn activation_bytes(&self, pixels: u64, element_bytes: u64) -> u64 {
-        let patch = u64::try_from(self.patch_size).unwrap_or(1).max(1);
         let shape = [self.num_heads, self.hidden_size, self.intermediate_size];
-        peak_bytes(pixels / (patch * patch), shape, element_bytes)
+        peak_bytes(patches_in(pixels, self.patch_size), shape, element_bytes)
     }
 }
 

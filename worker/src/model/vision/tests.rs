@@ -165,47 +165,61 @@ fn the_text_after_images_reads_as_transformers() {
 /// Gemma 3's checkpoint in each layout the tools made.
 const GEMMA3_LAYOUTS: [&str; 3] = ["gemma3/hf", "gemma3/mlx", "gemma3/mlx-q4"];
 
-/// Each image's rows of one Gemma 3 case, by the tower, one image at a time.
-fn gemma3_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec<Array> {
+/// The rows of one Gemma 3 case's images, by the tower, one image at a time.
+pub(crate) fn gemma3_encoded(
+    model: &Model,
+    reference: &HashMap<String, Array>,
+    case: &str,
+) -> Array {
     let tower = model.vision.as_ref().unwrap();
     let pixels = &reference[&format!("{case}.pixel_values")];
-    (0..pixels.dim(0))
+    let rows: Vec<Array> = (0..pixels.dim(0))
         .map(|index| {
             let image = pixels.index(index).reshape(&[1, -1]).unwrap();
             tower.encode(&image, [1, 1, 1]).unwrap()
         })
-        .collect()
+        .collect();
+    ops::concatenate(&rows, 0).unwrap()
 }
 
-/// The prompt's logits, the image tokens of each run in `tokens` seeing each other both ways
-/// in the layers `both_ways` names, in one pass; the cache is left after the prompt.
-fn gemma_prompt_logits(
+/// The logits at every position of the prompt `tokens`, in one pass, each run of the tower's
+/// row token taking the next of `rows` (the images' rows in order, `[rows, hidden]`), the runs
+/// seeing each other both ways in the layers `both_ways` names; the cache is left after the
+/// prompt.
+pub(crate) fn logits_after_rows(
     model: &Model,
     tokens: &[u32],
-    images: Vec<Array>,
+    rows: &Array,
     cache: &mut [crate::model::KvCache],
     both_ways: ImagesSeenBothWays,
 ) -> Array {
-    let image_token = model.vision.as_ref().unwrap().row_token();
-    let starts: Vec<usize> = (0..tokens.len())
-        .filter(|&index| {
-            tokens[index] == image_token && (index == 0 || tokens[index - 1] != image_token)
+    let row_token = model.vision.as_ref().unwrap().row_token();
+    let runs: Vec<(i32, i32)> = (0..tokens.len())
+        .filter(|&at| tokens[at] == row_token && (at == 0 || tokens[at - 1] != row_token))
+        .map(|start| {
+            let length = tokens[start..]
+                .iter()
+                .take_while(|&&token| token == row_token)
+                .count();
+            (start as i32, (start + length) as i32)
         })
-        .collect();
-    let runs: Vec<(i32, i32)> = starts
-        .iter()
-        .zip(&images)
-        .map(|(&start, rows)| (start as i32, (start as i32) + rows.dim(0)))
         .collect();
     for layer in cache.iter_mut() {
         let seen = both_ways.in_layer_of(layer);
         layer.set_both_ways(if seen { runs.clone() } else { Vec::new() });
     }
-    let embedded = starts
-        .into_iter()
-        .zip(images)
-        .map(|(start, rows)| EmbeddedRows { start, rows })
+    let mut next = 0;
+    let embedded = runs
+        .iter()
+        .map(|&(start, end)| {
+            next += end - start;
+            EmbeddedRows {
+                start: start as usize,
+                rows: rows.index(next - (end - start)..next),
+            }
+        })
         .collect();
+    assert_eq!(next, rows.dim(0), "the rows and the row tokens");
     let hidden = model
         .packed_hidden_states(&mut [Segment {
             tokens,
@@ -216,136 +230,103 @@ fn gemma_prompt_logits(
     model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap()
 }
 
-#[test]
-fn gemma3s_tower_and_text_after_images_read_as_the_tools() {
-    for layout in GEMMA3_LAYOUTS {
-        let model = Model::load(&checkpoint(layout)).unwrap();
-        let reference = reference(layout);
-        for case in cases(&reference) {
-            let images = gemma3_encoded(&model, &reference, case);
-            let ours = ops::concatenate(&images, 0).unwrap();
-            let theirs = &reference[&format!("{case}.image_features")];
-            let difference = largest_difference(&ours, theirs);
-            assert!(
-                difference < 1e-4,
-                "{layout} case {case}: tower {difference}"
-            );
-
-            let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
-                .as_slice::<i32>()
-                .iter()
-                .map(|&id| id as u32)
-                .collect();
-            let expected = &reference[&format!("{case}.logits")];
-            // Attending only to their past, the image's tokens read otherwise.
-            let mut cache = model.new_cache();
-            let causal = gemma_prompt_logits(
-                &model,
-                &tokens,
-                images.clone(),
-                &mut cache,
-                ImagesSeenBothWays::Nowhere,
-            );
-            assert!(
-                largest_difference(&causal, expected) > 1e-2,
-                "{layout} case {case}"
-            );
-            let mut cache = model.new_cache();
-            let logits = gemma_prompt_logits(
-                &model,
-                &tokens,
-                images,
-                &mut cache,
-                ImagesSeenBothWays::EveryLayer,
-            );
-            let difference = largest_difference(&logits, expected);
-            assert!(
-                difference < 1e-3,
-                "{layout} case {case}: prompt {difference}"
-            );
-            for layer in &mut cache {
-                layer.set_both_ways(Vec::new());
-            }
-            check_decode_steps(&model, &mut cache, &reference, layout, case);
-        }
-    }
+/// Case `case`'s prompt tokens in `reference`.
+pub(crate) fn reference_tokens(reference: &HashMap<String, Array>, case: &str) -> Vec<u32> {
+    reference[&format!("{case}.input_ids")]
+        .as_slice::<i32>()
+        .iter()
+        .map(|&id| id as u32)
+        .collect()
 }
 
 /// Gemma 4's checkpoint in each layout the tools made.
 const GEMMA4_LAYOUTS: [&str; 3] = ["gemma4/hf", "gemma4/mlx", "gemma4/mlx-q4"];
 
-/// Each image's rows of one Gemma 4 case, by the tower, one image at a time: its patches
+/// The rows of one Gemma 4 case's images, by the tower, one image at a time: its patches
 /// without the padding transformers adds to every image's.
-fn gemma4_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec<Array> {
+pub(crate) fn gemma4_encoded(
+    model: &Model,
+    reference: &HashMap<String, Array>,
+    case: &str,
+) -> Array {
     let tower = model.vision.as_ref().unwrap();
     let pixels = &reference[&format!("{case}.pixel_values")];
     let grids = reference[&format!("{case}.image_grid")]
         .as_slice::<i32>()
         .to_vec();
-    grids
+    let rows: Vec<Array> = grids
         .chunks(2)
         .enumerate()
         .map(|(index, grid)| {
             let patches = pixels.index((index as i32, ..grid[0] * grid[1], ..));
             tower.encode(&patches, [1, grid[0], grid[1]]).unwrap()
         })
-        .collect()
+        .collect();
+    ops::concatenate(&rows, 0).unwrap()
 }
 
-#[test]
-fn gemma4s_tower_and_text_after_images_read_as_the_tools() {
-    for layout in GEMMA4_LAYOUTS {
-        let model = Model::load(&checkpoint(layout)).unwrap();
-        let tower = model.vision.as_ref().unwrap();
-        assert_eq!(
-            tower.sees_images_both_ways(),
-            ImagesSeenBothWays::SlidingLayers
-        );
-        let reference = reference(layout);
-        for case in cases(&reference) {
-            let images = gemma4_encoded(&model, &reference, case);
-            let ours = ops::concatenate(&images, 0).unwrap();
-            let theirs = &reference[&format!("{case}.image_features")];
-            let difference = largest_difference(&ours, theirs);
-            assert!(
-                difference < 1e-4,
-                "{layout} case {case}: tower {difference}"
-            );
+/// One case's image rows by a checkpoint's tower, from its reference's pixels.
+pub(crate) type Encoded = fn(&Model, &HashMap<String, Array>, &str) -> Array;
 
-            let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
-                .as_slice::<i32>()
-                .iter()
-                .map(|&id| id as u32)
-                .collect();
-            let expected = &reference[&format!("{case}.logits")];
-            // Causal everywhere, or both ways in the full layers too, the image's tokens read
-            // otherwise.
-            for wrong in [ImagesSeenBothWays::Nowhere, ImagesSeenBothWays::EveryLayer] {
-                let mut cache = model.new_cache();
-                let logits =
-                    gemma_prompt_logits(&model, &tokens, images.clone(), &mut cache, wrong);
+/// Gemma 3's and Gemma 4's towers give the tools' rows, and their text models, given them, the
+/// tools' logits with an image's tokens seeing each other both ways in the layers each masks so
+/// (every layer for Gemma 3, the sliding ones for Gemma 4), and otherwise not.
+#[test]
+fn gemmas_towers_and_text_after_images_read_as_the_tools() {
+    let gemmas: [(&[&str], Encoded, ImagesSeenBothWays); 2] = [
+        (
+            &GEMMA3_LAYOUTS,
+            gemma3_encoded,
+            ImagesSeenBothWays::EveryLayer,
+        ),
+        (
+            &GEMMA4_LAYOUTS,
+            gemma4_encoded,
+            ImagesSeenBothWays::SlidingLayers,
+        ),
+    ];
+    let every = [
+        ImagesSeenBothWays::Nowhere,
+        ImagesSeenBothWays::EveryLayer,
+        ImagesSeenBothWays::SlidingLayers,
+    ];
+    for (layouts, encoded, both_ways) in gemmas {
+        for &layout in layouts {
+            let model = Model::load(&checkpoint(layout)).unwrap();
+            let tower = model.vision.as_ref().unwrap();
+            assert_eq!(tower.sees_images_both_ways(), both_ways, "{layout}");
+            let reference = reference(layout);
+            for case in cases(&reference) {
+                let rows = encoded(&model, &reference, case);
+                let theirs = &reference[&format!("{case}.image_features")];
+                let difference = largest_difference(&rows, theirs);
                 assert!(
-                    largest_difference(&logits, expected) > 1e-2,
-                    "{layout} case {case}: {wrong:?}"
+                    difference < 1e-4,
+                    "{layout} case {case}: tower {difference}"
                 );
+
+                let tokens = reference_tokens(&reference, case);
+                let expected = &reference[&format!("{case}.logits")];
+                for wrong in every.into_iter().filter(|&mask| mask != both_ways) {
+                    let mut cache = model.new_cache();
+                    let logits = logits_after_rows(&model, &tokens, &rows, &mut cache, wrong);
+                    assert!(
+                        largest_difference(&logits, expected) > 1e-2,
+                        "{layout} case {case}: {wrong:?}"
+                    );
+                }
+                let mut cache = model.new_cache();
+                let logits = logits_after_rows(&model, &tokens, &rows, &mut cache, both_ways);
+                let difference = largest_difference(&logits, expected);
+                assert!(
+                    difference < 1e-3,
+                    "{layout} case {case}: prompt {difference}"
+                );
+                for layer in &mut cache {
+                    layer.set_both_ways(Vec::new());
+                }
+                check_decode_steps(&model, &mut cache, &reference, layout, case);
             }
-            let mut cache = model.new_cache();
-            let logits = gemma_prompt_logits(
-                &model,
-                &tokens,
-                images,
-                &mut cache,
-                ImagesSeenBothWays::SlidingLayers,
-            );
-            let difference = largest_difference(&logits, expected);
-            assert!(
-                difference < 1e-3,
-                "{layout} case {case}: prompt {difference}"
-            );
-            for layer in &mut cache {
-                layer.set_both_ways(Vec::new());
-            }
-            check_decode_steps(&model, &mut cache, &reference, layout, case);
         }
     }
 }
@@ -353,15 +334,19 @@ fn gemma4s_tower_and_text_after_images_read_as_the_tools() {
 /// Mistral 3's checkpoint in each layout the tools made.
 const MISTRAL3_LAYOUTS: [&str; 3] = ["mistral3/hf", "mistral3/mlx", "mistral3/mlx-q4"];
 
-/// Each image's rows of one Mistral 3 case, by the tower, one image at a time: its pixels (padded
-/// to the case's largest, `image_sizes` the real ones) cut into patches row by row.
-fn mistral3_encoded(model: &Model, reference: &HashMap<String, Array>, case: &str) -> Vec<Array> {
+/// The rows of one Mistral 3 case's images, by the tower, one image at a time: its pixels
+/// (padded to the case's largest, `image_sizes` the real ones) cut into patches row by row.
+pub(crate) fn mistral3_encoded(
+    model: &Model,
+    reference: &HashMap<String, Array>,
+    case: &str,
+) -> Array {
     let tower = model.vision.as_ref().unwrap();
     let pixels = &reference[&format!("{case}.pixel_values")];
     let sizes = reference[&format!("{case}.image_sizes")]
         .as_slice::<i32>()
         .to_vec();
-    sizes
+    let rows: Vec<Array> = sizes
         .chunks(2)
         .enumerate()
         .map(|(index, size)| {
@@ -376,7 +361,8 @@ fn mistral3_encoded(model: &Model, reference: &HashMap<String, Array>, case: &st
                 .unwrap();
             tower.encode(&patches, [1, height / 4, width / 4]).unwrap()
         })
-        .collect()
+        .collect();
+    ops::concatenate(&rows, 0).unwrap()
 }
 
 #[test]
@@ -384,48 +370,24 @@ fn mistral3s_tower_and_text_after_images_read_as_the_tools() {
     for layout in MISTRAL3_LAYOUTS {
         let model = Model::load(&checkpoint(layout)).unwrap();
         let reference = reference(layout);
-        let image_token = model.vision.as_ref().unwrap().row_token();
         for case in cases(&reference) {
-            let images = mistral3_encoded(&model, &reference, case);
-            let ours = ops::concatenate(&images, 0).unwrap();
+            let rows = mistral3_encoded(&model, &reference, case);
             let theirs = &reference[&format!("{case}.image_features")];
-            let difference = largest_difference(&ours, theirs);
+            let difference = largest_difference(&rows, theirs);
             assert!(
                 difference < 1e-4,
                 "{layout} case {case}: tower {difference}"
             );
-
-            let tokens: Vec<u32> = reference[&format!("{case}.input_ids")]
-                .as_slice::<i32>()
-                .iter()
-                .map(|&id| id as u32)
-                .collect();
-            // Each run of image tokens (a row of merged patches) takes the next rows in order.
-            let mut next_row = 0;
-            let embedded = (0..tokens.len())
-                .filter(|&index| {
-                    tokens[index] == image_token && (index == 0 || tokens[index - 1] != image_token)
-                })
-                .map(|start| {
-                    let length = tokens[start..]
-                        .iter()
-                        .take_while(|&&token| token == image_token)
-                        .count() as i32;
-                    let rows = ours.index(next_row..next_row + length);
-                    next_row += length;
-                    EmbeddedRows { start, rows }
-                })
-                .collect();
-            assert_eq!(next_row, ours.dim(0), "{layout} case {case}");
+            // Each run of image tokens (a line of merged patches) takes the next rows in order.
+            let tokens = reference_tokens(&reference, case);
             let mut cache = model.new_cache();
-            let hidden = model
-                .packed_hidden_states(&mut [Segment {
-                    tokens: &tokens,
-                    cache: &mut cache,
-                    embedded,
-                }])
-                .unwrap();
-            let logits = model.logits(&hidden).unwrap().squeeze_axes(&[0]).unwrap();
+            let logits = logits_after_rows(
+                &model,
+                &tokens,
+                &rows,
+                &mut cache,
+                ImagesSeenBothWays::Nowhere,
+            );
             let expected = &reference[&format!("{case}.logits")];
             let difference = largest_difference(&logits, expected);
             assert!(
