@@ -445,6 +445,19 @@ fn triple(header: &GgufHeader, key: &str) -> Result<[f32; 3], ProjectorError> {
         .ok_or_else(|| invalid(header, format!("{key} must be three numbers")))
 }
 
+/// Each of `depth` blocks' layers under llama.cpp's name (`v.blk.N.{gguf}`) renamed to
+/// transformers' (`{prefix}.N.{transformers}`), for each pair of `layers`.
+fn rename_blocks(tensors: &mut Weights, depth: usize, prefix: &str, layers: &[(&str, &str)]) {
+    for block in 0..depth {
+        for (gguf, transformers) in layers {
+            tensors.rename_layer(
+                &format!("v.blk.{block}.{gguf}"),
+                &format!("{prefix}.{block}.{transformers}"),
+            );
+        }
+    }
+}
+
 /// llama.cpp's names for Gemma 3's tower (SigLIP) as transformers names it under
 /// `vision_tower.`; the projector's two tensors are split off as transformers names them under
 /// `multi_modal_projector.`. llama.cpp stores the projector's norm weight with Gemma's one
@@ -455,23 +468,17 @@ fn gemma3_names(tensors: &mut Weights, depth: usize) -> Result<Option<Weights>, 
         "v.position_embd.weight",
         "embeddings.position_embedding.weight",
     );
-    for block in 0..depth {
-        for (gguf, transformers) in [
-            ("ln1", "layer_norm1"),
-            ("ln2", "layer_norm2"),
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_out", "self_attn.out_proj"),
-            ("ffn_up", "mlp.fc1"),
-            ("ffn_down", "mlp.fc2"),
-        ] {
-            tensors.rename_layer(
-                &format!("v.blk.{block}.{gguf}"),
-                &format!("encoder.layers.{block}.{transformers}"),
-            );
-        }
-    }
+    let layers = [
+        ("ln1", "layer_norm1"),
+        ("ln2", "layer_norm2"),
+        ("attn_q", "self_attn.q_proj"),
+        ("attn_k", "self_attn.k_proj"),
+        ("attn_v", "self_attn.v_proj"),
+        ("attn_out", "self_attn.out_proj"),
+        ("ffn_up", "mlp.fc1"),
+        ("ffn_down", "mlp.fc2"),
+    ];
+    rename_blocks(tensors, depth, "encoder.layers", &layers);
     tensors.rename_layer("v.post_ln", "post_layernorm");
     tensors.convert(
         "mm.soft_emb_norm.weight",
@@ -499,20 +506,19 @@ fn pixtral_names(
     tensors.rename("v.patch_embd.weight", "patch_conv.weight");
     tensors.rename("v.pre_ln.weight", "ln_pre.weight");
     tensors.discard("v.token_embd.img_break");
+    let layers = [
+        ("ln1", "attention_norm"),
+        ("ln2", "ffn_norm"),
+        ("attn_v", "attention.v_proj"),
+        ("attn_out", "attention.o_proj"),
+        ("ffn_gate", "feed_forward.gate_proj"),
+        ("ffn_up", "feed_forward.up_proj"),
+        ("ffn_down", "feed_forward.down_proj"),
+    ];
+    rename_blocks(tensors, depth, "transformer.layers", &layers);
     let heads = heads as i32;
     for block in 0..depth {
         let layer = |name: &str| format!("transformer.layers.{block}.{name}");
-        for (gguf, transformers) in [
-            ("ln1", "attention_norm"),
-            ("ln2", "ffn_norm"),
-            ("attn_v", "attention.v_proj"),
-            ("attn_out", "attention.o_proj"),
-            ("ffn_gate", "feed_forward.gate_proj"),
-            ("ffn_up", "feed_forward.up_proj"),
-            ("ffn_down", "feed_forward.down_proj"),
-        ] {
-            tensors.rename_layer(&format!("v.blk.{block}.{gguf}"), &layer(transformers));
-        }
         for (gguf, transformers) in [
             ("attn_q", "attention.q_proj"),
             ("attn_k", "attention.k_proj"),
@@ -563,18 +569,17 @@ fn gemma4_names(tensors: &mut Weights, depth: usize) -> Result<Option<Weights>, 
     );
     tensors.rename("v.std_bias", "std_bias");
     tensors.rename("v.std_scale", "std_scale");
+    let norms = [
+        ("ln1", "input_layernorm"),
+        ("attn_post_norm", "post_attention_layernorm"),
+        ("ln2", "pre_feedforward_layernorm"),
+        ("ffn_post_norm", "post_feedforward_layernorm"),
+        ("attn_q_norm", "self_attn.q_norm"),
+        ("attn_k_norm", "self_attn.k_norm"),
+    ];
+    rename_blocks(tensors, depth, "encoder.layers", &norms);
     for block in 0..depth {
         let layer = |name: &str| format!("encoder.layers.{block}.{name}");
-        for (gguf, transformers) in [
-            ("ln1", "input_layernorm"),
-            ("attn_post_norm", "post_attention_layernorm"),
-            ("ln2", "pre_feedforward_layernorm"),
-            ("ffn_post_norm", "post_feedforward_layernorm"),
-            ("attn_q_norm", "self_attn.q_norm"),
-            ("attn_k_norm", "self_attn.k_norm"),
-        ] {
-            tensors.rename_layer(&format!("v.blk.{block}.{gguf}"), &layer(transformers));
-        }
         for (gguf, transformers) in [
             ("attn_q", "self_attn.q_proj"),
             ("attn_k", "self_attn.k_proj"),
@@ -621,21 +626,15 @@ fn qwen3vl_names(tensors: &mut Weights, depth: usize) -> Result<(), ModelError> 
     )?;
     tensors.rename("v.patch_embd.bias", "patch_embed.proj.bias");
     tensors.rename("v.position_embd.weight", "pos_embed.weight");
-    for block in 0..depth {
-        for (gguf, transformers) in [
-            ("ln1", "norm1"),
-            ("ln2", "norm2"),
-            ("attn_qkv", "attn.qkv"),
-            ("attn_out", "attn.proj"),
-            ("ffn_up", "mlp.linear_fc1"),
-            ("ffn_down", "mlp.linear_fc2"),
-        ] {
-            tensors.rename_layer(
-                &format!("v.blk.{block}.{gguf}"),
-                &format!("blocks.{block}.{transformers}"),
-            );
-        }
-    }
+    let layers = [
+        ("ln1", "norm1"),
+        ("ln2", "norm2"),
+        ("attn_qkv", "attn.qkv"),
+        ("attn_out", "attn.proj"),
+        ("ffn_up", "mlp.linear_fc1"),
+        ("ffn_down", "mlp.linear_fc2"),
+    ];
+    rename_blocks(tensors, depth, "blocks", &layers);
     tensors.rename_layer("v.post_ln", "merger.norm");
     tensors.rename_layer("mm.0", "merger.linear_fc1");
     tensors.rename_layer("mm.2", "merger.linear_fc2");

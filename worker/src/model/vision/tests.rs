@@ -268,29 +268,36 @@ pub(crate) fn gemma4_encoded(
 /// One case's image rows by a checkpoint's tower, from its reference's pixels.
 pub(crate) type Encoded = fn(&Model, &HashMap<String, Array>, &str) -> Array;
 
-/// Gemma 3's and Gemma 4's towers give the tools' rows, and their text models, given them, the
-/// tools' logits with an image's tokens seeing each other both ways in the layers each masks so
-/// (every layer for Gemma 3, the sliding ones for Gemma 4), and otherwise not.
+/// Gemma 3's, Gemma 4's and Mistral 3's towers give the tools' rows, and their text models,
+/// given them, the tools' logits with an image's tokens seeing each other both ways in the
+/// layers each masks so (every layer for Gemma 3, the sliding ones for Gemma 4, none for
+/// Mistral 3), and with the other masks (`wrong_masks`) not.
 #[test]
-fn gemmas_towers_and_text_after_images_read_as_the_tools() {
-    let gemmas: [(&[&str], Encoded, ImagesSeenBothWays); 2] = [
+fn gemma_and_mistral_towers_and_text_after_images_read_as_the_tools() {
+    use ImagesSeenBothWays::{EveryLayer, Nowhere, SlidingLayers};
+    type Family = (
+        &'static [&'static str],
+        Encoded,
+        ImagesSeenBothWays,
+        &'static [ImagesSeenBothWays],
+    );
+    let families: [Family; 3] = [
         (
             &GEMMA3_LAYOUTS,
             gemma3_encoded,
-            ImagesSeenBothWays::EveryLayer,
+            EveryLayer,
+            &[Nowhere, SlidingLayers],
         ),
         (
             &GEMMA4_LAYOUTS,
             gemma4_encoded,
-            ImagesSeenBothWays::SlidingLayers,
+            SlidingLayers,
+            &[Nowhere, EveryLayer],
         ),
+        // No sliding layers: only every layer differs.
+        (&MISTRAL3_LAYOUTS, mistral3_encoded, Nowhere, &[EveryLayer]),
     ];
-    let every = [
-        ImagesSeenBothWays::Nowhere,
-        ImagesSeenBothWays::EveryLayer,
-        ImagesSeenBothWays::SlidingLayers,
-    ];
-    for (layouts, encoded, both_ways) in gemmas {
+    for (layouts, encoded, both_ways, wrong_masks) in families {
         for &layout in layouts {
             let model = Model::load(&checkpoint(layout)).unwrap();
             let tower = model.vision.as_ref().unwrap();
@@ -307,7 +314,7 @@ fn gemmas_towers_and_text_after_images_read_as_the_tools() {
 
                 let tokens = reference_tokens(&reference, case);
                 let expected = &reference[&format!("{case}.logits")];
-                for wrong in every.into_iter().filter(|&mask| mask != both_ways) {
+                for &wrong in wrong_masks {
                     let mut cache = model.new_cache();
                     let logits = logits_after_rows(&model, &tokens, &rows, &mut cache, wrong);
                     assert!(
@@ -363,38 +370,4 @@ pub(crate) fn mistral3_encoded(
         })
         .collect();
     ops::concatenate(&rows, 0).unwrap()
-}
-
-#[test]
-fn mistral3s_tower_and_text_after_images_read_as_the_tools() {
-    for layout in MISTRAL3_LAYOUTS {
-        let model = Model::load(&checkpoint(layout)).unwrap();
-        let reference = reference(layout);
-        for case in cases(&reference) {
-            let rows = mistral3_encoded(&model, &reference, case);
-            let theirs = &reference[&format!("{case}.image_features")];
-            let difference = largest_difference(&rows, theirs);
-            assert!(
-                difference < 1e-4,
-                "{layout} case {case}: tower {difference}"
-            );
-            // Each run of image tokens (a line of merged patches) takes the next rows in order.
-            let tokens = reference_tokens(&reference, case);
-            let mut cache = model.new_cache();
-            let logits = logits_after_rows(
-                &model,
-                &tokens,
-                &rows,
-                &mut cache,
-                ImagesSeenBothWays::Nowhere,
-            );
-            let expected = &reference[&format!("{case}.logits")];
-            let difference = largest_difference(&logits, expected);
-            assert!(
-                difference < 1e-3,
-                "{layout} case {case}: prompt {difference}"
-            );
-            check_decode_steps(&model, &mut cache, &reference, layout, case);
-        }
-    }
 }
