@@ -16,7 +16,7 @@ use crate::generation::{
     Event, FinishReason, GenerateError, GenerateRequest, Prepared, RejectReason, prepare,
 };
 use crate::loaded::LoadedModel;
-use crate::model::{KvCache, Model, Segment};
+use crate::model::{Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::{ImageLimits, ImagePrompt};
@@ -124,11 +124,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let speculation = limits.speculation;
         if speculation.method != Method::Off {
             let model = loaded.dir.display();
-            if loaded.model.new_cache().iter().all(KvCache::forgets) {
-                tracing::info!(%model, method = ?speculation.method, draft_tokens = speculation.draft_tokens, "speculative decoding: decoding sequences guess tokens ahead");
-            } else {
-                tracing::warn!(%model, "speculative decoding off: the model's recurrent layers cannot take back a guess");
-            }
+            tracing::info!(%model, method = ?speculation.method, draft_tokens = speculation.draft_tokens, "speculative decoding: decoding sequences guess tokens ahead");
         }
         Self {
             loaded,

@@ -47,7 +47,7 @@ pub(crate) struct Sequence<'m> {
     started: Instant,
     prefill_time: Duration,
     decode_started: Option<Instant>,
-    /// How this sequence guesses tokens ahead; off where a layer cannot forget a wrong guess.
+    /// How this sequence guesses tokens ahead.
     speculation: Speculation,
     /// The last sampled token and the guesses after it, while a pass checks them.
     guessed: Vec<u32>,
@@ -84,10 +84,6 @@ impl<'m> Sequence<'m> {
                 (cache, cached)
             }
             None => (loaded.model.new_cache(), 0),
-        };
-        let speculation = match cache.iter().all(KvCache::forgets) {
-            true => speculation,
-            false => Speculation::default(),
         };
         let context = loaded.model.config.max_position_embeddings;
         let budget = request
@@ -179,9 +175,14 @@ impl<'m> Sequence<'m> {
             if guessing {
                 self.guess();
             }
-            match self.guessed.is_empty() {
-                true => &self.history[self.history.len() - 1..],
-                false => &self.guessed[..],
+            if self.guessed.is_empty() {
+                &self.history[self.history.len() - 1..]
+            } else {
+                // A recurrent layer goes back over the guesses not taken by keeping each state.
+                for layer in &mut self.cache {
+                    layer.hold_each_state();
+                }
+                &self.guessed[..]
             }
         } else if self.unprefilled() > 0 && *budget > 0 {
             let mut end = (self.prefilled + *budget).min(self.prompt.len());
@@ -212,10 +213,14 @@ impl<'m> Sequence<'m> {
     fn guess(&mut self) {
         let room = self.max_tokens.saturating_sub(self.generated + 1);
         let count = self.speculation.draft_tokens.min(room);
-        let draft = match self.speculation.method {
+        let mut draft = match self.speculation.method {
             Method::Ngram if count > 0 => ngram_draft(&self.history, count),
             Method::Ngram | Method::Off => &[],
         };
+        if let Some(constraint) = self.constraint.as_mut() {
+            // A guess the grammar forbids would be rejected anyway: it is not checked.
+            draft = &draft[..constraint.allowed_prefix(draft)];
+        }
         if !draft.is_empty() {
             let last = self.history.len() - 1;
             self.guessed.push(self.history[last]);
@@ -251,7 +256,7 @@ impl<'m> Sequence<'m> {
         self.accepted += taken;
         let forgotten = (guesses.len() - taken) as i32;
         for cache in &mut self.cache {
-            cache.forget_last(forgotten);
+            cache.forget_last(forgotten)?;
         }
         if let Some(prefix) = prefix {
             let key = cache_key(self.images.as_ref(), &self.history, self.held());

@@ -210,13 +210,33 @@ fn logits_agree_with_llama_cpp_on_the_same_file() {
 }
 
 /// An agent asks to repeat code it has just read: prompt lookup guesses most of the answer, and
-/// the answer is word for word the one plain decoding gives.
+/// the answer is word for word the one plain decoding gives, also where a forced tool call's or
+/// a JSON schema's grammar cuts the guesses short.
 #[test]
 fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
     let code = "fn add(a: i32, b: i32) -> i32 {\n    let sum = a + b;\n    sum\n}\n";
     let messages = json!([{"role": "user", "content": format!(
         "Repeat this Rust code exactly, in a code block:\n```rust\n{code}```"
     )}]);
+    let file_schema = json!({
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "code": {"type": "string"}},
+        "required": ["path", "code"],
+        "additionalProperties": false,
+    });
+    let write_file = json!({"type": "function", "function": {
+        "name": "write_file",
+        "description": "Writes a file",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "maxLength": 20},
+                "content": {"type": "string", "maxLength": 60},
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false,
+        },
+    }});
     let answer = |config: &str| {
         let dirs = Dirs::generated([]);
         let config = dirs.write_config(config);
@@ -234,13 +254,45 @@ fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
             .as_str()
             .unwrap()
             .to_owned();
-        (text, body["usage"].clone(), server.metrics())
+        // Counted before the answers below add theirs.
+        let metrics = server.metrics();
+        let bound = [
+            json!({"tools": [write_file], "tool_choice": "required"}),
+            json!({"response_format": {"type": "json_schema", "json_schema": {
+                "name": "file", "strict": true, "schema": file_schema,
+            }}}),
+        ];
+        let bound = bound.map(|extra| {
+            let mut request = greedy(&messages, 160, false);
+            request
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let mut body: Value = server
+                .post("/v1/chat/completions", &request)
+                .json()
+                .unwrap();
+            // A call's id is new each time.
+            let message = &mut body["choices"][0]["message"];
+            if let Some(id) = message.pointer_mut("/tool_calls/0/id") {
+                id.take();
+            }
+            message.clone()
+        });
+        (text, bound, body["usage"].clone(), metrics)
     };
-    let (plain, plain_usage, _) = answer("");
+    let (plain, plain_bound, plain_usage, _) = answer("");
     assert!(plain_usage.get("completion_tokens_details").is_none());
-    let (guessed, usage, metrics) =
+    let (guessed, bound, usage, metrics) =
         answer(&format!("[models.\"{MODEL}\"]\nspeculative = \"ngram\"\n"));
     assert_eq!(guessed, plain);
+    assert_eq!(bound, plain_bound);
+    let call = &bound[0]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "write_file", "{bound:?}");
+    let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert!(arguments["content"].is_string(), "{arguments}");
+    let file: Value = serde_json::from_str(bound[1]["content"].as_str().unwrap()).unwrap();
+    assert!(file["code"].is_string(), "{file}");
     assert!(guessed.contains("let sum = a + b;"), "{guessed}");
     let count = |name: &str| {
         metrics

@@ -85,6 +85,13 @@ impl Constraint {
             .map_err(|error| ConstraintError::Matcher(format!("{error:#}")))
     }
 
+    /// How many of `tokens`, in order from the present state, the grammar allows: a guessed
+    /// continuation is cut at the first it forbids. The state is left as it was; a matcher
+    /// error allows none, and the next `mask` reports it.
+    pub fn allowed_prefix(&mut self, tokens: &[u32]) -> usize {
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
     /// The grammar is complete and cannot take more tokens (or an end-of-generation token was
     /// accepted): generation ends with "stop".
     pub fn is_finished(&self) -> bool {

@@ -18,9 +18,16 @@
 //! the same size however long the sequence. Blocks of positions can be neither cut from it nor
 //! restored into it ([`KvCache::restores_from_blocks`]); instead, once told the prefix cache's
 //! block size ([`KvCache::snapshot_every`]), the layer records its whole state at each block
-//! boundary its input crosses, mid-chunk included ([`KvCache::boundaries_in`],
-//! [`KvCache::record_boundary`]), and a new sequence's cache restarts from such a snapshot
+//! boundary its input crosses, mid-chunk included ([`KvCache::states_to_record`],
+//! [`KvCache::record_state`]), and a new sequence's cache restarts from such a snapshot
 //! ([`KvCache::restore_recurrent`]).
+//!
+//! A recurrent layer goes back over guessed positions (speculative decoding) by keeping its
+//! state after each position of an input that holds guesses ([`KvCache::hold_each_state`]):
+//! its own loop computes each of them anyway, so keeping them costs memory until the guesses
+//! are checked, no compute, where recomputing from the last confirmed token would cost a pass
+//! over it. [`KvCache::forget_last`] then takes the state after the last confirmed position
+//! and drops any boundary snapshot past it, so the prefix cache never stores a guess's state.
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -59,6 +66,9 @@ pub struct KvCache {
     /// The states recorded at boundaries, by position, oldest first, until the prefix cache
     /// takes or drops them.
     snapshots: Vec<(i32, RecurrentState)>,
+    /// A recurrent layer's state after each position of an input holding guesses, until they
+    /// are checked; `None` while it keeps no such states.
+    each_state: Option<Vec<RecurrentState>>,
 }
 
 /// What a recurrent layer carries from one input to the next; `None` before its first. A gated
@@ -150,9 +160,21 @@ impl KvCache {
         }
     }
 
-    /// Of the next `positions` positions, how many come before each boundary they reach (in
-    /// `1..=positions`): where the layer records its state.
-    pub fn boundaries_in(&self, positions: i32) -> Vec<i32> {
+    /// Makes a recurrent layer keep its state after each position of its next input, which
+    /// holds guesses, for [`KvCache::forget_last`] to go back to; a key/value cache ignores it.
+    pub fn hold_each_state(&mut self) {
+        if self.recurrent.is_some() {
+            self.each_state = Some(Vec::new());
+        }
+    }
+
+    /// Of the next `positions` positions, after how many (in `1..=positions`, ascending) the
+    /// layer records its state: each boundary they reach, or all of them while it holds each
+    /// state.
+    pub fn states_to_record(&self, positions: i32) -> Vec<i32> {
+        if self.each_state.is_some() {
+            return (1..=positions).collect();
+        }
         let Some(every) = self.snapshot_every else {
             return Vec::new();
         };
@@ -160,10 +182,19 @@ impl KvCache {
         (first..=positions).step_by(every as usize).collect()
     }
 
-    /// Records `state`, the state after `within` of the next positions (a boundary
-    /// [`KvCache::boundaries_in`] gave), before [`KvCache::advance_recurrent`] moves past them.
-    pub fn record_boundary(&mut self, within: i32, state: RecurrentState) {
-        self.snapshots.push((self.offset + within, state));
+    /// Records `state`, the state after `within` of the next positions (one
+    /// [`KvCache::states_to_record`] gave), before [`KvCache::advance_recurrent`] moves past them.
+    pub fn record_state(&mut self, within: i32, state: RecurrentState) {
+        let position = self.offset + within;
+        if self
+            .snapshot_every
+            .is_some_and(|every| position % every == 0)
+        {
+            self.snapshots.push((position, state.clone()));
+        }
+        if let Some(each) = self.each_state.as_mut() {
+            each.push(state);
+        }
     }
 
     /// The recorded state after `position` positions.
@@ -256,19 +287,34 @@ impl KvCache {
         self.positions(self.start, self.offset)
     }
 
-    /// Whether the layer can forget its last positions ([`KvCache::forget_last`]): a
-    /// recurrent layer's state cannot go back.
-    pub fn forgets(&self) -> bool {
-        self.recurrent.is_none()
-    }
-
     /// Forgets the last `positions` positions (guessed tokens the model did not confirm): the
     /// next input overwrites them. A window's cache lets go of positions only before the last
-    /// input's, so those are still held.
-    pub fn forget_last(&mut self, positions: i32) {
-        if self.forgets() {
-            self.offset = (self.offset - positions).max(self.start);
+    /// input's, so those are still held. A recurrent layer goes back to its state after the last
+    /// position kept, which it held since [`KvCache::hold_each_state`], and lets go of the
+    /// others; its snapshots past it go too.
+    pub fn forget_last(&mut self, positions: i32) -> Result<(), Exception> {
+        let each_state = self.each_state.take();
+        if positions <= 0 {
+            return Ok(());
         }
+        let kept = self.offset - positions;
+        if let Some(held) = self.recurrent.as_mut() {
+            let input = each_state.unwrap_or_default();
+            // The input's first position is never a guess, so some state of it is kept.
+            let within = input.len() as i32 - positions;
+            let state = usize::try_from(within - 1)
+                .ok()
+                .and_then(|index| input.into_iter().nth(index))
+                .ok_or_else(|| {
+                    Exception::from(
+                        "a recurrent layer cannot forget positions it kept no state before",
+                    )
+                })?;
+            *held = state;
+            self.snapshots.retain(|(at, _)| *at <= kept);
+        }
+        self.offset = kept.max(self.start);
+        Ok(())
     }
 
     /// Positions already cached.

@@ -135,3 +135,30 @@ fn a_lark_grammar_constrains_the_output() {
         assert!(!output.tokens.is_empty());
     }
 }
+
+#[test]
+fn a_guessed_continuation_is_cut_at_the_first_token_the_grammar_forbids() {
+    let model = fixture();
+    let spec = GrammarSpec::Lark(r#"start: "answer: " ("yes" | "no") "!""#.into());
+    let mut constraint = Constraint::compile(&model.factory, &spec).unwrap();
+    let encode = |text: &str| {
+        model
+            .tokenizer
+            .encode(text, false)
+            .unwrap()
+            .get_ids()
+            .to_vec()
+    };
+    let allowed = encode("answer: yes!");
+    assert_eq!(constraint.allowed_prefix(&allowed), allowed.len());
+    let mut guessed = encode("answer: ");
+    let valid = guessed.len();
+    guessed.extend(encode("maybe!"));
+    assert_eq!(constraint.allowed_prefix(&guessed), valid);
+    // Checking moves nothing: the grammar still starts at "answer".
+    for &token in &allowed {
+        constraint.accept(token).unwrap();
+    }
+    assert!(constraint.is_finished());
+    assert_eq!(constraint.allowed_prefix(&allowed), 0);
+}

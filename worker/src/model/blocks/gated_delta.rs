@@ -10,7 +10,8 @@
 //! another sequence, and no pad, ever reaches a state. At each prefix-cache block boundary the
 //! input crosses, mid-chunk or in a decode step, the layer records its whole state there (the
 //! memory after that position, the convolution's last `kernel - 1` inputs before it), so a later
-//! prompt that shares the prefix restarts from it instead of from token 0.
+//! prompt that shares the prefix restarts from it instead of from token 0. Over an input holding
+//! guesses it records its state after every position, for the guesses not taken to be forgotten.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
@@ -338,13 +339,13 @@ impl GatedDeltaNet {
                 Dtype::Float32,
             )?,
         };
-        let boundaries = cache.boundaries_in(positions);
-        let (output, state, at_boundaries) =
-            delta_rule(&queries, &keys, &values, &decay, &beta, state, &boundaries)?;
-        for (&within, delta) in boundaries.iter().zip(at_boundaries) {
+        let recorded_at = cache.states_to_record(positions);
+        let (output, state, recorded) =
+            delta_rule(&queries, &keys, &values, &decay, &beta, state, &recorded_at)?;
+        for (&within, delta) in recorded_at.iter().zip(recorded) {
             // `conv_input` starts with the `keep` inputs before this chunk.
             let conv = conv_input.index((.., within..within + keep)).contiguous()?;
-            cache.record_boundary(
+            cache.record_state(
                 within,
                 RecurrentState {
                     conv: Some(conv),

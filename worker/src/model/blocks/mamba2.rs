@@ -13,7 +13,8 @@
 //! own convolution and state ([`RecurrentState`]: `conv` and, in the `delta` slot, the scan's
 //! state): sequences are packed without padding, so nothing of another ever reaches a state. At
 //! each prefix-cache block boundary the input crosses the layer records its whole state there,
-//! as the gated DeltaNet does.
+//! as the gated DeltaNet does, and after every position of an input holding guesses, each then
+//! a chunk of one, as decoding runs it.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
@@ -303,18 +304,18 @@ impl Mamba2 {
                 Dtype::Float32,
             )?,
         };
-        let boundaries = cache.boundaries_in(positions);
+        let recorded_at = cache.states_to_record(positions);
         let scan = Scan {
             log_decay: &log_decay,
             stepped: &stepped,
             input_mix: &input_mix,
             output_mix: &output_mix,
         };
-        let (output, state, at_boundaries) = scan.run(state, &boundaries)?;
-        for (&within, ssm) in boundaries.iter().zip(at_boundaries) {
+        let (output, state, recorded) = scan.run(state, &recorded_at)?;
+        for (&within, ssm) in recorded_at.iter().zip(recorded) {
             // `conv_input` starts with the `keep` inputs before this chunk.
             let conv = conv_input.index((.., within..within + keep)).contiguous()?;
-            cache.record_boundary(
+            cache.record_state(
                 within,
                 RecurrentState {
                     conv: Some(conv),

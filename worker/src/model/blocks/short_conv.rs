@@ -2,7 +2,8 @@
 //! gates `b`, `c` and the input `x`; `b · x` goes through a causal depthwise convolution over the
 //! last `kernel` positions, its output is gated by `c`, then `out_proj`. The only state carried
 //! between inputs is the convolution's last `kernel - 1` inputs ([`RecurrentState::conv`]), also
-//! recorded at each block boundary for the prefix cache.
+//! recorded at each block boundary for the prefix cache, and after each position of an input
+//! holding guesses.
 //!
 //! Each sequence of a packed pass runs through its own convolution state: sequences are packed
 //! without padding, so no position of another sequence ever reaches a state.
@@ -120,10 +121,10 @@ impl ShortConv {
             None => zeros_dtype(&[1, keep, self.hidden], input.dtype())?,
         };
         let conv_input = ops::concatenate(&[state, input], 1)?;
-        // At a block boundary the state is the `keep` inputs before it.
-        for within in cache.boundaries_in(positions) {
+        // After `within` positions the state is the `keep` inputs before them.
+        for within in cache.states_to_record(positions) {
             let conv = conv_input.index((.., within..within + keep)).contiguous()?;
-            cache.record_boundary(
+            cache.record_state(
                 within,
                 RecurrentState {
                     conv: Some(conv),

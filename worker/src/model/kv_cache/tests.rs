@@ -60,19 +60,19 @@ fn a_window_keeps_what_the_next_query_sees_and_what_the_prefix_cache_may_cut() {
 #[test]
 fn a_recurrent_cache_finds_the_boundaries_a_chunk_crosses_and_keeps_their_states() {
     let mut cache = KvCache::recurrent();
-    assert!(cache.boundaries_in(10).is_empty());
+    assert!(cache.states_to_record(10).is_empty());
     cache.snapshot_every(4);
-    assert_eq!(cache.boundaries_in(10), [4, 8]);
+    assert_eq!(cache.states_to_record(10), [4, 8]);
     let state = |first| RecurrentState {
         conv: Some(numbered(first, 3)),
         delta: None,
     };
-    cache.record_boundary(4, state(0));
-    cache.record_boundary(8, state(1));
+    cache.record_state(4, state(0));
+    cache.record_state(8, state(1));
     cache.advance_recurrent(state(2), 10).unwrap();
     // From position 10, the next boundaries are 12 (after 2) and 16 (after 6).
-    assert_eq!(cache.boundaries_in(6), [2, 6]);
-    assert_eq!(cache.boundaries_in(1), Vec::<i32>::new());
+    assert_eq!(cache.states_to_record(6), [2, 6]);
+    assert_eq!(cache.states_to_record(1), Vec::<i32>::new());
     assert_eq!(cache.snapshot_positions(), [4, 8]);
     let at_eight = cache.snapshot_at(8).unwrap();
     assert_eq!(column(at_eight.conv.as_ref().unwrap()), [1.0, 2.0, 3.0]);
@@ -87,7 +87,65 @@ fn a_recurrent_cache_finds_the_boundaries_a_chunk_crosses_and_keeps_their_states
     // A key/value cache records nothing.
     let mut keys = KvCache::default();
     keys.snapshot_every(4);
-    assert!(keys.boundaries_in(10).is_empty());
+    assert!(keys.states_to_record(10).is_empty());
+}
+
+#[test]
+fn a_cache_forgets_guessed_positions_a_recurrent_one_by_the_state_it_kept_at_each() {
+    let mut keys = KvCache::default();
+    keys.update_and_fetch(&numbered(0, 6), &numbered(0, 6))
+        .unwrap();
+    keys.hold_each_state();
+    keys.forget_last(2).unwrap();
+    assert_eq!(keys.offset(), 4);
+    let (held, _) = keys.held().unwrap();
+    assert_eq!(column(&held), [0.0, 1.0, 2.0, 3.0]);
+
+    let state = |first| RecurrentState {
+        conv: Some(numbered(first, 3)),
+        delta: None,
+    };
+    let mut cache = KvCache::recurrent();
+    cache.snapshot_every(4);
+    cache.advance_recurrent(state(0), 2).unwrap();
+    // An input of five positions (2..7), the last four guesses: a state after each, of which
+    // the one after position 4 is also a block boundary's.
+    cache.hold_each_state();
+    assert_eq!(cache.states_to_record(5), [1, 2, 3, 4, 5]);
+    for within in 1..=5 {
+        cache.record_state(within, state(10 * within));
+    }
+    cache.advance_recurrent(state(50), 5).unwrap();
+    assert_eq!(cache.snapshot_positions(), [4]);
+    // Two guesses confirmed, two not: back to the state after position 5.
+    cache.forget_last(2).unwrap();
+    assert_eq!(cache.offset(), 5);
+    let conv = |cache: &KvCache| column(cache.recurrent_state().unwrap().conv.as_ref().unwrap());
+    assert_eq!(conv(&cache), [30.0, 31.0, 32.0]);
+    // Without guesses it records only boundaries again.
+    assert_eq!(cache.states_to_record(5), [3]);
+
+    // A guessed boundary's snapshot goes with the guess.
+    cache.hold_each_state();
+    for within in 1..=3 {
+        cache.record_state(within, state(100 * within));
+    }
+    cache.advance_recurrent(state(300), 3).unwrap();
+    assert_eq!(cache.snapshot_positions(), [4, 8]);
+    cache.forget_last(2).unwrap();
+    assert_eq!(
+        (cache.offset(), conv(&cache)),
+        (6, vec![100.0, 101.0, 102.0])
+    );
+    assert_eq!(cache.snapshot_positions(), [4]);
+    // Every guess confirmed: nothing to forget, and the states held go.
+    cache.hold_each_state();
+    cache.record_state(1, state(7));
+    cache.advance_recurrent(state(7), 1).unwrap();
+    cache.forget_last(0).unwrap();
+    assert_eq!(cache.offset(), 7);
+    // Forgetting what it kept no state before is an error, not a wrong state.
+    assert!(cache.forget_last(1).is_err());
 }
 
 #[test]
