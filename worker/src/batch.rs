@@ -22,6 +22,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::{ImageLimits, ImagePrompt};
 use crate::sampling::Sampler;
 use crate::sequence::{Sequence, done_without_compute, host_rows};
+use crate::speculation::draft::{self, Wanted};
 use crate::speculation::{Method, Payoff, Speculation};
 
 /// Sequences decoded together unless the configuration says otherwise.
@@ -112,6 +113,8 @@ pub struct Batch<'m, 'p, 's> {
     running: Vec<Running<'m, 's>>,
     /// Whether guessing ahead pays, where the model's sequences may guess.
     payoff: Payoff,
+    /// The draft model that guesses, where the method is `draft`.
+    draft: Option<&'m LoadedModel>,
 }
 
 impl<'m, 'p, 's> Batch<'m, 'p, 's> {
@@ -134,7 +137,22 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             payoff: Payoff::default(),
+            draft: None,
         }
+    }
+
+    /// The batch with its sequences guessing in every pass, whatever it costs.
+    #[cfg(test)]
+    pub(crate) fn guessing_every_pass(mut self) -> Self {
+        self.payoff = Payoff::unguarded();
+        self
+    }
+
+    /// The batch with `draft` guessing for its sequences (`speculative = "draft"`).
+    pub fn with_draft(mut self, draft: &'m LoadedModel) -> Self {
+        tracing::info!(model = %self.loaded.dir.display(), draft = %draft.dir.display(), "speculative decoding: a draft model guesses");
+        self.draft = Some(draft);
+        self
     }
 
     /// Sequences in the batch.
@@ -230,6 +248,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 waiting.sampler,
                 self.prefix.as_deref_mut(),
                 self.limits.speculation,
+                self.draft,
             );
             (waiting.job.sink)(Ok(Event::Accepted {
                 prompt_tokens,
@@ -306,6 +325,9 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let started = Instant::now();
         let mut budget = self.limits.prefill_chunk;
         let guessing = self.limits.speculation.method != Method::Off && self.payoff.guess_now();
+        if guessing && let Some(draft) = self.draft {
+            self.draft_guesses(draft);
+        }
         // Single-token inputs go first: the model rotates those in one op.
         let (mut singles, mut longer) = (Vec::new(), Vec::new());
         // Sequences whose input could not be made (an image the tower failed on).
@@ -397,6 +419,32 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             self.payoff.record(guessed, seconds, tokens);
         }
         self.end_all(endings);
+    }
+
+    /// The draft model's guesses for every decoding sequence, before the pass that checks them;
+    /// reading a sequence's new tokens into its draft cache takes from the prompt-chunk budget
+    /// ahead of the pass's prompt chunks. A failed draft only costs the guesses.
+    fn draft_guesses(&mut self, draft: &LoadedModel) {
+        let mut wanted: Vec<Wanted<'_>> = self
+            .running
+            .iter_mut()
+            .filter_map(|running| running.sequence.wants_draft())
+            .collect();
+        let guesses = match draft::guess_all(draft, &mut wanted, self.limits.prefill_chunk) {
+            Ok(guesses) => guesses,
+            Err(error) => {
+                tracing::warn!(draft = %draft.dir.display(), %error, "the draft model failed; this pass guesses nothing");
+                return;
+            }
+        };
+        drop(wanted);
+        let decoding = self
+            .running
+            .iter_mut()
+            .filter(|running| running.sequence.guesses_by_draft());
+        for (running, guesses) in decoding.zip(guesses) {
+            running.sequence.receive_draft(guesses);
+        }
     }
 
     /// Ends the running sequences at these indices, each as its result says.

@@ -103,9 +103,14 @@ pub struct ServeArgs {
     /// The fewest pixels an image is resized to; without it, the processor config's.
     #[arg(long, value_name = "PIXELS")]
     pub image_min_pixels: Option<u64>,
-    /// How decoding guesses tokens ahead for the model to check: off or ngram (prompt lookup).
+    /// How decoding guesses tokens ahead for the model to check: off, ngram (prompt lookup) or
+    /// draft (the `--draft` model's guesses).
     #[arg(long, value_name = "METHOD", default_value = "off", value_parser = parse_method)]
     pub speculative: Method,
+    /// The draft model (a directory or GGUF file) for `--speculative draft`: a smaller model of
+    /// the same tokenizer, loaded in this worker.
+    #[arg(long, value_name = "PATH")]
+    pub draft: Option<PathBuf>,
     /// The most tokens a sequence guesses per pass.
     #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_DRAFT_TOKENS,
           value_parser = clap::value_parser!(u64).range(1..=32).map(|tokens| tokens as usize))]
@@ -150,6 +155,7 @@ impl ServeArgs {
                 exact_k_quants: self.gguf_exact_k_quants,
             },
             projector: self.mmproj.clone(),
+            draft: self.draft.clone(),
         }
     }
 }

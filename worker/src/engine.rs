@@ -17,6 +17,7 @@ use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
 use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
+use crate::speculation::{Method, draft};
 
 /// How long the engine waits at shutdown for the SSD writer to persist queued blocks.
 const SHUTDOWN_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
@@ -32,6 +33,8 @@ pub struct EngineOptions {
     pub gguf: gguf::Choices,
     /// A GGUF's vision projector (`mmproj`), where discovery found one beside it.
     pub projector: Option<PathBuf>,
+    /// The draft model that guesses tokens ahead, where the speculation method is `draft`.
+    pub draft: Option<PathBuf>,
 }
 
 /// What the engine tells about a loaded model.
@@ -178,6 +181,13 @@ impl Engine {
                         return;
                     }
                 };
+                let draft = match load_draft(&loaded, &options) {
+                    Ok(draft) => draft,
+                    Err(error) => {
+                        let _ = loaded_tx.send(Err(error));
+                        return;
+                    }
+                };
                 let mut prefix = options.prefix_cache.as_ref().and_then(|prefix_options| {
                     PrefixCache::open(&loaded, prefix_options, counters)
                         .inspect_err(|error| {
@@ -193,12 +203,15 @@ impl Engine {
                     context_length: loaded.model.config.max_position_embeddings,
                     load_time: loaded.load_time,
                 }));
-                let batch = Batch::new(
+                let mut batch = Batch::new(
                     &loaded,
                     options.batch,
                     options.memory_limit,
                     prefix.as_mut(),
                 );
+                if let Some(draft) = &draft {
+                    batch = batch.with_draft(draft);
+                }
                 run_batch(batch, &job_queue, &thread_gauges);
                 if let Some(prefix) = &prefix
                     && !prefix.flush(SHUTDOWN_FLUSH)
@@ -279,6 +292,32 @@ impl Drop for Engine {
 
 /// Steps the batch while it has work; waits for a request when it has none. Ends when the
 /// queue is closed and the batch has finished what it holds.
+/// The draft model, where the speculation method is `draft`: its load failing fails the
+/// model's, as the operator asked for it.
+fn load_draft(
+    loaded: &LoadedModel,
+    options: &EngineOptions,
+) -> Result<Option<LoadedModel>, LoadError> {
+    if options.batch.speculation.method != Method::Draft {
+        return Ok(None);
+    }
+    let Some(path) = &options.draft else {
+        return Err(LoadError::NoDraft);
+    };
+    let draft =
+        LoadedModel::load_with(path, options.gguf, None).map_err(|source| LoadError::Draft {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
+    match draft::incompatibility(loaded, &draft) {
+        Some(reason) => Err(LoadError::DraftMismatch {
+            path: path.clone(),
+            reason,
+        }),
+        None => Ok(Some(draft)),
+    }
+}
+
 fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gauges: &Arc<Gauges>) {
     let mut open = true;
     loop {

@@ -77,10 +77,13 @@ impl Permanence for LoadError {
                 ProjectorError::Model(error) => error.is_permanent(),
                 ProjectorError::Unsupported { .. } | ProjectorError::Invalid { .. } => true,
             },
+            LoadError::Draft { source, .. } => source.is_permanent(),
             // A processor config the load could not read as one stays so.
             LoadError::Tokenizer { .. }
             | LoadError::NotAModel { .. }
-            | LoadError::ImageProcessor(_) => true,
+            | LoadError::ImageProcessor(_)
+            | LoadError::DraftMismatch { .. }
+            | LoadError::NoDraft => true,
         }
     }
 }

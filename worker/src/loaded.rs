@@ -37,6 +37,15 @@ pub enum LoadError {
     Projector(gguf::mmproj::ProjectorError),
     #[error(transparent)]
     ImageProcessor(#[from] ImageError),
+    #[error("the draft model {path:?}: {source}")]
+    Draft {
+        path: PathBuf,
+        source: Box<LoadError>,
+    },
+    #[error("the draft model {path:?} cannot guess for this model: {reason}")]
+    DraftMismatch { path: PathBuf, reason: String },
+    #[error("speculative decoding by a draft model needs one (`draft`)")]
+    NoDraft,
 }
 
 pub struct LoadedModel {

@@ -21,6 +21,7 @@ use crate::output::{Output, Parts};
 use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::ImagePrompt;
 use crate::sampling::{Sampler, logprobs};
+use crate::speculation::draft::{DraftCache, Wanted};
 use crate::speculation::{Method, Speculation, ngram_draft};
 
 pub(crate) struct Sequence<'m> {
@@ -49,6 +50,10 @@ pub(crate) struct Sequence<'m> {
     decode_started: Option<Instant>,
     /// How this sequence guesses tokens ahead.
     speculation: Speculation,
+    /// The draft model's cache of this sequence, where a draft model guesses.
+    draft: Option<DraftCache>,
+    /// The draft model's guesses for the next pass.
+    drafted_ahead: Vec<u32>,
     /// The last sampled token and the guesses after it, while a pass checks them.
     guessed: Vec<u32>,
     /// Tokens guessed, and of those the ones the model confirmed.
@@ -65,6 +70,7 @@ impl<'m> Sequence<'m> {
         sampler: Sampler,
         prefix: Option<&mut PrefixCache>,
         speculation: Speculation,
+        draft: Option<&LoadedModel>,
     ) -> Self {
         let started = Instant::now();
         let prompt = prepared.tokens;
@@ -116,6 +122,10 @@ impl<'m> Sequence<'m> {
             started,
             prefill_time: Duration::ZERO,
             decode_started: None,
+            draft: draft
+                .filter(|_| speculation.method == Method::Draft)
+                .map(DraftCache::new),
+            drafted_ahead: Vec::new(),
             speculation,
             guessed: Vec::new(),
             drafted: 0,
@@ -208,13 +218,49 @@ impl<'m> Sequence<'m> {
         }))
     }
 
+    /// Tokens this sequence may guess after its last sampled one: as many as may still be
+    /// generated after it, up to the model's setting.
+    fn guess_count(&self) -> usize {
+        let room = self.max_tokens.saturating_sub(self.generated + 1);
+        self.speculation.draft_tokens.min(room)
+    }
+
+    /// Whether a draft model guesses for this sequence's next pass: it decodes, with a draft.
+    pub(crate) fn guesses_by_draft(&self) -> bool {
+        self.token_to_forward && self.draft.is_some()
+    }
+
+    /// What the draft model needs to guess for this sequence's next pass, while it decodes.
+    pub(crate) fn wants_draft(&mut self) -> Option<Wanted<'_>> {
+        if !self.token_to_forward {
+            return None;
+        }
+        let count = self.guess_count();
+        Some(Wanted {
+            history: &self.history,
+            cache: self.draft.as_mut()?,
+            count,
+        })
+    }
+
+    /// The draft model's guesses for the next pass.
+    pub(crate) fn receive_draft(&mut self, guesses: Vec<u32>) {
+        self.drafted_ahead = guesses;
+    }
+
     /// Guesses the tokens after the last sampled one, as many as may still be generated, and
     /// lays them out after it as the next input (`guessed`); none where the method finds none.
     fn guess(&mut self) {
-        let room = self.max_tokens.saturating_sub(self.generated + 1);
-        let count = self.speculation.draft_tokens.min(room);
+        let count = self.guess_count();
+        let drafted = std::mem::take(&mut self.drafted_ahead);
         let mut draft = match self.speculation.method {
             Method::Ngram if count > 0 => ngram_draft(&self.history, count),
+            // A draft's larger vocabulary may hold ids the model has no row for.
+            Method::Draft => {
+                let vocab = self.loaded.model.config.vocab_size as u32;
+                let known = drafted.iter().take_while(|&&token| token < vocab).count();
+                &drafted[..known.min(count)]
+            }
             Method::Ngram | Method::Off => &[],
         };
         if let Some(constraint) = self.constraint.as_mut() {
@@ -243,14 +289,18 @@ impl<'m> Sequence<'m> {
         let mut taken = 0;
         let mut outcome = Ok(None);
         for (index, row) in rows.into_iter().enumerate() {
+            let generated = self.generated;
             outcome = self.advance(row, emit);
-            let confirmed = guesses.get(index).is_some_and(|&guess| {
-                matches!(outcome, Ok(None)) && self.history.last() == Some(&guess)
-            });
-            if !confirmed {
+            // A guess the model sampled counts as taken even where its token ends the answer.
+            let sampled = outcome.is_ok() && self.generated > generated;
+            let confirmed = sampled
+                && guesses
+                    .get(index)
+                    .is_some_and(|&guess| self.history.last() == Some(&guess));
+            taken += usize::from(confirmed);
+            if !confirmed || !matches!(outcome, Ok(None)) {
                 break;
             }
-            taken += 1;
         }
         self.drafted += guesses.len();
         self.accepted += taken;

@@ -66,8 +66,8 @@ pub struct KvCache {
     /// The states recorded at boundaries, by position, oldest first, until the prefix cache
     /// takes or drops them.
     snapshots: Vec<(i32, RecurrentState)>,
-    /// A recurrent layer's state after each position of an input holding guesses, until they
-    /// are checked; `None` while it keeps no such states.
+    /// A recurrent layer's state when told to hold each, then after each position since, until
+    /// guesses are checked; `None` while it keeps no such states.
     each_state: Option<Vec<RecurrentState>>,
 }
 
@@ -160,11 +160,12 @@ impl KvCache {
         }
     }
 
-    /// Makes a recurrent layer keep its state after each position of its next input, which
-    /// holds guesses, for [`KvCache::forget_last`] to go back to; a key/value cache ignores it.
+    /// Makes a recurrent layer keep its present state and its state after each position from
+    /// here on (guesses, in one input or several), for [`KvCache::forget_last`] to go back to;
+    /// a key/value cache ignores it.
     pub fn hold_each_state(&mut self) {
-        if self.recurrent.is_some() {
-            self.each_state = Some(Vec::new());
+        if let Some(state) = &self.recurrent {
+            self.each_state = Some(vec![state.clone()]);
         }
     }
 
@@ -290,7 +291,7 @@ impl KvCache {
     /// Forgets the last `positions` positions (guessed tokens the model did not confirm): the
     /// next input overwrites them. A window's cache lets go of positions only before the last
     /// input's, so those are still held. A recurrent layer goes back to its state after the last
-    /// position kept, which it held since [`KvCache::hold_each_state`], and lets go of the
+    /// position kept, which it has held since [`KvCache::hold_each_state`], and lets go of the
     /// others; its snapshots past it go too.
     pub fn forget_last(&mut self, positions: i32) -> Result<(), Exception> {
         let each_state = self.each_state.take();
@@ -299,12 +300,11 @@ impl KvCache {
         }
         let kept = self.offset - positions;
         if let Some(held) = self.recurrent.as_mut() {
-            let input = each_state.unwrap_or_default();
-            // The input's first position is never a guess, so some state of it is kept.
-            let within = input.len() as i32 - positions;
-            let state = usize::try_from(within - 1)
+            let states = each_state.unwrap_or_default();
+            let state = (states.len() as i32 - 1 - positions)
+                .try_into()
                 .ok()
-                .and_then(|index| input.into_iter().nth(index))
+                .and_then(|index: usize| states.into_iter().nth(index))
                 .ok_or_else(|| {
                     Exception::from(
                         "a recurrent layer cannot forget positions it kept no state before",

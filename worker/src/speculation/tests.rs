@@ -92,30 +92,37 @@ mod decoding {
         request
     }
 
+    const DRAFT_TOKENS: usize = 4;
+
     /// Each request's tokens and timings, all in one batch.
     fn run(
         loaded: &LoadedModel,
         requests: &[GenerateRequest],
         method: Method,
     ) -> Vec<(Vec<u32>, Timings)> {
-        run_cached(loaded, requests, method, None)
+        run_with(loaded, requests, method, None, None)
     }
 
-    fn run_cached(
+    fn run_with(
         loaded: &LoadedModel,
         requests: &[GenerateRequest],
         method: Method,
+        draft: Option<&LoadedModel>,
         prefix: Option<&mut PrefixCache>,
     ) -> Vec<(Vec<u32>, Timings)> {
         let limits = BatchLimits {
             speculation: Speculation {
                 method,
-                draft_tokens: 4,
+                draft_tokens: DRAFT_TOKENS,
             },
             ..BatchLimits::default()
         };
         let results = RefCell::new(vec![(Vec::new(), None); requests.len()]);
-        let mut batch = Batch::new(loaded, limits, None, prefix);
+        // Counts of guesses must not depend on the machine's speed.
+        let mut batch = Batch::new(loaded, limits, None, prefix).guessing_every_pass();
+        if let Some(draft) = draft {
+            batch = batch.with_draft(draft);
+        }
         for (index, request) in requests.iter().enumerate() {
             let results = &results;
             batch.submit(Job {
@@ -173,29 +180,84 @@ mod decoding {
                 .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
                 .map(|mut results| results.remove(0).0)
                 .collect();
-            let guessed = run(&loaded, &requests, Method::Ngram);
-            let (mut drafted, mut accepted) = (0, 0);
-            for ((tokens, timings), plain) in guessed.iter().zip(&plain) {
-                assert_eq!(tokens, plain, "{arch}");
-                assert!(timings.accepted <= timings.drafted);
-                drafted += timings.drafted;
-                accepted += timings.accepted;
+            // The model drafts for itself: its greedy guesses are all right for a greedy
+            // answer and often wrong for a sampled one.
+            for method in [Method::Ngram, Method::Draft] {
+                let draft = (method == Method::Draft).then_some(&loaded);
+                let guessed = run_with(&loaded, &requests, method, draft, None);
+                let (drafted, accepted) =
+                    same_tokens(&guessed, &plain, &format!("{arch} {method:?}"));
+                // The repeating prompts give prompt lookup something to go on, and some of it
+                // lands; a recurrent model's layers also went back over guesses refused.
+                let recurrent = !loaded
+                    .model
+                    .new_cache()
+                    .iter()
+                    .all(KvCache::restores_from_blocks);
+                assert!(
+                    drafted > 0 && accepted > 0 && (!recurrent || accepted < drafted),
+                    "{arch} {method:?}: {accepted} of {drafted}"
+                );
+                if method == Method::Draft {
+                    // A model's greedy guesses for its own greedy answers are all taken, but for
+                    // those past its end, which they are only while its draft cache holds what
+                    // the answer holds.
+                    for (request, (_, timings)) in requests.iter().zip(&guessed) {
+                        if request.sampling.temperature == 0.0 {
+                            let refused = timings.drafted - timings.accepted;
+                            assert!(refused < DRAFT_TOKENS, "{arch}: {timings:?}");
+                        }
+                    }
+                }
+                // Alone too.
+                let (tokens, _) = run_with(&loaded, &requests[..1], method, draft, None).remove(0);
+                assert_eq!(tokens, plain[0], "{arch} {method:?}");
             }
-            // The repeating prompts give prompt lookup something to go on, and some of it lands;
-            // a recurrent model's layers also went back over guesses refused.
-            let recurrent = !loaded
-                .model
-                .new_cache()
-                .iter()
-                .all(KvCache::restores_from_blocks);
-            assert!(
-                drafted > 0 && accepted > 0 && (!recurrent || accepted < drafted),
-                "{arch}: {accepted} of {drafted}"
-            );
-            // Alone too.
-            let (tokens, _) = run(&loaded, &requests[..1], Method::Ngram).remove(0);
-            assert_eq!(tokens, plain[0], "{arch}");
         }
+    }
+
+    /// Asserts each answer's tokens are plain decoding's; returns the guesses drafted and
+    /// accepted in all.
+    fn same_tokens(
+        guessed: &[(Vec<u32>, Timings)],
+        plain: &[Vec<u32>],
+        what: &str,
+    ) -> (usize, usize) {
+        let (mut drafted, mut accepted) = (0, 0);
+        for ((tokens, timings), plain) in guessed.iter().zip(plain) {
+            assert_eq!(tokens, plain, "{what}");
+            assert!(timings.accepted <= timings.drafted);
+            drafted += timings.drafted;
+            accepted += timings.accepted;
+        }
+        (drafted, accepted)
+    }
+
+    #[test]
+    fn a_draft_of_another_kind_changes_no_token_and_goes_back_over_its_own_guesses() {
+        // A hybrid draft for an attention model, and the other way round: the draft's
+        // recurrent layers go back over the guesses the model refused.
+        for (arch, draft_arch) in [("llama", "qwen3_5"), ("qwen3_5", "llama")] {
+            let loaded = LoadedModel::load(&checkpoint(arch)).unwrap();
+            let draft = LoadedModel::load(&checkpoint(draft_arch)).unwrap();
+            assert_eq!(
+                crate::speculation::draft::incompatibility(&loaded, &draft),
+                None
+            );
+            let requests = requests();
+            let plain: Vec<Vec<u32>> = run(&loaded, &requests, Method::Off)
+                .into_iter()
+                .map(|(tokens, _)| tokens)
+                .collect();
+            let guessed = run_with(&loaded, &requests, Method::Draft, Some(&draft), None);
+            let (drafted, _) = same_tokens(&guessed, &plain, &format!("{arch} by {draft_arch}"));
+            assert!(drafted > 0);
+        }
+        // A draft of another tokenizer is refused, with the token that differs.
+        let loaded = LoadedModel::load(&checkpoint("llama")).unwrap();
+        let other = LoadedModel::load(&checkpoint("glm4")).unwrap();
+        let reason = crate::speculation::draft::incompatibility(&loaded, &other).unwrap();
+        assert!(reason.starts_with("token "), "{reason}");
     }
 
     #[test]
@@ -212,7 +274,7 @@ mod decoding {
             PrefixCache::open(&loaded, &options, Arc::new(PrefixCounters::default())).unwrap();
         let requests: Vec<GenerateRequest> =
             PROMPTS.iter().map(|prompt| request(prompt, None)).collect();
-        let answers = run_cached(&loaded, &requests, Method::Ngram, Some(&mut prefix));
+        let answers = run_with(&loaded, &requests, Method::Ngram, None, Some(&mut prefix));
         assert!(answers.iter().any(|(_, timings)| timings.accepted > 0));
         // Each answer's next turn starts from the states its decoding left at block
         // boundaries, some of them between guesses not all of which were taken; it reads as
@@ -234,7 +296,7 @@ mod decoding {
                 GenerateRequest::greedy(Prompt::Tokens(tokens), 8)
             })
             .collect();
-        let restored = run_cached(&loaded, &turns, Method::Off, Some(&mut prefix));
+        let restored = run_with(&loaded, &turns, Method::Off, None, Some(&mut prefix));
         let fresh = run(&loaded, &turns, Method::Off);
         for ((restored, timings), (fresh, _)) in restored.iter().zip(&fresh) {
             assert!(timings.cached_tokens > 0);

@@ -138,6 +138,19 @@ fn a_cache_forgets_guessed_positions_a_recurrent_one_by_the_state_it_kept_at_eac
         (6, vec![100.0, 101.0, 102.0])
     );
     assert_eq!(cache.snapshot_positions(), [4]);
+    // Guesses fed one input at a time, as a draft model's are: back to the state held before
+    // the first of them.
+    cache.hold_each_state();
+    for guess in 0..2 {
+        assert_eq!(cache.states_to_record(1), [1]);
+        cache.record_state(1, state(200 + guess));
+        cache.advance_recurrent(state(200 + guess), 1).unwrap();
+    }
+    cache.forget_last(2).unwrap();
+    assert_eq!(
+        (cache.offset(), conv(&cache)),
+        (6, vec![100.0, 101.0, 102.0])
+    );
     // Every guess confirmed: nothing to forget, and the states held go.
     cache.hold_each_state();
     cache.record_state(1, state(7));
