@@ -244,8 +244,12 @@ pub struct ModelSettings {
     /// The pixels an image is resized within; `None`: the processor config's.
     pub image_max_pixels: Option<u64>,
     pub image_min_pixels: Option<u64>,
-    /// How decoding guesses tokens ahead for the model to check; `None`: the worker's (off).
+    /// How decoding guesses tokens ahead for the model to check; `None`: `draft` where a draft
+    /// model is named, else the worker's (off).
     pub speculative: Option<SpeculativeMethod>,
+    /// The model whose guesses the model checks (`speculative = "draft"`): a smaller one of the
+    /// same tokenizer, by id, loaded in the model's worker.
+    pub draft: Option<String>,
     /// The most tokens a sequence guesses per pass; `None`: the worker's.
     pub draft_tokens: Option<u32>,
 }
@@ -256,6 +260,7 @@ pub struct ModelSettings {
 pub enum SpeculativeMethod {
     Off,
     Ngram,
+    Draft,
 }
 
 impl SpeculativeMethod {
@@ -263,6 +268,7 @@ impl SpeculativeMethod {
         match self {
             Self::Off => "off",
             Self::Ngram => "ngram",
+            Self::Draft => "draft",
         }
     }
 }
@@ -289,6 +295,12 @@ impl GgufRequantize {
 }
 
 impl ModelSettings {
+    /// How the model's decoding guesses ahead, where the configuration says.
+    pub fn speculation(&self) -> Option<SpeculativeMethod> {
+        self.speculative
+            .or(self.draft.as_ref().map(|_| SpeculativeMethod::Draft))
+    }
+
     /// The sampling defaults this configuration sets.
     pub fn sampling(&self) -> SamplingValues {
         SamplingValues {
@@ -497,6 +509,7 @@ impl Config {
         }
         check_batching(&from_file.batching, &from_file.models)?;
         check_sampling(&from_file.models)?;
+        check_speculation(&from_file.models)?;
         check_log(&from_file.log)?;
         let mut models = from_file.models;
         for model in overrides.pinned {
@@ -546,6 +559,38 @@ impl Config {
             images: from_file.images,
         })
     }
+}
+
+impl Config {
+    /// Model id → the draft model its worker loads beside it.
+    pub fn drafts(&self) -> std::collections::HashMap<String, String> {
+        let drafts = self.models.iter().filter_map(|(model, settings)| {
+            let draft = settings.draft.clone()?;
+            (settings.speculation() == Some(SpeculativeMethod::Draft))
+                .then(|| (model.clone(), draft))
+        });
+        drafts.collect()
+    }
+}
+
+/// Refuses a draft method without a draft model, and a draft model that is the model itself.
+fn check_speculation(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
+    for (model, settings) in models {
+        match (settings.speculation(), settings.draft.as_deref()) {
+            (Some(SpeculativeMethod::Draft), None) => {
+                bail!(
+                    "[models.\"{model}\"]: speculative = \"draft\" needs a draft model (draft = \"id\")"
+                )
+            }
+            (_, Some(draft)) if draft == model => {
+                bail!(
+                    "[models.\"{model}\"]: draft names the model itself; name a smaller model of its tokenizer"
+                )
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Refuses sampling defaults the worker would refuse, naming the model and the key.

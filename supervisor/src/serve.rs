@@ -101,6 +101,18 @@ async fn serve(options: ServeOptions) -> Result<()> {
             if let Some(projector) = projector {
                 args.extend(["--mmproj".into(), projector.into_os_string()]);
             }
+            if let Some(draft) = batching.drafts().get(model) {
+                // A draft that cannot be served reaches the worker as its id, whose load then
+                // fails naming it.
+                let path = match args_registry.current().servable_path(draft) {
+                    Ok(path) => path.as_os_str().to_owned(),
+                    Err(reason) => {
+                        tracing::warn!(model, draft, %reason, "the draft model cannot be served");
+                        draft.into()
+                    }
+                };
+                args.extend(["--draft".into(), path]);
+            }
             args
         }));
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
@@ -125,7 +137,8 @@ async fn serve(options: ServeOptions) -> Result<()> {
         }
     });
     let processes =
-        WorkerProcesses::new(spawner, lookup, described, config.worker_stop_grace, ledger);
+        WorkerProcesses::new(spawner, lookup, described, config.worker_stop_grace, ledger)
+            .with_drafts(config.drafts());
     let budget = budget(&config);
     let pool = Pool::new(
         processes,
@@ -289,7 +302,7 @@ fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
                 args.extend([flag.into(), value.to_string().into()]);
             }
         }
-        if let Some(method) = settings.speculative {
+        if let Some(method) = settings.speculation() {
             args.extend(["--speculative".into(), method.name().into()]);
         }
     }

@@ -341,4 +341,29 @@ speculative = \"dflash\"
     .unwrap();
     let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
     assert!(format!("{error:#}").contains("dflash"), "{error:#}");
+    // Naming a draft model is enough to draft with it.
+    std::fs::write(&file, "[models.m]\ndraft = \"small\"\n").unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(
+        config.models["m"].speculation(),
+        Some(SpeculativeMethod::Draft)
+    );
+    assert_eq!(config.drafts()["m"], "small");
+    // A draft method without a draft, or a model drafting for itself, is refused.
+    for (text, expected) in [
+        ("speculative = \"draft\"\n", "needs a draft model"),
+        ("draft = \"m\"\n", "names the model itself"),
+    ] {
+        std::fs::write(&file, format!("[models.m]\n{text}")).unwrap();
+        let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains(expected), "{error:#}");
+    }
+    // Another method keeps the draft model unloaded.
+    std::fs::write(
+        &file,
+        "[models.m]\ndraft = \"small\"\nspeculative = \"ngram\"\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert!(config.drafts().is_empty());
 }

@@ -41,6 +41,8 @@ pub struct WorkerProcesses {
     stop_grace: Duration,
     estimates: Mutex<HashMap<String, u64>>,
     ledger: Arc<Mutex<Ledger>>,
+    /// Model id → the draft model its worker loads beside it, whose memory is the worker's too.
+    drafts: HashMap<String, String>,
 }
 
 impl WorkerProcesses {
@@ -58,7 +60,14 @@ impl WorkerProcesses {
             stop_grace,
             estimates: Mutex::new(HashMap::new()),
             ledger,
+            drafts: HashMap::new(),
         }
+    }
+
+    /// Counts each model's draft model (model id → draft id) in its worker's estimate.
+    pub fn with_drafts(mut self, drafts: HashMap<String, String>) -> Self {
+        self.drafts = drafts;
+        self
     }
 
     /// The record of every stop so far.
@@ -108,9 +117,17 @@ impl Processes for WorkerProcesses {
         })
     }
 
+    /// The model's and its draft model's: both live in its worker.
+    fn estimate(&self, model: &str) -> u64 {
+        let draft = self.drafts.get(model);
+        self.model_estimate(model) + draft.map_or(0, |draft| self.model_estimate(draft))
+    }
+}
+
+impl WorkerProcesses {
     /// 0 (logged) when the model's files cannot be read, in which case its worker will fail to
     /// load anyway.
-    fn estimate(&self, model: &str) -> u64 {
+    fn model_estimate(&self, model: &str) -> u64 {
         let mut estimates = self
             .estimates
             .lock()

@@ -209,18 +209,25 @@ fn logits_agree_with_llama_cpp_on_the_same_file() {
     assert!(same_greedy + 2 >= rows.len());
 }
 
+/// The draft model's id in `guessing_ahead_changes_no_word_of_the_answer...`.
+const DRAFT: &str = "SmolLM2-draft";
+
 /// An agent asks to repeat code it has just read: prompt lookup guesses most of the answer, and
-/// the answer is word for word the one plain decoding gives, also where a forced tool call's or
-/// a JSON schema's grammar cuts the guesses short.
+/// a draft model (SmolLM2 under another name, so every greedy guess lands) all of it; the answer
+/// is word for word the one plain decoding gives, also where a forced tool call's or a JSON
+/// schema's grammar cuts the guesses short.
 #[test]
-fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
+fn guessing_ahead_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
     let code = "fn add(a: i32, b: i32) -> i32 {\n    let sum = a + b;\n    sum\n}\n";
     let messages = json!([{"role": "user", "content": format!(
         "Repeat this Rust code exactly, in a code block:\n```rust\n{code}```"
     )}]);
     let file_schema = json!({
         "type": "object",
-        "properties": {"path": {"type": "string"}, "code": {"type": "string"}},
+        "properties": {
+            "path": {"type": "string", "maxLength": 20},
+            "code": {"type": "string", "maxLength": 80},
+        },
         "required": ["path", "code"],
         "additionalProperties": false,
     });
@@ -241,11 +248,11 @@ fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
         let dirs = Dirs::generated([]);
         let config = dirs.write_config(config);
         let gguf = corral_tests::smollm2_gguf();
-        let server = Server::start_with_env(
-            &dirs,
-            &["--config".as_ref(), config.as_os_str()],
-            &[("CORRAL_DEFAULT_MODEL", gguf.as_os_str())],
-        );
+        for name in [MODEL, DRAFT] {
+            let link = dirs.models.path().join(format!("{name}.gguf"));
+            std::os::unix::fs::symlink(&gguf, link).unwrap();
+        }
+        let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
         let body: Value = server
             .post("/v1/chat/completions", &greedy(&messages, 64, false))
             .json()
@@ -263,7 +270,7 @@ fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
             }}}),
         ];
         let bound = bound.map(|extra| {
-            let mut request = greedy(&messages, 160, false);
+            let mut request = greedy(&messages, 120, false);
             request
                 .as_object_mut()
                 .unwrap()
@@ -283,36 +290,38 @@ fn prompt_lookup_changes_no_word_of_the_answer_and_metrics_count_its_guesses() {
     };
     let (plain, plain_bound, plain_usage, _) = answer("");
     assert!(plain_usage.get("completion_tokens_details").is_none());
-    let (guessed, bound, usage, metrics) =
-        answer(&format!("[models.\"{MODEL}\"]\nspeculative = \"ngram\"\n"));
-    assert_eq!(guessed, plain);
-    assert_eq!(bound, plain_bound);
-    let call = &bound[0]["tool_calls"][0]["function"];
-    assert_eq!(call["name"], "write_file", "{bound:?}");
+    let call = &plain_bound[0]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "write_file", "{plain_bound:?}");
     let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
     assert!(arguments["content"].is_string(), "{arguments}");
-    let file: Value = serde_json::from_str(bound[1]["content"].as_str().unwrap()).unwrap();
+    let file: Value = serde_json::from_str(plain_bound[1]["content"].as_str().unwrap()).unwrap();
     assert!(file["code"].is_string(), "{file}");
-    assert!(guessed.contains("let sum = a + b;"), "{guessed}");
-    let count = |name: &str| {
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}{{model=\"{MODEL}\"}} ")))
-            .and_then(|value| value.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let drafted = count("corral_speculative_draft_tokens_total");
-    let accepted = count("corral_speculative_accepted_tokens_total");
-    assert!(
-        accepted > 0 && accepted <= drafted,
-        "{accepted} of {drafted}: {metrics}"
-    );
-    // OpenAI's predicted-output counts say it in the answer's usage too.
-    let details = &usage["completion_tokens_details"];
-    assert_eq!(details["accepted_prediction_tokens"], accepted, "{usage}");
-    assert_eq!(
-        details["rejected_prediction_tokens"],
-        drafted - accepted,
-        "{usage}"
-    );
+    assert!(plain.contains("let sum = a + b;"), "{plain}");
+    for setting in ["speculative = \"ngram\"", &format!("draft = \"{DRAFT}\"")] {
+        let (guessed, bound, usage, metrics) =
+            answer(&format!("[models.\"{MODEL}\"]\n{setting}\n"));
+        assert_eq!(guessed, plain, "{setting}");
+        assert_eq!(bound, plain_bound, "{setting}");
+        let count = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}{{model=\"{MODEL}\"}} ")))
+                .and_then(|value| value.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let drafted = count("corral_speculative_draft_tokens_total");
+        let accepted = count("corral_speculative_accepted_tokens_total");
+        assert!(
+            accepted > 0 && accepted <= drafted,
+            "{setting}: {accepted} of {drafted}: {metrics}"
+        );
+        // OpenAI's predicted-output counts say it in the answer's usage too.
+        let details = &usage["completion_tokens_details"];
+        assert_eq!(details["accepted_prediction_tokens"], accepted, "{usage}");
+        assert_eq!(
+            details["rejected_prediction_tokens"],
+            drafted - accepted,
+            "{usage}"
+        );
+    }
 }
