@@ -22,7 +22,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::ImagePrompt;
 use crate::sampling::{Sampler, logprobs};
 use crate::speculation::draft::{DraftCache, Wanted};
-use crate::speculation::{Method, Speculation, ngram_draft};
+use crate::speculation::{Drawn, Method, Speculation, confirmed_guesses, ngram_draft};
 
 pub(crate) struct Sequence<'m> {
     loaded: &'m LoadedModel,
@@ -286,22 +286,17 @@ impl<'m> Sequence<'m> {
     ) -> Result<Option<FinishReason>, GenerateError> {
         self.token_to_forward = false;
         let guesses = std::mem::take(&mut self.guessed).split_off(1);
-        let mut taken = 0;
         let mut outcome = Ok(None);
-        for (index, row) in rows.into_iter().enumerate() {
+        let taken = confirmed_guesses(rows, &guesses, |row| {
             let generated = self.generated;
             outcome = self.advance(row, emit);
             // A guess the model sampled counts as taken even where its token ends the answer.
             let sampled = outcome.is_ok() && self.generated > generated;
-            let confirmed = sampled
-                && guesses
-                    .get(index)
-                    .is_some_and(|&guess| self.history.last() == Some(&guess));
-            taken += usize::from(confirmed);
-            if !confirmed || !matches!(outcome, Ok(None)) {
-                break;
+            Drawn {
+                token: self.history.last().copied().filter(|_| sampled),
+                goes_on: matches!(outcome, Ok(None)),
             }
-        }
+        });
         self.drafted += guesses.len();
         self.accepted += taken;
         let forgotten = (guesses.len() - taken) as i32;

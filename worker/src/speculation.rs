@@ -148,6 +148,41 @@ impl Payoff {
     }
 }
 
+/// What plain decoding did with one row of a pass that checks guesses.
+pub struct Drawn {
+    /// The token it sampled (or was forced to), if it sampled one.
+    pub token: Option<u32>,
+    /// Whether the sequence goes on after it.
+    pub goes_on: bool,
+}
+
+/// Checks guesses row by row (`rows`: after the last token, then after each guess): `draw`
+/// does with a row what plain decoding would, and the guess after it stands when the token
+/// drawn is it. Rows after the first guess refused, or after the sequence ends, are never
+/// drawn from. Returns the guesses confirmed.
+///
+/// For a guess drawn from a draft distribution `q`, speculative sampling keeps it with
+/// probability `min(1, p/q)` and otherwise draws from `p - q`'s positive part, renormalized; every
+/// guess here is a draft's certain choice (`q` one-hot: prompt lookup, a draft model's argmax),
+/// for which that is exactly "draw from `p`, keep the guess if the draw is it", with the same
+/// random draws as plain decoding.
+pub fn confirmed_guesses<R>(
+    rows: impl IntoIterator<Item = R>,
+    guesses: &[u32],
+    mut draw: impl FnMut(R) -> Drawn,
+) -> usize {
+    let mut confirmed = 0;
+    for (index, row) in rows.into_iter().enumerate() {
+        let drawn = draw(row);
+        let stands = drawn.token.is_some() && drawn.token == guesses.get(index).copied();
+        confirmed += usize::from(stands);
+        if !stands || !drawn.goes_on {
+            break;
+        }
+    }
+    confirmed
+}
+
 /// The longest and shortest run of last tokens looked up.
 const LONGEST_NGRAM: usize = 3;
 const SHORTEST_NGRAM: usize = 2;

@@ -42,10 +42,101 @@ fn guessing_goes_on_while_it_is_as_fast_and_the_slower_way_is_tried_ever_less_of
     assert!(!guessed[15]);
 }
 
+/// Softmax of `logits`.
+fn probabilities(logits: &[f32]) -> Vec<f64> {
+    let exps: Vec<f64> = logits.iter().map(|&logit| f64::from(logit).exp()).collect();
+    let total: f64 = exps.iter().sum();
+    exps.iter().map(|exp| exp / total).collect()
+}
+
+/// Pearson's statistic of `counts` against `expected` probabilities.
+fn chi_square(counts: &[u64], expected: &[f64]) -> f64 {
+    let draws: u64 = counts.iter().sum();
+    let draws = draws as f64;
+    counts
+        .iter()
+        .zip(expected)
+        .map(|(&count, &p)| (count as f64 - draws * p).powi(2) / (draws * p))
+        .sum()
+}
+
+#[test]
+fn checked_guesses_keep_the_models_distribution_and_a_wrong_rule_would_not() {
+    use crate::sampling::{Sampler, SamplingParams};
+    // A five-token vocabulary; the draft's certain guesses are token 1 (the model's second
+    // choice) after the last token, then token 4.
+    let first = [2.0, 1.0, 0.5, 0.0, -1.0];
+    let second = [0.0, -0.5, 1.5, 0.3, 0.8];
+    let guesses = [1, 4];
+    const DRAWS: u64 = 20_000;
+    // Pearson's statistic at four degrees of freedom is above this once in 10^4 draws of it.
+    const CRITICAL: f64 = 23.51;
+    let sampler = |seed| {
+        Sampler::new(SamplingParams {
+            temperature: 1.0,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        })
+        .unwrap()
+    };
+    let (mut firsts, mut seconds) = ([0u64; 5], [0u64; 5]);
+    let mut confirmed_total = 0;
+    for seed in 0..DRAWS {
+        let mut sampler = sampler(seed);
+        let mut drawn = Vec::new();
+        let confirmed = confirmed_guesses([&first, &second], &guesses, |row| {
+            let token = sampler.sample(row, &drawn).unwrap();
+            drawn.push(token);
+            Drawn {
+                token: Some(token),
+                goes_on: true,
+            }
+        });
+        confirmed_total += confirmed;
+        // The check draws from the second row only after the first guess stood.
+        assert_eq!(drawn.len(), 1 + usize::from(drawn[0] == guesses[0]));
+        firsts[drawn[0] as usize] += 1;
+        if let Some(&token) = drawn.get(1) {
+            seconds[token as usize] += 1;
+        }
+    }
+    let (p_first, p_second) = (probabilities(&first), probabilities(&second));
+    let statistic = chi_square(&firsts, &p_first);
+    assert!(statistic < CRITICAL, "first tokens {firsts:?}: {statistic}");
+    let statistic = chi_square(&seconds, &p_second);
+    assert!(
+        statistic < CRITICAL,
+        "second tokens {seconds:?}: {statistic}"
+    );
+    // A guess stands as often as the model draws it.
+    let rate = firsts[1] as f64 / DRAWS as f64;
+    assert!((rate - p_first[1]).abs() < 0.01, "{rate}");
+    assert!(confirmed_total as u64 >= firsts[1]);
+
+    // A rule that keeps a guess with the model's probability of it and otherwise draws afresh
+    // from the whole distribution (not from what is left without the guess) drifts towards
+    // the guess; these draws tell.
+    let mut wrong = [0u64; 5];
+    for seed in 0..DRAWS {
+        let mut sampler = sampler(seed);
+        let token = sampler.sample(&first, &[]).unwrap();
+        let kept = token == guesses[0] || sampler.sample(&first, &[]).unwrap() == guesses[0];
+        let token = if kept {
+            guesses[0]
+        } else {
+            sampler.sample(&first, &[]).unwrap()
+        };
+        wrong[token as usize] += 1;
+    }
+    let statistic = chi_square(&wrong, &p_first);
+    assert!(statistic > CRITICAL, "{wrong:?}: {statistic}");
+}
+
 #[test]
 fn methods_parse_by_name() {
     assert_eq!(Method::parse("ngram"), Some(Method::Ngram));
     assert_eq!(Method::parse("off"), Some(Method::Off));
+    assert_eq!(Method::parse("draft"), Some(Method::Draft));
     assert_eq!(Method::parse("mtp"), None);
 }
 
