@@ -104,9 +104,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PIXELS")]
     pub image_min_pixels: Option<u64>,
     /// How decoding guesses tokens ahead for the model to check: off, ngram (prompt lookup) or
-    /// draft (the `--draft` model's guesses).
-    #[arg(long, value_name = "METHOD", default_value = "off", value_parser = parse_method)]
-    pub speculative: Method,
+    /// draft (the `--draft` model's guesses); without it, ngram where MLX computes on a GPU
+    /// and off on its CPU backend.
+    #[arg(long, value_name = "METHOD", value_parser = parse_method)]
+    pub speculative: Option<Method>,
     /// The draft model (a directory or GGUF file) for `--speculative draft`: a smaller model of
     /// the same tokenizer, loaded in this worker.
     #[arg(long, value_name = "PATH")]
@@ -139,7 +140,7 @@ impl ServeArgs {
                     min_pixels: self.image_min_pixels,
                 },
                 speculation: Speculation {
-                    method: self.speculative,
+                    method: self.speculative.unwrap_or_else(Method::where_it_pays),
                     draft_tokens: self.draft_tokens,
                 },
             },
