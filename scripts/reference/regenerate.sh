@@ -5,6 +5,8 @@
 # layouts with mlx-vlm's),
 # tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
 # llama.cpp's converter and quantizer write it, with each one's logits),
+# tests/data/mtp (mtp.py: some of those with their multi-token-prediction layers, with
+# transformers' MTP drafts),
 # tests/data/quant_modes (quant_modes.py: some of their Hugging Face layouts as mlx_lm.convert
 # quantizes them in each mode and recipe, with mlx-lm's logits),
 # tests/data/gguf_forms (gguf_forms.py: split, fused and MXFP4 GGUFs by llama.cpp's tools),
@@ -90,6 +92,10 @@ echo "wrote $root/tests/data/vision"
   "$root/scripts/reference/toolchain.json" "$root/tests/data/toolchain" \
   "$llama_cpp_venv/bin/python"
 echo "wrote $root/tests/data/toolchain"
+# Those checkpoints with the release's multi-token-prediction layers, with transformers' MTP.
+"$toolchain_venv/bin/python" "$root/scripts/reference/mtp.py" \
+  "$root/scripts/reference/toolchain.json" "$root/tests/data/mtp"
+echo "wrote $root/tests/data/mtp"
 # Some of those Hugging Face layouts as mlx_lm.convert quantizes them in each mode and recipe.
 "$toolchain_venv/bin/python" "$root/scripts/reference/quant_modes.py" \
   "$root/tests/data/toolchain" "$root/tests/data/quant_modes"

@@ -261,6 +261,7 @@ pub enum SpeculativeMethod {
     Off,
     Ngram,
     Draft,
+    Mtp,
 }
 
 impl SpeculativeMethod {
@@ -269,6 +270,7 @@ impl SpeculativeMethod {
             Self::Off => "off",
             Self::Ngram => "ngram",
             Self::Draft => "draft",
+            Self::Mtp => "mtp",
         }
     }
 }

@@ -125,8 +125,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         prefix: Option<&'p mut PrefixCache>,
     ) -> Self {
         let speculation = limits.speculation;
-        if speculation.method != Method::Off {
-            let model = loaded.dir.display();
+        let model = loaded.dir.display();
+        if speculation.method == Method::Mtp && loaded.model.new_mtp_cache().is_none() {
+            tracing::warn!(%model, "speculative decoding off: the checkpoint has no multi-token-prediction layer that runs (a conversion may have dropped it)");
+        } else if speculation.method != Method::Off {
             tracing::info!(%model, method = ?speculation.method, draft_tokens = speculation.draft_tokens, "speculative decoding: decoding sequences guess tokens ahead");
         }
         Self {
@@ -365,8 +367,8 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             singles.into_iter().chain(longer).unzip();
         let logits = run_pass(&self.loaded.model, &mut segments, &planned);
         drop(segments);
-        let mut logits = match logits {
-            Ok(rows) => rows.into_iter(),
+        let (mut logits, hidden) = match logits {
+            Ok((rows, hidden)) => (rows.into_iter(), hidden),
             Err(error) => {
                 // One pass computed every input, so its failure is every sequence's in it.
                 let message = error.to_string();
@@ -387,6 +389,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         };
         let generated_before = generated(&self.running);
         let mut endings = unmade;
+        let mut first_row = 0;
         for planned in &planned {
             let running = &mut self.running[planned.index];
             let prefix = self.prefix.as_deref_mut();
@@ -398,11 +401,21 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                     .check_guesses(rows, prefix, &mut |event| sink(Ok(event)))
             } else {
                 let sampled = running.sequence.ran(planned.length, prefix);
-                let Some(row) = sampled.then(|| logits.next()).flatten() else {
-                    continue;
-                };
-                running.sequence.advance(row, &mut |event| sink(Ok(event)))
+                match sampled.then(|| logits.next()).flatten() {
+                    Some(row) => running.sequence.advance(row, &mut |event| sink(Ok(event))),
+                    None => Ok(None),
+                }
             };
+            // A multi-token-prediction layer reads what the pass confirmed.
+            let outcome = outcome.and_then(|outcome| match outcome {
+                None => running
+                    .sequence
+                    .read_pass(&hidden, first_row)
+                    .map(|()| None)
+                    .map_err(GenerateError::from),
+                ended => Ok(ended),
+            });
+            first_row += planned.length as i32;
             match outcome {
                 Ok(None) => {}
                 Ok(Some(reason)) => endings.push((planned.index, Ok(reason))),
@@ -474,12 +487,12 @@ struct Planned {
 }
 
 /// Runs the pass; returns the logits of the last position of each segment that wants them (of
-/// every position of one that checks guesses), in order.
+/// every position of one that checks guesses), in order, and the pass's hidden states.
 fn run_pass(
     model: &Model,
     segments: &mut [Segment<'_>],
     planned: &[Planned],
-) -> Result<Vec<Vec<f32>>, Exception> {
+) -> Result<(Vec<Vec<f32>>, Array), Exception> {
     let hidden = model.packed_hidden_states(segments)?;
     let mut end = 0;
     let mut last_positions = Vec::new();
@@ -492,9 +505,9 @@ fn run_pass(
     if last_positions.is_empty() {
         // Evaluating the pass writes its keys and values into the caches.
         hidden.eval()?;
-        return Ok(Vec::new());
+        return Ok((Vec::new(), hidden));
     }
     let count = last_positions.len() as i32;
     let last = hidden.take_axis(Array::from_slice(&last_positions, &[count]), 1)?;
-    host_rows(&model.logits(&last)?)
+    Ok((host_rows(&model.logits(&last)?)?, hidden))
 }

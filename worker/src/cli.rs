@@ -103,9 +103,9 @@ pub struct ServeArgs {
     /// The fewest pixels an image is resized to; without it, the processor config's.
     #[arg(long, value_name = "PIXELS")]
     pub image_min_pixels: Option<u64>,
-    /// How decoding guesses tokens ahead for the model to check: off, ngram (prompt lookup) or
-    /// draft (the `--draft` model's guesses); without it, ngram where MLX computes on a GPU
-    /// and off on its CPU backend.
+    /// How decoding guesses tokens ahead for the model to check: off, ngram (prompt lookup),
+    /// draft (the `--draft` model's guesses) or mtp (the model's own multi-token-prediction
+    /// layer); without it, ngram where MLX computes on a GPU and off on its CPU backend.
     #[arg(long, value_name = "METHOD", value_parser = parse_method)]
     pub speculative: Option<Method>,
     /// The draft model (a directory or GGUF file) for `--speculative draft`: a smaller model of

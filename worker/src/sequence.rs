@@ -22,6 +22,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::prompt_images::ImagePrompt;
 use crate::sampling::{Sampler, logprobs};
 use crate::speculation::draft::{DraftCache, Wanted};
+use crate::speculation::mtp::MtpState;
 use crate::speculation::{Drawn, Method, Speculation, confirmed_guesses, ngram_draft};
 
 pub(crate) struct Sequence<'m> {
@@ -52,6 +53,10 @@ pub(crate) struct Sequence<'m> {
     speculation: Speculation,
     /// The draft model's cache of this sequence, where a draft model guesses.
     draft: Option<DraftCache>,
+    /// The model's multi-token-prediction layer's state, where it guesses.
+    mtp: Option<MtpState>,
+    /// Positions the caches held when the last pass's input was laid out: its first position.
+    pass_start: usize,
     /// The draft model's guesses for the next pass.
     drafted_ahead: Vec<u32>,
     /// The last sampled token and the guesses after it, while a pass checks them.
@@ -126,6 +131,12 @@ impl<'m> Sequence<'m> {
                 .filter(|_| speculation.method == Method::Draft)
                 .map(DraftCache::new),
             drafted_ahead: Vec::new(),
+            mtp: loaded
+                .model
+                .new_mtp_cache()
+                .filter(|_| speculation.method == Method::Mtp)
+                .map(MtpState::new),
+            pass_start: 0,
             speculation,
             guessed: Vec::new(),
             drafted: 0,
@@ -177,6 +188,7 @@ impl<'m> Sequence<'m> {
         guessing: bool,
     ) -> Result<Option<Segment<'_>>, Exception> {
         let mut embedded = Vec::new();
+        self.pass_start = self.held();
         let tokens = if self.token_to_forward {
             if let Some(images) = &self.images {
                 images.prepare_generated(&mut self.cache);
@@ -252,11 +264,18 @@ impl<'m> Sequence<'m> {
     /// lays them out after it as the next input (`guessed`); none where the method finds none.
     fn guess(&mut self) {
         let count = self.guess_count();
-        let drafted = std::mem::take(&mut self.drafted_ahead);
+        let mut drafted = std::mem::take(&mut self.drafted_ahead);
+        if let Some(mtp) = self.mtp.as_mut().filter(|_| count > 0) {
+            // A failed guess only costs the guesses.
+            drafted = mtp
+                .guess(&self.loaded.model, count)
+                .inspect_err(|error| tracing::warn!(%error, "the multi-token-prediction layer failed; no guesses"))
+                .unwrap_or_default();
+        }
         let mut draft = match self.speculation.method {
             Method::Ngram if count > 0 => ngram_draft(&self.history, count),
             // A draft's larger vocabulary may hold ids the model has no row for.
-            Method::Draft => {
+            Method::Draft | Method::Mtp => {
                 let vocab = self.loaded.model.config.vocab_size as u32;
                 let known = drafted.iter().take_while(|&&token| token < vocab).count();
                 &drafted[..known.min(count)]
@@ -308,6 +327,22 @@ impl<'m> Sequence<'m> {
             prefix.store_decoded(&key, &mut self.cache);
         }
         outcome
+    }
+
+    /// Gives the multi-token-prediction layer, where it guesses, the pass's hidden states at
+    /// the positions it confirmed (this sequence's rows of `hidden` from `first_row` on) beside
+    /// the token after each.
+    pub(crate) fn read_pass(&mut self, hidden: &Array, first_row: i32) -> Result<(), Exception> {
+        let Some(mtp) = self.mtp.as_mut() else {
+            return Ok(());
+        };
+        let held = self.cache.iter().map(KvCache::offset).min().unwrap_or(0);
+        let confirmed = usize::try_from(held)
+            .unwrap_or(0)
+            .saturating_sub(self.pass_start);
+        let next = self.history.get(self.pass_start + 1..).unwrap_or_default();
+        let next = &next[..confirmed.min(next.len())];
+        mtp.read(&self.loaded.model, hidden, first_row, next)
     }
 
     /// Records that a pass ran `length` tokens of this sequence's input; says whether the

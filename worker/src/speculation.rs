@@ -4,7 +4,8 @@
 //!
 //! The guesses come from the conversation itself (`ngram`: prompt lookup, no extra weights):
 //! agents re-emit the code and tool arguments they have just read; or from a smaller model of
-//! the same tokenizer (`draft`, [`draft`]). Checking samples each row as
+//! the same tokenizer (`draft`, [`draft`]); or from the model's own multi-token-prediction layer
+//! (`mtp`, [`mtp`]). Checking samples each row as
 //! plain decoding would, with the same sampler, grammar, penalties and random draws, and stops
 //! at the first row whose token is not the guess, so the output is token for token what plain
 //! decoding gives, greedy or seeded, and its distribution the model's: a guess drawn from no
@@ -20,16 +21,19 @@ pub enum Method {
     Ngram,
     /// A draft model's guesses (`--draft`).
     Draft,
+    /// The model's own multi-token-prediction layer's guesses.
+    Mtp,
 }
 
 impl Method {
-    pub const NAMES: [&'static str; 3] = ["off", "ngram", "draft"];
+    pub const NAMES: [&'static str; 4] = ["off", "ngram", "draft", "mtp"];
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "off" => Some(Self::Off),
             "ngram" => Some(Self::Ngram),
             "draft" => Some(Self::Draft),
+            "mtp" => Some(Self::Mtp),
             _ => None,
         }
     }
@@ -46,7 +50,11 @@ impl Method {
             .and_then(|device| device.get_type())
             .is_ok_and(|kind| matches!(kind, DeviceType::Gpu));
         let method = if on_gpu { Self::Ngram } else { Self::Off };
-        tracing::info!(?method, on_gpu, "speculative decoding: no method configured; prompt lookup on a GPU, none on the CPU");
+        tracing::info!(
+            ?method,
+            on_gpu,
+            "speculative decoding: no method configured; prompt lookup on a GPU, none on the CPU"
+        );
         method
     }
 }
@@ -226,6 +234,7 @@ pub fn ngram_draft(history: &[u32], count: usize) -> &[u32] {
 }
 
 pub mod draft;
+pub mod mtp;
 
 #[cfg(test)]
 mod tests;

@@ -341,6 +341,12 @@ speculative = \"dflash\"
     .unwrap();
     let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
     assert!(format!("{error:#}").contains("dflash"), "{error:#}");
+    std::fs::write(&file, "[models.m]\nspeculative = \"mtp\"\n").unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(
+        config.models["m"].speculation(),
+        Some(SpeculativeMethod::Mtp)
+    );
     // Naming a draft model is enough to draft with it.
     std::fs::write(&file, "[models.m]\ndraft = \"small\"\n").unwrap();
     let config = Config::load(Some(&file), Overrides::default()).unwrap();

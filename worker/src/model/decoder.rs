@@ -2,6 +2,7 @@
 
 use super::blocks::decoder_layer::DecoderLayer;
 use super::blocks::linear::{Embedding, Linear};
+use super::blocks::mtp::MtpLayer;
 use super::blocks::norm::Norm;
 use super::blocks::per_layer_input::PerLayerInputs;
 use super::config::ModelConfig;
@@ -26,6 +27,8 @@ pub struct Decoder {
     /// For each layer, the index of its cache among those a sequence holds: one per layer with
     /// keys and values of its own, which a KV-shared layer reads from its source's.
     pub(super) cache_of_layer: Vec<usize>,
+    /// The multi-token-prediction layer, where the checkpoint has one that runs.
+    pub(super) mtp: Option<MtpLayer>,
 }
 
 impl Decoder {
@@ -82,7 +85,13 @@ impl Decoder {
             logit_softcap: None,
             per_layer_inputs: None,
             cache_of_layer,
+            mtp: None,
         })
+    }
+
+    /// The decoder with its multi-token-prediction layer.
+    pub fn with_mtp(self, mtp: Option<MtpLayer>) -> Self {
+        Self { mtp, ..self }
     }
 }
 

@@ -49,6 +49,7 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
+use blocks::mtp::MtpLayer;
 use blocks::scaled::scaled;
 use decoder::Decoder;
 pub use error::ModelError;
@@ -217,6 +218,31 @@ impl Model {
             h = layer.forward(&h, &lengths, &mut layer_caches, per_layer_input.as_ref())?;
         }
         decoder.norm.forward(&h)
+    }
+
+    /// A sequence's cache for the multi-token-prediction layer; `None` without one.
+    pub fn new_mtp_cache(&self) -> Option<KvCache> {
+        self.decoder.mtp.as_ref().map(MtpLayer::new_cache)
+    }
+
+    /// The multi-token-prediction layer's hidden states (for [`Model::logits`]): each of
+    /// `next_tokens` beside `previous` (`[1, tokens, hidden]`), the model's hidden states at the
+    /// positions before them, through `cache`; each row drafts the token after its token.
+    pub fn mtp_hidden_states(
+        &self,
+        next_tokens: &[u32],
+        previous: &Array,
+        cache: &mut KvCache,
+    ) -> Result<Array, Exception> {
+        let mtp = self
+            .decoder
+            .mtp
+            .as_ref()
+            .ok_or_else(|| Exception::from("the model has no multi-token-prediction layer"))?;
+        let ids = Array::from_slice(next_tokens, &[1, next_tokens.len() as i32]);
+        let decoder = &self.decoder;
+        let embedded = scaled(decoder.embed_tokens.lookup(&ids)?, decoder.embedding_scale)?;
+        mtp.forward(&embedded, previous, cache)
     }
 
     /// Logits over the vocabulary for each position of `hidden`.

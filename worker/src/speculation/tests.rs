@@ -137,7 +137,8 @@ fn methods_parse_by_name() {
     assert_eq!(Method::parse("ngram"), Some(Method::Ngram));
     assert_eq!(Method::parse("off"), Some(Method::Off));
     assert_eq!(Method::parse("draft"), Some(Method::Draft));
-    assert_eq!(Method::parse("mtp"), None);
+    assert_eq!(Method::parse("mtp"), Some(Method::Mtp));
+    assert_eq!(Method::parse("eagle"), None);
 }
 
 mod decoding {
@@ -322,6 +323,28 @@ mod decoding {
             accepted += timings.accepted;
         }
         (drafted, accepted)
+    }
+
+    #[test]
+    fn the_models_own_next_n_layer_guesses_without_changing_a_token() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mtp/deepseek_v3");
+        let loaded = LoadedModel::load(&dir).unwrap();
+        let requests = requests();
+        let plain: Vec<Vec<u32>> = requests
+            .iter()
+            .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
+            .map(|mut results| results.remove(0).0)
+            .collect();
+        let guessed = run(&loaded, &requests, Method::Mtp);
+        let (drafted, accepted) = same_tokens(&guessed, &plain, "deepseek_v3 mtp");
+        eprintln!("mtp: {accepted} of {drafted}");
+        assert!(drafted > 0);
+        let (tokens, _) = run(&loaded, &requests[..1], Method::Mtp).remove(0);
+        assert_eq!(tokens, plain[0]);
+        // Where the checkpoint dropped the layer, nothing is guessed.
+        let dropped = LoadedModel::load(&checkpoint("deepseek_v3")).unwrap();
+        let (_, timings) = run(&dropped, &requests[..1], Method::Mtp).remove(0);
+        assert_eq!(timings.drafted, 0);
     }
 
     #[test]

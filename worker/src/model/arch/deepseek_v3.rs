@@ -6,7 +6,7 @@
 //! grouped sigmoid scores (softmax where `scoring_func` says so, as llama.cpp reads a `deepseek2`
 //! GGUF without a gating function) with a correction bias to `num_experts_per_tok` of
 //! `n_routed_experts` experts beside shared ones. The multi-token-prediction layer past
-//! `num_hidden_layers` is not run.
+//! `num_hidden_layers`, where the checkpoint kept it, is loaded ([`MtpLayer`]).
 
 use serde::Deserialize;
 
@@ -16,6 +16,7 @@ use crate::model::blocks::latent_attention::{
 };
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
+use crate::model::blocks::mtp::MtpLayer;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
@@ -203,37 +204,48 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let shared_experts = args.n_shared_experts.filter(|&shared| shared > 0);
     let moe = experts_of(config, &args)?;
     let latent = defaults.latent;
-    weights.discard_under(&format!("model.layers.{}.", config.num_layers));
+    let load_layer = |weights: &mut Weights, index: i32, sparse: bool| {
+        let spec = LatentSpec::from_config(config, &latent_args, lora_eps, latent)?;
+        let prefix = format!("model.layers.{index}.self_attn");
+        let attention = LatentAttention::load(weights, config, &prefix, spec)?;
+        let mixer = Mixer::LatentAttention(Box::new(attention));
+        DecoderLayer::load_around(weights, config, index, mixer, |weights, prefix| {
+            let mlp = format!("{prefix}.mlp");
+            let Some(moe) = moe.clone().filter(|_| sparse) else {
+                return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
+                    .map(FeedForward::Dense);
+            };
+            let inner = moe.inner;
+            unfuse_experts(weights, &mlp)?;
+            let names = ExpertNames::swiglu_under(&mlp);
+            let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
+            if let Some(shared) = shared_experts {
+                let prefix = format!("{mlp}.shared_experts");
+                let shared = Mlp::load(weights, config, &prefix, inner * shared, false)?;
+                experts = experts.with_shared_experts(shared);
+            }
+            Ok(FeedForward::experts(experts))
+        })
+    };
     let layers = (0..config.num_layers)
         .map(|index| {
-            let spec = LatentSpec::from_config(config, &latent_args, lora_eps, latent)?;
-            let prefix = format!("model.layers.{index}.self_attn");
-            let attention = LatentAttention::load(weights, config, &prefix, spec)?;
-            let mixer = Mixer::LatentAttention(Box::new(attention));
             let sparse = index >= dense_layers && moe_every > 0 && index % moe_every == 0;
-            DecoderLayer::load_around(weights, config, index, mixer, |weights, prefix| {
-                let mlp = format!("{prefix}.mlp");
-                let Some(moe) = moe.clone().filter(|_| sparse) else {
-                    return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
-                        .map(FeedForward::Dense);
-                };
-                let inner = moe.inner;
-                unfuse_experts(weights, &mlp)?;
-                let names = ExpertNames::swiglu_under(&mlp);
-                let mut experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe)?;
-                if let Some(shared) = shared_experts {
-                    let prefix = format!("{mlp}.shared_experts");
-                    let shared = Mlp::load(weights, config, &prefix, inner * shared, false)?;
-                    experts = experts.with_shared_experts(shared);
-                }
-                Ok(FeedForward::experts(experts))
-            })
+            load_layer(weights, index, sparse)
         })
         .collect::<Result<_, _>>()?;
+    // The next-n layer, where the checkpoint kept it, is sparse wherever the model has experts.
+    let next_n = config.num_layers;
+    let mtp = if weights.contains(&format!("model.layers.{next_n}.eh_proj.weight")) {
+        let block = load_layer(weights, next_n, moe.is_some())?;
+        Some(MtpLayer::load(weights, config, next_n, block)?)
+    } else {
+        None
+    };
+    weights.discard_under(&format!("model.layers.{next_n}."));
     // mlx-lm's model always has its own lm_head; transformers ties it where the config says so.
     let untied = ModelConfig {
         tie_word_embeddings: config.tie_word_embeddings.or(Some(false)),
         ..config.clone()
     };
-    Decoder::load(weights, &untied, layers)
+    Ok(Decoder::load(weights, &untied, layers)?.with_mtp(mtp))
 }

@@ -8,6 +8,7 @@ pub mod linear;
 pub mod mamba2;
 pub mod mlp;
 pub mod moe;
+pub mod mtp;
 pub mod multi_linear;
 pub mod norm;
 pub mod packed;

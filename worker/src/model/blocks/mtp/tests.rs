@@ -1,0 +1,73 @@
+//! DeepSeek V3's next-n layer against transformers' `MtpModel` on the toolchain's checkpoint
+//! with the release's MTP layer (`scripts/reference/mtp.py`, tests/data/mtp).
+
+use std::path::PathBuf;
+
+use mlx_rs::Array;
+use mlx_rs::ops;
+use mlx_rs::ops::indexing::IndexOp;
+
+use crate::model::Model;
+
+fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
+    assert_eq!(ours.shape(), theirs.shape());
+    ops::abs(ops::subtract(ours, theirs).unwrap())
+        .unwrap()
+        .max(None)
+        .unwrap()
+        .item_exact::<f32>()
+}
+
+#[test]
+fn the_next_n_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mtp/deepseek_v3");
+    let reference = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
+    let model = Model::load(&dir).unwrap();
+    let prompt: Vec<u32> = reference["prompt"]
+        .as_slice::<i32>()
+        .iter()
+        .map(|&id| id as u32)
+        .collect();
+    let length = prompt.len() as i32;
+    let mut cache = model.new_cache();
+    let hidden = model.hidden_states(&prompt, &mut cache).unwrap();
+    let logits = model.logits(&hidden).unwrap().index((0, .., ..));
+    assert!(largest_difference(&logits, &reference["logits"]) < 1e-3);
+
+    // Row i drafts position i + 2 from the model's state at i and the token at i + 1.
+    let expected = &reference["mtp_logits"];
+    let mut whole = model.new_mtp_cache().unwrap();
+    let before_last = hidden.index((.., ..length - 1, ..));
+    let drafted = model
+        .mtp_hidden_states(&prompt[1..], &before_last, &mut whole)
+        .unwrap();
+    let drafted = model.logits(&drafted).unwrap().index((0, .., ..));
+    let difference = largest_difference(&drafted, expected);
+    assert!(difference < 1e-3, "{difference}");
+
+    // Half the prompt, then a position at a time, as decoding feeds it.
+    let mut stepped = model.new_mtp_cache().unwrap();
+    let half = length / 2;
+    let mut rows = vec![
+        model
+            .mtp_hidden_states(
+                &prompt[1..=half as usize],
+                &hidden.index((.., ..half, ..)),
+                &mut stepped,
+            )
+            .unwrap(),
+    ];
+    for position in half..length - 1 {
+        let next = position as usize + 1;
+        let previous = hidden.index((.., position..=position, ..));
+        let row = model.mtp_hidden_states(&prompt[next..=next], &previous, &mut stepped);
+        rows.push(row.unwrap());
+    }
+    let stepped = model.logits(&ops::concatenate(&rows, 1).unwrap()).unwrap();
+    let difference = largest_difference(&stepped.index((0, .., ..)), expected);
+    assert!(difference < 1e-3, "{difference}");
+
+    // The toolchain's checkpoint, as mlx-community's conversions, dropped the layer.
+    let dropped = dir.join("../../toolchain/deepseek_v3/hf");
+    assert!(Model::load(&dropped).unwrap().new_mtp_cache().is_none());
+}
