@@ -3,12 +3,15 @@ transformers' own MTP forward drafts from them.
 
 Usage: mtp.py SPEC.json OUT_DIR [ARCH ...]
 
-SPEC.json is toolchain.json; each architecture named (by default every one whose spec says
-`"mtp": true`) gets OUT_DIR/<arch>/: the toolchain's Hugging Face checkpoint of it (the same
+SPEC.json is toolchain.json; each architecture named (by default every one whose spec has an
+`"mtp"` layout: `"next_n"` or `"qwen"`) gets OUT_DIR/<arch>/: the toolchain's Hugging Face checkpoint of it (the same
 config class, seed and redrawn weights as toolchain.py's `hf`), and beside its layers the
-release's MTP layers past `num_hidden_layers`, `model.layers.{N}.*` as DeepSeek V3 and GLM-4.5
-ship them: `enorm`, `hnorm`, `eh_proj`, `shared_head.norm`, the decoder block, and the copies of
-the embedding and the head a release carries there. Their values are transformers' `MtpModel`
+release's MTP layers: past `num_hidden_layers`, `model.layers.{N}.*` as DeepSeek V3 and GLM-4.5
+ship them (`next_n`: `enorm`, `hnorm`, `eh_proj`, `shared_head.norm`, the decoder block, and the
+copies of the embedding and the head a release carries there), or `mtp.*` as Qwen3.5 ships them
+(`qwen`: `pre_fc_norm_embedding`, `pre_fc_norm_hidden`, `fc`, `norm`, `layers.0`; transformers'
+Qwen3.5 class ignores them, and its config keeps no MTP keys, so the script sets one full
+attention layer, as the release's config says). Their values are transformers' `MtpModel`
 (transformers 5's generic MTP, which `generate(use_mtp=True)` drafts with), built on the main
 model and redrawn as toolchain.py redraws; the block's names are the ones the main model's own
 conversion writes for a layer. The file is then read back by `MtpModel.from_pretrained`, which
@@ -37,9 +40,36 @@ from mlx_reference import prompt_ids  # noqa: E402
 from toolchain import build_config, model_class, redraw, save_tokenizer, vocab_size  # noqa: E402
 
 
-def release_names(model, mtp, depth):
+# Where each release keeps its MTP layer `depth`: DeepSeek V3's and GLM-4.5's next-n layers
+# past the model's layers; Qwen3.5's and Qwen3-Next's under `mtp.`, one layer with its norms
+# and projection beside it.
+def next_n_names(layer):
+    return {
+        "prefix": f"model.layers.{layer}.",
+        "enorm": "enorm",
+        "hnorm": "hnorm",
+        "eh_proj": "eh_proj",
+        "post_norm": "shared_head.norm",
+        "block": f"model.layers.{layer}.",
+    }
+
+
+def qwen_names(depth):
+    return {
+        "prefix": "mtp.",
+        "enorm": "pre_fc_norm_embedding",
+        "hnorm": "pre_fc_norm_hidden",
+        "eh_proj": "fc",
+        "post_norm": "norm",
+        "block": f"mtp.layers.{depth}.",
+    }
+
+
+def release_names(model, mtp, depth, layout):
     """The MTP layer `depth`'s weights under the release's names."""
-    layer = model.config.num_hidden_layers + depth
+    text = model.config.get_text_config()
+    layer = text.num_hidden_layers + depth
+    names = next_n_names(layer) if layout == "next_n" else qwen_names(depth)
     prefix = f"layers.{depth}."
     own = {"enorm", "hnorm", "eh_proj", "post_norm"}
     block, named = {}, {}
@@ -49,14 +79,16 @@ def release_names(model, mtp, depth):
         rest = key[len(prefix):]
         part = rest.split(".", 1)[0]
         if part in own:
-            release = "shared_head.norm" if part == "post_norm" else part
-            named[f"model.layers.{layer}.{release}{rest[len(part):]}"] = tensor
+            named[f"{names['prefix']}{names[part]}{rest[len(part):]}"] = tensor
         else:
             block[f"model.layers.{layer}.{rest.removeprefix('mtp_block.')}"] = tensor
     # A layer's block as the main model's own conversion writes a layer (experts per expert).
-    named.update(revert_weight_conversion(model, block))
-    named[f"model.layers.{layer}.embed_tokens.weight"] = model.get_input_embeddings().weight
-    named[f"model.layers.{layer}.shared_head.head.weight"] = model.get_output_embeddings().weight
+    for key, tensor in revert_weight_conversion(model, block).items():
+        named[names["block"] + key.split(f"layers.{layer}.", 1)[1]] = tensor
+    if layout == "next_n":
+        named[f"model.layers.{layer}.embed_tokens.weight"] = model.get_input_embeddings().weight
+        head = model.get_output_embeddings().weight
+        named[f"model.layers.{layer}.shared_head.head.weight"] = head
     return {key: tensor.detach().contiguous() for key, tensor in named.items()}
 
 
@@ -69,7 +101,13 @@ def make(spec, directory, prompt_length):
     model.save_pretrained(directory, save_original_format=spec.get("save_original_format", True))
     save_tokenizer(spec, config, directory)
 
-    text = config.get_text_config()
+    layout = spec["mtp"]
+    text = model.config.get_text_config()
+    if layout == "qwen":
+        # Qwen3.5's config class keeps no MTP keys (its release's `mtp_num_hidden_layers`);
+        # its one MTP layer attends in full.
+        text.num_mtp_layers = 1
+        text.mtp_layer_types = ["full_attention"]
     mtp = MtpModel(model, text.num_mtp_layers)
     generator = torch.Generator().manual_seed(spec["seed"] + 1)
     with torch.no_grad():
@@ -85,7 +123,7 @@ def make(spec, directory, prompt_length):
     weights_file = directory / "model.safetensors"
     tensors = load_file(str(weights_file))
     for depth in range(text.num_mtp_layers):
-        tensors.update(release_names(model, mtp, depth))
+        tensors.update(release_names(model, mtp, depth, layout))
     save_file(tensors, str(weights_file), metadata={"format": "pt"})
 
     # Read back as transformers reads a release's MTP layers. The model class names where they
@@ -95,7 +133,8 @@ def make(spec, directory, prompt_length):
     model.config.dtype = torch.float32
     first = text.num_hidden_layers
     model._keys_to_ignore_on_load_unexpected = [
-        rf"model\.layers\.{first + depth}\..*" for depth in range(text.num_mtp_layers)
+        rf"model\.layers\.{first + depth}\..*" if layout == "next_n" else r"^mtp\..*"
+        for depth in range(text.num_mtp_layers)
     ]
     mtp = MtpModel.from_pretrained(model)
     mtp.eval()

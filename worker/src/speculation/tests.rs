@@ -326,25 +326,30 @@ mod decoding {
     }
 
     #[test]
-    fn the_models_own_next_n_layer_guesses_without_changing_a_token() {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mtp/deepseek_v3");
-        let loaded = LoadedModel::load(&dir).unwrap();
-        let requests = requests();
-        let plain: Vec<Vec<u32>> = requests
-            .iter()
-            .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
-            .map(|mut results| results.remove(0).0)
-            .collect();
-        let guessed = run(&loaded, &requests, Method::Mtp);
-        let (drafted, accepted) = same_tokens(&guessed, &plain, "deepseek_v3 mtp");
-        eprintln!("mtp: {accepted} of {drafted}");
-        assert!(drafted > 0);
-        let (tokens, _) = run(&loaded, &requests[..1], Method::Mtp).remove(0);
-        assert_eq!(tokens, plain[0]);
-        // Where the checkpoint dropped the layer, nothing is guessed.
-        let dropped = LoadedModel::load(&checkpoint("deepseek_v3")).unwrap();
-        let (_, timings) = run(&dropped, &requests[..1], Method::Mtp).remove(0);
-        assert_eq!(timings.drafted, 0);
+    fn the_models_own_mtp_layer_guesses_without_changing_a_token() {
+        // DeepSeek V3's next-n layer (latent attention, experts) and Qwen3.5's (beside a hybrid
+        // model's recurrent layers, which go back over refused guesses).
+        for arch in ["deepseek_v3", "qwen3_5"] {
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/data/mtp")
+                .join(arch);
+            let loaded = LoadedModel::load(&dir).unwrap();
+            let requests = requests();
+            let plain: Vec<Vec<u32>> = requests
+                .iter()
+                .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
+                .map(|mut results| results.remove(0).0)
+                .collect();
+            let guessed = run(&loaded, &requests, Method::Mtp);
+            let (drafted, _) = same_tokens(&guessed, &plain, &format!("{arch} mtp"));
+            assert!(drafted > 0, "{arch}");
+            let (tokens, _) = run(&loaded, &requests[..1], Method::Mtp).remove(0);
+            assert_eq!(tokens, plain[0], "{arch}");
+            // Where the checkpoint dropped the layer, nothing is guessed.
+            let dropped = LoadedModel::load(&checkpoint(arch)).unwrap();
+            let (_, timings) = run(&dropped, &requests[..1], Method::Mtp).remove(0);
+            assert_eq!(timings.drafted, 0, "{arch}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Qwen3.5 and Qwen3.6, dense (mlx-lm's `qwen3_5.py`): Qwen3-Next's layers, served as the text
-//! model of the `qwen3_5` wrapper (its vision tower and multi-token-prediction layer dropped).
+//! model of the `qwen3_5` wrapper, with its vision tower and, where the checkpoint kept it, its
+//! multi-token-prediction layer (see [`hybrid`]).
 //! The gated DeltaNet's input projections are separate (`in_proj_qkv`, `_z`, `_b`, `_a`), every
 //! layer's MLP is dense unless `num_experts` is set, and the rotation comes from
 //! `rope_parameters`, whose multi-section RoPE (`mrope_section`) rotates text, where all three

@@ -6,7 +6,8 @@
 //!
 //! The original checkpoints store the decoder's norms as their offset from one and conv1d as
 //! `[channels, 1, kernel]`; mlx-lm's `sanitize` converts both where it finds the latter, and so
-//! does [`hybrid`].
+//! does [`hybrid`]. Their multi-token-prediction layer (`mtp.*`, which mlx-lm drops) is a full
+//! attention layer of the model's kind behind the MTP norms and projection ([`MtpLayer`]).
 
 use serde::Deserialize;
 
@@ -16,6 +17,7 @@ use crate::model::blocks::gated_delta::{DeltaSpec, GatedDeltaNet};
 use crate::model::blocks::linear::Linear;
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
+use crate::model::blocks::mtp::{MtpLayer, MtpNames};
 use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
 use crate::model::config::{ModelConfig, RopeScaling};
@@ -180,7 +182,6 @@ pub(super) fn hybrid(
     moe: MoeSpec,
     shared_inner: i32,
 ) -> Result<Decoder, ModelError> {
-    weights.discard_under("mtp.");
     let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
     let linear = linear_layers(config)?;
     let is_linear = |index: i32| linear[index as usize];
@@ -206,72 +207,89 @@ pub(super) fn hybrid(
         HeadNorm::Rms { eps }
     };
     let bias = config.args::<HybridArgs>()?.attention_bias;
+    let load_layer = |weights: &mut Weights, prefix: &str, linear: bool, sparse: bool| {
+        let mixer = if linear {
+            let prefix = format!("{prefix}.linear_attn");
+            Mixer::GatedDelta(Box::new(GatedDeltaNet::load(
+                weights, config, &prefix, delta,
+            )?))
+        } else {
+            let attention = AttentionSpec {
+                qkv_bias: bias,
+                o_bias: bias,
+                head_norm: Some(head_norm),
+                output_gate: true,
+                ..AttentionSpec::new(config, rope.clone())
+            };
+            Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?.into()
+        };
+        let mlp = format!("{prefix}.mlp");
+        let feed_forward = if sparse {
+            unfuse_experts(weights, &mlp)?;
+            let names = ExpertNames::swiglu_under(&mlp);
+            let experts = Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
+            let shared = Mlp::load(
+                weights,
+                config,
+                &format!("{mlp}.shared_expert"),
+                shared_inner,
+                false,
+            )?;
+            let gate = Linear::load(
+                weights,
+                &format!("{mlp}.shared_expert_gate"),
+                1,
+                hidden,
+                false,
+                config.quantization,
+            )?;
+            FeedForward::experts(experts.with_gated_shared_expert(shared, gate))
+        } else {
+            FeedForward::Dense(Mlp::load(
+                weights,
+                config,
+                &mlp,
+                config.intermediate_size()?,
+                false,
+            )?)
+        };
+        Ok(DecoderLayer {
+            input_norm: norm(weights, &format!("{prefix}.input_layernorm.weight"))?,
+            mixer,
+            post_attention_norm: None,
+            pre_feed_forward_norm: norm(
+                weights,
+                &format!("{prefix}.post_attention_layernorm.weight"),
+            )?,
+            feed_forward,
+            post_feed_forward_norm: None,
+            residual_scale: None,
+            per_layer_gate: None,
+            output_scale: None,
+        })
+    };
     let layers = (0..config.num_layers)
         .map(|index| {
             let prefix = format!("model.layers.{index}");
-            let mixer = if is_linear(index) {
-                let prefix = format!("{prefix}.linear_attn");
-                Mixer::GatedDelta(Box::new(GatedDeltaNet::load(
-                    weights, config, &prefix, delta,
-                )?))
-            } else {
-                let attention = AttentionSpec {
-                    qkv_bias: bias,
-                    o_bias: bias,
-                    head_norm: Some(head_norm),
-                    output_gate: true,
-                    ..AttentionSpec::new(config, rope.clone())
-                };
-                Attention::load(weights, config, &format!("{prefix}.self_attn"), attention)?.into()
-            };
-            let mlp = format!("{prefix}.mlp");
-            let feed_forward = if sparse[index as usize] {
-                unfuse_experts(weights, &mlp)?;
-                let names = ExpertNames::swiglu_under(&mlp);
-                let experts =
-                    Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
-                let shared = Mlp::load(
-                    weights,
-                    config,
-                    &format!("{mlp}.shared_expert"),
-                    shared_inner,
-                    false,
-                )?;
-                let gate = Linear::load(
-                    weights,
-                    &format!("{mlp}.shared_expert_gate"),
-                    1,
-                    hidden,
-                    false,
-                    config.quantization,
-                )?;
-                FeedForward::experts(experts.with_gated_shared_expert(shared, gate))
-            } else {
-                FeedForward::Dense(Mlp::load(
-                    weights,
-                    config,
-                    &mlp,
-                    config.intermediate_size()?,
-                    false,
-                )?)
-            };
-            Ok(DecoderLayer {
-                input_norm: norm(weights, &format!("{prefix}.input_layernorm.weight"))?,
-                mixer,
-                post_attention_norm: None,
-                pre_feed_forward_norm: norm(
-                    weights,
-                    &format!("{prefix}.post_attention_layernorm.weight"),
-                )?,
-                feed_forward,
-                post_feed_forward_norm: None,
-                residual_scale: None,
-                per_layer_gate: None,
-                output_scale: None,
-            })
+            load_layer(weights, &prefix, is_linear(index), sparse[index as usize])
         })
         .collect::<Result<_, ModelError>>()?;
+    // The release's one multi-token-prediction layer attends in full, with experts where the
+    // model has them.
+    let mtp = if weights.contains("mtp.fc.weight") {
+        let block = load_layer(weights, "mtp.layers.0", false, sparse.contains(&true))?;
+        Some(MtpLayer::load(
+            weights,
+            config,
+            &MtpNames::qwen(),
+            block,
+            norm,
+        )?)
+    } else {
+        None
+    };
+    weights.discard_under("mtp.");
     let final_norm = norm(weights, "model.norm.weight")?;
     let tied = config.tie_word_embeddings.unwrap_or(false);
-    Decoder::load_around(weights, config, layers, final_norm, tied)
+    Ok(Decoder::load_around(weights, config, layers, final_norm, tied)?.with_mtp(mtp))
 }

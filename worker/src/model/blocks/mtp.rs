@@ -30,37 +30,65 @@ pub struct MtpLayer {
     norm: Norm,
 }
 
+/// Where a release keeps an MTP layer's own weights (its block's are a layer's names under its
+/// own prefix).
+pub struct MtpNames {
+    pub embedding_norm: String,
+    pub hidden_norm: String,
+    pub projection: String,
+    pub norm: String,
+}
+
+impl MtpNames {
+    /// DeepSeek V3's and GLM-4.5's next-n layer, `model.layers.{index}`.
+    pub fn next_n(index: i32) -> Self {
+        let at = |name: &str| format!("model.layers.{index}.{name}");
+        Self {
+            embedding_norm: at("enorm"),
+            hidden_norm: at("hnorm"),
+            projection: at("eh_proj"),
+            norm: at("shared_head.norm"),
+        }
+    }
+
+    /// Qwen3.5's and Qwen3-Next's, under `mtp.` (its block `mtp.layers.0`).
+    pub fn qwen() -> Self {
+        let at = |name: &str| format!("mtp.{name}");
+        Self {
+            embedding_norm: at("pre_fc_norm_embedding"),
+            hidden_norm: at("pre_fc_norm_hidden"),
+            projection: at("fc"),
+            norm: at("norm"),
+        }
+    }
+}
+
 impl MtpLayer {
-    /// The layer under `model.layers.{index}` around its decoder `block`; the copies of the
-    /// embedding and the head a release carries there are the model's own, so they go.
+    /// The layer named by `names` around its decoder `block`, its norms as the model's
+    /// (`norm` loads one by its weight's name).
     pub fn load(
         weights: &mut Weights,
         config: &ModelConfig,
-        index: i32,
+        names: &MtpNames,
         block: DecoderLayer,
+        norm: impl Fn(&mut Weights, &str) -> Result<Norm, ModelError>,
     ) -> Result<Self, ModelError> {
-        let prefix = format!("model.layers.{index}");
-        let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-        let norm = |weights: &mut Weights, name: &str| {
-            Norm::rms(weights, &format!("{prefix}.{name}.weight"), hidden, eps)
-        };
-        let layer = Self {
-            embedding_norm: norm(weights, "enorm")?,
-            hidden_norm: norm(weights, "hnorm")?,
+        let weight = |name: &str| format!("{name}.weight");
+        let hidden = config.hidden_size;
+        Ok(Self {
+            embedding_norm: norm(weights, &weight(&names.embedding_norm))?,
+            hidden_norm: norm(weights, &weight(&names.hidden_norm))?,
             projection: Linear::load(
                 weights,
-                &format!("{prefix}.eh_proj"),
+                &names.projection,
                 hidden,
                 2 * hidden,
                 false,
                 config.quantization,
             )?,
             block,
-            norm: norm(weights, "shared_head.norm")?,
-        };
-        weights.discard_under(&format!("{prefix}.embed_tokens."));
-        weights.discard_under(&format!("{prefix}.shared_head.head."));
-        Ok(layer)
+            norm: norm(weights, &weight(&names.norm))?,
+        })
     }
 
     /// A sequence's cache for the layer.

@@ -1,5 +1,6 @@
-//! DeepSeek V3's next-n layer against transformers' `MtpModel` on the toolchain's checkpoint
-//! with the release's MTP layer (`scripts/reference/mtp.py`, tests/data/mtp).
+//! DeepSeek V3's next-n layer and Qwen3.5's MTP layer against transformers' `MtpModel` on the
+//! toolchain's checkpoints with the release's MTP layer (`scripts/reference/mtp.py`,
+//! tests/data/mtp).
 
 use std::path::PathBuf;
 
@@ -19,8 +20,14 @@ fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
 }
 
 #[test]
-fn the_next_n_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mtp/deepseek_v3");
+fn the_mtp_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
+    for arch in ["deepseek_v3", "qwen3_5"] {
+        drafts_as_transformers(arch);
+    }
+}
+
+fn drafts_as_transformers(arch: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/data/mtp/{arch}"));
     let reference = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
     let model = Model::load(&dir).unwrap();
     let prompt: Vec<u32> = reference["prompt"]
@@ -43,7 +50,7 @@ fn the_next_n_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
         .unwrap();
     let drafted = model.logits(&drafted).unwrap().index((0, .., ..));
     let difference = largest_difference(&drafted, expected);
-    assert!(difference < 1e-3, "{difference}");
+    assert!(difference < 1e-3, "{arch}: {difference}");
 
     // Half the prompt, then a position at a time, as decoding feeds it.
     let mut stepped = model.new_mtp_cache().unwrap();
@@ -65,9 +72,9 @@ fn the_next_n_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
     }
     let stepped = model.logits(&ops::concatenate(&rows, 1).unwrap()).unwrap();
     let difference = largest_difference(&stepped.index((0, .., ..)), expected);
-    assert!(difference < 1e-3, "{difference}");
+    assert!(difference < 1e-3, "{arch}: {difference}");
 
     // The toolchain's checkpoint, as mlx-community's conversions, dropped the layer.
-    let dropped = dir.join("../../toolchain/deepseek_v3/hf");
+    let dropped = dir.join(format!("../../toolchain/{arch}/hf"));
     assert!(Model::load(&dropped).unwrap().new_mtp_cache().is_none());
 }
