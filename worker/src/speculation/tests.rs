@@ -327,9 +327,10 @@ mod decoding {
 
     #[test]
     fn the_models_own_mtp_layer_guesses_without_changing_a_token() {
-        // DeepSeek V3's next-n layer (latent attention, experts) and Qwen3.5's (beside a hybrid
-        // model's recurrent layers, which go back over refused guesses).
-        for arch in ["deepseek_v3", "qwen3_5"] {
+        // DeepSeek V3's next-n layer (latent attention, experts), GLM-4.5's (attention, experts)
+        // and Qwen3.5's (beside a hybrid model's recurrent layers, which go back over refused
+        // guesses).
+        for arch in ["deepseek_v3", "glm4_moe", "qwen3_5"] {
             let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("../tests/data/mtp")
                 .join(arch);

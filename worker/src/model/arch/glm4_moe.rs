@@ -3,7 +3,8 @@
 //! `partial_rotary_factor` of each head (`rope_scaling` ignored); the first
 //! `first_k_dense_replace` layers dense, the others routing each position by grouped sigmoid
 //! scores to `num_experts_per_tok` of `n_routed_experts` experts beside shared ones. The
-//! checkpoint's multi-token-prediction layer (the one past `num_hidden_layers`) is not run.
+//! checkpoint's multi-token-prediction layer (the one past `num_hidden_layers`), where it was
+//! kept, is loaded ([`MtpLayer`]).
 
 use serde::Deserialize;
 
@@ -11,6 +12,8 @@ use crate::model::blocks::attention::{AttentionSpec, HeadNorm};
 use crate::model::blocks::decoder_layer::{DecoderLayer, FeedForward};
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
+use crate::model::blocks::mtp::{MtpLayer, MtpNames};
+use crate::model::blocks::norm::Norm;
 use crate::model::blocks::rope::Rope;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
@@ -96,38 +99,50 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let shared_experts = args.n_shared_experts.filter(|&shared| shared > 0);
     let moe_inner = args.moe_intermediate_size;
     let moe = moe(&args);
-    weights.discard_under(&format!("model.layers.{}.", config.num_layers));
-    let layers = (0..config.num_layers)
-        .map(|index| {
-            let attention = AttentionSpec {
-                qkv_bias: attention_bias,
-                head_norm,
-                ..AttentionSpec::new(config, rope.clone())
-            };
-            DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
-                let mlp = format!("{prefix}.mlp");
-                if index < dense_layers {
-                    return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
-                        .map(FeedForward::Dense);
-                }
-                unfuse_experts(weights, &mlp)?;
-                let names = ExpertNames::swiglu_under(&mlp);
-                let mut experts =
-                    Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
-                if let Some(shared) = shared_experts {
-                    let prefix = format!("{mlp}.shared_experts");
-                    let inner = moe_inner * shared;
-                    let shared = Mlp::load(weights, config, &prefix, inner, false)?;
-                    experts = experts.with_shared_experts(shared);
-                }
-                Ok(FeedForward::experts(experts))
-            })
+    let load_layer = |weights: &mut Weights, index: i32, sparse: bool| {
+        let attention = AttentionSpec {
+            qkv_bias: attention_bias,
+            head_norm,
+            ..AttentionSpec::new(config, rope.clone())
+        };
+        DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
+            let mlp = format!("{prefix}.mlp");
+            if !sparse {
+                return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
+                    .map(FeedForward::Dense);
+            }
+            unfuse_experts(weights, &mlp)?;
+            let names = ExpertNames::swiglu_under(&mlp);
+            let mut experts =
+                Moe::load(weights, config, &format!("{mlp}.gate"), names, moe.clone())?;
+            if let Some(shared) = shared_experts {
+                let prefix = format!("{mlp}.shared_experts");
+                let inner = moe_inner * shared;
+                let shared = Mlp::load(weights, config, &prefix, inner, false)?;
+                experts = experts.with_shared_experts(shared);
+            }
+            Ok(FeedForward::experts(experts))
         })
+    };
+    let layers = (0..config.num_layers)
+        .map(|index| load_layer(weights, index, index >= dense_layers))
         .collect::<Result<_, _>>()?;
+    // The next-n layer, where the checkpoint kept it, routes to experts as DeepSeek V3's.
+    let next_n = config.num_layers;
+    let mtp = if weights.contains(&format!("model.layers.{next_n}.eh_proj.weight")) {
+        let block = load_layer(weights, next_n, true)?;
+        let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+        let norm = |weights: &mut Weights, name: &str| Norm::rms(weights, name, hidden, eps);
+        let names = MtpNames::next_n(next_n);
+        Some(MtpLayer::load(weights, config, &names, block, norm)?)
+    } else {
+        None
+    };
+    weights.discard_under(&format!("model.layers.{next_n}."));
     // mlx-lm's glm4_moe always has its own lm_head, whatever tie_word_embeddings says.
     let untied = ModelConfig {
         tie_word_embeddings: Some(false),
         ..config.clone()
     };
-    Decoder::load(weights, &untied, layers)
+    Ok(Decoder::load(weights, &untied, layers)?.with_mtp(mtp))
 }

@@ -1,4 +1,4 @@
-//! DeepSeek V3's next-n layer and Qwen3.5's MTP layer against transformers' `MtpModel` on the
+//! DeepSeek V3's and GLM-4.5's next-n layers and Qwen3.5's MTP layer against transformers' `MtpModel` on the
 //! toolchain's checkpoints with the release's MTP layer (`scripts/reference/mtp.py`,
 //! tests/data/mtp).
 
@@ -21,7 +21,7 @@ fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
 
 #[test]
 fn the_mtp_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
-    for arch in ["deepseek_v3", "qwen3_5"] {
+    for arch in ["deepseek_v3", "glm4_moe", "qwen3_5"] {
         drafts_as_transformers(arch);
     }
 }
