@@ -63,6 +63,22 @@ pub struct ModelDescription {
     /// each naming its file, for the supervisor to log.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// The checkpoint's multi-token-prediction layers (`speculative = "mtp"`).
+    #[serde(default)]
+    pub mtp: MtpLayers,
+}
+
+/// Whether a checkpoint carries the multi-token-prediction layers its config names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MtpLayers {
+    /// Its config names none.
+    #[default]
+    None,
+    /// Its weights hold them: `speculative = "mtp"` can draft with them.
+    Kept,
+    /// Its config names some its weights lack: a conversion dropped them (mlx-community's do).
+    Dropped,
 }
 
 /// What one sequence's caches take, in the type they are kept in.

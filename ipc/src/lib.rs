@@ -15,7 +15,7 @@ pub mod weight_files;
 
 pub use codec::{CodecError, HEADER_BYTES, MAX_FRAME_BYTES, decode_frame, encode_frame};
 pub use connection::{Connection, SupervisorConnection, WorkerConnection};
-pub use describe::{CacheSize, ModelDescription, ModelFormat, ModelKind, WindowedCache};
+pub use describe::{CacheSize, ModelDescription, ModelFormat, ModelKind, MtpLayers, WindowedCache};
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
     HANDSHAKE_TIMEOUT, HandshakeError, WORKER_TOKEN_ENV, supervisor_accept, tokens_match,

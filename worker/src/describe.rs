@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use corral_ipc::{CacheSize, ModelDescription, ModelFormat, ModelKind, WindowedCache};
+use corral_ipc::{CacheSize, ModelDescription, ModelFormat, ModelKind, MtpLayers, WindowedCache};
 use serde::Deserialize;
 
 use crate::embedding::bert::EncoderConfig;
@@ -39,6 +39,7 @@ pub fn describe(path: &Path) -> ModelDescription {
         gguf_sampling: Default::default(),
         generation_config: Default::default(),
         warnings: Vec::new(),
+        mtp: MtpLayers::None,
     };
     if !path.is_dir() {
         description.unservable = Some(if path.exists() {
@@ -95,6 +96,7 @@ fn describe_gguf(path: &Path) -> ModelDescription {
         gguf_sampling: Default::default(),
         generation_config: Default::default(),
         warnings: Vec::new(),
+        mtp: MtpLayers::None,
     };
     match GgufHeader::read(path) {
         Ok(header) => {
@@ -140,6 +142,28 @@ struct QuantizationSummary {
     bits: u32,
 }
 
+/// The keys that name a checkpoint's multi-token-prediction layers: DeepSeek V3's and
+/// GLM-4.5's, Qwen3.5's and Qwen3-Next's.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct MtpArgs {
+    num_nextn_predict_layers: u32,
+    mtp_num_hidden_layers: u32,
+}
+
+/// Whether the checkpoint kept the multi-token-prediction layers its config names, given
+/// whether its weights hold `prediction_heads`.
+fn mtp_layers(config: &ModelConfig, prediction_heads: bool) -> MtpLayers {
+    let named = config
+        .args::<MtpArgs>()
+        .is_ok_and(|args| args.num_nextn_predict_layers + args.mtp_num_hidden_layers > 0);
+    match (prediction_heads, named) {
+        (true, _) => MtpLayers::Kept,
+        (false, true) => MtpLayers::Dropped,
+        (false, false) => MtpLayers::None,
+    }
+}
+
 fn describe_directory(dir: &Path, description: &mut ModelDescription) {
     // An unreadable directory or index shows as no weights, which the reason below names.
     let weights = corral_ipc::weight_files(dir).unwrap_or_default();
@@ -176,6 +200,7 @@ fn describe_directory(dir: &Path, description: &mut ModelDescription) {
         if let Ok(count) = model::count_parameters(dir, config) {
             description.parameters = Some(count.total);
             description.active_parameters = count.active;
+            description.mtp = mtp_layers(config, count.prediction_heads);
         }
         let activation_bytes = match config
             .key::<String>("dtype")

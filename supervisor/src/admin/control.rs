@@ -185,6 +185,9 @@ pub struct ModelStatus {
     pub parameters: Option<u64>,
     /// For a mixture of experts, the parameters one token runs through.
     pub active_parameters: Option<u64>,
+    /// Whether the checkpoint kept the multi-token-prediction layers its config names (`none`,
+    /// `kept`, or `dropped` by a conversion): what `speculative = "mtp"` needs.
+    pub mtp: Option<corral_ipc::MtpLayers>,
     /// Why it cannot be served; such a model is not in `GET /v1/models`.
     pub unservable: Option<String>,
     pub loaded: bool,
@@ -227,6 +230,7 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
                 parameters: description.and_then(|description| description.parameters),
                 active_parameters: description
                     .and_then(|description| description.active_parameters),
+                mtp: description.map(|description| description.mtp),
                 unservable: entry.unservable_reason().map(str::to_owned),
                 loaded: phase == Phase::Ready,
                 state: phase.name(),

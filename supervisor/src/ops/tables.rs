@@ -53,8 +53,8 @@ pub fn ps(workers: &Value) -> String {
 pub fn models(status: &Value) -> String {
     let mut rows = vec![
         [
-            "ID", "KIND", "SOURCE", "FORMAT", "QUANT", "SIZE", "PARAMS", "PID", "MEMORY", "PINNED",
-            "STATE",
+            "ID", "KIND", "SOURCE", "FORMAT", "QUANT", "SIZE", "PARAMS", "MTP", "PID", "MEMORY",
+            "PINNED", "STATE",
         ]
         .map(str::to_owned),
     ];
@@ -71,6 +71,11 @@ pub fn models(status: &Value) -> String {
             text(&model["quantization"]),
             bytes(&model["size_bytes"]),
             parameters(&model["parameters"], &model["active_parameters"]),
+            // Only a checkpoint that has the layers or lost them says so.
+            match model["mtp"].as_str() {
+                Some(mtp @ ("kept" | "dropped")) => mtp.to_owned(),
+                _ => String::new(),
+            },
             text(&model["pid"]),
             bytes(&model["memory_bytes"]),
             if model["pinned"] == true { "yes" } else { "" }.to_owned(),
@@ -239,7 +244,7 @@ mod tests {
             {"id": "qwen3:30b-a3b", "kind": "chat", "source": "ollama", "format": "gguf",
              "quantization": "Q4_K_M", "size_bytes": 17179869184u64, "unservable": null,
              "state": "not_running", "pid": null, "memory_bytes": null, "pinned": false,
-             "parameters": 30532122624u64, "active_parameters": 3335577600u64},
+             "parameters": 30532122624u64, "active_parameters": 3335577600u64, "mtp": "dropped"},
             {"id": "llava:7b", "kind": "chat", "source": "ollama", "format": null, "quantization": null,
              "size_bytes": null, "unservable": "a vision model", "state": "not_running",
              "pid": null, "memory_bytes": null, "pinned": false},
@@ -258,7 +263,7 @@ mod tests {
                 && lines[1].ends_with("ready"),
             "{table}"
         );
-        assert!(lines[2].contains(" 30.5B/3.3B "), "{table}");
+        assert!(lines[2].contains(" 30.5B/3.3B  dropped "), "{table}");
         assert!(
             lines[3].starts_with("llava:7b") && lines[3].ends_with("unservable: a vision model"),
             "{table}"

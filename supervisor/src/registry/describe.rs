@@ -128,6 +128,7 @@ mod tests {
             gguf_sampling: Default::default(),
             generation_config: Default::default(),
             warnings: Vec::new(),
+            mtp: corral_ipc::MtpLayers::None,
         }
     }
 

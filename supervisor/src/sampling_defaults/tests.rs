@@ -49,6 +49,7 @@ fn entry() -> ModelEntry {
             v.min_p = Some(0.05);
         }),
         warnings: Vec::new(),
+        mtp: corral_ipc::MtpLayers::None,
     });
     entry
 }

@@ -163,3 +163,27 @@ fn a_checkpoint_with_a_tower_the_worker_runs_reads_images() {
         );
     }
 }
+
+#[test]
+fn a_checkpoint_says_whether_it_kept_its_multi_token_prediction_layers() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    for arch in ["deepseek_v3", "glm4_moe", "qwen3_5"] {
+        let kept = describe(&data.join("mtp").join(arch));
+        assert_eq!(kept.mtp, MtpLayers::Kept, "{arch}");
+        // The layers run only when asked for, so they count as no parameter of the model.
+        let toolchain = describe(&data.join("toolchain").join(arch).join("hf"));
+        assert_eq!(kept.parameters, toolchain.parameters, "{arch}");
+    }
+    // transformers' DeepSeek V3 and GLM-4.5 configs name one next-n layer that their weights
+    // lack, as a conversion that drops it leaves them; Qwen3.5's config class names none.
+    for (layout, expected) in [
+        ("deepseek_v3/hf", MtpLayers::Dropped),
+        ("deepseek_v3/mlx", MtpLayers::Dropped),
+        ("glm4_moe/hf", MtpLayers::Dropped),
+        ("qwen3_5/hf", MtpLayers::None),
+        ("llama/hf", MtpLayers::None),
+    ] {
+        let toolchain = describe(&data.join("toolchain").join(layout));
+        assert_eq!(toolchain.mtp, expected, "{layout}");
+    }
+}

@@ -23,6 +23,8 @@ pub struct ParameterCount {
     /// The dense parts, the shared experts and `top_k` of the routed experts; `None` for a dense
     /// model.
     pub active: Option<u64>,
+    /// Whether the checkpoint holds multi-token-prediction tensors, which `total` leaves out.
+    pub prediction_heads: bool,
 }
 
 /// The one architecture key the count reads itself: Gemma 4's, defaulting as transformers'
@@ -46,6 +48,7 @@ pub fn count(model_dir: &Path, config: &ModelConfig) -> Result<ParameterCount, M
     // their own projections, which the loader drops.
     let first_kv_shared = config.num_layers - config.args::<CountArgs>()?.num_kv_shared_layers;
     let (mut total, mut routed) = (0u64, 0u64);
+    let mut prediction_heads = false;
     for (name, tensor) in &tensors {
         let layer = layer_index(name);
         // Multi-token-prediction heads (layers past the last, or Qwen3-Next's `mtp.*`) never run.
@@ -59,6 +62,7 @@ pub fn count(model_dir: &Path, config: &ModelConfig) -> Result<ParameterCount, M
             ]
             .iter()
             .any(|part| name.contains(part));
+        prediction_heads |= prediction_head;
         if prediction_head || shared_kv {
             continue;
         }
@@ -74,7 +78,11 @@ pub fn count(model_dir: &Path, config: &ModelConfig) -> Result<ParameterCount, M
             let (top_k, experts) = (spec.top_k.max(0) as u64, spec.experts as u64);
             total - routed + routed * top_k.min(experts) / experts
         });
-    Ok(ParameterCount { total, active })
+    Ok(ParameterCount {
+        total,
+        active,
+        prediction_heads,
+    })
 }
 
 /// The values `tensor` stands for: a packed quantized weight at its unpacked count, a quantized

@@ -206,6 +206,7 @@ done"#;
             gguf_sampling: Default::default(),
             generation_config: Default::default(),
             warnings: Vec::new(),
+            mtp: corral_ipc::MtpLayers::None,
         })
     );
     assert_eq!(
