@@ -37,6 +37,7 @@ mod service;
 mod service_logs;
 mod smollm2;
 mod smollm2_requantized;
+mod speculation;
 mod toolchain;
 mod worker_generate;
 mod worker_serve;
