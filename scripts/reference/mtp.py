@@ -37,7 +37,7 @@ from transformers.modeling_layers import MtpModel
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mlx_reference import prompt_ids  # noqa: E402
-from toolchain import build_config, model_class, redraw, save_tokenizer, vocab_size  # noqa: E402
+from toolchain import save_hf, vocab_size  # noqa: E402
 
 
 # Where each release keeps its MTP layer `depth`: DeepSeek V3's and GLM-4.5's next-n layers
@@ -93,13 +93,7 @@ def release_names(model, mtp, depth, layout):
 
 
 def make(spec, directory, prompt_length):
-    config = build_config(spec)
-    torch.manual_seed(spec["seed"])
-    model = model_class(spec).from_config(config, dtype=torch.float32, attn_implementation="eager")
-    redraw(model, spec["seed"])
-    model.eval()
-    model.save_pretrained(directory, save_original_format=spec.get("save_original_format", True))
-    save_tokenizer(spec, config, directory)
+    config, model = save_hf(spec, directory)
 
     layout = spec["mtp"]
     text = model.config.get_text_config()

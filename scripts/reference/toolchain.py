@@ -227,7 +227,9 @@ def top_two_gap(logits, steps):
     return float((top[:, 0] - top[:, 1]).min())
 
 
-def make_hf(spec, directory, prompt_length, decode_steps):
+def save_hf(spec, directory):
+    """transformers' model of `spec`, seeded and redrawn, saved with its tokenizer as transformers
+    saves it; returns its config and the model."""
     config = build_config(spec)
     torch.manual_seed(spec["seed"])
     model = model_class(spec).from_config(config, dtype=torch.float32, attn_implementation="eager")
@@ -235,6 +237,11 @@ def make_hf(spec, directory, prompt_length, decode_steps):
     model.eval()
     model.save_pretrained(directory, save_original_format=spec.get("save_original_format", True))
     save_tokenizer(spec, config, directory)
+    return config, model
+
+
+def make_hf(spec, directory, prompt_length, decode_steps):
+    config, model = save_hf(spec, directory)
     ref = hf_reference(model, vocab_size(config), prompt_length, decode_steps)
     metadata = {"transformers": transformers.__version__, "torch": torch.__version__}
     save_file(ref, str(directory / "reference.safetensors"), metadata=metadata)

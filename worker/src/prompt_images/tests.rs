@@ -8,7 +8,7 @@ use mlx_rs::Array;
 
 use super::*;
 use crate::generation::{GenerateRequest, Prompt, prepare};
-use crate::model::vision_tests;
+use crate::model::vision_tests::{self, largest_difference};
 
 fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data")
@@ -393,15 +393,6 @@ impl Fixture {
         }
         mlx_rs::ops::concatenate(&rows, 0).unwrap()
     }
-}
-
-fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
-    assert_eq!(ours.shape(), theirs.shape());
-    mlx_rs::ops::abs(mlx_rs::ops::subtract(ours, theirs).unwrap())
-        .unwrap()
-        .max(None)
-        .unwrap()
-        .item_exact::<f32>()
 }
 
 /// The Gemma fixtures and the name of the token types transformers' processor marks their

@@ -267,11 +267,7 @@ mod decoding {
         ] {
             let loaded = LoadedModel::load(&checkpoint(arch)).unwrap();
             let requests = requests();
-            let plain: Vec<Vec<u32>> = requests
-                .iter()
-                .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
-                .map(|mut results| results.remove(0).0)
-                .collect();
+            let plain = each_alone(&loaded, &requests);
             // The model drafts for itself: its greedy guesses are all right for a greedy
             // answer and often wrong for a sampled one.
             for method in [Method::Ngram, Method::Draft] {
@@ -308,6 +304,14 @@ mod decoding {
         }
     }
 
+    /// Each request's tokens, decoded plainly and alone.
+    fn each_alone(loaded: &LoadedModel, requests: &[GenerateRequest]) -> Vec<Vec<u32>> {
+        let alone = requests
+            .iter()
+            .map(|request| run(loaded, std::slice::from_ref(request), Method::Off));
+        alone.map(|mut results| results.remove(0).0).collect()
+    }
+
     /// Asserts each answer's tokens are plain decoding's; returns the guesses drafted and
     /// accepted in all.
     fn same_tokens(
@@ -336,11 +340,7 @@ mod decoding {
                 .join(arch);
             let loaded = LoadedModel::load(&dir).unwrap();
             let requests = requests();
-            let plain: Vec<Vec<u32>> = requests
-                .iter()
-                .map(|request| run(&loaded, std::slice::from_ref(request), Method::Off))
-                .map(|mut results| results.remove(0).0)
-                .collect();
+            let plain = each_alone(&loaded, &requests);
             let guessed = run(&loaded, &requests, Method::Mtp);
             let (drafted, _) = same_tokens(&guessed, &plain, &format!("{arch} mtp"));
             assert!(drafted > 0, "{arch}");

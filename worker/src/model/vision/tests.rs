@@ -40,7 +40,7 @@ fn cases(reference: &HashMap<String, Array>) -> Vec<&'static str> {
         .collect()
 }
 
-fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
+pub(crate) fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
     assert_eq!(ours.shape(), theirs.shape());
     ops::abs(ops::subtract(ours, theirs).unwrap())
         .unwrap()

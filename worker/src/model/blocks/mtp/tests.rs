@@ -9,15 +9,7 @@ use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
 use crate::model::Model;
-
-fn largest_difference(ours: &Array, theirs: &Array) -> f32 {
-    assert_eq!(ours.shape(), theirs.shape());
-    ops::abs(ops::subtract(ours, theirs).unwrap())
-        .unwrap()
-        .max(None)
-        .unwrap()
-        .item_exact::<f32>()
-}
+use crate::model::vision_tests::largest_difference;
 
 #[test]
 fn the_mtp_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
