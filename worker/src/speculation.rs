@@ -44,7 +44,8 @@ impl Method {
     /// whose decode passes wait on memory, so that checking guesses costs little beside them
     /// (and `Payoff` stops guessing where it costs more than it saves); none on MLX's CPU
     /// backend, whose passes wait on arithmetic, so that a pass checking guesses costs more by
-    /// each of them, and the timing itself lost 5-8% of throughput in the bench.
+    /// each of them: there `Payoff` only keeps it even, and no peer gains either (llama.cpp's
+    /// prompt lookup and draft models lost 25-80% of their speed in the bench).
     pub fn where_it_pays() -> Self {
         let on_gpu = Device::try_default()
             .and_then(|device| device.get_type())
