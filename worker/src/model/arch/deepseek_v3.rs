@@ -16,8 +16,7 @@ use crate::model::blocks::latent_attention::{
 };
 use crate::model::blocks::mlp::Mlp;
 use crate::model::blocks::moe::{ExpertNames, Moe, MoeSpec, Routing, unfuse_experts};
-use crate::model::blocks::mtp::{MtpLayer, MtpNames};
-use crate::model::blocks::norm::Norm;
+use crate::model::blocks::mtp::MtpLayer;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::error::ModelError;
@@ -238,10 +237,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     let next_n = config.num_layers;
     let mtp = if weights.contains(&format!("model.layers.{next_n}.eh_proj.weight")) {
         let block = load_layer(weights, next_n, moe.is_some())?;
-        let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
-        let names = MtpNames::next_n(next_n);
-        let norm = |weights: &mut Weights, name: &str| Norm::rms(weights, name, hidden, eps);
-        Some(MtpLayer::load(weights, config, &names, block, norm)?)
+        Some(MtpLayer::load_next_n(weights, config, next_n, block)?)
     } else {
         None
     };

@@ -91,6 +91,18 @@ impl MtpLayer {
         })
     }
 
+    /// DeepSeek V3's and GLM-4.5's next-n layer at `model.layers.{index}`, with plain RMSNorms.
+    pub fn load_next_n(
+        weights: &mut Weights,
+        config: &ModelConfig,
+        index: i32,
+        block: DecoderLayer,
+    ) -> Result<Self, ModelError> {
+        let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+        let norm = |weights: &mut Weights, name: &str| Norm::rms(weights, name, hidden, eps);
+        Self::load(weights, config, &MtpNames::next_n(index), block, norm)
+    }
+
     /// A sequence's cache for the layer.
     pub fn new_cache(&self) -> KvCache {
         self.block.mixer.new_cache()
