@@ -298,6 +298,41 @@ pub struct GenerateRequest {
     /// block itself and the answer follows (Anthropic's `thinking.budget_tokens`).
     #[serde(default)]
     pub reasoning_budget: Option<u32>,
+    /// How this request guesses tokens ahead, in place of its model's (`speculative`, corral's
+    /// extension); `None`: the model's.
+    #[serde(default)]
+    pub speculative: Option<SpeculativeMethod>,
+}
+
+/// How decoding guesses tokens ahead for the model to check (speculative decoding): `[models.ID]
+/// speculative`, the worker's `--speculative`, and a request's `speculative`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpeculativeMethod {
+    Off,
+    /// Prompt lookup: n-grams of the conversation itself.
+    Ngram,
+    /// A smaller model of the same tokenizer (`[models.ID] draft`).
+    Draft,
+    /// The model's own multi-token-prediction layer.
+    Mtp,
+}
+
+impl SpeculativeMethod {
+    pub const ALL: [Self; 4] = [Self::Off, Self::Ngram, Self::Draft, Self::Mtp];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Ngram => "ngram",
+            Self::Draft => "draft",
+            Self::Mtp => "mtp",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|method| method.name() == name)
+    }
 }
 
 impl GenerateRequest {
@@ -322,6 +357,7 @@ impl GenerateRequest {
             output_format: None,
             count_only: false,
             reasoning_budget: None,
+            speculative: None,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use corral_ipc::SamplingValues;
+use corral_ipc::{SamplingValues, SpeculativeMethod};
 use serde::Deserialize;
 
 use crate::memory::MemoryAmount;
@@ -247,32 +247,11 @@ pub struct ModelSettings {
     /// How decoding guesses tokens ahead for the model to check; `None`: `draft` where a draft
     /// model is named, else the worker's (off).
     pub speculative: Option<SpeculativeMethod>,
-    /// The model whose guesses the model checks (`speculative = "draft"`): a smaller one of the
-    /// same tokenizer, by id, loaded in the model's worker.
+    /// The model whose guesses the model checks (`speculative = "draft"`, or a request's): a
+    /// smaller one of the same tokenizer, by id, loaded in the model's worker.
     pub draft: Option<String>,
     /// The most tokens a sequence guesses per pass; `None`: the worker's.
     pub draft_tokens: Option<u32>,
-}
-
-/// The worker's `--speculative` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SpeculativeMethod {
-    Off,
-    Ngram,
-    Draft,
-    Mtp,
-}
-
-impl SpeculativeMethod {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Off => "off",
-            Self::Ngram => "ngram",
-            Self::Draft => "draft",
-            Self::Mtp => "mtp",
-        }
-    }
 }
 
 /// The worker's `--gguf-requantize` values.
@@ -564,12 +543,12 @@ impl Config {
 }
 
 impl Config {
-    /// Model id → the draft model its worker loads beside it.
+    /// Model id → the draft model its worker loads beside it, for `speculative = "draft"` and
+    /// for requests that ask for it.
     pub fn drafts(&self) -> std::collections::HashMap<String, String> {
         let drafts = self.models.iter().filter_map(|(model, settings)| {
             let draft = settings.draft.clone()?;
-            (settings.speculation() == Some(SpeculativeMethod::Draft))
-                .then(|| (model.clone(), draft))
+            Some((model.clone(), draft))
         });
         drafts.collect()
     }

@@ -440,7 +440,8 @@ fn worker_binary(configured: Option<PathBuf>) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BatchingConfig, GgufRequantize, ModelSettings, SpeculativeMethod};
+    use crate::config::{BatchingConfig, GgufRequantize, ModelSettings};
+    use corral_ipc::SpeculativeMethod;
 
     #[test]
     fn model_args_carry_a_models_own_max_sequences_over_the_global_one() {

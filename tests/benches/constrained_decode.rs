@@ -232,6 +232,7 @@ fn run(loaded: &LoadedModel, mode: Mode, with_tokens: bool) -> (Run, usize) {
             reasoning_budget: None,
         },
         count_only: false,
+        speculative: None,
     };
     let mut done = None;
     let mut text = String::new();

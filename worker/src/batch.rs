@@ -120,14 +120,15 @@ pub struct Batch<'m, 'p, 's> {
 impl<'m, 'p, 's> Batch<'m, 'p, 's> {
     pub fn new(
         loaded: &'m LoadedModel,
-        limits: BatchLimits,
+        mut limits: BatchLimits,
         memory_limit: Option<u64>,
         prefix: Option<&'p mut PrefixCache>,
     ) -> Self {
-        let speculation = limits.speculation;
+        let speculation = &mut limits.speculation;
         let model = loaded.dir.display();
         if speculation.method == Method::Mtp && loaded.model.new_mtp_cache().is_none() {
             tracing::warn!(%model, "speculative decoding off: the checkpoint has no multi-token-prediction layer that runs (a conversion may have dropped it)");
+            speculation.method = Method::Off;
         } else if speculation.method != Method::Off {
             tracing::info!(%model, method = ?speculation.method, draft_tokens = speculation.draft_tokens, "speculative decoding: decoding sequences guess tokens ahead");
         }
@@ -179,6 +180,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 let sampler = Sampler::new(job.request.sampling.clone())?;
                 Ok((prepared, sampler))
             });
+        let checked = checked.and_then(|checked| match job.request.speculative {
+            Some(method) => self.offers(method).map(|()| checked),
+            None => Ok(checked),
+        });
         let (prepared, sampler) = match checked {
             Ok(checked) => checked,
             Err(reason) => return (job.sink)(Err(reason.into())),
@@ -204,6 +209,20 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             prepared,
             sampler,
         });
+    }
+
+    /// Whether this worker can guess ahead the way a request asks.
+    fn offers(&self, method: Method) -> Result<(), RejectReason> {
+        let missing = match method {
+            Method::Draft if self.draft.is_none() => {
+                "the model has no draft model (its configuration names none: [models.ID] draft)"
+            }
+            Method::Mtp if self.loaded.model.new_mtp_cache().is_none() => {
+                "the model's checkpoint has no multi-token-prediction layer that runs"
+            }
+            _ => return Ok(()),
+        };
+        Err(RejectReason::Speculation { method, missing })
     }
 
     /// One round: admissions, then one pass over the input of every sequence that has some.
@@ -249,7 +268,14 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 waiting.prepared,
                 waiting.sampler,
                 self.prefix.as_deref_mut(),
-                self.limits.speculation,
+                Speculation {
+                    method: waiting
+                        .job
+                        .request
+                        .speculative
+                        .unwrap_or(self.limits.speculation.method),
+                    ..self.limits.speculation
+                },
                 self.draft,
             );
             (waiting.job.sink)(Ok(Event::Accepted {
@@ -326,7 +352,11 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
     fn pass(&mut self) {
         let started = Instant::now();
         let mut budget = self.limits.prefill_chunk;
-        let guessing = self.limits.speculation.method != Method::Off && self.payoff.guess_now();
+        let speculating = self
+            .running
+            .iter()
+            .any(|running| running.sequence.speculates());
+        let guessing = speculating && self.payoff.guess_now();
         if guessing && let Some(draft) = self.draft {
             self.draft_guesses(draft);
         }
@@ -423,9 +453,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             }
         }
         // Only decode passes tell what guessing costs: a prompt chunk's work would blur it.
-        if self.limits.speculation.method != Method::Off
-            && planned.iter().all(|planned| planned.unprefilled == 0)
-        {
+        if speculating && planned.iter().all(|planned| planned.unprefilled == 0) {
             let tokens = generated(&self.running) - generated_before;
             let guessed = planned.iter().any(|planned| planned.guesses > 0);
             let seconds = started.elapsed().as_secs_f64();

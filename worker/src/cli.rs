@@ -8,7 +8,7 @@ use crate::engine::EngineOptions;
 use crate::gguf::{self, Requantize};
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
 use crate::prompt_images::ImageLimits;
-use crate::speculation::{DEFAULT_DRAFT_TOKENS, Method, Speculation};
+use crate::speculation::{DEFAULT_DRAFT_TOKENS, Method, Speculation, method_where_it_pays};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
@@ -108,8 +108,8 @@ pub struct ServeArgs {
     /// layer); without it, ngram where MLX computes on a GPU and off on its CPU backend.
     #[arg(long, value_name = "METHOD", value_parser = parse_method)]
     pub speculative: Option<Method>,
-    /// The draft model (a directory or GGUF file) for `--speculative draft`: a smaller model of
-    /// the same tokenizer, loaded in this worker.
+    /// The draft model (a directory or GGUF file) for `--speculative draft` and for requests that
+    /// ask for it: a smaller model of the same tokenizer, loaded in this worker.
     #[arg(long, value_name = "PATH")]
     pub draft: Option<PathBuf>,
     /// The most tokens a sequence guesses per pass.
@@ -119,7 +119,10 @@ pub struct ServeArgs {
 }
 
 fn parse_method(name: &str) -> Result<Method, String> {
-    Method::parse(name).ok_or_else(|| format!("expected one of {}", Method::NAMES.join(", ")))
+    Method::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = Method::ALL.into_iter().map(Method::name).collect();
+        format!("expected one of {}", names.join(", "))
+    })
 }
 
 fn parse_requantize(name: &str) -> Result<Requantize, String> {
@@ -140,7 +143,7 @@ impl ServeArgs {
                     min_pixels: self.image_min_pixels,
                 },
                 speculation: Speculation {
-                    method: self.speculative.unwrap_or_else(Method::where_it_pays),
+                    method: self.speculative.unwrap_or_else(method_where_it_pays),
                     draft_tokens: self.draft_tokens,
                 },
             },

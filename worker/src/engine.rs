@@ -290,19 +290,17 @@ impl Drop for Engine {
     }
 }
 
-/// Steps the batch while it has work; waits for a request when it has none. Ends when the
-/// queue is closed and the batch has finished what it holds.
-/// The draft model, where the speculation method is `draft`: its load failing fails the
-/// model's, as the operator asked for it.
+/// The draft model, where one is named: its load failing fails the model's, as the operator
+/// asked for it.
 fn load_draft(
     loaded: &LoadedModel,
     options: &EngineOptions,
 ) -> Result<Option<LoadedModel>, LoadError> {
-    if options.batch.speculation.method != Method::Draft {
-        return Ok(None);
-    }
     let Some(path) = &options.draft else {
-        return Err(LoadError::NoDraft);
+        return match options.batch.speculation.method {
+            Method::Draft => Err(LoadError::NoDraft),
+            _ => Ok(None),
+        };
     };
     let draft =
         LoadedModel::load_with(path, options.gguf, None).map_err(|source| LoadError::Draft {
@@ -318,6 +316,8 @@ fn load_draft(
     }
 }
 
+/// Steps the batch while it has work; waits for a request when it has none. Ends when the
+/// queue is closed and the batch has finished what it holds.
 fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gauges: &Arc<Gauges>) {
     let mut open = true;
     loop {

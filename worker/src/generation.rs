@@ -15,6 +15,7 @@ use crate::loaded::LoadedModel;
 use crate::prefill_guard::PrefillTooLarge;
 use crate::prompt_images::{ImageLimits, ImagePrompt, ImagePromptError, refuse_images};
 use crate::sampling::{InvalidParams, SampleError, SamplingParams};
+use crate::speculation::Method;
 use crate::system_reminder;
 use crate::tools::{OutputParser, ParserConfig, ReasoningStart, prompt_opens_reasoning};
 use crate::tools::{
@@ -49,6 +50,8 @@ pub struct GenerateRequest {
     pub output: OutputOptions,
     /// Only count the prompt's tokens: accept, then finish with no compute.
     pub count_only: bool,
+    /// How this request guesses ahead, in place of the model's way.
+    pub speculative: Option<Method>,
 }
 
 impl GenerateRequest {
@@ -66,6 +69,7 @@ impl GenerateRequest {
             logprobs: None,
             output: OutputOptions::default(),
             count_only: false,
+            speculative: None,
         }
     }
 }
@@ -176,6 +180,11 @@ pub enum RejectReason {
     /// A chat's images refused: too many, one the model cannot take or the worker cannot read.
     #[error(transparent)]
     Images(#[from] ImagePromptError),
+    #[error("speculative = \"{}\" is not available: {missing}", method.name())]
+    Speculation {
+        method: Method,
+        missing: &'static str,
+    },
 }
 
 impl RejectReason {
@@ -185,6 +194,7 @@ impl RejectReason {
             RejectReason::PromptTooLong { .. } => Some("messages"),
             RejectReason::Constraint { param, .. } => Some(param),
             RejectReason::ParallelCalls { .. } => Some("parallel_tool_calls"),
+            RejectReason::Speculation { .. } => Some("speculative"),
             _ => None,
         }
     }

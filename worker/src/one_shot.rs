@@ -44,6 +44,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         logprobs: None,
         output: OutputOptions::default(),
         count_only: false,
+        speculative: None,
     };
     let mut stdout = std::io::stdout().lock();
     let mut timings = None;

@@ -144,6 +144,11 @@ impl<'m> Sequence<'m> {
         }
     }
 
+    /// Whether this sequence guesses tokens ahead while it decodes.
+    pub(crate) fn speculates(&self) -> bool {
+        self.speculation.method != Method::Off
+    }
+
     /// Tokens generated so far.
     pub(crate) fn generated(&self) -> usize {
         self.generated

@@ -13,51 +13,26 @@
 
 use mlx_rs::{Device, DeviceType};
 
-/// How a model's sequences draft (`corral-worker serve --speculative`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Method {
-    #[default]
-    Off,
-    Ngram,
-    /// A draft model's guesses (`--draft`).
-    Draft,
-    /// The model's own multi-token-prediction layer's guesses.
-    Mtp,
-}
+/// How a model's sequences draft (`corral-worker serve --speculative`), and a request's.
+pub use corral_ipc::SpeculativeMethod as Method;
 
-impl Method {
-    pub const NAMES: [&'static str; 4] = ["off", "ngram", "draft", "mtp"];
-
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "off" => Some(Self::Off),
-            "ngram" => Some(Self::Ngram),
-            "draft" => Some(Self::Draft),
-            "mtp" => Some(Self::Mtp),
-            _ => None,
-        }
-    }
-}
-
-impl Method {
-    /// The method where the operator chose none: prompt lookup where MLX computes on a GPU,
-    /// whose decode passes wait on memory, so that checking guesses costs little beside them
-    /// (and `Payoff` stops guessing where it costs more than it saves); none on MLX's CPU
-    /// backend, whose passes wait on arithmetic, so that a pass checking guesses costs more by
-    /// each of them: there `Payoff` only keeps it even, and no peer gains either (llama.cpp's
-    /// prompt lookup and draft models lost 25-80% of their speed in the bench).
-    pub fn where_it_pays() -> Self {
-        let on_gpu = Device::try_default()
-            .and_then(|device| device.get_type())
-            .is_ok_and(|kind| matches!(kind, DeviceType::Gpu));
-        let method = if on_gpu { Self::Ngram } else { Self::Off };
-        tracing::info!(
-            ?method,
-            on_gpu,
-            "speculative decoding: no method configured; prompt lookup on a GPU, none on the CPU"
-        );
-        method
-    }
+/// The method where the operator chose none: prompt lookup where MLX computes on a GPU, whose
+/// decode passes wait on memory, so that checking guesses costs little beside them (and `Payoff`
+/// stops guessing where it costs more than it saves); none on MLX's CPU backend, whose passes
+/// wait on arithmetic, so that a pass checking guesses costs more by each of them: there
+/// `Payoff` only keeps it even, and no peer gains either (llama.cpp's prompt lookup and draft
+/// models lost 25-80% of their speed in the bench).
+pub fn method_where_it_pays() -> Method {
+    let on_gpu = Device::try_default()
+        .and_then(|device| device.get_type())
+        .is_ok_and(|kind| matches!(kind, DeviceType::Gpu));
+    let method = if on_gpu { Method::Ngram } else { Method::Off };
+    tracing::info!(
+        ?method,
+        on_gpu,
+        "speculative decoding: no method configured; prompt lookup on a GPU, none on the CPU"
+    );
+    method
 }
 
 /// A model's speculation: the method and the most tokens a sequence guesses per pass.

@@ -43,6 +43,7 @@ pub fn to_generate_request(request: Box<WireRequest>) -> GenerateRequest {
             reasoning_budget: request.reasoning_budget.map(|budget| budget as usize),
         },
         count_only: request.count_only,
+        speculative: request.speculative,
     }
 }
 

@@ -27,6 +27,7 @@ pub fn generate_request(prompt: Prompt) -> GenerateRequest {
         }),
         count_only: false,
         reasoning_budget: Some(1024),
+        speculative: Some(SpeculativeMethod::Draft),
     }
 }
 

@@ -6,7 +6,7 @@
 //! parameter rather than a worker-side failure. Fields OpenAI defines but corral cannot honour
 //! are refused with a message saying so, never silently ignored.
 
-use corral_ipc::{GenerateRequest, Prompt};
+use corral_ipc::{GenerateRequest, Prompt, SpeculativeMethod};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -41,6 +41,9 @@ pub struct SamplingParams {
     pub response_format: Option<Value>,
     /// corral's extension: a grammar in llguidance's Lark dialect the output must follow.
     pub grammar: Option<String>,
+    /// corral's extension: how this request guesses tokens ahead (`off`, `ngram`, `draft`,
+    /// `mtp`), in place of its model's `speculative`.
+    pub speculative: Option<SpeculativeMethod>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,6 +113,7 @@ impl SamplingParams {
             output_format,
             count_only: false,
             reasoning_budget: None,
+            speculative: self.speculative,
         })
     }
 }

@@ -364,12 +364,16 @@ speculative = \"dflash\"
         let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
         assert!(format!("{error:#}").contains(expected), "{error:#}");
     }
-    // Another method keeps the draft model unloaded.
+    // With another method the draft model is loaded all the same, for requests that ask for it.
     std::fs::write(
         &file,
         "[models.m]\ndraft = \"small\"\nspeculative = \"ngram\"\n",
     )
     .unwrap();
     let config = Config::load(Some(&file), Overrides::default()).unwrap();
-    assert!(config.drafts().is_empty());
+    assert_eq!(config.drafts()["m"], "small");
+    assert_eq!(
+        config.models["m"].speculation(),
+        Some(SpeculativeMethod::Ngram)
+    );
 }

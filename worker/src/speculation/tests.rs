@@ -153,7 +153,7 @@ mod decoding {
     use crate::batch::{Batch, BatchLimits, Job};
     use corral_ipc::OutputFormat;
 
-    use crate::generation::{Event, GenerateRequest, Prompt, Timings};
+    use crate::generation::{Event, GenerateError, GenerateRequest, Prompt, Timings};
     use crate::loaded::LoadedModel;
     use crate::model::KvCache;
     use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
@@ -329,16 +329,22 @@ mod decoding {
         (drafted, accepted)
     }
 
+    /// The toolchain's checkpoint of `arch` with its multi-token-prediction layer.
+    fn mtp_checkpoint(arch: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/mtp")
+            .join(arch)
+    }
+
+    /// DeepSeek V3's next-n layer (latent attention, experts), GLM-4.5's (attention, experts)
+    /// and Qwen3.5's (beside a hybrid model's recurrent layers, which go back over refused
+    /// guesses).
+    const MTP_ARCHS: [&str; 3] = ["deepseek_v3", "glm4_moe", "qwen3_5"];
+
     #[test]
     fn the_models_own_mtp_layer_guesses_without_changing_a_token() {
-        // DeepSeek V3's next-n layer (latent attention, experts), GLM-4.5's (attention, experts)
-        // and Qwen3.5's (beside a hybrid model's recurrent layers, which go back over refused
-        // guesses).
-        for arch in ["deepseek_v3", "glm4_moe", "qwen3_5"] {
-            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../tests/data/mtp")
-                .join(arch);
-            let loaded = LoadedModel::load(&dir).unwrap();
+        for arch in MTP_ARCHS {
+            let loaded = LoadedModel::load(&mtp_checkpoint(arch)).unwrap();
             let requests = requests();
             let plain = each_alone(&loaded, &requests);
             let guessed = run(&loaded, &requests, Method::Mtp);
@@ -346,10 +352,64 @@ mod decoding {
             assert!(drafted > 0, "{arch}");
             let (tokens, _) = run(&loaded, &requests[..1], Method::Mtp).remove(0);
             assert_eq!(tokens, plain[0], "{arch}");
-            // Where the checkpoint dropped the layer, nothing is guessed.
+            // Where the checkpoint dropped the layer, nothing is guessed, and a request that
+            // asks for the layer is refused.
             let dropped = LoadedModel::load(&checkpoint(arch)).unwrap();
             let (_, timings) = run(&dropped, &requests[..1], Method::Mtp).remove(0);
             assert_eq!(timings.drafted, 0, "{arch}");
+            let mut asks = requests[0].clone();
+            asks.speculative = Some(Method::Mtp);
+            let why = refusal(&dropped, asks.clone());
+            assert!(why.contains("multi-token-prediction"), "{why}");
+            // As is one that asks for a draft model where the worker has none.
+            asks.speculative = Some(Method::Draft);
+            let why = refusal(&loaded, asks);
+            assert!(why.contains("no draft model"), "{why}");
+        }
+    }
+
+    /// Why a batch without a draft model refuses `request`.
+    fn refusal(loaded: &LoadedModel, request: GenerateRequest) -> String {
+        let refusal = RefCell::new(None);
+        let mut batch = Batch::new(loaded, BatchLimits::default(), None, None);
+        batch.submit(Job {
+            request,
+            cancelled: Box::new(|| false),
+            sink: Box::new(|event| match event {
+                Err(GenerateError::Rejected(reason)) => {
+                    *refusal.borrow_mut() = Some(reason.to_string());
+                }
+                other => panic!("not refused: {other:?}"),
+            }),
+        });
+        assert!(batch.is_idle());
+        drop(batch);
+        refusal.into_inner().unwrap()
+    }
+
+    #[test]
+    fn eight_sequences_each_guessing_its_own_way_share_each_pass_and_change_no_token() {
+        let methods = [Method::Off, Method::Ngram, Method::Draft, Method::Mtp];
+        for arch in MTP_ARCHS {
+            let loaded = LoadedModel::load(&mtp_checkpoint(arch)).unwrap();
+            let mut requests = requests();
+            let plain = each_alone(&loaded, &requests);
+            // Greedy and seeded, free and grammar-bound requests, each method twice; the model
+            // drafts for itself.
+            for (request, method) in requests.iter_mut().zip(methods.iter().cycle()) {
+                request.speculative = Some(*method);
+            }
+            let guessed = run_with(&loaded, &requests, Method::Off, Some(&loaded), None);
+            same_tokens(&guessed, &plain, &format!("{arch} mixed"));
+            for method in methods {
+                let drafted: usize = requests
+                    .iter()
+                    .zip(&guessed)
+                    .filter(|(request, _)| request.speculative == Some(method))
+                    .map(|(_, (_, timings))| timings.drafted)
+                    .sum();
+                assert_eq!(drafted == 0, method == Method::Off, "{arch} {method:?}");
+            }
         }
     }
 

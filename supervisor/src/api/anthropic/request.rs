@@ -96,6 +96,7 @@ impl MessagesRequest {
             output_format,
             count_only: false,
             reasoning_budget: thinking_budget(self.thinking.as_ref())?,
+            speculative: None,
         };
         Ok((request, dropped, conversation.images))
     }
