@@ -17,6 +17,11 @@ model and redrawn as toolchain.py redraws; the block's names are the ones the ma
 conversion writes for a layer. The file is then read back by `MtpModel.from_pretrained`, which
 refuses a checkpoint missing any MTP weight, and the reference comes from the model it read.
 
+Where llama.cpp's converter keeps the layers (GLM-4.5's, Qwen3.5's; it drops DeepSeek V3's),
+OUT_DIR/<arch>-gguf/model.gguf is its `--outtype f32` conversion of the checkpoint, the MTP
+layer as `nextn` tensors past the trunk (its block as a layer's); being the same float32
+values, it drafts what the checkpoint drafts.
+
 reference.safetensors: `prompt` int32[P], `logits` float32[P, vocab] (the main model's),
 `mtp_logits` float32[P-1, vocab]: row i is what the first MTP layer drafts for position i+2
 from the main model's last hidden state at position i and the token at position i+1, over one
@@ -38,6 +43,10 @@ from transformers.modeling_layers import MtpModel
 sys.path.insert(0, str(Path(__file__).parent))
 from mlx_reference import prompt_ids  # noqa: E402
 from toolchain import save_hf, vocab_size  # noqa: E402
+from toolchain_gguf import convert  # noqa: E402
+
+# The architectures whose MTP layers llama.cpp's converter writes.
+GGUF_KEEPS_MTP = {"glm4_moe", "qwen3_5"}
 
 
 # Where each release keeps its MTP layer `depth`: DeepSeek V3's and GLM-4.5's next-n layers
@@ -161,6 +170,12 @@ def main():
         directory.mkdir(parents=True)
         make(architectures[name], directory, spec["prompt_length"])
         print(f"{name}: {directory}")
+        if name in GGUF_KEEPS_MTP:
+            gguf = out / f"{name}-gguf"
+            shutil.rmtree(gguf, ignore_errors=True)
+            gguf.mkdir()
+            convert(directory, gguf / "model.gguf", "f32", has_mtp=True)
+            print(f"{name}: {gguf}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 # tests/data/toolchain (toolchain.py: each architecture as transformers, mlx_lm.convert and
 # llama.cpp's converter and quantizer write it, with each one's logits),
 # tests/data/mtp (mtp.py: some of those with their multi-token-prediction layers, with
-# transformers' MTP drafts),
+# transformers' MTP drafts, and llama.cpp's conversions of those it keeps them in),
 # tests/data/quant_modes (quant_modes.py: some of their Hugging Face layouts as mlx_lm.convert
 # quantizes them in each mode and recipe, with mlx-lm's logits),
 # tests/data/gguf_forms (gguf_forms.py: split, fused and MXFP4 GGUFs by llama.cpp's tools),

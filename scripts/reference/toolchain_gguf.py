@@ -60,13 +60,15 @@ def run(command, **kwargs):
 WITHOUT_MTP_LAYERS = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
 
 
-def convert(hf_dir, out_file, outtype, options=()):
+def convert(hf_dir, out_file, outtype, options=(), has_mtp=False):
     wrapper = Path(__file__).parent / "convert_hf_to_gguf.py"
     # The converter counts Qwen3-Next's and Qwen3.5's multi-token-prediction layers from the
     # checkpoint and stops when it finds none; transformers writes none, so it is told so with
     # `--no-mtp`, as for any checkpoint without them (other architectures refuse the flag).
+    # mtp.py's checkpoints have them, as releases do.
     config = json.loads((hf_dir / "config.json").read_text())
-    no_mtp = ["--no-mtp"] if config["model_type"] in WITHOUT_MTP_LAYERS else []
+    without = config["model_type"] in WITHOUT_MTP_LAYERS and not has_mtp
+    no_mtp = ["--no-mtp"] if without else []
     run([sys.executable, str(wrapper), str(CONVERTER), PRE_TOKENIZER, str(hf_dir),
          "--outtype", outtype, "--outfile", str(out_file), *no_mtp, *options])
 

@@ -106,14 +106,21 @@ fn describe_gguf(path: &Path) -> ModelDescription {
                 sampling_defaults::from_gguf(&header);
             description.architecture = header.architecture().map(str::to_owned);
             description.quantization = Some(header.quantization_summary());
-            // GGUF dims are logical: a quantized tensor's are its values'.
-            description.parameters = Some(
-                header
-                    .tensors
-                    .iter()
-                    .map(|tensor| tensor.dims.iter().product::<u64>())
-                    .sum(),
-            );
+            // GGUF dims are logical: a quantized tensor's are its values'. A
+            // multi-token-prediction layer does not count, as in a directory.
+            let (prediction, trunk): (Vec<_>, Vec<_>) = header
+                .tensors
+                .iter()
+                .partition(|tensor| header.in_prediction_layer(&tensor.name));
+            let parameters = trunk
+                .iter()
+                .map(|tensor| tensor.dims.iter().product::<u64>());
+            description.parameters = Some(parameters.sum());
+            // llama.cpp's converter writes the layers or leaves them out (`--no-mtp`, and
+            // always for DeepSeek V3), and says nothing of a release that had them.
+            if !prediction.is_empty() {
+                description.mtp = MtpLayers::Kept;
+            }
             match gguf::check(&header) {
                 Ok((config, _)) => {
                     description.gguf_loaded_bytes = gguf::loaded_bytes(&header);

@@ -186,4 +186,12 @@ fn a_checkpoint_says_whether_it_kept_its_multi_token_prediction_layers() {
         let toolchain = describe(&data.join("toolchain").join(layout));
         assert_eq!(toolchain.mtp, expected, "{layout}");
     }
+    // llama.cpp's conversions with the layers as `nextn` tensors, and without them.
+    for arch in ["glm4_moe", "qwen3_5"] {
+        let gguf = describe(&data.join(format!("mtp/{arch}-gguf/model.gguf")));
+        assert_eq!(gguf.mtp, MtpLayers::Kept, "{arch}");
+        let trunk = describe(&data.join(format!("toolchain/{arch}/gguf-f32/model.gguf")));
+        assert_eq!(trunk.mtp, MtpLayers::None, "{arch}");
+        assert_eq!(gguf.parameters, trunk.parameters, "{arch}");
+    }
 }

@@ -262,6 +262,26 @@ impl GgufHeader {
         self.string("general.architecture")
     }
 
+    /// The layers past the trunk that the converter appends for multi-token prediction
+    /// (`nextn_predict_layers` of `block_count`): their first index and how many.
+    pub fn prediction_layers(&self) -> Option<(u64, u64)> {
+        let arch = self.architecture()?;
+        let count = |key: &str| self.get(&format!("{arch}.{key}")).and_then(Value::as_u64);
+        let (blocks, predictors) = (count("block_count")?, count("nextn_predict_layers")?);
+        (predictors > 0).then(|| (blocks.saturating_sub(predictors), predictors))
+    }
+
+    /// Whether the tensor `name` belongs to a multi-token-prediction layer.
+    pub fn in_prediction_layer(&self, name: &str) -> bool {
+        let Some((first, _)) = self.prediction_layers() else {
+            return false;
+        };
+        name.strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(layer, _)| layer.parse::<u64>().ok())
+            .is_some_and(|layer| layer >= first)
+    }
+
     /// An error naming this file.
     pub fn invalid(&self, message: impl Into<String>) -> GgufError {
         GgufError::Invalid {

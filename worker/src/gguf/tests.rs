@@ -890,7 +890,9 @@ fn gated_delta_hybrid_tensors_load_under_mlx_lms_names_and_shapes() {
         .tensor("blk.0.ffn_gate_inp_shexp.weight", &[64], GgmlType::F32)
         // An attention layer's fused projection: gated queries, keys, values.
         .tensor("blk.1.attn_qkv.weight", &[64, 192], GgmlType::F32)
-        .tensor("blk.2.attn_q.weight", &[64, 128], GgmlType::F32);
+        // The multi-token-prediction layer past the trunk: its block, and its own projection.
+        .tensor("blk.2.attn_q.weight", &[64, 128], GgmlType::F32)
+        .tensor("blk.2.nextn.eh_proj.weight", &[128, 64], GgmlType::Q8_0);
     let header = GgufHeader::read(&builder.write(dir.path())).unwrap();
     let weights = super::weights::load(&header, super::Choices::default()).unwrap();
     let layer = "model.layers.0.linear_attn";
@@ -920,6 +922,13 @@ fn gated_delta_hybrid_tensors_load_under_mlx_lms_names_and_shapes() {
         shape("model.layers.1.self_attn.q_proj.weight"),
         Some(vec![128, 64])
     );
+    // Under the release's `mtp.` names, quantized as it was.
+    assert_eq!(
+        shape("mtp.layers.0.self_attn.q_proj.weight"),
+        Some(vec![128, 64])
+    );
+    assert_eq!(shape("mtp.fc.scales"), Some(vec![64, 4]));
+    assert!(weights.quantization_of("mtp.fc").is_some());
     let names = weights.leftover_names();
     assert!(
         !names.iter().any(|name| name.contains("in_proj_ba")

@@ -32,11 +32,9 @@ pub fn load(header: &GgufHeader, choices: Choices) -> Result<Weights, GgufError>
     let mut quantization = HashMap::new();
     for tensor in &header.tensors {
         // Phi-3's longrope factors and Gemma 4's proportional rotation, read into the config
-        // (`config.rs`); the multi-token-prediction layers of Qwen3-Next and 3.5, not run.
+        // (`config.rs`).
         if tensor.name.starts_with("rope_factors_")
             || (arch == "gemma4" && tensor.name == "rope_freqs.weight")
-            || (qwen3_next::serves(arch)
-                && qwen3_next::in_prediction_layer(header, arch, &tensor.name))
         {
             continue;
         }
@@ -314,6 +312,14 @@ pub fn hugging_face_name(arch: &str, gguf: &str) -> String {
         "ffn_gate_shexp" => "mlp.shared_experts.gate_proj".into(),
         "ffn_up_shexp" => "mlp.shared_experts.up_proj".into(),
         "ffn_down_shexp" => "mlp.shared_experts.down_proj".into(),
+        // A multi-token-prediction layer's own parts, past the trunk (its block's are a
+        // layer's), under DeepSeek V3's and GLM-4.5's names.
+        "nextn.eh_proj" => "eh_proj".into(),
+        "nextn.enorm" => "enorm".into(),
+        "nextn.hnorm" => "hnorm".into(),
+        "nextn.shared_head_norm" => "shared_head.norm".into(),
+        "nextn.shared_head_head" => "shared_head.head".into(),
+        "nextn.embed_tokens" => "embed_tokens".into(),
         _ => return gguf.to_owned(),
     };
     // Llama 4 names each layer's MLP, experts and shared expert `feed_forward`.

@@ -159,11 +159,13 @@ mod decoding {
     use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
     use crate::speculation::{Method, Speculation};
 
+    /// `path` under tests/data.
+    fn data(path: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/data/{path}"))
+    }
+
     fn checkpoint(arch: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/data/toolchain")
-            .join(arch)
-            .join("hf")
+        data(&format!("toolchain/{arch}/hf"))
     }
 
     /// Prompts that repeat themselves, as an agent's re-read file does, and one that does not.
@@ -331,9 +333,7 @@ mod decoding {
 
     /// The toolchain's checkpoint of `arch` with its multi-token-prediction layer.
     fn mtp_checkpoint(arch: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/data/mtp")
-            .join(arch)
+        data(&format!("mtp/{arch}"))
     }
 
     /// DeepSeek V3's next-n layer (latent attention, experts), GLM-4.5's (attention, experts)
@@ -343,8 +343,18 @@ mod decoding {
 
     #[test]
     fn the_models_own_mtp_layer_guesses_without_changing_a_token() {
-        for arch in MTP_ARCHS {
-            let loaded = LoadedModel::load(&mtp_checkpoint(arch)).unwrap();
+        // As the release ships it, and as llama.cpp's converter writes GLM-4.5's and Qwen3.5's
+        // (`nextn` tensors past the trunk), each beside the same checkpoint without it.
+        let layouts = MTP_ARCHS
+            .map(|arch| (mtp_checkpoint(arch), checkpoint(arch)))
+            .into_iter()
+            .chain(["glm4_moe", "qwen3_5"].map(|arch| {
+                let gguf = data(&format!("mtp/{arch}-gguf/model.gguf"));
+                (gguf, data(&format!("toolchain/{arch}/gguf-f32/model.gguf")))
+            }));
+        for (with_layer, without) in layouts {
+            let arch = with_layer.display();
+            let loaded = LoadedModel::load(&with_layer).unwrap();
             let requests = requests();
             let plain = each_alone(&loaded, &requests);
             let guessed = run(&loaded, &requests, Method::Mtp);
@@ -354,7 +364,7 @@ mod decoding {
             assert_eq!(tokens, plain[0], "{arch}");
             // Where the checkpoint dropped the layer, nothing is guessed, and a request that
             // asks for the layer is refused.
-            let dropped = LoadedModel::load(&checkpoint(arch)).unwrap();
+            let dropped = LoadedModel::load(&without).unwrap();
             let (_, timings) = run(&dropped, &requests[..1], Method::Mtp).remove(0);
             assert_eq!(timings.drafted, 0, "{arch}");
             let mut asks = requests[0].clone();

@@ -12,26 +12,12 @@ use std::collections::HashMap;
 
 use mlx_rs::{Array, ops};
 
-use crate::gguf::header::{GgufHeader, Value};
+use crate::gguf::header::GgufHeader;
 use crate::model::Quantization;
 
 /// The architectures this module names.
 pub(super) fn serves(arch: &str) -> bool {
     matches!(arch, "qwen3next" | "qwen35" | "qwen35moe")
-}
-
-/// Whether `name` is a tensor of the multi-token-prediction layers the converter appends past
-/// the trunk (`nextn_predict_layers` of `block_count`), which the model does not run.
-pub(super) fn in_prediction_layer(header: &GgufHeader, arch: &str, name: &str) -> bool {
-    let count = |key: &str| header.get(&format!("{arch}.{key}")).and_then(Value::as_u64);
-    let (Some(blocks), Some(predictors)) = (count("block_count"), count("nextn_predict_layers"))
-    else {
-        return false;
-    };
-    name.strip_prefix("blk.")
-        .and_then(|rest| rest.split_once('.'))
-        .and_then(|(layer, _)| layer.parse::<u64>().ok())
-        .is_some_and(|layer| layer >= blocks.saturating_sub(predictors))
 }
 
 /// The name under a layer of llama.cpp's `part` of a layer, where it is this family's own.
@@ -55,7 +41,8 @@ pub(super) fn layer_part(part: &str) -> Option<&'static str> {
     })
 }
 
-/// Turns what `weights::load` filed under the names above into what the model reads: `A_log`
+/// Turns what `weights::load` filed under the names above into what the model reads: the
+/// multi-token-prediction layer under Qwen's names, `A_log`
 /// from `ssm_a`, conv1d's weight as MLX's `[channels, kernel, 1]`, the shared expert's gate as
 /// a one-row projection (`llama-quantize` writes it as the vector llama.cpp declares,
 /// `[hidden]`), and Qwen3-Next's fused b and a split where q, k, v and z are not fused with
@@ -66,6 +53,7 @@ pub(super) fn finish(
     tensors: &mut HashMap<String, Array>,
     quantization: &mut HashMap<String, Quantization>,
 ) -> Result<(), String> {
+    name_prediction_layers(header, tensors, quantization);
     let names: Vec<String> = tensors.keys().cloned().collect();
     for name in names {
         let mlx = |error: mlx_rs::error::Exception| format!("MLX failed on {name}: {error}");
@@ -143,4 +131,50 @@ fn split_ba(
     }
     quantization.remove(&fused);
     Ok(())
+}
+
+/// Files the multi-token-prediction layers the converter appends past the trunk
+/// (`nextn_predict_layers` of `block_count`, renamed from the release's `mtp.*` as DeepSeek V3's
+/// next-n layers are named) back under the release's names: the first one's own parts as
+/// `mtp.fc` and its norms, each one's block as `mtp.layers.{i}`.
+fn name_prediction_layers(
+    header: &GgufHeader,
+    tensors: &mut HashMap<String, Array>,
+    quantization: &mut HashMap<String, Quantization>,
+) {
+    let Some((trunk, _)) = header.prediction_layers() else {
+        return;
+    };
+    let released = |name: &str| -> Option<String> {
+        let (layer, part) = name.strip_prefix("model.layers.")?.split_once('.')?;
+        let depth = layer.parse::<u64>().ok()?.checked_sub(trunk)?;
+        let own = [
+            ("eh_proj.", "fc."),
+            ("enorm.", "pre_fc_norm_embedding."),
+            ("hnorm.", "pre_fc_norm_hidden."),
+            ("shared_head.norm.", "norm."),
+        ];
+        let renamed = own.iter().find_map(|(from, to)| {
+            part.strip_prefix(from)
+                .map(|rest| format!("mtp.{to}{rest}"))
+        });
+        Some(renamed.unwrap_or_else(|| format!("mtp.layers.{depth}.{part}")))
+    };
+    let names: Vec<String> = tensors.keys().cloned().collect();
+    for name in names {
+        if let Some(renamed) = released(&name)
+            && let Some(array) = tensors.remove(&name)
+        {
+            tensors.insert(renamed, array);
+        }
+    }
+    let layers: Vec<String> = quantization.keys().cloned().collect();
+    for layer in layers {
+        // A layer's key has no suffix: the name of one of its tensors without it.
+        if let Some(renamed) = released(&format!("{layer}.weight"))
+            && let Some(choice) = quantization.remove(&layer)
+        {
+            quantization.insert(renamed.trim_end_matches(".weight").to_owned(), choice);
+        }
+    }
 }

@@ -1,27 +1,47 @@
-//! DeepSeek V3's and GLM-4.5's next-n layers and Qwen3.5's MTP layer against transformers' `MtpModel` on the
-//! toolchain's checkpoints with the release's MTP layer (`scripts/reference/mtp.py`,
-//! tests/data/mtp).
+//! DeepSeek V3's and GLM-4.5's next-n layers and Qwen3.5's MTP layer against transformers'
+//! `MtpModel` on the toolchain's checkpoints with the release's MTP layer, and on llama.cpp's
+//! float32 conversions of them (`scripts/reference/mtp.py`, tests/data/mtp).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use mlx_rs::Array;
 use mlx_rs::ops;
 use mlx_rs::ops::indexing::IndexOp;
 
+use crate::loaded::LoadedModel;
 use crate::model::Model;
 use crate::model::vision_tests::largest_difference;
+
+fn checkpoint(arch: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/data/mtp/{arch}"))
+}
 
 #[test]
 fn the_mtp_layer_drafts_as_transformers_whole_or_a_position_at_a_time() {
     for arch in ["deepseek_v3", "glm4_moe", "qwen3_5"] {
-        drafts_as_transformers(arch);
+        let dir = checkpoint(arch);
+        drafts_as_transformers(arch, &Model::load(&dir).unwrap(), &dir);
+        // The toolchain's checkpoint, as mlx-community's conversions, dropped the layer.
+        let dropped = dir.join(format!("../../toolchain/{arch}/hf"));
+        assert!(Model::load(&dropped).unwrap().new_mtp_cache().is_none());
     }
 }
 
-fn drafts_as_transformers(arch: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/data/mtp/{arch}"));
+#[test]
+fn llama_cpps_nextn_tensors_draft_as_the_checkpoint_they_were_converted_from() {
+    // GLM-4.5's next-n layer and Qwen3.5's `mtp.*` as llama.cpp's converter writes them: the
+    // layer's own parts as `blk.{N}.nextn.*` past the trunk, its block as layer N.
+    for arch in ["glm4_moe", "qwen3_5"] {
+        let gguf = checkpoint(&format!("{arch}-gguf")).join("model.gguf");
+        let model = LoadedModel::load(&gguf).unwrap().model;
+        drafts_as_transformers(arch, &model, &checkpoint(arch));
+    }
+}
+
+/// Checks `model`'s logits and its MTP layer's drafts against transformers' for the checkpoint
+/// in `dir`.
+fn drafts_as_transformers(arch: &str, model: &Model, dir: &Path) {
     let reference = Array::load_safetensors(dir.join("reference.safetensors")).unwrap();
-    let model = Model::load(&dir).unwrap();
     let prompt: Vec<u32> = reference["prompt"]
         .as_slice::<i32>()
         .iter()
@@ -65,8 +85,4 @@ fn drafts_as_transformers(arch: &str) {
     let stepped = model.logits(&ops::concatenate(&rows, 1).unwrap()).unwrap();
     let difference = largest_difference(&stepped.index((0, .., ..)), expected);
     assert!(difference < 1e-3, "{arch}: {difference}");
-
-    // The toolchain's checkpoint, as mlx-community's conversions, dropped the layer.
-    let dropped = dir.join(format!("../../toolchain/{arch}/hf"));
-    assert!(Model::load(&dropped).unwrap().new_mtp_cache().is_none());
 }
