@@ -64,9 +64,18 @@ impl GenerationMetrics {
             .inc_by(u64::from(count));
     }
 
-    /// The generation ended with its worker's `usage` and `timings`: the tokens guessed ahead
-    /// and confirmed, and the images its vision tower encoded and its time on them.
+    /// The generation ended with its worker's `usage` and `timings`: the passes that sampled
+    /// its tokens, the tokens guessed ahead and confirmed, and the images its vision tower
+    /// encoded and its time on them.
     pub fn finished(&self, usage: &Usage, timings: &Timings) {
+        // Each pass samples one token and confirms none or more guesses after it.
+        let steps = usage.completion_tokens.saturating_sub(usage.accepted_tokens);
+        if steps > 0 {
+            self.metrics
+                .generation_steps
+                .get_or_create(&self.labels)
+                .inc_by(u64::from(steps));
+        }
         if timings.images_encoded > 0 {
             self.metrics
                 .images_encoded

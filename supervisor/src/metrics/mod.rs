@@ -87,6 +87,7 @@ pub struct Metrics {
     image_encode: HistogramFamily<ModelLabels>,
     drafted_tokens: Family<ModelLabels, Counter>,
     accepted_tokens: Family<ModelLabels, Counter>,
+    generation_steps: Family<ModelLabels, Counter>,
     evictions: Family<ReasonLabels, Counter>,
     eviction_freed_bytes: Family<ReasonLabels, Counter>,
     eviction_duration: HistogramFamily<ReasonLabels>,
@@ -162,6 +163,12 @@ impl Metrics {
             "Guessed tokens the model confirmed, each a pass saved; over the draft tokens, the acceptance rate",
             accepted_tokens.clone(),
         );
+        let generation_steps = Family::default();
+        registry.register(
+            "corral_generation_steps",
+            "Passes that sampled a generation's tokens (its prompt's last, then each decode pass); generated tokens over these are the tokens per step, above one by the confirmed guesses",
+            generation_steps.clone(),
+        );
         let evictions = Family::default();
         registry.register(
             "corral_evictions",
@@ -198,6 +205,7 @@ impl Metrics {
             image_encode,
             drafted_tokens,
             accepted_tokens,
+            generation_steps,
             evictions,
             eviction_freed_bytes,
             eviction_duration,

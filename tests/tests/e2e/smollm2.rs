@@ -315,6 +315,10 @@ fn guessing_ahead_changes_no_word_of_the_answer_and_metrics_count_its_guesses() 
             accepted > 0 && accepted <= drafted,
             "{setting}: {accepted} of {drafted}: {metrics}"
         );
+        // Every pass sampled a token and confirmed guesses after it: above a token a step.
+        let steps = count("corral_generation_steps_total");
+        let generated = count("corral_generated_tokens_total");
+        assert_eq!(steps + accepted, generated, "{setting}: {metrics}");
         // OpenAI's predicted-output counts say it in the answer's usage too.
         let details = &usage["completion_tokens_details"];
         assert_eq!(details["accepted_prediction_tokens"], accepted, "{usage}");
