@@ -253,7 +253,12 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 )));
                 continue;
             }
-            if let Err(too_large) = self.fits(prompt_tokens, waiting.prepared.images.as_ref()) {
+            let request = &waiting.job.request;
+            let method = request
+                .speculative
+                .unwrap_or(self.limits.speculation.method);
+            let images = waiting.prepared.images.as_ref();
+            if let Err(too_large) = self.fits(prompt_tokens, images, method) {
                 if self.running.is_empty() {
                     (waiting.job.sink)(Err(RejectReason::from(too_large).into()));
                     continue;
@@ -269,11 +274,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 waiting.sampler,
                 self.prefix.as_deref_mut(),
                 Speculation {
-                    method: waiting
-                        .job
-                        .request
-                        .speculative
-                        .unwrap_or(self.limits.speculation.method),
+                    method,
                     ..self.limits.speculation
                 },
                 self.draft,
@@ -291,11 +292,13 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
     }
 
     /// Whether a prefill of `prompt_tokens` fits under the memory limit, counting the KV caches
-    /// that admitted sequences have yet to fill, and the vision tower on its largest image.
+    /// that admitted sequences have yet to fill, the vision tower on its largest image, and the
+    /// draft model's cache where the sequence guesses `method`'s way.
     fn fits(
         &self,
         prompt_tokens: usize,
         images: Option<&ImagePrompt>,
+        method: Method,
     ) -> Result<(), prefill_guard::PrefillTooLarge> {
         let Some(limit) = self.memory_limit else {
             return Ok(());
@@ -320,11 +323,21 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
                 .unwrap_or(0),
             _ => 0,
         };
+        let draft = match (self.draft, method) {
+            (Some(draft), Method::Draft) => {
+                let model = &draft.model;
+                let layers = model.layer_shapes();
+                let shape = prefill_guard::Shape::new(&model.config, &layers, model.dtype());
+                prefill_guard::kv_cache_bytes(shape, prompt_tokens, chunk)
+            }
+            _ => 0,
+        };
         let prefill = Prefill {
             prompt_tokens,
             chunk,
             reserved,
             tower,
+            draft,
         };
         prefill_guard::admit(shape, prefill, limit)
     }

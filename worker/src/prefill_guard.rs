@@ -39,6 +39,8 @@ pub struct Prefill {
     pub reserved: u64,
     /// The vision tower's peak on the prompt's largest image, beside the chunk's.
     pub tower: u64,
+    /// The draft model's cache for the prompt, where the sequence guesses with one.
+    pub draft: u64,
 }
 
 /// The model as the estimate sees it: the shape every layer shares and each layer's own.
@@ -71,7 +73,9 @@ pub fn admit(shape: Shape<'_>, prefill: Prefill, limit: u64) -> Result<(), Prefi
     let in_use = mlx_rs::memory::active_memory().map_or(0, |bytes| bytes as u64);
     let needed = prefill_peak_bytes(shape, prefill.prompt_tokens, prefill.chunk);
     check(
-        needed.saturating_add(prefill.tower),
+        needed
+            .saturating_add(prefill.tower)
+            .saturating_add(prefill.draft),
         in_use.saturating_add(prefill.reserved),
         limit,
         prefill.prompt_tokens,

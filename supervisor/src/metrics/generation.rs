@@ -69,7 +69,9 @@ impl GenerationMetrics {
     /// encoded and its time on them.
     pub fn finished(&self, usage: &Usage, timings: &Timings) {
         // Each pass samples one token and confirms none or more guesses after it.
-        let steps = usage.completion_tokens.saturating_sub(usage.accepted_tokens);
+        let steps = usage
+            .completion_tokens
+            .saturating_sub(usage.accepted_tokens);
         if steps > 0 {
             self.metrics
                 .generation_steps
