@@ -245,7 +245,7 @@ pub struct ModelSettings {
     pub image_max_pixels: Option<u64>,
     pub image_min_pixels: Option<u64>,
     /// How decoding guesses tokens ahead for the model to check; `None`: `draft` where a draft
-    /// model is named, else the worker's (off).
+    /// model is named, else the worker's way that pays for the model on its device.
     pub speculative: Option<SpeculativeMethod>,
     /// The model whose guesses the model checks (`speculative = "draft"`, or a request's): a
     /// smaller one of the same tokenizer, by id, loaded in the model's worker.

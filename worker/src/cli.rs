@@ -8,7 +8,7 @@ use crate::engine::EngineOptions;
 use crate::gguf::{self, Requantize};
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
 use crate::prompt_images::ImageLimits;
-use crate::speculation::{DEFAULT_DRAFT_TOKENS, Method, Speculation, method_where_it_pays};
+use crate::speculation::{DEFAULT_DRAFT_TOKENS, Method, Speculation};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
@@ -105,7 +105,8 @@ pub struct ServeArgs {
     pub image_min_pixels: Option<u64>,
     /// How decoding guesses tokens ahead for the model to check: off, ngram (prompt lookup),
     /// draft (the `--draft` model's guesses) or mtp (the model's own multi-token-prediction
-    /// layer); without it, ngram where MLX computes on a GPU and off on its CPU backend.
+    /// layer); without it, where MLX computes on a GPU mtp where the model has such a layer and
+    /// ngram where not, and off on its CPU backend.
     #[arg(long, value_name = "METHOD", value_parser = parse_method)]
     pub speculative: Option<Method>,
     /// The draft model (a directory or GGUF file) for `--speculative draft` and for requests that
@@ -143,8 +144,8 @@ impl ServeArgs {
                     min_pixels: self.image_min_pixels,
                 },
                 speculation: Speculation {
-                    method: self.speculative.unwrap_or_else(method_where_it_pays),
                     draft_tokens: self.draft_tokens,
+                    ..Speculation::default()
                 },
             },
             prefix_cache: (!self.no_prefix_cache).then(|| PrefixCacheOptions {
@@ -160,6 +161,7 @@ impl ServeArgs {
             },
             projector: self.mmproj.clone(),
             draft: self.draft.clone(),
+            speculative: self.speculative,
         }
     }
 }

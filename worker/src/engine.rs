@@ -17,7 +17,7 @@ use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
 use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
-use crate::speculation::{Method, draft};
+use crate::speculation::{Method, draft, method_where_it_pays};
 
 /// How long the engine waits at shutdown for the SSD writer to persist queued blocks.
 const SHUTDOWN_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
@@ -33,8 +33,12 @@ pub struct EngineOptions {
     pub gguf: gguf::Choices,
     /// A GGUF's vision projector (`mmproj`), where discovery found one beside it.
     pub projector: Option<PathBuf>,
-    /// The draft model that guesses tokens ahead, where the speculation method is `draft`.
+    /// The draft model that guesses tokens ahead, for `speculative = "draft"` and for requests
+    /// that ask for it.
     pub draft: Option<PathBuf>,
+    /// How sequences guess ahead unless their request says; `None`: the way that pays for the
+    /// loaded model on this device ([`method_where_it_pays`]). It replaces `batch`'s method.
+    pub speculative: Option<Method>,
 }
 
 /// What the engine tells about a loaded model.
@@ -181,7 +185,11 @@ impl Engine {
                         return;
                     }
                 };
-                let draft = match load_draft(&loaded, &options) {
+                let mut limits = options.batch;
+                limits.speculation.method = options.speculative.unwrap_or_else(|| {
+                    method_where_it_pays(loaded.model.new_mtp_cache().is_some())
+                });
+                let draft = match load_draft(&loaded, &options, limits.speculation.method) {
                     Ok(draft) => draft,
                     Err(error) => {
                         let _ = loaded_tx.send(Err(error));
@@ -203,12 +211,7 @@ impl Engine {
                     context_length: loaded.model.config.max_position_embeddings,
                     load_time: loaded.load_time,
                 }));
-                let mut batch = Batch::new(
-                    &loaded,
-                    options.batch,
-                    options.memory_limit,
-                    prefix.as_mut(),
-                );
+                let mut batch = Batch::new(&loaded, limits, options.memory_limit, prefix.as_mut());
                 if let Some(draft) = &draft {
                     batch = batch.with_draft(draft);
                 }
@@ -295,9 +298,10 @@ impl Drop for Engine {
 fn load_draft(
     loaded: &LoadedModel,
     options: &EngineOptions,
+    method: Method,
 ) -> Result<Option<LoadedModel>, LoadError> {
     let Some(path) = &options.draft else {
-        return match options.batch.speculation.method {
+        return match method {
             Method::Draft => Err(LoadError::NoDraft),
             _ => Ok(None),
         };

@@ -16,23 +16,35 @@ use mlx_rs::{Device, DeviceType};
 /// How a model's sequences draft (`corral-worker serve --speculative`), and a request's.
 pub use corral_ipc::SpeculativeMethod as Method;
 
-/// The method where the operator chose none: prompt lookup where MLX computes on a GPU, whose
-/// decode passes wait on memory, so that checking guesses costs little beside them (and `Payoff`
-/// stops guessing where it costs more than it saves); none on MLX's CPU backend, whose passes
-/// wait on arithmetic, so that a pass checking guesses costs more by each of them: there
-/// `Payoff` only keeps it even, and no peer gains either (llama.cpp's prompt lookup and draft
-/// models lost 25-80% of their speed in the bench).
-pub fn method_where_it_pays() -> Method {
+/// The method where the operator chose none, for a model that has a multi-token-prediction
+/// layer that runs or not, on this device ([`default_method`]); the log says which and why.
+pub fn method_where_it_pays(has_mtp: bool) -> Method {
     let on_gpu = Device::try_default()
         .and_then(|device| device.get_type())
         .is_ok_and(|kind| matches!(kind, DeviceType::Gpu));
-    let method = if on_gpu { Method::Ngram } else { Method::Off };
+    let method = default_method(on_gpu, has_mtp);
     tracing::info!(
         ?method,
         on_gpu,
-        "speculative decoding: no method configured; prompt lookup on a GPU, none on the CPU"
+        has_mtp,
+        "speculative decoding: no method configured; on a GPU the model's own MTP layer where it has one, else prompt lookup; none on the CPU"
     );
     method
+}
+
+/// Where MLX computes on a GPU, decode passes wait on memory, so that checking guesses costs
+/// little beside them: the model's own multi-token-prediction layer guesses where it kept one
+/// (one layer's pass a guess, trained for it), else prompt lookup (no extra weights), and
+/// `Payoff` stops either where it costs more than it saves. MLX's CPU backend waits on
+/// arithmetic, so that a pass checking guesses costs more by each of them: there `Payoff` only
+/// keeps it even, and no peer gains either (llama.cpp's prompt lookup and draft models lost
+/// 25-80% of their speed in the bench), so none.
+pub fn default_method(on_gpu: bool, has_mtp: bool) -> Method {
+    match (on_gpu, has_mtp) {
+        (false, _) => Method::Off,
+        (true, true) => Method::Mtp,
+        (true, false) => Method::Ngram,
+    }
 }
 
 /// A model's speculation: the method and the most tokens a sequence guesses per pass.

@@ -133,6 +133,14 @@ fn checked_guesses_keep_the_models_distribution_and_a_wrong_rule_would_not() {
 }
 
 #[test]
+fn by_default_a_gpu_guesses_with_the_models_mtp_layer_else_by_prompt_lookup_and_a_cpu_not_at_all() {
+    assert_eq!(default_method(true, true), Method::Mtp);
+    assert_eq!(default_method(true, false), Method::Ngram);
+    assert_eq!(default_method(false, true), Method::Off);
+    assert_eq!(default_method(false, false), Method::Off);
+}
+
+#[test]
 fn methods_parse_by_name() {
     assert_eq!(Method::parse("ngram"), Some(Method::Ngram));
     assert_eq!(Method::parse("off"), Some(Method::Off));
