@@ -262,18 +262,18 @@ impl GgufHeader {
         self.string("general.architecture")
     }
 
-    /// The layers past the trunk that the converter appends for multi-token prediction
-    /// (`nextn_predict_layers` of `block_count`): their first index and how many.
-    pub fn prediction_layers(&self) -> Option<(u64, u64)> {
+    /// The first of the layers past the trunk that the converter appends for multi-token
+    /// prediction (`nextn_predict_layers` of `block_count`), where it appended any.
+    pub fn first_prediction_layer(&self) -> Option<u64> {
         let arch = self.architecture()?;
         let count = |key: &str| self.get(&format!("{arch}.{key}")).and_then(Value::as_u64);
         let (blocks, predictors) = (count("block_count")?, count("nextn_predict_layers")?);
-        (predictors > 0).then(|| (blocks.saturating_sub(predictors), predictors))
+        (predictors > 0).then(|| blocks.saturating_sub(predictors))
     }
 
     /// Whether the tensor `name` belongs to a multi-token-prediction layer.
     pub fn in_prediction_layer(&self, name: &str) -> bool {
-        let Some((first, _)) = self.prediction_layers() else {
+        let Some(first) = self.first_prediction_layer() else {
             return false;
         };
         name.strip_prefix("blk.")

@@ -142,7 +142,7 @@ fn name_prediction_layers(
     tensors: &mut HashMap<String, Array>,
     quantization: &mut HashMap<String, Quantization>,
 ) {
-    let Some((trunk, _)) = header.prediction_layers() else {
+    let Some(trunk) = header.first_prediction_layer() else {
         return;
     };
     let released = |name: &str| -> Option<String> {
