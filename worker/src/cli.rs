@@ -194,6 +194,15 @@ pub struct GenerateArgs {
     /// Stop before this text (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+    /// Print each token as a JSON line with its log-probability and this many alternatives,
+    /// instead of the text.
+    #[arg(long)]
+    pub logprobs: Option<usize>,
+    /// Run as one rank of a pipeline: join MLX's ring group that `MLX_RANK` and `MLX_HOSTFILE`
+    /// describe (as `mlx.launch` sets them) and run this rank's share of the layers; rank 0
+    /// prints.
+    #[arg(long)]
+    pub pipeline: bool,
 }
 
 #[cfg(test)]

@@ -178,6 +178,7 @@ impl Engine {
                     &model_dir,
                     options.gguf,
                     options.projector.as_deref(),
+                    None,
                 ) {
                     Ok(loaded) => loaded,
                     Err(error) => {
@@ -306,11 +307,12 @@ fn load_draft(
             _ => Ok(None),
         };
     };
-    let draft =
-        LoadedModel::load_with(path, options.gguf, None).map_err(|source| LoadError::Draft {
+    let draft = LoadedModel::load_with(path, options.gguf, None, None).map_err(|source| {
+        LoadError::Draft {
             path: path.clone(),
             source: Box::new(source),
-        })?;
+        }
+    })?;
     match draft::incompatibility(loaded, &draft) {
         Some(reason) => Err(LoadError::DraftMismatch {
             path: path.clone(),

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod constraint;
 pub mod describe;
 pub mod detokenizer;
+pub mod distributed;
 pub mod embedding;
 mod encoded_images;
 pub mod engine;

@@ -3,21 +3,47 @@
 //! it too).
 
 use std::io::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 
 use crate::batch::{Batch, BatchLimits, Job};
 use crate::cli::GenerateArgs;
-use crate::generation::{Event, GenerateError, GenerateRequest, OutputOptions, Prompt, Timings};
+use crate::distributed::Group;
+use crate::generation::{
+    Event, GenerateError, GenerateRequest, OutputOptions, Prompt, Timings, TokenLogprob,
+};
+use crate::gguf;
 use crate::loaded::LoadedModel;
 use crate::prefix_cache::PrefixCache;
 use crate::process_memory::peak_resident_bytes;
 use crate::sampling::SamplingParams;
 
 pub fn run(args: GenerateArgs) -> Result<()> {
+    // Every rank runs the same request through the same batch, so each takes the same steps;
+    // only rank 0 speaks.
+    let group = match args.pipeline {
+        true => Some(Arc::new(
+            Group::join("ring").context("joining the pipeline's ring group")?,
+        )),
+        false => None,
+    };
+    let speaks = group.as_ref().is_none_or(|group| group.rank() == 0);
     // The one-shot mode has a single request, so the main thread serves as the engine thread.
-    let loaded = LoadedModel::load(&args.model)?;
+    let loaded = LoadedModel::load_with(&args.model, gguf::Choices::default(), None, group)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    if let Some(pipeline) = loaded.model.pipeline() {
+        let group = pipeline.group();
+        eprintln!(
+            "rank {} of {}: layers {:?} of {}, weights {:.1} MiB",
+            group.rank(),
+            group.size(),
+            pipeline.layers(),
+            loaded.model.config.num_layers,
+            loaded.model.weight_bytes() as f64 / (1024.0 * 1024.0)
+        );
+    }
     let prompt = if args.chat {
         Prompt::Chat {
             messages: vec![serde_json::json!({"role": "user", "content": args.prompt})],
@@ -41,7 +67,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         },
         max_tokens: args.max_tokens,
         stop: args.stop,
-        logprobs: None,
+        logprobs: args.logprobs,
         output: OutputOptions::default(),
         count_only: false,
         speculative: None,
@@ -55,11 +81,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Limits::default(),
         &AtomicBool::new(false),
         |event| match event {
-            Event::Delta { text, .. } => {
-                if let Err(error) = stdout
-                    .write_all(text.as_bytes())
-                    .and_then(|()| stdout.flush())
-                {
+            Event::Delta { .. } if !speaks => {}
+            Event::Delta { text, logprobs, .. } => {
+                let written = match args.logprobs {
+                    Some(_) => logprobs
+                        .iter()
+                        .try_for_each(|token| writeln!(stdout, "{}", logprob_line(token))),
+                    None => stdout.write_all(text.as_bytes()),
+                };
+                if let Err(error) = written.and_then(|()| stdout.flush()) {
                     write_error.get_or_insert(error);
                 }
             }
@@ -70,11 +100,26 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if let Some(error) = write_error {
         return Err(error).context("writing to stdout");
     }
-    writeln!(stdout).context("writing to stdout")?;
+    if !speaks {
+        return Ok(());
+    }
+    if args.logprobs.is_none() {
+        writeln!(stdout).context("writing to stdout")?;
+    }
     if let Some(timings) = timings {
         report(&loaded, &timings);
     }
     Ok(())
+}
+
+/// One sampled token as a JSON line: its id, text, log-probability and the top alternatives.
+fn logprob_line(token: &TokenLogprob) -> serde_json::Value {
+    serde_json::json!({
+        "token": token.token,
+        "text": token.text,
+        "logprob": token.logprob,
+        "top": token.top.iter().map(|(id, _, logprob)| (id, logprob)).collect::<Vec<_>>(),
+    })
 }
 
 /// What bounds and speeds up one generation besides its request.

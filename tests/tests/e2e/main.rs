@@ -40,4 +40,5 @@ mod smollm2_requantized;
 mod speculation;
 mod toolchain;
 mod worker_generate;
+mod worker_group;
 mod worker_serve;

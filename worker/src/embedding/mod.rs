@@ -113,7 +113,7 @@ impl Embedder {
             length.min(config.max_tokens())
         });
         let (tokenizer, truncating) = load_tokenizers(dir, max_tokens)?;
-        let mut weights = Weights::load(dir, Default::default())?;
+        let mut weights = Weights::load(dir, Default::default(), None)?;
         let weight_bytes = weights.total_bytes();
         let head = if config.is_sequence_classifier() {
             Some(ClassificationHead::load(&mut weights, &config)?)

@@ -13,6 +13,7 @@ mod host;
 pub(crate) mod kernels;
 mod kv_cache;
 mod parameters;
+mod pipeline;
 pub(crate) mod quantized_ops;
 mod shape;
 mod supported;
@@ -21,6 +22,7 @@ mod weights;
 mod window;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
@@ -31,6 +33,7 @@ pub use arch::caches as layer_caches_for;
 pub use arch::{gguf_architectures, model_type_of_gguf};
 pub use config::{ModelConfig, QuantMode, Quantization};
 pub use parameters::{ParameterCount, count as count_parameters};
+pub use pipeline::Pipeline;
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
 /// The vision tests' helpers, which the prompt's image tests share.
@@ -49,6 +52,7 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
+use crate::distributed::Group;
 use blocks::mtp::MtpLayer;
 use blocks::scaled::scaled;
 use decoder::Decoder;
@@ -76,18 +80,38 @@ pub struct Model {
     /// A multimodal checkpoint's vision tower, where corral runs it.
     pub vision: Option<VisionTower>,
     weight_bytes: usize,
+    /// This rank's share of the layers, where a group of ranks runs the model.
+    pipeline: Option<Pipeline>,
 }
 
 impl Model {
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
+        Self::load_in(model_dir, None)
+    }
+
+    /// As [`Model::load`], as one rank of `group`'s pipeline: only this rank's layers are read
+    /// into memory and run.
+    pub fn load_in(model_dir: &Path, group: Option<Arc<Group>>) -> Result<Self, ModelError> {
         let config = ModelConfig::load(model_dir)?;
-        let mut weights = Weights::load(model_dir, config.layer_quantization.clone())?;
+        let pipeline = group
+            .map(|group| Pipeline::new(group, config.num_layers as usize))
+            .transpose()
+            .map_err(|message| ModelError::Config {
+                path: config.path.clone(),
+                message,
+            })?;
+        let mut weights = Weights::load(
+            model_dir,
+            config.layer_quantization.clone(),
+            pipeline.as_ref(),
+        )?;
         let total_bytes = weights.total_bytes();
         let vision = VisionTower::load(&config, &mut weights)?;
         if let Some(wrapper) = config.wrapper {
             weights.unwrap_text_model(wrapper);
         }
         let mut model = Self::from_weights(config, weights, model_dir)?;
+        model.pipeline = pipeline;
         if vision.is_some() {
             model.weight_bytes = total_bytes;
             model.vision = vision;
@@ -117,7 +141,27 @@ impl Model {
             decoder,
             vision: None,
             weight_bytes,
+            pipeline: None,
         })
+    }
+
+    /// The model as one rank of a pipeline over `group`; every rank holds it whole (a GGUF's
+    /// tensors are all read at once).
+    pub fn in_pipeline(self, group: Arc<Group>) -> Result<Self, ModelError> {
+        let layer_count = self.decoder.layers.len();
+        let pipeline = Pipeline::new(group, layer_count).map_err(|message| ModelError::Config {
+            path: self.config.path.clone(),
+            message,
+        })?;
+        Ok(Self {
+            pipeline: Some(pipeline),
+            ..self
+        })
+    }
+
+    /// This rank's share of the layers, in a group.
+    pub fn pipeline(&self) -> Option<&Pipeline> {
+        self.pipeline.as_ref()
     }
 
     /// Bytes of all weights as loaded (the admission estimate's base).
@@ -206,7 +250,20 @@ impl Model {
             }
             None => None,
         };
-        for (index, layer) in decoder.layers.iter().enumerate() {
+        let layers = match &self.pipeline {
+            Some(pipeline) => {
+                h = pipeline.receive(h)?;
+                pipeline.layers()
+            }
+            None => 0..decoder.layers.len(),
+        };
+        for (index, layer) in decoder
+            .layers
+            .iter()
+            .enumerate()
+            .take(layers.end)
+            .skip(layers.start)
+        {
             let cache = decoder.cache_of_layer[index];
             let mut layer_caches: Vec<&mut KvCache> = segments
                 .iter_mut()
@@ -216,6 +273,9 @@ impl Model {
                 .as_ref()
                 .map(|inputs| inputs.index((.., .., index as i32, ..)));
             h = layer.forward(&h, &lengths, &mut layer_caches, per_layer_input.as_ref())?;
+        }
+        if let Some(pipeline) = &self.pipeline {
+            h = pipeline.pass_on(h)?;
         }
         decoder.norm.forward(&h)
     }

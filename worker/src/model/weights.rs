@@ -13,6 +13,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::config::{GLOBAL_SCALE_UNSUPPORTED, Quantization, Wrapper};
 use super::error::ModelError;
+use super::pipeline::{LayerShare, Pipeline};
 
 /// Safetensors headers above this are not checkpoints but corruption.
 const MAX_HEADER_BYTES: u64 = 100 * 1024 * 1024;
@@ -23,15 +24,21 @@ pub struct Weights {
     /// Per-layer quantization where the checkpoint itself says (GGUF types differ per tensor);
     /// layers not named here use `config.json`'s.
     quantization: HashMap<String, Quantization>,
+    /// The tensors another rank of a pipeline runs are never read into memory: left lazy, they
+    /// cost nothing until evaluated, and they never are.
+    share: Option<LayerShare>,
 }
 
 impl Weights {
     /// The checkpoint's `*.safetensors` in `model_dir` ([`corral_ipc::weight_files`]); `quantization` names the layers whose quantization
     /// differs from the model-wide one.
+    /// As one rank of `pipeline`, the other ranks' layers are not read.
     pub fn load(
         model_dir: &Path,
         quantization: HashMap<String, Quantization>,
+        pipeline: Option<&Pipeline>,
     ) -> Result<Self, ModelError> {
+        let share = pipeline.map(Pipeline::share);
         let files = safetensors_files(model_dir)?;
         let mut tensors = HashMap::new();
         for file in files {
@@ -44,7 +51,11 @@ impl Weights {
             // Materialize now, as mlx-lm does: a loaded worker then holds its weights, and a
             // file that fails to read fails the load rather than the first request. The header
             // was checked above, so a failure here is the read's (I/O, memory), not the file's.
-            mlx_rs::transforms::eval(arrays.values()).map_err(|source| ModelError::Mlx {
+            let held = arrays
+                .iter()
+                .filter(|(name, _)| share.as_ref().is_none_or(|share| share.holds_tensor(name)))
+                .map(|(_, array)| array);
+            mlx_rs::transforms::eval(held).map_err(|source| ModelError::Mlx {
                 dir: file.clone(),
                 action: "reading the tensors",
                 source,
@@ -57,6 +68,7 @@ impl Weights {
             tensors,
             model_dir: model_dir.to_path_buf(),
             quantization,
+            share,
         })
     }
 
@@ -74,6 +86,7 @@ impl Weights {
                 .collect(),
             model_dir: source.to_path_buf(),
             quantization,
+            share: None,
         }
     }
 
@@ -182,6 +195,7 @@ impl Weights {
             tensors,
             model_dir: self.model_dir.clone(),
             quantization,
+            share: None,
         })
     }
 
@@ -217,7 +231,7 @@ impl Weights {
             file = path;
         }
         let stacked = mlx_rs::ops::stack(&parts, 0)
-            .and_then(|stacked| stacked.eval().map(|()| stacked))
+            .and_then(|stacked| self.materialize(target, stacked))
             .map_err(|source| ModelError::Mlx {
                 dir: file.clone(),
                 action: "stacking the experts' tensors",
@@ -239,7 +253,7 @@ impl Weights {
             return Ok(());
         };
         let converted = convert(&array)
-            .and_then(|converted| converted.eval().map(|()| converted))
+            .and_then(|converted| self.materialize(to, converted))
             .map_err(|source| ModelError::Mlx {
                 dir: file.clone(),
                 action,
@@ -261,7 +275,12 @@ impl Weights {
             return Ok(());
         };
         let converted = convert(&array)
-            .and_then(|parts| mlx_rs::transforms::eval(&parts).map(|()| parts))
+            .and_then(|parts| {
+                if self.holds(from) {
+                    mlx_rs::transforms::eval(&parts)?;
+                }
+                Ok(parts)
+            })
             .map_err(|source| ModelError::Mlx {
                 dir: file.clone(),
                 action,
@@ -271,6 +290,22 @@ impl Weights {
             self.tensors.insert(name.to_owned(), (part, file.clone()));
         }
         Ok(())
+    }
+
+    /// Whether this rank keeps the tensor `name` (every tensor, outside a pipeline).
+    fn holds(&self, name: &str) -> bool {
+        self.share
+            .as_ref()
+            .is_none_or(|share| share.holds_tensor(name))
+    }
+
+    /// `array`, computed now where this rank keeps the tensor `name`, so that its sources'
+    /// memory can go; left lazy, and so never read, where another rank runs it.
+    fn materialize(&self, name: &str, array: Array) -> Result<Array, mlx_rs::error::Exception> {
+        if self.holds(name) {
+            array.eval()?;
+        }
+        Ok(array)
     }
 
     /// Renames a tensor, if present.
@@ -314,12 +349,15 @@ impl Weights {
         }
         shape[axis] = rows / 2;
         shape.insert(axis + 1, 2);
+        let held = self.holds(source);
         let split = |parity: i32| -> Result<Array, mlx_rs::error::Exception> {
             let pairs = array.reshape(&shape)?;
             let part = pairs
                 .take_axis(Array::from_int(parity), (axis + 1) as i32)?
                 .contiguous()?;
-            part.eval()?;
+            if held {
+                part.eval()?;
+            }
             Ok(part)
         };
         for (parity, target) in targets.into_iter().enumerate() {
@@ -343,7 +381,11 @@ impl Weights {
     }
 
     pub fn total_bytes(&self) -> usize {
-        self.tensors.values().map(|(array, _)| array.nbytes()).sum()
+        self.tensors
+            .iter()
+            .filter(|(name, _)| self.holds(name))
+            .map(|(_, (array, _))| array.nbytes())
+            .sum()
     }
 }
 

@@ -319,6 +319,7 @@ impl Fixture {
             &gguf.join(format!("{name}-vl-F32.gguf")),
             crate::gguf::Choices::default(),
             Some(&gguf.join(format!("mmproj-{name}-vl-F32.gguf"))),
+            None,
         )
         .unwrap();
         Self::at(&data().join(reference_dir), loaded)

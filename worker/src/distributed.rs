@@ -1,0 +1,148 @@
+//! MLX's own distributed backend, through mlx-c (mlx-rs 0.33 has no wrapper for it): the group a
+//! worker's ranks form, and the collectives they compute each step with. Activations and
+//! reductions between ranks only ever travel through these; corral has no tensor protocol of its
+//! own.
+
+use std::ffi::CString;
+
+use mlx_rs::error::Exception;
+use mlx_rs::{Array, Dtype, Stream};
+
+/// The environment MLX's ring backend reads: this process's rank, and the JSON host file that
+/// lists every rank's address.
+pub const RANK_VARIABLE: &str = "MLX_RANK";
+pub const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
+
+/// This process's place in a group of ranks that compute one model together.
+pub struct Group {
+    raw: mlx_sys::mlx_distributed_group,
+    rank: usize,
+    size: usize,
+}
+
+impl Group {
+    /// Joins the group `backend` (`"ring"`, `"jaccl"`, `"mpi"`) describes from the environment;
+    /// returns when every rank has joined. Fails rather than fall back to a group of one.
+    pub fn join(backend: &str) -> Result<Self, Exception> {
+        let name = CString::new(backend)
+            .map_err(|_| Exception::custom(format!("backend name {backend:?} holds a NUL")))?;
+        // SAFETY: `raw` starts as an empty group that mlx-c fills on success; the name outlives
+        // the call.
+        let raw = unsafe {
+            if !mlx_sys::mlx_distributed_is_available(name.as_ptr()) {
+                return Err(Exception::custom(format!(
+                    "MLX was built without its {backend} distributed backend"
+                )));
+            }
+            let mut raw = mlx_sys::mlx_distributed_group_new();
+            if mlx_sys::mlx_distributed_init(&mut raw, true, name.as_ptr()) != 0 {
+                return Err(Exception::custom(format!(
+                    "joining the {backend} group failed (see {RANK_VARIABLE} and {HOSTFILE_VARIABLE})"
+                )));
+            }
+            raw
+        };
+        // SAFETY: `raw` is the live group mlx-c just initialized.
+        let (rank, size) = unsafe {
+            (
+                mlx_sys::mlx_distributed_group_rank(raw),
+                mlx_sys::mlx_distributed_group_size(raw),
+            )
+        };
+        Ok(Self {
+            raw,
+            rank: usize::try_from(rank).unwrap_or_default(),
+            size: usize::try_from(size).unwrap_or(1),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The element-wise sum of `x` over every rank.
+    pub fn all_sum(&self, x: &Array) -> Result<Array, Exception> {
+        self.collective("all_sum", |res, stream| {
+            // SAFETY: live handles for the call's duration (see `collective`).
+            unsafe { mlx_sys::mlx_distributed_all_sum(res, x.as_ptr(), self.raw, stream) }
+        })
+    }
+
+    /// Every rank's `x`, concatenated along the first axis in rank order.
+    pub fn all_gather(&self, x: &Array) -> Result<Array, Exception> {
+        self.collective("all_gather", |res, stream| {
+            // SAFETY: as in `all_sum`.
+            unsafe { mlx_sys::mlx_distributed_all_gather(res, x.as_ptr(), self.raw, stream) }
+        })
+    }
+
+    /// Sends `x` to rank `to` when the result is evaluated; the result is `x` again, so that the
+    /// send stays in the graph of what follows.
+    pub fn send(&self, x: &Array, to: usize) -> Result<Array, Exception> {
+        let to = to as i32;
+        self.collective("send", |res, stream| {
+            // SAFETY: as in `all_sum`.
+            unsafe { mlx_sys::mlx_distributed_send(res, x.as_ptr(), to, self.raw, stream) }
+        })
+    }
+
+    /// An array of `shape` and `dtype` that rank `from` sends.
+    pub fn recv(&self, shape: &[i32], dtype: Dtype, from: usize) -> Result<Array, Exception> {
+        let from = from as i32;
+        self.collective("recv", |res, stream| {
+            // SAFETY: as in `all_sum`; `shape` outlives the call.
+            unsafe {
+                mlx_sys::mlx_distributed_recv(
+                    res,
+                    shape.as_ptr(),
+                    shape.len(),
+                    dtype as mlx_sys::mlx_dtype,
+                    from,
+                    self.raw,
+                    stream,
+                )
+            }
+        })
+    }
+
+    /// Runs one mlx-c collective that writes its result into `res`.
+    fn collective(
+        &self,
+        operation: &str,
+        call: impl FnOnce(*mut mlx_sys::mlx_array, mlx_sys::mlx_stream) -> i32,
+    ) -> Result<Array, Exception> {
+        let stream = Stream::thread_local_or_default();
+        // SAFETY: `res` starts as an empty array that mlx-c fills on success and that `Array`
+        // then owns (and frees on either path).
+        unsafe {
+            let mut res = mlx_sys::mlx_array_new();
+            let status = call(&mut res, stream.as_ptr());
+            let array = Array::from_ptr(res);
+            if status != 0 {
+                return Err(Exception::custom(format!(
+                    "MLX distributed {operation} failed on rank {} of {}",
+                    self.rank, self.size
+                )));
+            }
+            Ok(array)
+        }
+    }
+}
+
+// SAFETY: the handle is a shared pointer to MLX's backend, which it only reads; the collectives
+// themselves run when an array is evaluated, on the one thread that evaluates the model.
+unsafe impl Send for Group {}
+unsafe impl Sync for Group {}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: the group was initialized by mlx-c and is freed once.
+        unsafe {
+            mlx_sys::mlx_distributed_group_free(self.raw);
+        }
+    }
+}
