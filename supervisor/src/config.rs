@@ -252,6 +252,19 @@ pub struct ModelSettings {
     pub draft: Option<String>,
     /// The most tokens a sequence guesses per pass; `None`: the worker's.
     pub draft_tokens: Option<u32>,
+    /// The hosts whose ranks serve the model together, one rank per entry, rank 0 first; `None`
+    /// or one entry: a worker of its own. `"localhost"` is a rank on this host.
+    pub hosts: Option<Vec<String>>,
+    /// How a group's ranks share the model: `"pipeline"`, each running a share of the layers.
+    pub parallel: Option<Parallel>,
+}
+
+/// How a worker group's ranks share a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Parallel {
+    Pipeline,
+    Tensor,
 }
 
 /// The worker's `--gguf-requantize` values.
@@ -276,6 +289,11 @@ impl GgufRequantize {
 }
 
 impl ModelSettings {
+    /// How many ranks serve the model together.
+    pub fn ranks(&self) -> usize {
+        self.hosts.as_ref().map_or(1, |hosts| hosts.len().max(1))
+    }
+
     /// How the model's decoding guesses ahead, where the configuration says.
     pub fn speculation(&self) -> Option<SpeculativeMethod> {
         self.speculative
@@ -491,6 +509,7 @@ impl Config {
         check_batching(&from_file.batching, &from_file.models)?;
         check_sampling(&from_file.models)?;
         check_speculation(&from_file.models)?;
+        check_groups(&from_file.models)?;
         check_log(&from_file.log)?;
         let mut models = from_file.models;
         for model in overrides.pinned {
@@ -569,6 +588,36 @@ fn check_speculation(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
                 )
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The names a rank on this host goes by in `hosts`.
+const THIS_HOST: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Refuses a worker group this corral cannot start: ranks on other hosts (no member daemon
+/// runs them yet), or tensor parallelism, which the worker does not have yet.
+fn check_groups(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
+    for (model, settings) in models {
+        let Some(hosts) = &settings.hosts else {
+            continue;
+        };
+        if hosts.is_empty() {
+            bail!("[models.\"{model}\"]: hosts is empty; name one host per rank, or leave it out");
+        }
+        if let Some(host) = hosts
+            .iter()
+            .find(|host| !THIS_HOST.contains(&host.as_str()))
+        {
+            bail!(
+                "[models.\"{model}\"]: host {host:?} is not known: a group's ranks run on this host only (\"localhost\"); corral cannot start ranks on other hosts yet"
+            );
+        }
+        if settings.parallel == Some(Parallel::Tensor) {
+            bail!(
+                "[models.\"{model}\"]: parallel = \"tensor\" is not built yet; parallel = \"pipeline\" splits the layers between the ranks"
+            );
         }
     }
     Ok(())

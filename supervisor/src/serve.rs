@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, Admin};
 use crate::auth::{self, Keys};
-use crate::config::{Config, Overrides};
+use crate::config::{Config, ModelSettings, Overrides};
 use crate::dispatch::Dispatch;
 use crate::eviction::Enforcer;
 use crate::memory::{Budget, format_bytes, system_memory};
@@ -92,6 +92,10 @@ async fn serve(options: ServeOptions) -> Result<()> {
         .with_unloadable_report(unloadable)
         .with_start_timeout(config.worker_start_timeout)
         .with_worker_args(prefix_cache_args(&config, &state_dir))
+        .with_ranks({
+            let config = config.clone();
+            Arc::new(move |model| config.models.get(model).map_or(1, ModelSettings::ranks))
+        })
         .with_model_args(Arc::new(move |model| {
             let mut args = model_args(&batching, model);
             let projector = args_registry

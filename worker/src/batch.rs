@@ -16,6 +16,7 @@ use crate::generation::{
     Event, FinishReason, GenerateError, GenerateRequest, Prepared, RejectReason, prepare,
 };
 use crate::loaded::LoadedModel;
+use crate::lockstep;
 use crate::model::{Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
@@ -339,7 +340,25 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             tower,
             draft,
         };
-        prefill_guard::admit(shape, prefill, limit)
+        let verdict = prefill_guard::admit(shape, prefill, limit);
+        // A group's ranks take rank 0's verdict, so that every batch admits the same requests.
+        let Some(pipeline) = model.pipeline() else {
+            return verdict;
+        };
+        match (
+            lockstep::rank_zeros(pipeline.group(), verdict.is_ok()),
+            verdict,
+        ) {
+            (true, _) => Ok(()),
+            (false, Err(too_large)) => Err(too_large),
+            (false, Ok(())) => Err(prefill_guard::PrefillTooLarge {
+                prompt_tokens,
+                needed: 0,
+                tower: 0,
+                in_use: 0,
+                limit,
+            }),
+        }
     }
 
     /// Sequences whose clients have gone leave before the pass, so nothing runs for them.
@@ -370,6 +389,11 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             .iter()
             .any(|running| running.sequence.speculates());
         let guessing = speculating && self.payoff.guess_now();
+        // Rank 0's timings decide for a group, whose ranks must all run the same passes.
+        let guessing = match self.loaded.model.pipeline() {
+            Some(pipeline) if speculating => lockstep::rank_zeros(pipeline.group(), guessing),
+            _ => guessing,
+        };
         if guessing && let Some(draft) = self.draft {
             self.draft_guesses(draft);
         }

@@ -50,9 +50,14 @@ pub struct ServeArgs {
     /// A GGUF model's vision projector (llama.cpp's `mmproj` file), which runs its images.
     #[arg(long, value_name = "FILE")]
     pub mmproj: Option<PathBuf>,
-    /// The Unix socket the supervisor listens on for this worker.
+    /// The Unix socket the supervisor listens on for this worker (a group's rank 0's).
     #[arg(long)]
     pub socket: PathBuf,
+    /// Run as one rank of a worker group: join MLX's ring group that `MLX_RANK` and
+    /// `MLX_HOSTFILE` describe and run this rank's share of the layers. Rank 0 serves the
+    /// supervisor; the others step with it.
+    #[arg(long)]
+    pub pipeline: bool,
     /// This worker's share of the memory budget, in bytes: a request whose prefill would take
     /// MLX's memory in use past it is refused before any compute. Without it, no such check.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
@@ -162,6 +167,7 @@ impl ServeArgs {
             projector: self.mmproj.clone(),
             draft: self.draft.clone(),
             speculative: self.speculative,
+            group: None,
         }
     }
 }

@@ -14,6 +14,7 @@ pub const RANK_VARIABLE: &str = "MLX_RANK";
 pub const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
 
 /// This process's place in a group of ranks that compute one model together.
+#[derive(Debug)]
 pub struct Group {
     raw: mlx_sys::mlx_distributed_group,
     rank: usize,
@@ -107,6 +108,31 @@ impl Group {
                 )
             }
         })
+    }
+
+    /// Rank 0's `bytes`, on every rank (the others' are ignored): its length, then its bytes,
+    /// each summed with the zeros every other rank gives.
+    pub fn broadcast(&self, bytes: &[u8]) -> Result<Vec<u8>, Exception> {
+        let length = match self.rank {
+            0 => i32::try_from(bytes.len())
+                .map_err(|_| Exception::custom("a broadcast of more than 2 GiB"))?,
+            _ => 0,
+        };
+        let length = self.all_sum(&Array::from_int(length))?;
+        length.eval()?;
+        let length = length
+            .try_item_exact::<i32>()
+            .map_err(|error| Exception::custom(error.to_string()))?;
+        if length <= 0 {
+            return Ok(Vec::new());
+        }
+        let ours = match self.rank {
+            0 => Array::from_slice(bytes, &[length]),
+            _ => mlx_rs::ops::zeros::<u8>(&[length])?,
+        };
+        let summed = self.all_sum(&ours)?;
+        summed.eval()?;
+        Ok(summed.as_slice::<u8>().to_vec())
     }
 
     /// Runs one mlx-c collective that writes its result into `res`.

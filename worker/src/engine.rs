@@ -12,12 +12,17 @@ use std::thread;
 
 use corral_ipc::PrefixCacheStats;
 
+use corral_ipc::GenerateRequest as WireRequest;
+
 use crate::batch::{Batch, BatchLimits, Job};
+use crate::distributed::Group;
 use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
+use crate::lockstep;
 use crate::prefix_cache::{PrefixCache, PrefixCacheOptions, PrefixCounters};
 use crate::speculation::{Method, draft, method_where_it_pays};
+use crate::wire::to_generate_request;
 
 /// How long the engine waits at shutdown for the SSD writer to persist queued blocks.
 const SHUTDOWN_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
@@ -39,6 +44,9 @@ pub struct EngineOptions {
     /// How sequences guess ahead unless their request says; `None`: the way that pays for the
     /// loaded model on this device ([`method_where_it_pays`]). It replaces `batch`'s method.
     pub speculative: Option<Method>,
+    /// The group whose rank 0 this worker is, when the model is spread over several ranks
+    /// (`lockstep.rs`); the others run [`crate::lockstep::follow`].
+    pub group: Option<Arc<Group>>,
 }
 
 /// What the engine tells about a loaded model.
@@ -53,16 +61,18 @@ pub struct ModelInfo {
 /// Where a job's events go; called on the engine thread, so it must not block.
 pub type EventSink = Box<dyn FnMut(Result<Event, GenerateError>) + Send>;
 
-struct Submitted {
-    request: GenerateRequest,
-    cancel: Arc<AtomicBool>,
-    sink: EventSink,
+pub(crate) struct Submitted {
+    pub(crate) request: GenerateRequest,
+    /// The request as the supervisor sent it, which a group's rank 0 passes on to the others.
+    pub(crate) wire: Option<Box<WireRequest>>,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) sink: EventSink,
 }
 
 /// MLX's memory figures and the batch's occupancy, published by the engine thread after each
 /// step (reading MLX's figures is an MLX call, so no other thread may).
 #[derive(Debug, Default)]
-pub(crate) struct Gauges {
+pub struct Gauges {
     active: AtomicU64,
     cache: AtomicU64,
     peak: AtomicU64,
@@ -85,7 +95,7 @@ pub struct Occupancy {
 }
 
 impl Gauges {
-    fn publish_batch(&self, batch: &Batch<'_, '_, '_>) {
+    pub(crate) fn publish_batch(&self, batch: &Batch<'_, '_, '_>) {
         self.publish_occupancy(batch.running() as u64, batch.waiting() as u64);
     }
 
@@ -133,6 +143,8 @@ impl Gauges {
 
 pub struct Engine {
     jobs: mpsc::Sender<Submitted>,
+    /// Whether other ranks step with this one, which then passes each request on as sent.
+    grouped: bool,
     gauges: Arc<Gauges>,
     prefix: Option<Arc<PrefixCounters>>,
     thread: Option<thread::JoinHandle<()>>,
@@ -170,7 +182,8 @@ impl Engine {
         let thread_gauges = gauges.clone();
         let prefix_counters = Arc::new(PrefixCounters::default());
         let counters = prefix_counters.clone();
-        let prefix_enabled = options.prefix_cache.is_some();
+        let prefix_enabled = options.prefix_cache.is_some() && options.group.is_none();
+        let grouped = options.group.is_some();
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
@@ -178,7 +191,7 @@ impl Engine {
                     &model_dir,
                     options.gguf,
                     options.projector.as_deref(),
-                    None,
+                    options.group.clone(),
                 ) {
                     Ok(loaded) => loaded,
                     Err(error) => {
@@ -186,10 +199,7 @@ impl Engine {
                         return;
                     }
                 };
-                let mut limits = options.batch;
-                limits.speculation.method = options.speculative.unwrap_or_else(|| {
-                    method_where_it_pays(loaded.model.new_mtp_cache().is_some())
-                });
+                let limits = batch_limits(&loaded, &options);
                 let draft = match load_draft(&loaded, &options, limits.speculation.method) {
                     Ok(draft) => draft,
                     Err(error) => {
@@ -197,7 +207,19 @@ impl Engine {
                         return;
                     }
                 };
-                let mut prefix = options.prefix_cache.as_ref().and_then(|prefix_options| {
+                if let Some(group) = &options.group
+                    && let Err(error) = loaded_everywhere(group)
+                {
+                    let _ = loaded_tx.send(Err(LoadError::Group(error.to_string())));
+                    return;
+                }
+                // A group's ranks would each keep their own cache of their own layers; until they
+                // restore together, a group serves without one.
+                let prefix_options = options
+                    .prefix_cache
+                    .as_ref()
+                    .filter(|_| options.group.is_none());
+                let mut prefix = prefix_options.and_then(|prefix_options| {
                     PrefixCache::open(&loaded, prefix_options, counters)
                         .inspect_err(|error| {
                             tracing::warn!(%error, "prefix cache unavailable; serving without it");
@@ -216,7 +238,10 @@ impl Engine {
                 if let Some(draft) = &draft {
                     batch = batch.with_draft(draft);
                 }
-                run_batch(batch, &job_queue, &thread_gauges);
+                match &options.group {
+                    Some(group) => lockstep::lead(batch, &job_queue, &thread_gauges, group),
+                    None => run_batch(batch, &job_queue, &thread_gauges),
+                }
                 if let Some(prefix) = &prefix
                     && !prefix.flush(SHUTDOWN_FLUSH)
                 {
@@ -227,6 +252,7 @@ impl Engine {
         let info = loaded_rx.recv().map_err(|_| EngineError::Stopped)??;
         Ok(Self {
             jobs,
+            grouped,
             gauges,
             prefix: prefix_enabled.then_some(prefix_counters),
             thread: Some(thread),
@@ -270,10 +296,31 @@ impl Engine {
         request: GenerateRequest,
         sink: EventSink,
     ) -> Result<Arc<AtomicBool>, EngineError> {
+        self.queue(request, None, sink)
+    }
+
+    /// Queues a request as the supervisor sent it, whose events go to `sink`; returns its
+    /// cancel flag.
+    pub fn submit_wire(
+        &self,
+        request: Box<WireRequest>,
+        sink: EventSink,
+    ) -> Result<Arc<AtomicBool>, EngineError> {
+        let wire = self.grouped.then(|| request.clone());
+        self.queue(to_generate_request(request), wire, sink)
+    }
+
+    fn queue(
+        &self,
+        request: GenerateRequest,
+        wire: Option<Box<WireRequest>>,
+        sink: EventSink,
+    ) -> Result<Arc<AtomicBool>, EngineError> {
         let cancel = Arc::new(AtomicBool::new(false));
         self.jobs
             .send(Submitted {
                 request,
+                wire,
                 cancel: cancel.clone(),
                 sink,
             })
@@ -294,13 +341,37 @@ impl Drop for Engine {
     }
 }
 
+/// The batch's limits for `loaded`, its sequences guessing the configured way or else the way
+/// that pays. A group's ranks load no draft model, so a group never drafts with one.
+pub(crate) fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> BatchLimits {
+    let mut limits = options.batch;
+    limits.speculation.method = options
+        .speculative
+        .unwrap_or_else(|| method_where_it_pays(loaded.model.new_mtp_cache().is_some()));
+    if options.group.is_some() && limits.speculation.method == Method::Draft {
+        tracing::warn!(model = %loaded.dir.display(), "speculative decoding off: a worker group runs no draft model");
+        limits.speculation.method = Method::Off;
+    }
+    limits
+}
+
+/// Returns once every rank of `group` has loaded its share: a rank that failed to has ended,
+/// and the others wait here until its supervisor ends them too.
+pub(crate) fn loaded_everywhere(group: &Group) -> Result<(), mlx_rs::error::Exception> {
+    let loaded = group.all_sum(&mlx_rs::Array::from_int(1))?;
+    loaded.eval()
+}
+
 /// The draft model, where one is named: its load failing fails the model's, as the operator
-/// asked for it.
+/// asked for it. A group loads none.
 fn load_draft(
     loaded: &LoadedModel,
     options: &EngineOptions,
     method: Method,
 ) -> Result<Option<LoadedModel>, LoadError> {
+    if options.group.is_some() {
+        return Ok(None);
+    }
     let Some(path) = &options.draft else {
         return match method {
             Method::Draft => Err(LoadError::NoDraft),
@@ -354,14 +425,24 @@ fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {
     let Submitted {
         request,
         cancel,
-        mut sink,
+        sink,
+        ..
     } = submitted;
+    Job {
+        request,
+        cancelled: Box::new(move || cancel.load(Ordering::Relaxed)),
+        sink: gauged(sink, gauges),
+    }
+}
+
+/// `sink`, which first moves the request between the occupancy gauges as its events say.
+pub(crate) fn gauged(mut sink: EventSink, gauges: &Arc<Gauges>) -> EventSink {
     // The occupancy a request's own frames imply is published before each frame leaves, so
     // stats asked for right after a `Rejected` or `Done` already count it out (the batch's
     // own figures follow after its step).
     let gauges = gauges.clone();
     let mut started = false;
-    let sink: EventSink = Box::new(move |event| {
+    Box::new(move |event| {
         match &event {
             Ok(Event::Accepted { .. }) if !started => {
                 started = true;
@@ -373,10 +454,5 @@ fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {
             _ => {}
         }
         sink(event);
-    });
-    Job {
-        request,
-        cancelled: Box::new(move || cancel.load(Ordering::Relaxed)),
-        sink,
-    }
+    })
 }

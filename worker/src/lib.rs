@@ -18,6 +18,7 @@ pub mod image;
 mod linux_shim;
 mod load_failure;
 pub mod loaded;
+pub mod lockstep;
 pub mod model;
 pub mod model_json;
 pub mod one_shot;

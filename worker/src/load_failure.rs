@@ -78,6 +78,8 @@ impl Permanence for LoadError {
                 ProjectorError::Unsupported { .. } | ProjectorError::Invalid { .. } => true,
             },
             LoadError::Draft { source, .. } => source.is_permanent(),
+            // A rank lost while the group loaded says nothing of the files.
+            LoadError::Group(_) => false,
             // A processor config the load could not read as one stays so.
             LoadError::Tokenizer { .. }
             | LoadError::NotAModel { .. }

@@ -47,6 +47,8 @@ pub enum LoadError {
     DraftMismatch { path: PathBuf, reason: String },
     #[error("speculative decoding by a draft model needs one (`draft`)")]
     NoDraft,
+    #[error("the worker group: {0}")]
+    Group(String),
 }
 
 pub struct LoadedModel {

@@ -1,8 +1,11 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
 use corral_worker::cli::{Cli, Command};
+use corral_worker::distributed::Group;
+use std::sync::Arc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,8 +26,7 @@ fn main() -> ExitCode {
                 .with_writer(std::io::stderr)
                 .with_ansi(colour)
                 .init();
-            let options = args.engine_options();
-            corral_worker::serve::run(args.model, args.socket, options)
+            serve(args)
         }
     };
     match result {
@@ -34,6 +36,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Serves the supervisor, or, as a group's rank other than 0, steps with rank 0.
+fn serve(args: corral_worker::cli::ServeArgs) -> anyhow::Result<()> {
+    let mut options = args.engine_options();
+    if args.pipeline {
+        let group = Group::join("ring").context("joining the worker group")?;
+        let group = Arc::new(group);
+        if group.rank() != 0 {
+            corral_worker::serve::exit_with_parent();
+            return corral_worker::lockstep::follow(args.model, options, group);
+        }
+        options.group = Some(group);
+    }
+    corral_worker::serve::run(args.model, args.socket, options)
 }
 
 fn describe(

@@ -23,7 +23,7 @@ use crate::embedding::engine::{EncodeJob, EncoderEngine, Work};
 use crate::engine::{Engine, EngineOptions, MemorySnapshot, ModelInfo, Occupancy};
 use crate::load_failure::LoadFailure;
 use crate::process_memory::peak_resident_bytes;
-use crate::wire::{Ending, to_generate_request, to_wire_event};
+use crate::wire::{Ending, to_wire_event};
 
 /// Requests waiting beyond this are refused as `Overloaded` rather than queued without bound.
 const MAX_QUEUED: usize = 64;
@@ -44,7 +44,7 @@ pub fn run(model: PathBuf, socket: PathBuf, options: EngineOptions) -> Result<()
 
 /// On Linux the kernel also ends the worker if the supervisor dies without closing the socket
 /// (macOS has no such signal; there the closed connection is what ends it).
-fn exit_with_parent() {
+pub fn exit_with_parent() {
     #[cfg(target_os = "linux")]
     if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
         tracing::warn!(%error, "cannot ask for a parent-death signal");
@@ -265,7 +265,7 @@ fn submit(
     });
     // The flag is registered before the job can finish, so a quick job cannot leave it behind.
     let mut flags = lock(&sequences.cancel_flags);
-    match engine.submit_to(to_generate_request(request), sink) {
+    match engine.submit_wire(request, sink) {
         Ok(flag) => {
             flags.insert(id, flag);
         }

@@ -7,6 +7,7 @@
 //! its state machine stays testable without processes.
 
 mod client;
+mod group;
 mod ledger;
 mod reaper;
 mod run_dir;
@@ -21,6 +22,8 @@ pub use client::{ClientError, RequestHandle, STATS_TIMEOUT, WorkerClient};
 pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};
-pub use spawn::{DEFAULT_START_TIMEOUT, ModelArgs, ModelLookup, Spawner, UnloadableReport};
+pub use spawn::{
+    DEFAULT_START_TIMEOUT, ModelArgs, ModelLookup, ModelRanks, Spawner, UnloadableReport,
+};
 pub use stop::{StopStep, Stopped, stop};
 pub use workers::{Described, DescribedSizes, WorkerProcesses};

@@ -23,6 +23,7 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::client::WorkerClient;
+use super::group::{self, LocalGroup};
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::run_dir::{RunDir, SlotName};
 use crate::pool::{LaunchError, LaunchedWorker};
@@ -42,6 +43,9 @@ pub type UnloadableReport = Arc<dyn Fn(&str, &Path, &str) + Send + Sync>;
 /// Model id → the options its worker gets besides everyone's (its batch size).
 pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<OsString> + Send + Sync>;
 
+/// Model id → how many ranks on this host serve it together (1: a worker of its own).
+pub type ModelRanks = Arc<dyn Fn(&str) -> usize + Send + Sync>;
+
 pub struct Spawner {
     binary: PathBuf,
     run_dir: RunDir,
@@ -52,6 +56,7 @@ pub struct Spawner {
     worker_args: Vec<OsString>,
     /// Passed to one model's worker after `worker_args`.
     model_args: Option<ModelArgs>,
+    ranks: Option<ModelRanks>,
     unloadable: Option<UnloadableReport>,
 }
 
@@ -72,6 +77,7 @@ impl Spawner {
             exits,
             worker_args: Vec::new(),
             model_args: None,
+            ranks: None,
             unloadable: None,
         }
     }
@@ -83,6 +89,12 @@ impl Spawner {
 
     pub fn with_model_args(mut self, model_args: ModelArgs) -> Self {
         self.model_args = Some(model_args);
+        self
+    }
+
+    /// Models served by a group of ranks on this host.
+    pub fn with_ranks(mut self, ranks: ModelRanks) -> Self {
+        self.ranks = Some(ranks);
         self
     }
 
@@ -114,12 +126,29 @@ impl Spawner {
             reason,
         })?;
         let token = one_time_token().map_err(spawn_error)?;
+        let slot = SlotName::for_model(model);
         let (listener, socket) = self
             .run_dir
-            .bind(&SlotName::for_model(model))
+            .bind(&slot)
             .map_err(|err| spawn_error(std::io::Error::other(err)))?;
-        let spawned = self
-            .command(model, &dir, &socket, memory_limit)
+        let ranks = self.ranks.as_ref().map_or(1, |ranks| ranks(model));
+        let group = match ranks {
+            0 | 1 => None,
+            size => match LocalGroup::prepare(&self.run_dir, &slot, size) {
+                Ok(group) => Some(group),
+                Err(error) => {
+                    remove_socket(&socket, model);
+                    return Err(spawn_error(error));
+                }
+            },
+        };
+        // Each rank holds its share of the layers, and of the budget.
+        let memory_limit = memory_limit / ranks.max(1) as u64;
+        let mut command = self.command(model, &dir, &socket, memory_limit);
+        if let Some(group) = &group {
+            group.join_as(&mut command, 0);
+        }
+        let spawned = command
             .env(corral_ipc::WORKER_TOKEN_ENV, &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -143,6 +172,15 @@ impl Spawner {
         }
         let process = WorkerProcess::watch(child, model, self.exits.clone());
         self.forget_record_on_exit(&process);
+        if let Some(group) = &group
+            && let Err(error) =
+                self.spawn_followers(group, model, &dir, &socket, memory_limit, &process)
+        {
+            remove_socket(&socket, model);
+            process.signal(Signal::SIGKILL);
+            process.wait().await;
+            return Err(spawn_error(error));
+        }
 
         let ready = tokio::time::timeout(
             self.start_timeout,
@@ -199,6 +237,49 @@ impl Spawner {
             command.args(model_args(model));
         }
         command
+    }
+
+    /// Ranks 1 and up of `group`, each tied to rank 0 (`leader`).
+    fn spawn_followers(
+        &self,
+        group: &LocalGroup,
+        model: &str,
+        dir: &Path,
+        socket: &Path,
+        memory_limit: u64,
+        leader: &WorkerProcess,
+    ) -> std::io::Result<()> {
+        for rank in 1..group.size() {
+            let mut command = self.command(model, dir, socket, memory_limit);
+            group.join_as(&mut command, rank);
+            let mut child = command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()?;
+            let pid = child.id().unwrap_or(0);
+            tracing::info!(
+                model,
+                rank,
+                pid,
+                leader = leader.pid(),
+                "worker group rank spawned"
+            );
+            forward_output(child.stdout.take(), model, pid);
+            forward_output(child.stderr.take(), model, pid);
+            if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
+                tracing::warn!(model, pid, %error, "cannot record the rank's pid");
+            }
+            group::tie(
+                child,
+                leader.clone(),
+                model.to_owned(),
+                rank,
+                self.run_dir.clone(),
+            );
+        }
+        Ok(())
     }
 
     fn forget_record_on_exit(&self, process: &WorkerProcess) {

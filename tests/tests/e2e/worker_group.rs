@@ -1,15 +1,22 @@
-//! A model spread over a group of ranks on MLX's ring backend, on loopback: `corral-worker
-//! generate --pipeline` in one process per rank, as `mlx.launch` starts mlx-lm's. Each rank runs
-//! its share of the layers and passes its activations on through MLX's send and receive; the
-//! tokens and their log-probabilities must be the one process's.
+//! A model spread over a group of ranks on MLX's ring backend, on loopback. First `corral-worker
+//! generate --pipeline` in one process per rank, as `mlx.launch` starts mlx-lm's: each rank runs
+//! its share of the layers and passes its activations on through MLX's send and receive, and the
+//! tokens and their log-probabilities must be the one process's. Then `corral serve` with
+//! `[models.ID] hosts = ["localhost", "localhost"]`: the same answers over HTTP, alone and in a
+//! batch, and a rank killed under a stream takes down its group alone, which the next request
+//! starts again.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
+use corral_fixture::Arch;
+use corral_tests::server::{Dirs, Server, alive, chat, sse_events};
 use corral_tests::{PATIENCE, binary};
-use serde_json::Value;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
 
 const PROMPT: &str = "The ranks of a pipeline pass each token's activations along";
 
@@ -183,4 +190,110 @@ fn more_ranks_than_layers_is_refused_by_every_rank() {
             "rank {rank}: {stderr}"
         );
     }
+}
+
+const GROUPED: &str =
+    "[models.grouped]\nhosts = [\"localhost\", \"localhost\"]\nparallel = \"pipeline\"\n";
+
+/// A server with `checkpoint` as `alone` (one worker) and as `grouped` (two ranks).
+fn serve_both(checkpoint: &Path) -> (Dirs, Server) {
+    let dirs = Dirs::generated([]);
+    for name in ["alone", "grouped"] {
+        std::os::unix::fs::symlink(checkpoint, dirs.models.path().join(name)).unwrap();
+    }
+    let config = dirs.write_config(GROUPED);
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    (dirs, server)
+}
+
+fn completion(server: &Server, model: &str, prompt: &str) -> String {
+    let request = json!({"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0});
+    let response = server.post("/v1/completions", &request);
+    assert_eq!(response.status(), 200, "{model}: {prompt}");
+    let body: Value = response.json().unwrap();
+    body["choices"][0]["text"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_batch() {
+    let (_dirs, server) = serve_both(&toolchain("qwen3_5/hf"));
+    let prompts: Vec<String> = (0..8)
+        .map(|index| format!("Request {index} asks the group about layer {}", index * 7))
+        .collect();
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|prompt| completion(&server, "alone", prompt))
+        .collect();
+    for (prompt, expected) in prompts.iter().zip(&alone) {
+        assert_eq!(
+            &completion(&server, "grouped", prompt),
+            expected,
+            "{prompt}"
+        );
+    }
+    // Eight at once share the group's passes and answer as each did alone.
+    let server = std::sync::Arc::new(server);
+    let batch: Vec<_> = prompts
+        .iter()
+        .cloned()
+        .map(|prompt| {
+            let server = server.clone();
+            std::thread::spawn(move || completion(&server, "grouped", &prompt))
+        })
+        .collect();
+    for ((prompt, expected), answer) in prompts.iter().zip(&alone).zip(batch) {
+        assert_eq!(&answer.join().unwrap(), expected, "{prompt} in a batch");
+    }
+    // Rank 0 is the worker the server lists; the other rank is a process of its own.
+    let rank0 = server.worker_row("grouped")["pid"].as_u64().unwrap() as u32;
+    let alone_pid = server.worker_row("alone")["pid"].as_u64().unwrap() as u32;
+    let workers = server.worker_pids();
+    assert_eq!(workers.len(), 3, "{workers:?}");
+    assert!(workers.contains(&rank0) && workers.contains(&alone_pid));
+}
+
+#[test]
+fn a_rank_killed_under_a_stream_ends_its_groups_stream_alone_and_the_group_starts_again() {
+    let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
+    let config = dirs.write_config(&GROUPED.replace("grouped", "llama"));
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    let first = completion(&server, "llama", "Tell me a story.");
+    assert!(!completion(&server, "qwen3", "Tell me a story.").is_empty());
+    let other = server.worker_row("qwen3")["pid"].as_u64().unwrap() as u32;
+    let rank0 = server.worker_row("llama")["pid"].as_u64().unwrap() as u32;
+    let ranks: Vec<u32> = server
+        .worker_pids()
+        .into_iter()
+        .filter(|pid| *pid != other)
+        .collect();
+    let follower = *ranks.iter().find(|pid| **pid != rank0).unwrap();
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+
+    let response = server.post("/v1/chat/completions", &chat("llama", 500, true));
+    assert_eq!(response.status(), 200);
+    let mut events = sse_events(response);
+    assert!(events.next().unwrap().contains("\"delta\""));
+    let killed = std::time::Instant::now();
+    kill(Pid::from_raw(follower as i32), Signal::SIGKILL).unwrap();
+    let rest: Vec<String> = events.collect();
+    eprintln!(
+        "the stream ended {:.0} ms after its group's rank 1 was killed",
+        killed.elapsed().as_secs_f64() * 1000.0
+    );
+    let last = rest.last().map_or("", String::as_str);
+    assert!(
+        last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
+        "a stream whose group lost a rank ends with an error: {rest:?}"
+    );
+    // Both ranks are gone; the other model's worker never noticed.
+    corral_tests::wait_until("the group's ranks to be reaped", || {
+        !alive(rank0) && !alive(follower)
+    });
+    assert_eq!(server.worker_row("qwen3")["pid"], other);
+    assert!(!completion(&server, "qwen3", "Tell me a story.").is_empty());
+    // The next request starts the group again, which answers as before.
+    assert_eq!(completion(&server, "llama", "Tell me a story."), first);
+    let restarted = server.worker_pids();
+    assert_eq!(restarted.len(), 3, "{restarted:?}");
+    assert!(!restarted.contains(&rank0) && !restarted.contains(&follower));
 }

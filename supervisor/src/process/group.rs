@@ -1,0 +1,106 @@
+//! A worker group on this host: one model served by several `corral-worker serve --pipeline`
+//! ranks, which MLX's ring backend joins over loopback. Rank 0 is the worker the pool knows (its
+//! socket, its leases, its exit); every other rank is tied to it, so that when either ends the
+//! other is ended too and the group lives and dies as one worker.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::Signal;
+use tokio::process::{Child, Command};
+
+use super::reaper::WorkerProcess;
+use super::run_dir::{RunDir, SlotName};
+
+/// The environment MLX's ring backend reads (the worker's `distributed` module names the same).
+const RANK_VARIABLE: &str = "MLX_RANK";
+const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
+
+/// The ring's addresses for one start of a group, in a host file only this user can read;
+/// removed when the start is over (the ranks read it as they join).
+pub struct LocalGroup {
+    hostfile: PathBuf,
+    size: usize,
+}
+
+impl LocalGroup {
+    /// `size` ranks of `slot`'s model on loopback ports the system hands out now.
+    pub fn prepare(run_dir: &RunDir, slot: &SlotName, size: usize) -> io::Result<Self> {
+        let listeners = (0..size)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<io::Result<Vec<_>>>()?;
+        let hosts = listeners
+            .iter()
+            .map(|listener| Ok(vec![listener.local_addr()?.to_string()]))
+            .collect::<io::Result<Vec<Vec<String>>>>()?;
+        drop(listeners);
+        let hostfile = run_dir.path().join(format!("{}.hosts.json", slot.as_str()));
+        let body = serde_json::to_vec(&hosts).map_err(io::Error::other)?;
+        write_private(&hostfile, &body)?;
+        Ok(Self { hostfile, size })
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Makes `command` rank `rank` of the group.
+    pub fn join_as(&self, command: &mut Command, rank: usize) {
+        command
+            .arg("--pipeline")
+            .env(RANK_VARIABLE, rank.to_string())
+            .env(HOSTFILE_VARIABLE, &self.hostfile);
+    }
+}
+
+impl Drop for LocalGroup {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_file(&self.hostfile)
+            && error.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.hostfile.display(), %error, "cannot remove the group's host file");
+        }
+    }
+}
+
+fn write_private(path: &Path, body: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(body)
+}
+
+/// Ties rank `rank` (`follower`) to rank 0 (`leader`): the first of them to end ends the other.
+/// The follower's pid record in `run_dir` goes once it is reaped.
+pub fn tie(
+    mut follower: Child,
+    leader: WorkerProcess,
+    model: String,
+    rank: usize,
+    run_dir: RunDir,
+) {
+    tokio::spawn(async move {
+        let pid = follower.id().unwrap_or(0);
+        tokio::select! {
+            status = follower.wait() => {
+                tracing::warn!(model, rank, pid, ?status, "a rank of the worker group ended; ending the group");
+                leader.signal(Signal::SIGKILL);
+            }
+            _ = leader.wait() => {
+                if let Err(error) = follower.start_kill() {
+                    tracing::debug!(model, rank, pid, %error, "the rank had ended already");
+                }
+                let _ = follower.wait().await;
+            }
+        }
+        if let Err(error) = run_dir.remove_record(pid) {
+            tracing::warn!(model, rank, pid, %error, "cannot remove the rank's pid record");
+        }
+    });
+}
