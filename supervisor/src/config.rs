@@ -40,6 +40,9 @@ pub struct Config {
     pub worker_start_timeout: Duration,
     /// How long a stopping worker gets after `Shutdown`, and again after SIGTERM.
     pub worker_stop_grace: Duration,
+    /// How long a worker group's rank may go without a heartbeat before the group is taken for
+    /// hung and ended (a rank stopped, or its host gone).
+    pub group_heartbeat_timeout: Duration,
     pub state_dir: Option<PathBuf>,
     /// The `corral-worker` to spawn; by default the one installed next to `corral`.
     pub worker_binary: Option<PathBuf>,
@@ -377,6 +380,7 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(30),
             worker_start_timeout: Duration::from_secs(120),
             worker_stop_grace: Duration::from_secs(5),
+            group_heartbeat_timeout: Duration::from_secs(30),
             state_dir: None,
             worker_binary: None,
             memory: MemoryConfig::default(),
@@ -407,6 +411,7 @@ struct FileConfig {
     drain_timeout_secs: Option<u64>,
     worker_start_timeout_secs: Option<u64>,
     worker_stop_grace_secs: Option<u64>,
+    group_heartbeat_timeout_secs: Option<u64>,
     state_dir: Option<PathBuf>,
     worker_binary: Option<PathBuf>,
     memory_ceiling: Option<MemoryAmount>,
@@ -531,6 +536,10 @@ impl Config {
                 defaults.worker_start_timeout,
             ),
             worker_stop_grace: secs(from_file.worker_stop_grace_secs, defaults.worker_stop_grace),
+            group_heartbeat_timeout: secs(
+                from_file.group_heartbeat_timeout_secs,
+                defaults.group_heartbeat_timeout,
+            ),
             state_dir: overrides.state_dir.or(from_file.state_dir),
             worker_binary: overrides.worker_binary.or(from_file.worker_binary),
             memory,

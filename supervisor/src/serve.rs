@@ -91,6 +91,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let spawner = Spawner::new(worker, run_dir, lookup.clone(), exits)
         .with_unloadable_report(unloadable)
         .with_start_timeout(config.worker_start_timeout)
+        .with_heartbeat_timeout(config.group_heartbeat_timeout)
         .with_worker_args(prefix_cache_args(&config, &state_dir))
         .with_ranks({
             let config = config.clone();

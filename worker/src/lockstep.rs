@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +115,33 @@ impl Agreed {
         }
         self.flags
             .retain(|_, flags| !flags.ended.load(Ordering::Relaxed));
+    }
+}
+
+/// How often a rank tells its supervisor it lives.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Writes a heartbeat to stdout every second from a thread of its own, for the supervisor,
+/// which ends a group whose rank falls silent (stopped, or hung whole). A closed stdout means
+/// the supervisor is gone, and so this rank goes too.
+pub fn beat_on_stdout() {
+    let beating = std::thread::Builder::new()
+        .name("heartbeat".into())
+        .spawn(|| {
+            let mut stdout = std::io::stdout();
+            loop {
+                if stdout
+                    .write_all(b"\n")
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
+                    std::process::exit(EXIT_GROUP_LOST);
+                }
+                std::thread::sleep(HEARTBEAT);
+            }
+        });
+    if let Err(error) = beating {
+        tracing::error!(%error, "cannot start the heartbeat thread");
     }
 }
 

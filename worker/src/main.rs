@@ -42,6 +42,7 @@ fn main() -> ExitCode {
 fn serve(args: corral_worker::cli::ServeArgs) -> anyhow::Result<()> {
     let mut options = args.engine_options();
     if args.pipeline {
+        corral_worker::lockstep::beat_on_stdout();
         let group = Group::join("ring").context("joining the worker group")?;
         let group = Arc::new(group);
         if group.rank() != 0 {

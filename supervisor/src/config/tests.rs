@@ -377,3 +377,38 @@ speculative = \"dflash\"
         Some(SpeculativeMethod::Ngram)
     );
 }
+
+#[test]
+fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.toml");
+    std::fs::write(
+        &file,
+        "group_heartbeat_timeout_secs = 7\n[models.m]\nhosts = [\"localhost\", \"127.0.0.1\", \"localhost\"]\nparallel = \"pipeline\"\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(config.models["m"].ranks(), 3);
+    assert_eq!(config.models["m"].parallel, Some(Parallel::Pipeline));
+    assert_eq!(config.group_heartbeat_timeout, Duration::from_secs(7));
+    assert_eq!(ModelSettings::default().ranks(), 1);
+    for (text, expected) in [
+        (
+            "hosts = [\"localhost\", \"mac-2.local\"]",
+            "host \"mac-2.local\" is not known",
+        ),
+        ("hosts = []", "hosts is empty"),
+        (
+            "hosts = [\"localhost\", \"localhost\"]\nparallel = \"tensor\"",
+            "parallel = \"tensor\" is not built yet",
+        ),
+        (
+            "hosts = [\"localhost\"]\nparallel = \"expert\"",
+            "unknown variant",
+        ),
+    ] {
+        std::fs::write(&file, format!("[models.m]\n{text}\n")).unwrap();
+        let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains(expected), "{text}: {error:#}");
+    }
+}

@@ -8,8 +8,12 @@ use std::net::TcpListener;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::sys::signal::Signal;
-use tokio::process::{Child, Command};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStdout, Command};
 
 use super::reaper::WorkerProcess;
 use super::run_dir::{RunDir, SlotName};
@@ -17,6 +21,9 @@ use super::run_dir::{RunDir, SlotName};
 /// The environment MLX's ring backend reads (the worker's `distributed` module names the same).
 const RANK_VARIABLE: &str = "MLX_RANK";
 const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
+
+/// How long a rank may stay silent by default; it beats every second.
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The ring's addresses for one start of a group, in a host file only this user can read;
 /// removed when the start is over (the ranks read it as they join).
@@ -101,6 +108,47 @@ pub fn tie(
         }
         if let Err(error) = run_dir.remove_record(pid) {
             tracing::warn!(model, rank, pid, %error, "cannot remove the rank's pid record");
+        }
+    });
+}
+
+/// Reads the heartbeats rank `pid` writes to its stdout. A rank silent for `timeout` is stopped
+/// or hung, and every other rank waits on it in a collective: it is killed, and rank 0
+/// (`leader`) with it, which ends the group (its other ranks are tied to rank 0).
+pub fn watch_heartbeat(
+    beats: Option<ChildStdout>,
+    leader: &WorkerProcess,
+    pid: u32,
+    model: &str,
+    timeout: Duration,
+) {
+    let Some(mut beats) = beats else { return };
+    let (leader, model) = (leader.clone(), model.to_owned());
+    tokio::spawn(async move {
+        let mut buffer = [0u8; 64];
+        loop {
+            match tokio::time::timeout(timeout, beats.read(&mut buffer)).await {
+                Ok(Ok(read)) if read > 0 => {}
+                // The rank has ended, which its reaper or its tie reports.
+                Ok(_) => return,
+                Err(_) => {
+                    tracing::error!(
+                        model,
+                        pid,
+                        timeout_s = timeout.as_secs_f64(),
+                        "a rank of the worker group sent no heartbeat in time; ending the group as hung"
+                    );
+                    // A rank other than 0 is still its tie's unreaped child (its stdout is
+                    // open), so the pid cannot name another process yet.
+                    if pid != leader.pid()
+                        && let Err(error) = kill(Pid::from_raw(pid as i32), Signal::SIGKILL)
+                    {
+                        tracing::debug!(model, pid, %error, "the silent rank had ended already");
+                    }
+                    leader.signal(Signal::SIGKILL);
+                    return;
+                }
+            }
         }
     });
 }

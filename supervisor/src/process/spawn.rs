@@ -51,6 +51,8 @@ pub struct Spawner {
     run_dir: RunDir,
     lookup: ModelLookup,
     start_timeout: Duration,
+    /// How long a group's rank may stay silent before the group is ended as hung.
+    heartbeat_timeout: Duration,
     exits: mpsc::UnboundedSender<WorkerExit>,
     /// Passed to every worker after its own arguments (prefix cache settings).
     worker_args: Vec<OsString>,
@@ -74,6 +76,7 @@ impl Spawner {
             run_dir,
             lookup,
             start_timeout: DEFAULT_START_TIMEOUT,
+            heartbeat_timeout: group::DEFAULT_HEARTBEAT_TIMEOUT,
             exits,
             worker_args: Vec::new(),
             model_args: None,
@@ -95,6 +98,11 @@ impl Spawner {
     /// Models served by a group of ranks on this host.
     pub fn with_ranks(mut self, ranks: ModelRanks) -> Self {
         self.ranks = Some(ranks);
+        self
+    }
+
+    pub fn with_heartbeat_timeout(mut self, heartbeat_timeout: Duration) -> Self {
+        self.heartbeat_timeout = heartbeat_timeout;
         self
     }
 
@@ -165,13 +173,18 @@ impl Spawner {
         };
         let pid = child.id().unwrap_or(0);
         tracing::info!(model, pid, dir = %dir.display(), "worker spawned");
-        forward_output(child.stdout.take(), model, pid);
+        let stdout = child.stdout.take();
         forward_output(child.stderr.take(), model, pid);
         if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
             tracing::warn!(model, pid, %error, "cannot record the worker's pid");
         }
         let process = WorkerProcess::watch(child, model, self.exits.clone());
         self.forget_record_on_exit(&process);
+        // A group's ranks beat on their stdout; a single worker's is its log.
+        match &group {
+            Some(_) => group::watch_heartbeat(stdout, &process, pid, model, self.heartbeat_timeout),
+            None => forward_output(stdout, model, pid),
+        }
         if let Some(group) = &group
             && let Err(error) =
                 self.spawn_followers(group, model, &dir, &socket, memory_limit, &process)
@@ -266,7 +279,8 @@ impl Spawner {
                 leader = leader.pid(),
                 "worker group rank spawned"
             );
-            forward_output(child.stdout.take(), model, pid);
+            let beats = child.stdout.take();
+            group::watch_heartbeat(beats, leader, pid, model, self.heartbeat_timeout);
             forward_output(child.stderr.take(), model, pid);
             if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
                 tracing::warn!(model, pid, %error, "cannot record the rank's pid");

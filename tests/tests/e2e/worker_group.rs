@@ -253,47 +253,80 @@ fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_bat
 }
 
 #[test]
-fn a_rank_killed_under_a_stream_ends_its_groups_stream_alone_and_the_group_starts_again() {
+fn a_rank_killed_or_stopped_under_a_stream_ends_its_groups_stream_alone_and_the_group_starts_again()
+{
     let dirs = Dirs::with_models(&[Arch::Llama, Arch::Qwen3]);
-    let config = dirs.write_config(&GROUPED.replace("grouped", "llama"));
+    let config = format!(
+        "group_heartbeat_timeout_secs = 2\n{}",
+        GROUPED.replace("grouped", "llama")
+    );
+    let config = dirs.write_config(&config);
     let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
     let first = completion(&server, "llama", "Tell me a story.");
     assert!(!completion(&server, "qwen3", "Tell me a story.").is_empty());
     let other = server.worker_row("qwen3")["pid"].as_u64().unwrap() as u32;
-    let rank0 = server.worker_row("llama")["pid"].as_u64().unwrap() as u32;
-    let ranks: Vec<u32> = server
-        .worker_pids()
-        .into_iter()
-        .filter(|pid| *pid != other)
-        .collect();
-    let follower = *ranks.iter().find(|pid| **pid != rank0).unwrap();
-    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    // A killed rank ends at once; a stopped one is found silent at the heartbeat timeout.
+    for signal in [Signal::SIGKILL, Signal::SIGSTOP] {
+        let rank0 = server.worker_row("llama")["pid"].as_u64().unwrap() as u32;
+        let ranks: Vec<u32> = server
+            .worker_pids()
+            .into_iter()
+            .filter(|pid| *pid != other)
+            .collect();
+        assert_eq!(ranks.len(), 2, "{ranks:?}");
+        let follower = *ranks.iter().find(|pid| **pid != rank0).unwrap();
 
-    let response = server.post("/v1/chat/completions", &chat("llama", 500, true));
-    assert_eq!(response.status(), 200);
-    let mut events = sse_events(response);
-    assert!(events.next().unwrap().contains("\"delta\""));
-    let killed = std::time::Instant::now();
-    kill(Pid::from_raw(follower as i32), Signal::SIGKILL).unwrap();
-    let rest: Vec<String> = events.collect();
-    eprintln!(
-        "the stream ended {:.0} ms after its group's rank 1 was killed",
-        killed.elapsed().as_secs_f64() * 1000.0
-    );
-    let last = rest.last().map_or("", String::as_str);
+        let response = server.post("/v1/chat/completions", &chat("llama", 500, true));
+        assert_eq!(response.status(), 200);
+        let mut events = sse_events(response);
+        assert!(events.next().unwrap().contains("\"delta\""));
+        let signalled = std::time::Instant::now();
+        kill(Pid::from_raw(follower as i32), signal).unwrap();
+        let rest: Vec<String> = events.collect();
+        eprintln!(
+            "{signal}: the stream ended {:.0} ms after its group's rank 1 got it",
+            signalled.elapsed().as_secs_f64() * 1000.0
+        );
+        let last = rest.last().map_or("", String::as_str);
+        assert!(
+            last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
+            "{signal}: a stream whose group lost a rank ends with an error: {rest:?}"
+        );
+        // Both ranks are gone; the other model's worker never noticed.
+        corral_tests::wait_until("the group's ranks to be reaped", || {
+            !alive(rank0) && !alive(follower)
+        });
+        assert_eq!(server.worker_row("qwen3")["pid"], other);
+        assert!(!completion(&server, "qwen3", "Tell me a story.").is_empty());
+        // The next request starts the group again, which answers as before.
+        assert_eq!(completion(&server, "llama", "Tell me a story."), first);
+        let restarted = server.worker_pids();
+        assert_eq!(restarted.len(), 3, "{restarted:?}");
+        assert!(!restarted.contains(&rank0) && !restarted.contains(&follower));
+    }
+}
+
+#[test]
+fn a_group_of_more_ranks_than_layers_is_refused_with_the_reason_and_the_other_model_serves() {
+    let dirs = Dirs::generated([]);
+    for name in ["alone", "grouped"] {
+        std::os::unix::fs::symlink(toolchain("qwen3/hf"), dirs.models.path().join(name)).unwrap();
+    }
+    let config = dirs.write_config(&GROUPED.replace(
+        "\"localhost\", \"localhost\"",
+        "\"localhost\", \"localhost\", \"localhost\"",
+    ));
+    let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+    let request = json!({"model": "grouped", "prompt": "Hello", "max_tokens": 4});
+    let response = server.post("/v1/completions", &request);
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
-        "a stream whose group lost a rank ends with an error: {rest:?}"
+        message.contains("a pipeline of 3 ranks cannot share 2 layers"),
+        "{body}"
     );
-    // Both ranks are gone; the other model's worker never noticed.
-    corral_tests::wait_until("the group's ranks to be reaped", || {
-        !alive(rank0) && !alive(follower)
-    });
-    assert_eq!(server.worker_row("qwen3")["pid"], other);
-    assert!(!completion(&server, "qwen3", "Tell me a story.").is_empty());
-    // The next request starts the group again, which answers as before.
-    assert_eq!(completion(&server, "llama", "Tell me a story."), first);
-    let restarted = server.worker_pids();
-    assert_eq!(restarted.len(), 3, "{restarted:?}");
-    assert!(!restarted.contains(&rank0) && !restarted.contains(&follower));
+    assert!(!completion(&server, "alone", "Hello").is_empty());
+    // No rank of the refused group is left behind.
+    corral_tests::wait_until("one worker", || server.worker_pids().len() == 1);
 }
