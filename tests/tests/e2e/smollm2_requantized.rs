@@ -11,7 +11,8 @@
 //! happens at the very first token of the France chat on all three files (llama.cpp's lead: 0.15,
 //! 0.25 and 0.01), as on the Q4_1 file (`smollm2.rs`). The rule is `smollm2.rs`'s: the same greedy
 //! token wherever llama.cpp's lead is above 1.0. Measured: the same token at 286 of 307 steps over
-//! the three files, every other one where llama.cpp led by less than 1.0.
+//! the three files' five chats each, every other one where llama.cpp led by less than 1.0; the
+//! test runs all five on Q4_K_M and the two longest answers on the others.
 
 use corral_worker::gguf::GgufModel;
 use serde_json::Value;
@@ -19,6 +20,8 @@ use serde_json::Value;
 const REFERENCE: &str = include_str!("../../data/smollm2_requantized.json");
 const PROMPTS: &str = include_str!("../../data/smollm2_reference.json");
 const GREEDY_GAP: f32 = 1.0;
+const FIRST_FILE: &str = "SmolLM2-135M-Instruct.Q4_K_M.gguf";
+const LONGEST_ANSWERS: [&str; 2] = ["non_ascii", "code"];
 
 fn ids(value: &Value) -> Vec<u32> {
     value
@@ -43,6 +46,11 @@ fn greedy_tokens_on_llama_cpp_s_k_quant_files_agree_with_llama_cpp_s_wherever_it
         let loaded = GgufModel::load(&corral_tests::smollm2_requantized(recipe)).unwrap();
         for answer in model["answers"].as_array().unwrap() {
             let name = answer["name"].as_str().unwrap();
+            // Every chat on the first file; on the others, whose tensor kinds any one chat runs
+            // through, the two longest answers: MLX's CPU prefill takes about 0.1 s a token.
+            if file != FIRST_FILE && !LONGEST_ANSWERS.contains(&name) {
+                continue;
+            }
             let chat = prompts["chats"]
                 .as_array()
                 .unwrap()
