@@ -187,12 +187,25 @@ impl Engine {
         let thread = thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
-                let loaded = match LoadedModel::load_with(
+                let loaded = LoadedModel::load_with(
                     &model_dir,
                     options.gguf,
                     options.projector.as_deref(),
                     options.group.clone(),
-                ) {
+                );
+                // Rank 0 reports for the whole group, so it hears how every rank's load went.
+                let loaded = match (loaded, &options.group) {
+                    (Ok(loaded), Some(group)) => match loaded_everywhere(group, true) {
+                        Ok(()) => Ok(loaded),
+                        Err(error) => Err(LoadError::Group(error)),
+                    },
+                    (Err(error), Some(group)) => {
+                        let _ = loaded_everywhere(group, false);
+                        Err(error)
+                    }
+                    (loaded, None) => loaded,
+                };
+                let loaded = match loaded {
                     Ok(loaded) => loaded,
                     Err(error) => {
                         let _ = loaded_tx.send(Err(error));
@@ -207,12 +220,6 @@ impl Engine {
                         return;
                     }
                 };
-                if let Some(group) = &options.group
-                    && let Err(error) = loaded_everywhere(group)
-                {
-                    let _ = loaded_tx.send(Err(LoadError::Group(error.to_string())));
-                    return;
-                }
                 // A group's ranks would each keep their own cache of their own layers; until they
                 // restore together, a group serves without one.
                 let prefix_options = options
@@ -355,11 +362,28 @@ pub(crate) fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> Bat
     limits
 }
 
-/// Returns once every rank of `group` has loaded its share: a rank that failed to has ended,
-/// and the others wait here until its supervisor ends them too.
-pub(crate) fn loaded_everywhere(group: &Group) -> Result<(), mlx_rs::error::Exception> {
-    let loaded = group.all_sum(&mlx_rs::Array::from_int(1))?;
-    loaded.eval()
+/// Tells every rank of `group` whether this one `loaded` its share, once all have tried; which
+/// ranks did not, if any did not.
+pub(crate) fn loaded_everywhere(group: &Group, loaded: bool) -> Result<(), String> {
+    let flags = group
+        .all_gather(&mlx_rs::Array::from_slice(&[i32::from(loaded)], &[1]))
+        .and_then(|flags| flags.eval().map(|()| flags))
+        .map_err(|error| {
+            format!("the ranks could not tell each other how their loads went: {error}")
+        })?;
+    let failed: Vec<usize> = flags
+        .as_slice::<i32>()
+        .iter()
+        .enumerate()
+        .filter(|(_, loaded)| **loaded == 0)
+        .map(|(rank, _)| rank)
+        .collect();
+    match failed.as_slice() {
+        [] => Ok(()),
+        ranks => Err(format!(
+            "rank {ranks:?} could not load its share of the model (its log says why)"
+        )),
+    }
 }
 
 /// The draft model, where one is named: its load failing fails the model's, as the operator

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use corral_ipc::GenerateRequest as WireRequest;
 use serde::{Deserialize, Serialize};
 
@@ -247,12 +247,22 @@ pub fn follow(model: PathBuf, options: EngineOptions, group: Arc<Group>) -> Resu
         options.gguf,
         options.projector.as_deref(),
         Some(group.clone()),
-    )
-    .with_context(|| format!("rank {}: loading {}", group.rank(), model.display()))?;
+    );
+    let everywhere = crate::engine::loaded_everywhere(&group, loaded.is_ok());
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            // Rank 0 reports the failed start; ending now could end it before it does, so this
+            // rank waits for its supervisor to end the group.
+            tracing::error!(rank = group.rank(), model = %model.display(), %error, "cannot load this rank's share");
+            loop {
+                std::thread::park();
+            }
+        }
+    };
+    everywhere.map_err(anyhow::Error::msg)?;
     let limits = crate::engine::batch_limits(&loaded, &options);
     let mut batch = Batch::new(&loaded, limits, options.memory_limit, None);
-    crate::engine::loaded_everywhere(&group)
-        .with_context(|| format!("rank {}: waiting for the group", group.rank()))?;
     let mut agreed = Agreed::default();
     loop {
         let round = exchange(&group, &Round::default());

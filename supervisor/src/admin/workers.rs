@@ -12,11 +12,20 @@ use serde::Serialize;
 use super::Admin;
 use crate::memory::process_footprint;
 use crate::pool::{EntrySnapshot, Phase, Processes};
+use crate::process::Rank;
 
 #[derive(Debug, Serialize)]
 pub struct WorkerList {
     pub object: &'static str,
     pub data: Vec<WorkerRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankRow {
+    pub rank: usize,
+    pub host: String,
+    pub pid: u32,
+    pub footprint_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -37,8 +46,12 @@ pub struct WorkerRow {
     pub uptime_secs: Option<f64>,
     /// Seconds since the ready worker last began or finished a request.
     pub idle_secs: Option<f64>,
-    /// The process footprint now (RSS on Linux, `phys_footprint` on macOS).
+    /// The process footprint now (RSS on Linux, `phys_footprint` on macOS); a worker group's
+    /// ranks' together.
     pub footprint_bytes: Option<u64>,
+    /// A worker group's ranks, rank 0 (`pid`) first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankRow>,
     /// What admission counts for the model before its worker starts; `None` when its files
     /// cannot be read.
     pub estimate_bytes: Option<u64>,
@@ -56,27 +69,46 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
     let mut data = Vec::new();
     for entry in admin.registry.current().entries() {
         let snapshot = snapshots.iter().find(|snapshot| snapshot.model == entry.id);
-        let (stats, stats_error) = match admin.pool.ready_worker(&entry.id) {
+        let ready = admin.pool.ready_worker(&entry.id);
+        let (stats, stats_error) = match &ready {
             Some(worker) => match worker.handle.stats().await {
                 Ok(stats) => (Some(stats), None),
                 Err(error) => (None, Some(error.to_string())),
             },
             None => (None, None),
         };
+        let ranks = ready.map_or_else(Vec::new, |worker| rank_rows(worker.handle.ranks()));
         let estimate = Some(admin.pool.processes().estimate(&entry.id)).filter(|&bytes| bytes > 0);
-        data.push(row(
+        let mut row = row(
             &entry.id,
             entry.kind(),
             snapshot,
             now,
             (stats, stats_error),
             estimate,
-        ));
+        );
+        if !ranks.is_empty() {
+            row.footprint_bytes = ranks.iter().map(|rank| rank.footprint_bytes).sum();
+            row.ranks = ranks;
+        }
+        data.push(row);
     }
     Json(WorkerList {
         object: "list",
         data,
     })
+}
+
+fn rank_rows(ranks: &[Rank]) -> Vec<RankRow> {
+    ranks
+        .iter()
+        .map(|rank| RankRow {
+            rank: rank.rank,
+            host: rank.host.clone(),
+            pid: rank.pid,
+            footprint_bytes: process_footprint(rank.pid).ok(),
+        })
+        .collect()
 }
 
 fn row(
@@ -114,6 +146,7 @@ fn row(
             .and_then(|snapshot| snapshot.last_used)
             .map(seconds_since),
         footprint_bytes: pid.and_then(|pid| process_footprint(pid).ok()),
+        ranks: Vec::new(),
         estimate_bytes,
         last_exit: snapshot
             .and_then(|snapshot| snapshot.last_exit.as_ref())

@@ -4,6 +4,18 @@ use serde_json::Value;
 
 use crate::memory::format_bytes;
 
+/// A worker's pid, or a group's ranks' pids in rank order.
+fn pids(worker: &Value) -> String {
+    match worker["ranks"].as_array() {
+        Some(ranks) => ranks
+            .iter()
+            .map(|rank| text(&rank["pid"]))
+            .collect::<Vec<_>>()
+            .join(","),
+        None => text(&worker["pid"]),
+    }
+}
+
 pub fn ps(workers: &Value) -> String {
     let mut rows = vec![
         [
@@ -32,7 +44,7 @@ pub fn ps(workers: &Value) -> String {
         rows.push([
             text(&worker["model"]),
             text(&worker["kind"]),
-            text(&worker["pid"]),
+            pids(&worker),
             text(&worker["state"]),
             bytes(&worker["footprint_bytes"]),
             bytes(&stats["mlx_active_bytes"]),
@@ -198,6 +210,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn ps_lists_a_worker_groups_ranks_pids_in_rank_order() {
+        let workers = json!({"data": [
+            {"model": "big", "kind": "chat", "pid": 50, "state": "ready", "restarts": 0,
+             "ranks": [{"rank": 0, "host": "localhost", "pid": 50},
+                       {"rank": 1, "host": "localhost", "pid": 51}]},
+        ]});
+        let table = ps(&workers);
+        let row = table.lines().nth(1).unwrap();
+        assert!(row.split_whitespace().nth(2) == Some("50,51"), "{table}");
+    }
 
     #[test]
     fn ps_shows_running_and_ended_workers_in_aligned_columns() {

@@ -81,6 +81,17 @@ pub struct WorkerClient {
     outbox: mpsc::UnboundedSender<ToWorker>,
     next_id: AtomicU64,
     process: WorkerProcess,
+    /// A worker group's ranks, rank 0 (this connection's process) first; empty for a worker
+    /// of its own.
+    ranks: Vec<Rank>,
+}
+
+/// One rank of a worker group, where it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rank {
+    pub rank: usize,
+    pub host: String,
+    pub pid: u32,
 }
 
 impl WorkerClient {
@@ -109,6 +120,7 @@ impl WorkerClient {
             outbox,
             next_id: AtomicU64::new(1),
             process,
+            ranks: Vec::new(),
         }
     }
 
@@ -123,6 +135,15 @@ impl WorkerClient {
     /// The process behind the connection, for stopping and killing it.
     pub fn process(&self) -> &WorkerProcess {
         &self.process
+    }
+
+    /// The worker as rank 0 of a group of `ranks`.
+    pub fn with_ranks(self, ranks: Vec<Rank>) -> Self {
+        Self { ranks, ..self }
+    }
+
+    pub fn ranks(&self) -> &[Rank] {
+        &self.ranks
     }
 
     /// Sends `request` under a new id and returns the channel its frames will arrive on.

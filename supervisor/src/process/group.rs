@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdout, Command};
 
+use super::client::Rank;
 use super::reaper::WorkerProcess;
 use super::run_dir::{RunDir, SlotName};
 
@@ -51,6 +52,15 @@ impl LocalGroup {
 
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Rank `rank`, process `pid`, on this host.
+    pub fn rank(&self, rank: usize, pid: u32) -> Rank {
+        Rank {
+            rank,
+            host: "localhost".to_owned(),
+            pid,
+        }
     }
 
     /// Makes `command` rank `rank` of the group.

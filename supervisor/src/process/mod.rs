@@ -18,7 +18,7 @@ mod workers;
 #[cfg(test)]
 mod tests;
 
-pub use client::{ClientError, RequestHandle, STATS_TIMEOUT, WorkerClient};
+pub use client::{ClientError, Rank, RequestHandle, STATS_TIMEOUT, WorkerClient};
 pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};

@@ -22,7 +22,7 @@ use tokio::net::UnixListener;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use super::client::WorkerClient;
+use super::client::{Rank, WorkerClient};
 use super::group::{self, LocalGroup};
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::run_dir::{RunDir, SlotName};
@@ -181,18 +181,20 @@ impl Spawner {
         let process = WorkerProcess::watch(child, model, self.exits.clone());
         self.forget_record_on_exit(&process);
         // A group's ranks beat on their stdout; a single worker's is its log.
-        match &group {
-            Some(_) => group::watch_heartbeat(stdout, &process, pid, model, self.heartbeat_timeout),
-            None => forward_output(stdout, model, pid),
-        }
-        if let Some(group) = &group
-            && let Err(error) =
-                self.spawn_followers(group, model, &dir, &socket, memory_limit, &process)
-        {
-            remove_socket(&socket, model);
-            process.signal(Signal::SIGKILL);
-            process.wait().await;
-            return Err(spawn_error(error));
+        let mut ranks = Vec::new();
+        if let Some(group) = &group {
+            group::watch_heartbeat(stdout, &process, pid, model, self.heartbeat_timeout);
+            match self.spawn_followers(group, model, &dir, &socket, memory_limit, &process) {
+                Ok(followers) => ranks = followers,
+                Err(error) => {
+                    remove_socket(&socket, model);
+                    process.signal(Signal::SIGKILL);
+                    process.wait().await;
+                    return Err(spawn_error(error));
+                }
+            }
+        } else {
+            forward_output(stdout, model, pid);
         }
 
         let ready = tokio::time::timeout(
@@ -214,7 +216,7 @@ impl Spawner {
         match ready {
             Ok(connection) => Ok(LaunchedWorker {
                 pid,
-                handle: Arc::new(WorkerClient::new(model, connection, process)),
+                handle: Arc::new(WorkerClient::new(model, connection, process).with_ranks(ranks)),
             }),
             Err(error) => {
                 process.signal(Signal::SIGKILL);
@@ -252,7 +254,8 @@ impl Spawner {
         command
     }
 
-    /// Ranks 1 and up of `group`, each tied to rank 0 (`leader`).
+    /// Ranks 1 and up of `group`, each tied to rank 0 (`leader`); every rank of the group,
+    /// rank 0 first.
     fn spawn_followers(
         &self,
         group: &LocalGroup,
@@ -261,7 +264,8 @@ impl Spawner {
         socket: &Path,
         memory_limit: u64,
         leader: &WorkerProcess,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<Vec<Rank>> {
+        let mut ranks = vec![group.rank(0, leader.pid())];
         for rank in 1..group.size() {
             let mut command = self.command(model, dir, socket, memory_limit);
             group.join_as(&mut command, rank);
@@ -292,8 +296,9 @@ impl Spawner {
                 rank,
                 self.run_dir.clone(),
             );
+            ranks.push(group.rank(rank, pid));
         }
-        Ok(())
+        Ok(ranks)
     }
 
     fn forget_record_on_exit(&self, process: &WorkerProcess) {

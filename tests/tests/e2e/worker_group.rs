@@ -244,12 +244,36 @@ fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_bat
     for ((prompt, expected), answer) in prompts.iter().zip(&alone).zip(batch) {
         assert_eq!(&answer.join().unwrap(), expected, "{prompt} in a batch");
     }
-    // Rank 0 is the worker the server lists; the other rank is a process of its own.
-    let rank0 = server.worker_row("grouped")["pid"].as_u64().unwrap() as u32;
-    let alone_pid = server.worker_row("alone")["pid"].as_u64().unwrap() as u32;
-    let workers = server.worker_pids();
-    assert_eq!(workers.len(), 3, "{workers:?}");
-    assert!(workers.contains(&rank0) && workers.contains(&alone_pid));
+    // Rank 0 is the worker the server lists, with both ranks, each a process of its own whose
+    // footprints add up to the group's.
+    let row = server.worker_row("grouped");
+    let ranks = row["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2, "{row}");
+    assert_eq!(ranks[0]["pid"], row["pid"], "{row}");
+    let footprints: Vec<u64> = ranks
+        .iter()
+        .map(|rank| rank["footprint_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(footprints.iter().all(|bytes| *bytes > 0), "{row}");
+    assert_eq!(
+        row["footprint_bytes"],
+        footprints.iter().sum::<u64>(),
+        "{row}"
+    );
+    assert!(
+        ranks.iter().all(|rank| rank["host"] == "localhost"),
+        "{row}"
+    );
+    let alone = server.worker_row("alone");
+    assert!(alone.get("ranks").is_none(), "{alone}");
+    let mut workers = server.worker_pids();
+    workers.retain(|pid| json!(pid) != alone["pid"]);
+    let listed: Vec<Value> = ranks.iter().map(|rank| rank["pid"].clone()).collect();
+    assert_eq!(
+        workers.iter().map(|pid| json!(pid)).collect::<Vec<_>>(),
+        listed,
+        "the group's processes are the ranks listed, in rank order"
+    );
 }
 
 #[test]
