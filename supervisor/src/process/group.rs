@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::oneshot;
 
 use super::client::Rank;
 use super::reaper::WorkerProcess;
@@ -93,28 +93,35 @@ fn write_private(path: &Path, body: &[u8]) -> io::Result<()> {
     file.write_all(body)
 }
 
-/// Ties rank `rank` (`follower`) to rank 0 (`leader`): the first of them to end ends the other.
-/// The follower's pid record in `run_dir` goes once it is reaped.
+/// Ties rank `rank` (`follower`) to rank 0 (`leader`): the first of them to end ends the other,
+/// and a `silenced` follower ends both. The follower's pid record in `run_dir` goes once it is
+/// reaped; only this task signals it, so no signal can reach a recycled pid.
 pub fn tie(
     mut follower: Child,
     leader: WorkerProcess,
-    model: String,
-    rank: usize,
+    mut silenced: oneshot::Receiver<()>,
+    (model, rank): (String, usize),
     run_dir: RunDir,
 ) {
     tokio::spawn(async move {
         let pid = follower.id().unwrap_or(0);
-        tokio::select! {
+        let end_follower = tokio::select! {
             status = follower.wait() => {
                 tracing::warn!(model, rank, pid, ?status, "a rank of the worker group ended; ending the group");
                 leader.signal(Signal::SIGKILL);
+                false
             }
-            _ = leader.wait() => {
-                if let Err(error) = follower.start_kill() {
-                    tracing::debug!(model, rank, pid, %error, "the rank had ended already");
-                }
-                let _ = follower.wait().await;
+            _ = leader.wait() => true,
+            Ok(()) = &mut silenced => {
+                leader.signal(Signal::SIGKILL);
+                true
             }
+        };
+        if end_follower {
+            if let Err(error) = follower.start_kill() {
+                tracing::debug!(model, rank, pid, %error, "the rank had ended already");
+            }
+            let _ = follower.wait().await;
         }
         if let Err(error) = run_dir.remove_record(pid) {
             tracing::warn!(model, rank, pid, %error, "cannot remove the rank's pid record");
@@ -122,18 +129,20 @@ pub fn tie(
     });
 }
 
-/// Reads the heartbeats rank `pid` writes to its stdout. A rank silent for `timeout` is stopped
-/// or hung, and every other rank waits on it in a collective: it is killed, and rank 0
-/// (`leader`) with it, which ends the group (its other ranks are tied to rank 0).
-pub fn watch_heartbeat(
+/// Reads the heartbeats rank `pid` writes to its stdout; fires if the rank is silent for
+/// `timeout`. A silent rank is stopped or hung, and every other rank waits on it in a
+/// collective, so its group must end.
+pub fn silence(
     beats: Option<ChildStdout>,
-    leader: &WorkerProcess,
     pid: u32,
     model: &str,
     timeout: Duration,
-) {
-    let Some(mut beats) = beats else { return };
-    let (leader, model) = (leader.clone(), model.to_owned());
+) -> oneshot::Receiver<()> {
+    let (silenced, silence) = oneshot::channel();
+    let Some(mut beats) = beats else {
+        return silence;
+    };
+    let model = model.to_owned();
     tokio::spawn(async move {
         let mut buffer = [0u8; 64];
         loop {
@@ -148,17 +157,21 @@ pub fn watch_heartbeat(
                         timeout_s = timeout.as_secs_f64(),
                         "a rank of the worker group sent no heartbeat in time; ending the group as hung"
                     );
-                    // A rank other than 0 is still its tie's unreaped child (its stdout is
-                    // open), so the pid cannot name another process yet.
-                    if pid != leader.pid()
-                        && let Err(error) = kill(Pid::from_raw(pid as i32), Signal::SIGKILL)
-                    {
-                        tracing::debug!(model, pid, %error, "the silent rank had ended already");
-                    }
-                    leader.signal(Signal::SIGKILL);
+                    let _ = silenced.send(());
                     return;
                 }
             }
+        }
+    });
+    silence
+}
+
+/// Ends rank 0 (`leader`) when it falls `silenced`.
+pub fn end_when_silent(leader: &WorkerProcess, silenced: oneshot::Receiver<()>) {
+    let leader = leader.clone();
+    tokio::spawn(async move {
+        if silenced.await.is_ok() {
+            leader.signal(Signal::SIGKILL);
         }
     });
 }

@@ -183,7 +183,8 @@ impl Spawner {
         // A group's ranks beat on their stdout; a single worker's is its log.
         let mut ranks = Vec::new();
         if let Some(group) = &group {
-            group::watch_heartbeat(stdout, &process, pid, model, self.heartbeat_timeout);
+            let silenced = group::silence(stdout, pid, model, self.heartbeat_timeout);
+            group::end_when_silent(&process, silenced);
             match self.spawn_followers(group, model, &dir, &socket, memory_limit, &process) {
                 Ok(followers) => ranks = followers,
                 Err(error) => {
@@ -283,19 +284,13 @@ impl Spawner {
                 leader = leader.pid(),
                 "worker group rank spawned"
             );
-            let beats = child.stdout.take();
-            group::watch_heartbeat(beats, leader, pid, model, self.heartbeat_timeout);
+            let silenced = group::silence(child.stdout.take(), pid, model, self.heartbeat_timeout);
             forward_output(child.stderr.take(), model, pid);
             if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
                 tracing::warn!(model, pid, %error, "cannot record the rank's pid");
             }
-            group::tie(
-                child,
-                leader.clone(),
-                model.to_owned(),
-                rank,
-                self.run_dir.clone(),
-            );
+            let (leader, run_dir) = (leader.clone(), self.run_dir.clone());
+            group::tie(child, leader, silenced, (model.to_owned(), rank), run_dir);
             ranks.push(group.rank(rank, pid));
         }
         Ok(ranks)
