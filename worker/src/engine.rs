@@ -95,7 +95,15 @@ pub struct Occupancy {
 }
 
 impl Gauges {
-    pub(crate) fn publish_batch(&self, batch: &Batch<'_, '_, '_>) {
+    /// Steps `batch`, publishing its occupancy before and after, and MLX's memory figures.
+    pub(crate) fn step(&self, batch: &mut Batch<'_, '_, '_>) {
+        self.publish_batch(batch);
+        batch.step();
+        self.publish_batch(batch);
+        self.publish_memory();
+    }
+
+    fn publish_batch(&self, batch: &Batch<'_, '_, '_>) {
         self.publish_occupancy(batch.running() as u64, batch.waiting() as u64);
     }
 
@@ -422,27 +430,38 @@ fn load_draft(
 fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gauges: &Arc<Gauges>) {
     let mut open = true;
     loop {
-        if batch.is_idle() {
-            match jobs.recv() {
-                Ok(submitted) => batch.submit(job(submitted, gauges)),
-                Err(mpsc::RecvError) => return,
-            }
+        for submitted in arrivals(jobs, batch.is_idle(), &mut open) {
+            batch.submit(job(submitted, gauges));
         }
-        while open {
-            match jobs.try_recv() {
-                Ok(submitted) => batch.submit(job(submitted, gauges)),
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => open = false,
-            }
-        }
-        gauges.publish_batch(&batch);
-        batch.step();
-        gauges.publish_batch(&batch);
-        gauges.publish_memory();
         if !open && batch.is_idle() {
             return;
         }
+        gauges.step(&mut batch);
     }
+}
+
+/// The requests queued since the last step, waiting for one while the batch is `idle`; `open`
+/// turns false once the queue has closed.
+pub(crate) fn arrivals(
+    jobs: &mpsc::Receiver<Submitted>,
+    idle: bool,
+    open: &mut bool,
+) -> Vec<Submitted> {
+    let mut arrivals = Vec::new();
+    if idle && *open {
+        match jobs.recv() {
+            Ok(submitted) => arrivals.push(submitted),
+            Err(mpsc::RecvError) => *open = false,
+        }
+    }
+    while *open {
+        match jobs.try_recv() {
+            Ok(submitted) => arrivals.push(submitted),
+            Err(mpsc::TryRecvError::Empty) => break,
+            Err(mpsc::TryRecvError::Disconnected) => *open = false,
+        }
+    }
+    arrivals
 }
 
 fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {

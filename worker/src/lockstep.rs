@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::batch::{Batch, Job};
 use crate::distributed::Group;
-use crate::engine::{EngineOptions, EventSink, Gauges, Submitted, gauged};
+use crate::engine::{EngineOptions, EventSink, Gauges, Submitted, arrivals, gauged};
 use crate::generation::Event;
 use crate::loaded::LoadedModel;
 use crate::wire::to_generate_request;
@@ -171,20 +171,7 @@ pub(crate) fn lead(
     let mut next_id = 0;
     let mut open = true;
     loop {
-        let mut arrivals = Vec::new();
-        if batch.is_idle() && open {
-            match jobs.recv() {
-                Ok(submitted) => arrivals.push(submitted),
-                Err(mpsc::RecvError) => open = false,
-            }
-        }
-        while open {
-            match jobs.try_recv() {
-                Ok(submitted) => arrivals.push(submitted),
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => open = false,
-            }
-        }
+        let arrivals = arrivals(jobs, batch.is_idle(), &mut open);
         let mut round = Round {
             cancelled: agreed.newly_cancelled(),
             closing: !open,
@@ -212,10 +199,7 @@ pub(crate) fn lead(
             batch.submit(agreed.job(id, request, Some(client), sink));
         }
         agreed.cancel(&round.cancelled);
-        gauges.publish_batch(&batch);
-        batch.step();
-        gauges.publish_batch(&batch);
-        gauges.publish_memory();
+        gauges.step(&mut batch);
         if !open && batch.is_idle() {
             return;
         }
