@@ -16,7 +16,6 @@ use crate::generation::{
     Event, FinishReason, GenerateError, GenerateRequest, Prepared, RejectReason, prepare,
 };
 use crate::loaded::LoadedModel;
-use crate::lockstep;
 use crate::model::{Model, Segment};
 use crate::prefill_guard::{self, Prefill};
 use crate::prefix_cache::PrefixCache;
@@ -345,10 +344,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let Some(pipeline) = model.pipeline() else {
             return verdict;
         };
-        match (
-            lockstep::rank_zeros(pipeline.group(), verdict.is_ok()),
-            verdict,
-        ) {
+        match (pipeline.group().rank_zeros(verdict.is_ok()), verdict) {
             (true, _) => Ok(()),
             (false, Err(too_large)) => Err(too_large),
             (false, Ok(())) => Err(prefill_guard::PrefillTooLarge {
@@ -391,7 +387,7 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         let guessing = speculating && self.payoff.guess_now();
         // Rank 0's timings decide for a group, whose ranks must all run the same passes.
         let guessing = match self.loaded.model.pipeline() {
-            Some(pipeline) if speculating => lockstep::rank_zeros(pipeline.group(), guessing),
+            Some(pipeline) if speculating => pipeline.group().rank_zeros(guessing),
             _ => guessing,
         };
         if guessing && let Some(draft) = self.draft {

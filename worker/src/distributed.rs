@@ -13,6 +13,15 @@ use mlx_rs::{Array, Dtype, Stream};
 pub const RANK_VARIABLE: &str = "MLX_RANK";
 pub const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
 
+/// How a rank ends when its group's collectives fail.
+pub const EXIT_GROUP_LOST: i32 = 75;
+
+/// Ends this rank, whose group has lost another (`error` says how it showed).
+pub fn lost(error: &str) -> ! {
+    tracing::error!(%error, "the worker group lost a rank; this rank ends");
+    std::process::exit(EXIT_GROUP_LOST)
+}
+
 /// This process's place in a group of ranks that compute one model together.
 #[derive(Debug)]
 pub struct Group {
@@ -133,6 +142,15 @@ impl Group {
         let summed = self.all_sum(&ours)?;
         summed.eval()?;
         Ok(summed.as_slice::<u8>().to_vec())
+    }
+
+    /// Rank 0's `yes`, on every rank. A group whose collectives fail has lost a rank, and this
+    /// one ends rather than run on alone.
+    pub fn rank_zeros(&self, yes: bool) -> bool {
+        match self.broadcast(&[u8::from(yes)]) {
+            Ok(agreed) => agreed.first() == Some(&1),
+            Err(error) => lost(&error.to_string()),
+        }
     }
 
     /// Runs one mlx-c collective that writes its result into `res`.

@@ -254,7 +254,7 @@ impl Engine {
                     batch = batch.with_draft(draft);
                 }
                 match &options.group {
-                    Some(group) => lockstep::lead(batch, &job_queue, &thread_gauges, group),
+                    Some(group) => lead(batch, &job_queue, &thread_gauges, group),
                     None => run_batch(batch, &job_queue, &thread_gauges),
                 }
                 if let Some(prefix) = &prefix
@@ -462,6 +462,95 @@ pub(crate) fn arrivals(
         }
     }
     arrivals
+}
+
+/// Rank 0's engine loop: each step begins with the round it tells the other ranks. Ends when
+/// the queue has closed and the batch has finished what it holds.
+fn lead(
+    mut batch: Batch<'_, '_, '_>,
+    jobs: &mpsc::Receiver<Submitted>,
+    gauges: &Arc<Gauges>,
+    group: &Group,
+) {
+    let mut agreed = lockstep::Agreed::default();
+    let mut next_id = 0;
+    let mut open = true;
+    loop {
+        let arrivals = arrivals(jobs, batch.is_idle(), &mut open);
+        let mut round = lockstep::Round {
+            cancelled: agreed.newly_cancelled(),
+            closing: !open,
+            ..lockstep::Round::default()
+        };
+        let mut jobs_now = Vec::new();
+        for submitted in arrivals {
+            let (
+                id,
+                Submitted {
+                    mut request,
+                    wire,
+                    cancel,
+                    sink,
+                },
+            ) = (next_id, submitted);
+            next_id += 1;
+            let Some(mut wire) = wire else {
+                tracing::error!("a request reached the group without its wire form");
+                continue;
+            };
+            lockstep::seed(&mut request, &mut wire);
+            round.arrivals.push((id, *wire));
+            jobs_now.push((id, request, cancel, gauged(sink, gauges)));
+        }
+        lockstep::exchange(group, &round);
+        for (id, request, client, sink) in jobs_now {
+            batch.submit(agreed.job(id, request, Some(client), sink));
+        }
+        agreed.cancel(&round.cancelled);
+        gauges.step(&mut batch);
+        if !open && batch.is_idle() {
+            return;
+        }
+    }
+}
+
+/// A rank other than 0: loads its share of the model, then steps its batch as each of rank 0's
+/// rounds says, until rank 0 closes. Its events go nowhere.
+pub fn follow(model: PathBuf, options: EngineOptions, group: Arc<Group>) -> anyhow::Result<()> {
+    let loaded = LoadedModel::load_with(
+        &model,
+        options.gguf,
+        options.projector.as_deref(),
+        Some(group.clone()),
+    );
+    let everywhere = loaded_everywhere(&group, loaded.is_ok());
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            // Rank 0 reports the failed start; ending now could end it before it does, so this
+            // rank waits for its supervisor to end the group.
+            tracing::error!(rank = group.rank(), model = %model.display(), %error, "cannot load this rank's share");
+            loop {
+                std::thread::park();
+            }
+        }
+    };
+    everywhere.map_err(anyhow::Error::msg)?;
+    let limits = batch_limits(&loaded, &options);
+    let mut batch = Batch::new(&loaded, limits, options.memory_limit, None);
+    let mut agreed = lockstep::Agreed::default();
+    loop {
+        let round = lockstep::exchange(&group, &lockstep::Round::default());
+        for (id, wire) in round.arrivals {
+            let request = to_generate_request(Box::new(wire));
+            batch.submit(agreed.job(id, request, None, Box::new(|_| {})));
+        }
+        agreed.cancel(&round.cancelled);
+        batch.step();
+        if round.closing && batch.is_idle() {
+            return Ok(());
+        }
+    }
 }
 
 fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {

@@ -47,7 +47,7 @@ fn serve(args: corral_worker::cli::ServeArgs) -> anyhow::Result<()> {
         let group = Arc::new(group);
         if group.rank() != 0 {
             corral_worker::serve::exit_with_parent();
-            return corral_worker::lockstep::follow(args.model, options, group);
+            return corral_worker::engine::follow(args.model, options, group);
         }
         options.group = Some(group);
     }
