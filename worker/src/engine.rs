@@ -173,6 +173,8 @@ pub enum EngineError {
     Spawn(std::io::Error),
     #[error("the engine thread has stopped")]
     Stopped,
+    #[error("a worker group's rank 0 passes requests on as the supervisor sent them (submit_wire)")]
+    NotAsSent,
 }
 
 impl Engine {
@@ -331,6 +333,9 @@ impl Engine {
         wire: Option<Box<WireRequest>>,
         sink: EventSink,
     ) -> Result<Arc<AtomicBool>, EngineError> {
+        if self.grouped && wire.is_none() {
+            return Err(EngineError::NotAsSent);
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         self.jobs
             .send(Submitted {
@@ -494,8 +499,8 @@ fn lead(
                 },
             ) = (next_id, submitted);
             next_id += 1;
+            // `Engine::queue` lets no request in without it.
             let Some(mut wire) = wire else {
-                tracing::error!("a request reached the group without its wire form");
                 continue;
             };
             lockstep::seed(&mut request, &mut wire);

@@ -51,7 +51,7 @@ impl Permanence for EngineError {
     fn is_permanent(&self) -> bool {
         match self {
             EngineError::Load(error) => error.is_permanent(),
-            EngineError::Spawn(_) | EngineError::Stopped => false,
+            EngineError::Spawn(_) | EngineError::Stopped | EngineError::NotAsSent => false,
         }
     }
 }
