@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""A model over 1, 2 and 4 ranks on loopback (MLX's ring backend), corral beside mlx-lm's own
+pipeline on the same checkpoint, greedy, one sequence.
+
+The checkpoint: a random-weight Qwen2 made by transformers (`Qwen2Config`: hidden 1024, 16 layers,
+16 heads, 4 KV heads, intermediate 2816, tied embeddings, seed 0) with the toolchain fixture's
+tokenizer (tests/data/toolchain/qwen2/hf), float32 safetensors in shards of at most 200 MB with
+their index, which mlx-lm's `sharded_load` needs to read only its ranks' files. Qwen2 is one of the
+families mlx-lm 0.32.2 pipelines.
+
+Rows: `corral-worker generate` (alone, then `--pipeline` per rank) and mlx-lm (`load`, then
+`sharded_load(pipeline_group=mx.distributed.init())` per rank, then `stream_generate`), each rank
+a process given `MLX_RANK` and `MLX_HOSTFILE` as `mlx.launch` gives them. Columns: prefill and
+decode tokens/s and the time to the first token as rank 0 reports them (corral's stderr figures;
+mlx-lm's `prompt_tps`, `generation_tps`); the most any rank held resident (`/usr/bin/time`'s
+maximum RSS) and the weights each rank holds (corral's `rank R of N` line; mlx-lm's parameters'
+bytes on that rank). Medians over `--passes`. Prints one markdown table; no assertions.
+
+Made once and kept (delete to remake): the checkpoint under build/bench-worker-group/, with
+build/reference/hf-venv's transformers and torch. mlx runs with OpenBLAS preloaded.
+
+Usage: python3 scripts/bench_worker_group.py [--bin-dir target/debug] [--passes 3]
+       [--ranks 1,2,4] [--max-tokens 64]
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HF_PYTHON = ROOT / "build/reference/hf-venv/bin/python"
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"
+CHECKPOINT = ROOT / "build/bench-worker-group/qwen2"
+TOKENIZER = ROOT / "tests/data/toolchain/qwen2/hf"
+PROMPT = " ".join(f"Rank {i} passes its activations to rank {i + 1} along the ring." for i in range(4))
+
+MAKE = """
+import shutil, sys, torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+out, tokenizer = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+config = Qwen2Config(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                     num_key_value_heads=4, intermediate_size=2816, vocab_size=128,
+                     tie_word_embeddings=True, max_position_embeddings=4096)
+model = Qwen2ForCausalLM(config).to(torch.float32)
+model.save_pretrained(out, max_shard_size="200MB")
+for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{tokenizer}/{name}", f"{out}/{name}")
+"""
+
+MLX_LM = """
+import json, os, sys
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm import load, stream_generate
+from mlx_lm.utils import sharded_load
+path, prompt, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if "MLX_RANK" in os.environ:
+    group = mx.distributed.init(strict=True, backend="ring")
+    model, tokenizer = sharded_load(path, pipeline_group=group)
+    rank = group.rank()
+else:
+    model, tokenizer = load(path)
+    rank = 0
+held = sum(v.nbytes for _, v in tree_flatten(model.parameters()) if v.size)
+last = None
+for response in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens):
+    last = response
+# The generator has one step in flight on every rank: let all finish before any leaves the ring.
+mx.synchronize()
+if "MLX_RANK" in os.environ:
+    mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))
+print(json.dumps({"rank": rank, "weights": held, "prompt_tokens": last.prompt_tokens,
+                  "prompt_tps": last.prompt_tps, "generation_tps": last.generation_tps}))
+"""
+
+
+def make_checkpoint():
+    if (CHECKPOINT / "model.safetensors.index.json").exists():
+        return
+    CHECKPOINT.mkdir(parents=True, exist_ok=True)
+    subprocess.run([HF_PYTHON, "-c", MAKE, CHECKPOINT, TOKENIZER], check=True)
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_ranks(command, ranks, env):
+    """Runs `command` as `ranks` processes (one alone); each one's (stdout, stderr, max RSS KiB)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        hostfile = Path(scratch) / "hosts.json"
+        hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in free_ports(ranks)]))
+        processes = []
+        for rank in range(ranks):
+            rank_env = dict(env)
+            if ranks > 1:
+                rank_env.update(MLX_RANK=str(rank), MLX_HOSTFILE=str(hostfile))
+            timing = Path(scratch) / f"time{rank}"
+            processes.append((subprocess.Popen(
+                ["/usr/bin/time", "-f", "%M", "-o", timing, *command],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env), timing))
+        results = []
+        try:
+            for process, timing in processes:
+                out, err = process.communicate(timeout=1800)
+                if process.returncode != 0:
+                    sys.exit(f"{command[0]} failed:\n{err[-2000:]}")
+                results.append((out, err, int(timing.read_text().split()[-1])))
+        finally:
+            for process, _ in processes:
+                process.kill()
+        return results
+
+
+def corral(bin_dir, ranks, max_tokens):
+    command = [bin_dir / "corral-worker", "generate", "--model", CHECKPOINT, "--prompt", PROMPT,
+               "--max-tokens", str(max_tokens)]
+    if ranks > 1:
+        command.append("--pipeline")
+    results = run_ranks([str(part) for part in command], ranks, dict(os.environ))
+    err = results[0][1]
+    prompt = re.search(r"prompt: (\d+) tokens, ([\d.]+) tokens/s", err)
+    decode = re.search(r"decode: (\d+) tokens, ([\d.]+) tokens/s", err)
+    weights = [float(m) for _, e, _ in results for m in re.findall(r"weights ([\d.]+) MiB", e)[:1]]
+    return {
+        "prefill": float(prompt.group(2)),
+        "decode": float(decode.group(2)),
+        "ttft": int(prompt.group(1)) / float(prompt.group(2)),
+        "rss": max(rss for _, _, rss in results) / 1024,
+        "weights": max(weights),
+    }
+
+
+def mlx_lm(ranks, max_tokens):
+    env = dict(os.environ, LD_PRELOAD=OPENBLAS, HF_HUB_OFFLINE="1")
+    command = [str(HF_PYTHON), "-c", MLX_LM, str(CHECKPOINT), PROMPT, str(max_tokens)]
+    results = run_ranks(command, ranks, env)
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _, _ in results]
+    first = next(report for report in reports if report["rank"] == 0)
+    return {
+        "prefill": first["prompt_tps"],
+        "decode": first["generation_tps"],
+        "ttft": first["prompt_tokens"] / first["prompt_tps"],
+        "rss": max(rss for _, _, rss in results) / 1024,
+        "weights": max(report["weights"] for report in reports) / 2**20,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bin-dir", type=Path, default=ROOT / "target/debug")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+    make_checkpoint()
+    print("| engine | ranks | prefill tok/s | decode tok/s | TTFT s | weights per rank MiB | max RSS per rank MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        for name, run in (("corral", lambda: corral(args.bin_dir, ranks, args.max_tokens)),
+                          ("mlx-lm", lambda: mlx_lm(ranks, args.max_tokens))):
+            passes = [run() for _ in range(args.passes)]
+            median = {key: statistics.median(p[key] for p in passes) for key in passes[0]}
+            print(f"| {name} | {ranks} | {median['prefill']:.1f} | {median['decode']:.1f} | "
+                  f"{median['ttft']:.2f} | {median['weights']:.0f} | {median['rss']:.0f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
