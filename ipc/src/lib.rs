@@ -24,3 +24,8 @@ pub use handshake::{
 pub use message::*;
 pub use sampling::SamplingValues;
 pub use weight_files::weight_files;
+
+/// The environment MLX's ring backend reads, which the supervisor sets for each rank of a worker
+/// group: the rank, and the JSON host file that lists every rank's address.
+pub const GROUP_RANK_ENV: &str = "MLX_RANK";
+pub const GROUP_HOSTFILE_ENV: &str = "MLX_HOSTFILE";

@@ -5,13 +5,9 @@
 
 use std::ffi::CString;
 
+use corral_ipc::{GROUP_HOSTFILE_ENV, GROUP_RANK_ENV};
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
-
-/// The environment MLX's ring backend reads: this process's rank, and the JSON host file that
-/// lists every rank's address.
-pub const RANK_VARIABLE: &str = "MLX_RANK";
-pub const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
 
 /// How a rank ends when its group's collectives fail.
 pub const EXIT_GROUP_LOST: i32 = 75;
@@ -47,7 +43,7 @@ impl Group {
             let mut raw = mlx_sys::mlx_distributed_group_new();
             if mlx_sys::mlx_distributed_init(&mut raw, true, name.as_ptr()) != 0 {
                 return Err(Exception::custom(format!(
-                    "joining the {backend} group failed (see {RANK_VARIABLE} and {HOSTFILE_VARIABLE})"
+                    "joining the {backend} group failed (see {GROUP_RANK_ENV} and {GROUP_HOSTFILE_ENV})"
                 )));
             }
             raw

@@ -45,7 +45,7 @@ pub struct EngineOptions {
     /// loaded model on this device ([`method_where_it_pays`]). It replaces `batch`'s method.
     pub speculative: Option<Method>,
     /// The group whose rank 0 this worker is, when the model is spread over several ranks
-    /// (`lockstep.rs`); the others run [`crate::lockstep::follow`].
+    /// (`lockstep.rs`); the others run [`follow`].
     pub group: Option<Arc<Group>>,
 }
 
@@ -61,18 +61,18 @@ pub struct ModelInfo {
 /// Where a job's events go; called on the engine thread, so it must not block.
 pub type EventSink = Box<dyn FnMut(Result<Event, GenerateError>) + Send>;
 
-pub(crate) struct Submitted {
-    pub(crate) request: GenerateRequest,
+struct Submitted {
+    request: GenerateRequest,
     /// The request as the supervisor sent it, which a group's rank 0 passes on to the others.
-    pub(crate) wire: Option<Box<WireRequest>>,
-    pub(crate) cancel: Arc<AtomicBool>,
-    pub(crate) sink: EventSink,
+    wire: Option<Box<WireRequest>>,
+    cancel: Arc<AtomicBool>,
+    sink: EventSink,
 }
 
 /// MLX's memory figures and the batch's occupancy, published by the engine thread after each
 /// step (reading MLX's figures is an MLX call, so no other thread may).
 #[derive(Debug, Default)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     active: AtomicU64,
     cache: AtomicU64,
     peak: AtomicU64,
@@ -96,7 +96,7 @@ pub struct Occupancy {
 
 impl Gauges {
     /// Steps `batch`, publishing its occupancy before and after, and MLX's memory figures.
-    pub(crate) fn step(&self, batch: &mut Batch<'_, '_, '_>) {
+    fn step(&self, batch: &mut Batch<'_, '_, '_>) {
         self.publish_batch(batch);
         batch.step();
         self.publish_batch(batch);
@@ -363,7 +363,7 @@ impl Drop for Engine {
 
 /// The batch's limits for `loaded`, its sequences guessing the configured way or else the way
 /// that pays. A group's ranks load no draft model, so a group never drafts with one.
-pub(crate) fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> BatchLimits {
+fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> BatchLimits {
     let mut limits = options.batch;
     limits.speculation.method = options
         .speculative
@@ -377,7 +377,7 @@ pub(crate) fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> Bat
 
 /// Tells every rank of `group` whether this one `loaded` its share, once all have tried; which
 /// ranks did not, if any did not.
-pub(crate) fn loaded_everywhere(group: &Group, loaded: bool) -> Result<(), String> {
+fn loaded_everywhere(group: &Group, loaded: bool) -> Result<(), String> {
     let flags = group
         .all_gather(&mlx_rs::Array::from_slice(&[i32::from(loaded)], &[1]))
         .and_then(|flags| flags.eval().map(|()| flags))
@@ -447,11 +447,7 @@ fn run_batch(mut batch: Batch<'_, '_, '_>, jobs: &mpsc::Receiver<Submitted>, gau
 
 /// The requests queued since the last step, waiting for one while the batch is `idle`; `open`
 /// turns false once the queue has closed.
-pub(crate) fn arrivals(
-    jobs: &mpsc::Receiver<Submitted>,
-    idle: bool,
-    open: &mut bool,
-) -> Vec<Submitted> {
+fn arrivals(jobs: &mpsc::Receiver<Submitted>, idle: bool, open: &mut bool) -> Vec<Submitted> {
     let mut arrivals = Vec::new();
     if idle && *open {
         match jobs.recv() {
@@ -573,7 +569,7 @@ fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {
 }
 
 /// `sink`, which first moves the request between the occupancy gauges as its events say.
-pub(crate) fn gauged(mut sink: EventSink, gauges: &Arc<Gauges>) -> EventSink {
+fn gauged(mut sink: EventSink, gauges: &Arc<Gauges>) -> EventSink {
     // The occupancy a request's own frames imply is published before each frame leaves, so
     // stats asked for right after a `Rejected` or `Done` already count it out (the batch's
     // own figures follow after its step).

@@ -19,10 +19,6 @@ use super::client::Rank;
 use super::reaper::WorkerProcess;
 use super::run_dir::{RunDir, SlotName};
 
-/// The environment MLX's ring backend reads (the worker's `distributed` module names the same).
-const RANK_VARIABLE: &str = "MLX_RANK";
-const HOSTFILE_VARIABLE: &str = "MLX_HOSTFILE";
-
 /// How long a rank may stay silent by default; it beats every second.
 pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -67,8 +63,8 @@ impl LocalGroup {
     pub fn join_as(&self, command: &mut Command, rank: usize) {
         command
             .arg("--pipeline")
-            .env(RANK_VARIABLE, rank.to_string())
-            .env(HOSTFILE_VARIABLE, &self.hostfile);
+            .env(corral_ipc::GROUP_RANK_ENV, rank.to_string())
+            .env(corral_ipc::GROUP_HOSTFILE_ENV, &self.hostfile);
     }
 }
 
