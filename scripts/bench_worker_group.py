@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""A model over 1, 2 and 4 ranks on loopback (MLX's ring backend), corral beside mlx-lm's own
-pipeline on the same checkpoint, greedy, one sequence.
+"""A model over 1, 2 and 4 ranks on loopback (MLX's ring backend), split as a pipeline and tensor
+parallel, corral beside mlx-lm's own on the same checkpoint, greedy, one sequence.
 
 The checkpoint: a random-weight Qwen2 made by transformers (`Qwen2Config`: hidden 1024, 16 layers,
 16 heads, 4 KV heads, intermediate 2816, tied embeddings, seed 0) with the toolchain fixture's
 tokenizer (tests/data/toolchain/qwen2/hf), float32 safetensors in shards of at most 200 MB with
 their index, which mlx-lm's `sharded_load` needs to read only its ranks' files. Qwen2 is one of the
-families mlx-lm 0.32.2 pipelines.
+families mlx-lm 0.32.2 both pipelines and shards.
 
-Rows: `corral-worker generate` (alone, then `--pipeline` per rank) and mlx-lm (`load`, then
-`sharded_load(pipeline_group=mx.distributed.init())` per rank, then `stream_generate`), each rank
-a process given `MLX_RANK` and `MLX_HOSTFILE` as `mlx.launch` gives them. Columns: prefill and
+Rows: `corral-worker generate` (alone, then `--parallel pipeline` or `--parallel tensor` per rank)
+and mlx-lm (`load`, then `sharded_load(pipeline_group=...)` or `sharded_load(tensor_group=...)`
+per rank, then `stream_generate`), each rank a process given `MLX_RANK` and `MLX_HOSTFILE` as
+`mlx.launch` gives them. Columns: prefill and
 decode tokens/s and the time to the first token as rank 0 reports them (corral's stderr figures;
 mlx-lm's `prompt_tps`, `generation_tps`); the most any rank held resident (`/usr/bin/time`'s
 maximum RSS) and the weights each rank holds (corral's `rank R of N` line; mlx-lm's parameters'
@@ -20,7 +21,7 @@ Made once and kept (delete to remake): the checkpoint under build/bench-worker-g
 build/reference/hf-venv's transformers and torch. mlx runs with OpenBLAS preloaded.
 
 Usage: python3 scripts/bench_worker_group.py [--bin-dir target/debug] [--passes 3]
-       [--ranks 1,2,4] [--max-tokens 64]
+       [--ranks 1,2,4] [--parallel pipeline,tensor] [--max-tokens 64]
 """
 
 import argparse
@@ -61,10 +62,10 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm import load, stream_generate
 from mlx_lm.utils import sharded_load
-path, prompt, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
+path, prompt, max_tokens, parallel = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if "MLX_RANK" in os.environ:
     group = mx.distributed.init(strict=True, backend="ring")
-    model, tokenizer = sharded_load(path, pipeline_group=group)
+    model, tokenizer = sharded_load(path, **{f"{parallel}_group": group})
     rank = group.rank()
 else:
     model, tokenizer = load(path)
@@ -126,11 +127,11 @@ def run_ranks(command, ranks, env):
         return results
 
 
-def corral(bin_dir, ranks, max_tokens):
+def corral(bin_dir, ranks, parallel, max_tokens):
     command = [bin_dir / "corral-worker", "generate", "--model", CHECKPOINT, "--prompt", PROMPT,
                "--max-tokens", str(max_tokens)]
     if ranks > 1:
-        command.append("--pipeline")
+        command += ["--parallel", parallel]
     results = run_ranks([str(part) for part in command], ranks, dict(os.environ))
     err = results[0][1]
     prompt = re.search(r"prompt: (\d+) tokens, ([\d.]+) tokens/s", err)
@@ -145,9 +146,9 @@ def corral(bin_dir, ranks, max_tokens):
     }
 
 
-def mlx_lm(ranks, max_tokens):
+def mlx_lm(ranks, parallel, max_tokens):
     env = dict(os.environ, LD_PRELOAD=OPENBLAS, HF_HUB_OFFLINE="1")
-    command = [str(HF_PYTHON), "-c", MLX_LM, str(CHECKPOINT), PROMPT, str(max_tokens)]
+    command = [str(HF_PYTHON), "-c", MLX_LM, str(CHECKPOINT), PROMPT, str(max_tokens), parallel]
     results = run_ranks(command, ranks, env)
     reports = [json.loads(out.strip().splitlines()[-1]) for out, _, _ in results]
     first = next(report for report in reports if report["rank"] == 0)
@@ -165,19 +166,25 @@ def main():
     parser.add_argument("--bin-dir", type=Path, default=ROOT / "target/debug")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--parallel", default="pipeline,tensor")
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     make_checkpoint()
-    print("| engine | ranks | prefill tok/s | decode tok/s | TTFT s | weights per rank MiB | max RSS per rank MiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| engine | ranks | split | prefill tok/s | decode tok/s | TTFT s | weights per rank MiB "
+          "| max RSS per rank MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    splits = args.parallel.split(",")
     for ranks in [int(r) for r in args.ranks.split(",")]:
-        for name, run in (("corral", lambda: corral(args.bin_dir, ranks, args.max_tokens)),
-                          ("mlx-lm", lambda: mlx_lm(ranks, args.max_tokens))):
-            passes = [run() for _ in range(args.passes)]
-            median = {key: statistics.median(p[key] for p in passes) for key in passes[0]}
-            print(f"| {name} | {ranks} | {median['prefill']:.1f} | {median['decode']:.1f} | "
-                  f"{median['ttft']:.2f} | {median['weights']:.0f} | {median['rss']:.0f} |",
-                  flush=True)
+        for parallel in splits if ranks > 1 else ["-"]:
+            for name, run in (
+                ("corral", lambda: corral(args.bin_dir, ranks, parallel, args.max_tokens)),
+                ("mlx-lm", lambda: mlx_lm(ranks, parallel, args.max_tokens)),
+            ):
+                passes = [run() for _ in range(args.passes)]
+                median = {key: statistics.median(p[key] for p in passes) for key in passes[0]}
+                print(f"| {name} | {ranks} | {parallel} | {median['prefill']:.1f} | "
+                      f"{median['decode']:.1f} | {median['ttft']:.2f} | {median['weights']:.0f} | "
+                      f"{median['rss']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

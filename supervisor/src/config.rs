@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::memory::MemoryAmount;
 use crate::memory::budget::{DEFAULT_HARD_FRACTION, DEFAULT_SOFT_FRACTION};
+use crate::process::GroupPlan;
 
 pub const DEFAULT_PORT: u16 = 8080;
 /// Long enough for another model's typical answer to finish, short of clients' own timeouts.
@@ -295,6 +296,19 @@ impl ModelSettings {
     /// How many ranks serve the model together.
     pub fn ranks(&self) -> usize {
         self.hosts.as_ref().map_or(1, |hosts| hosts.len().max(1))
+    }
+
+    /// How many ranks serve the model and how they split it; a group splits its layers unless
+    /// `parallel` says.
+    pub fn group_plan(&self) -> GroupPlan {
+        let parallel = match self.parallel {
+            Some(Parallel::Tensor) => "tensor",
+            Some(Parallel::Pipeline) | None => "pipeline",
+        };
+        GroupPlan {
+            ranks: self.ranks(),
+            parallel,
+        }
     }
 
     /// How the model's decoding guesses ahead, where the configuration says.
@@ -621,11 +635,6 @@ fn check_groups(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
         {
             bail!(
                 "[models.\"{model}\"]: host {host:?} is not known: a group's ranks run on this host only (\"localhost\"); corral cannot start ranks on other hosts yet"
-            );
-        }
-        if settings.parallel == Some(Parallel::Tensor) {
-            bail!(
-                "[models.\"{model}\"]: parallel = \"tensor\" is not built yet; parallel = \"pipeline\" splits the layers between the ranks"
             );
         }
     }

@@ -22,7 +22,7 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    Described, DescribedSizes, Ledger, ModelLookup, RunDir, Spawner, UnloadableReport,
+    Described, DescribedSizes, GroupPlan, Ledger, ModelLookup, RunDir, Spawner, UnloadableReport,
     WORKER_BINARY_NAME, WorkerExit, WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
@@ -95,7 +95,12 @@ async fn serve(options: ServeOptions) -> Result<()> {
         .with_worker_args(prefix_cache_args(&config, &state_dir))
         .with_ranks({
             let config = config.clone();
-            Arc::new(move |model| config.models.get(model).map_or(1, ModelSettings::ranks))
+            Arc::new(move |model| {
+                config
+                    .models
+                    .get(model)
+                    .map_or(GroupPlan::ALONE, ModelSettings::group_plan)
+            })
         })
         .with_model_args(Arc::new(move |model| {
             let mut args = model_args(&batching, model);

@@ -341,10 +341,10 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
         };
         let verdict = prefill_guard::admit(shape, prefill, limit);
         // A group's ranks take rank 0's verdict, so that every batch admits the same requests.
-        let Some(pipeline) = model.pipeline() else {
+        let Some(group) = model.group() else {
             return verdict;
         };
-        match (pipeline.group().rank_zeros(verdict.is_ok()), verdict) {
+        match (group.rank_zeros(verdict.is_ok()), verdict) {
             (true, _) => Ok(()),
             (false, Err(too_large)) => Err(too_large),
             (false, Ok(())) => Err(prefill_guard::PrefillTooLarge {
@@ -386,8 +386,8 @@ impl<'m, 'p, 's> Batch<'m, 'p, 's> {
             .any(|running| running.sequence.speculates());
         let guessing = speculating && self.payoff.guess_now();
         // Rank 0's timings decide for a group, whose ranks must all run the same passes.
-        let guessing = match self.loaded.model.pipeline() {
-            Some(pipeline) if speculating => pipeline.group().rank_zeros(guessing),
+        let guessing = match self.loaded.model.group() {
+            Some(group) if speculating => group.rank_zeros(guessing),
             _ => guessing,
         };
         if guessing && let Some(draft) = self.draft {

@@ -4,6 +4,7 @@
 //! own.
 
 use std::ffi::CString;
+use std::sync::Arc;
 
 use corral_ipc::{GROUP_HOSTFILE_ENV, GROUP_RANK_ENV};
 use mlx_rs::error::Exception;
@@ -16,6 +17,22 @@ pub const EXIT_GROUP_LOST: i32 = 75;
 pub fn lost(error: &str) -> ! {
     tracing::error!(%error, "the worker group lost a rank; this rank ends");
     std::process::exit(EXIT_GROUP_LOST)
+}
+
+/// How the ranks of a group split a model between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Parallel {
+    /// Each rank runs a contiguous share of the layers.
+    Pipeline,
+    /// Each rank runs every layer on its slice of each split projection.
+    Tensor,
+}
+
+/// A rank of a group, and how the group splits its model.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub group: Arc<Group>,
+    pub parallel: Parallel,
 }
 
 /// This process's place in a group of ranks that compute one model together.

@@ -15,7 +15,7 @@ use corral_ipc::PrefixCacheStats;
 use corral_ipc::GenerateRequest as WireRequest;
 
 use crate::batch::{Batch, BatchLimits, Job};
-use crate::distributed::Group;
+use crate::distributed::{Group, Member};
 use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
@@ -46,7 +46,7 @@ pub struct EngineOptions {
     pub speculative: Option<Method>,
     /// The group whose rank 0 this worker is, when the model is spread over several ranks
     /// (`lockstep.rs`); the others run [`follow`].
-    pub group: Option<Arc<Group>>,
+    pub group: Option<Member>,
 }
 
 /// What the engine tells about a loaded model.
@@ -205,12 +205,12 @@ impl Engine {
                 );
                 // Rank 0 reports for the whole group, so it hears how every rank's load went.
                 let loaded = match (loaded, &options.group) {
-                    (Ok(loaded), Some(group)) => match loaded_everywhere(group, true) {
+                    (Ok(loaded), Some(member)) => match loaded_everywhere(&member.group, true) {
                         Ok(()) => Ok(loaded),
                         Err(error) => Err(LoadError::Group(error)),
                     },
-                    (Err(error), Some(group)) => {
-                        let _ = loaded_everywhere(group, false);
+                    (Err(error), Some(member)) => {
+                        let _ = loaded_everywhere(&member.group, false);
                         Err(error)
                     }
                     (loaded, None) => loaded,
@@ -256,7 +256,7 @@ impl Engine {
                     batch = batch.with_draft(draft);
                 }
                 match &options.group {
-                    Some(group) => lead(batch, &job_queue, &thread_gauges, group),
+                    Some(member) => lead(batch, &job_queue, &thread_gauges, &member.group),
                     None => run_batch(batch, &job_queue, &thread_gauges),
                 }
                 if let Some(prefix) = &prefix
@@ -517,12 +517,13 @@ fn lead(
 
 /// A rank other than 0: loads its share of the model, then steps its batch as each of rank 0's
 /// rounds says, until rank 0 closes. Its events go nowhere.
-pub fn follow(model: PathBuf, options: EngineOptions, group: Arc<Group>) -> anyhow::Result<()> {
+pub fn follow(model: PathBuf, options: EngineOptions, member: Member) -> anyhow::Result<()> {
+    let group = member.group.clone();
     let loaded = LoadedModel::load_with(
         &model,
         options.gguf,
         options.projector.as_deref(),
-        Some(group.clone()),
+        Some(member),
     );
     let everywhere = loaded_everywhere(&group, loaded.is_ok());
     let loaded = match loaded {

@@ -11,7 +11,7 @@ use tokenizers::Tokenizer;
 
 use crate::chat_template::{ChatTemplate, ChatTemplateError};
 use crate::constraint::{ConstraintError, ConstraintFactory};
-use crate::distributed::Group;
+use crate::distributed::Member;
 use crate::encoded_images::EncodedImages;
 use crate::gguf::{self, GgufLoadError, GgufModel};
 use crate::image::{ImageError, ImageProcessor};
@@ -82,19 +82,19 @@ impl LoadedModel {
 
     /// As [`Self::load`], a GGUF's quantized tensors as `gguf_choices` says, with the vision
     /// projector (`mmproj`) at `projector` beside a GGUF. A projector of a type corral does not
-    /// run leaves the model serving text, which the log says. As a rank of `group`'s pipeline,
-    /// it runs only its share of the layers.
+    /// run leaves the model serving text, which the log says. As a rank of `member`'s group,
+    /// it runs only its share of the model.
     pub fn load_with(
         path: &Path,
         gguf_choices: gguf::Choices,
         projector: Option<&Path>,
-        group: Option<Arc<Group>>,
+        member: Option<Member>,
     ) -> Result<Self, LoadError> {
         let started = Instant::now();
         if gguf::is_gguf(path) {
             let mut loaded = GgufModel::load_with(path, gguf_choices)?;
-            if let Some(group) = group {
-                loaded.model = loaded.model.in_pipeline(group)?;
+            if let Some(member) = member {
+                loaded.model = loaded.model.in_group(member)?;
             }
             let formats = detect_formats(loaded.chat_template.as_ref(), &loaded.tokenizer);
             let mut image_processor = None;
@@ -145,7 +145,7 @@ impl LoadedModel {
                 path: tokenizer_path.clone(),
                 message: error.to_string(),
             })?;
-        let model = Model::load_in(dir, group)?;
+        let model = Model::load_in(dir, member)?;
         let chat_template = ChatTemplate::from_model_dir(dir)?;
         let eos_token_ids = eos_token_ids(dir, &tokenizer)?;
         let formats = detect_formats(chat_template.as_ref(), &tokenizer);

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use corral_worker::cli::{Cli, Command};
-use corral_worker::distributed::Group;
+use corral_worker::distributed::{Group, Member};
 use std::sync::Arc;
 
 fn main() -> ExitCode {
@@ -41,15 +41,18 @@ fn main() -> ExitCode {
 /// Serves the supervisor, or, as a group's rank other than 0, steps with rank 0.
 fn serve(args: corral_worker::cli::ServeArgs) -> anyhow::Result<()> {
     let mut options = args.engine_options();
-    if args.pipeline {
+    if let Some(parallel) = args.parallel {
         corral_worker::lockstep::beat_on_stdout();
         let group = Group::join("ring").context("joining the worker group")?;
-        let group = Arc::new(group);
-        if group.rank() != 0 {
+        let member = Member {
+            group: Arc::new(group),
+            parallel,
+        };
+        if member.group.rank() != 0 {
             corral_worker::serve::exit_with_parent();
-            return corral_worker::engine::follow(args.model, options, group);
+            return corral_worker::engine::follow(args.model, options, member);
         }
-        options.group = Some(group);
+        options.group = Some(member);
     }
     corral_worker::serve::run(args.model, args.socket, options)
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::batch::{Batch, BatchLimits, Job};
 use crate::cli::GenerateArgs;
-use crate::distributed::Group;
+use crate::distributed::{Group, Member};
 use crate::generation::{
     Event, GenerateError, GenerateRequest, OutputOptions, Prompt, Timings, TokenLogprob,
 };
@@ -23,25 +23,37 @@ use crate::sampling::SamplingParams;
 pub fn run(args: GenerateArgs) -> Result<()> {
     // Every rank runs the same request through the same batch, so each takes the same steps;
     // only rank 0 speaks.
-    let group = match args.pipeline {
-        true => Some(Arc::new(
-            Group::join("ring").context("joining the pipeline's ring group")?,
-        )),
-        false => None,
+    let member = match args.parallel {
+        Some(parallel) => Some(Member {
+            group: Arc::new(Group::join("ring").context("joining the group's ring")?),
+            parallel,
+        }),
+        None => None,
     };
-    let speaks = group.as_ref().is_none_or(|group| group.rank() == 0);
+    let speaks = member
+        .as_ref()
+        .is_none_or(|member| member.group.rank() == 0);
     // The one-shot mode has a single request, so the main thread serves as the engine thread.
-    let loaded = LoadedModel::load_with(&args.model, gguf::Choices::default(), None, group)
+    let loaded = LoadedModel::load_with(&args.model, gguf::Choices::default(), None, member)
         .with_context(|| format!("loading {}", args.model.display()))?;
-    if let Some(pipeline) = loaded.model.pipeline() {
+    let model = &loaded.model;
+    let weights = model.weight_bytes() as f64 / (1024.0 * 1024.0);
+    if let Some(pipeline) = model.pipeline() {
         let group = pipeline.group();
         eprintln!(
-            "rank {} of {}: layers {:?} of {}, weights {:.1} MiB",
+            "rank {} of {}: layers {:?} of {}, weights {weights:.1} MiB",
             group.rank(),
             group.size(),
             pipeline.layers(),
-            loaded.model.config.num_layers,
-            loaded.model.weight_bytes() as f64 / (1024.0 * 1024.0)
+            model.config.num_layers,
+        );
+    }
+    if let Some(shard) = model.tensor_shard() {
+        let group = shard.group();
+        eprintln!(
+            "rank {} of {}: a slice of every layer, weights {weights:.1} MiB",
+            group.rank(),
+            group.size(),
         );
     }
     let prompt = if args.chat {

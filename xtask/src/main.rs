@@ -75,7 +75,9 @@ fn run() -> Result<ExitCode> {
                 "warnings",
             ])?;
             // End-to-end tests start the real binaries, which `cargo test` alone does not build.
-            cargo.ok(&["build", "--workspace", "--bins"])?;
+            // Built beside the tests in one run, the binaries and the tests share one feature
+            // set, so `cargo test` compiles nothing again.
+            cargo.ok(&["build", "--workspace", "--all-targets"])?;
             cargo.ok(&["test", "--workspace"])?;
             Ok(ExitCode::SUCCESS)
         }

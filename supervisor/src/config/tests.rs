@@ -390,6 +390,13 @@ fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why(
     let config = Config::load(Some(&file), Overrides::default()).unwrap();
     assert_eq!(config.models["m"].ranks(), 3);
     assert_eq!(config.models["m"].parallel, Some(Parallel::Pipeline));
+    assert_eq!(
+        config.models["m"].group_plan(),
+        GroupPlan {
+            ranks: 3,
+            parallel: "pipeline"
+        }
+    );
     assert_eq!(config.group_heartbeat_timeout, Duration::from_secs(7));
     assert_eq!(ModelSettings::default().ranks(), 1);
     for (text, expected) in [
@@ -399,10 +406,6 @@ fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why(
         ),
         ("hosts = []", "hosts is empty"),
         (
-            "hosts = [\"localhost\", \"localhost\"]\nparallel = \"tensor\"",
-            "parallel = \"tensor\" is not built yet",
-        ),
-        (
             "hosts = [\"localhost\"]\nparallel = \"expert\"",
             "unknown variant",
         ),
@@ -411,4 +414,11 @@ fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why(
         let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
         assert!(format!("{error:#}").contains(expected), "{text}: {error:#}");
     }
+    std::fs::write(
+        &file,
+        "[models.m]\nhosts = [\"localhost\", \"localhost\"]\nparallel = \"tensor\"\n",
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(config.models["m"].group_plan().parallel, "tensor");
 }

@@ -24,14 +24,32 @@ pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The ring's addresses for one start of a group, in a host file only this user can read;
 /// removed when the start is over (the ranks read it as they join).
+/// How many ranks on this host serve a model together, and how they split it (the worker's
+/// `--parallel`: `pipeline` or `tensor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPlan {
+    pub ranks: usize,
+    pub parallel: &'static str,
+}
+
+impl GroupPlan {
+    /// A worker of its own.
+    pub const ALONE: Self = Self {
+        ranks: 1,
+        parallel: "pipeline",
+    };
+}
+
 pub struct LocalGroup {
     hostfile: PathBuf,
     size: usize,
+    parallel: &'static str,
 }
 
 impl LocalGroup {
-    /// `size` ranks of `slot`'s model on loopback ports the system hands out now.
-    pub fn prepare(run_dir: &RunDir, slot: &SlotName, size: usize) -> io::Result<Self> {
+    /// `plan`'s ranks of `slot`'s model on loopback ports the system hands out now.
+    pub fn prepare(run_dir: &RunDir, slot: &SlotName, plan: GroupPlan) -> io::Result<Self> {
+        let size = plan.ranks;
         let listeners = (0..size)
             .map(|_| TcpListener::bind("127.0.0.1:0"))
             .collect::<io::Result<Vec<_>>>()?;
@@ -43,7 +61,11 @@ impl LocalGroup {
         let hostfile = run_dir.path().join(format!("{}.hosts.json", slot.as_str()));
         let body = serde_json::to_vec(&hosts).map_err(io::Error::other)?;
         write_private(&hostfile, &body)?;
-        Ok(Self { hostfile, size })
+        Ok(Self {
+            hostfile,
+            size,
+            parallel: plan.parallel,
+        })
     }
 
     pub fn size(&self) -> usize {
@@ -62,7 +84,7 @@ impl LocalGroup {
     /// Makes `command` rank `rank` of the group.
     pub fn join_as(&self, command: &mut Command, rank: usize) {
         command
-            .arg("--pipeline")
+            .args(["--parallel", self.parallel])
             .env(corral_ipc::GROUP_RANK_ENV, rank.to_string())
             .env(corral_ipc::GROUP_HOSTFILE_ENV, &self.hostfile);
     }

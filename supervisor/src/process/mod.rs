@@ -19,6 +19,7 @@ mod workers;
 mod tests;
 
 pub use client::{ClientError, Rank, RequestHandle, STATS_TIMEOUT, WorkerClient};
+pub use group::GroupPlan;
 pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};

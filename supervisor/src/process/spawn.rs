@@ -23,7 +23,7 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::client::{Rank, WorkerClient};
-use super::group::{self, LocalGroup};
+use super::group::{self, GroupPlan, LocalGroup};
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::run_dir::{RunDir, SlotName};
 use crate::pool::{LaunchError, LaunchedWorker};
@@ -43,8 +43,8 @@ pub type UnloadableReport = Arc<dyn Fn(&str, &Path, &str) + Send + Sync>;
 /// Model id → the options its worker gets besides everyone's (its batch size).
 pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<OsString> + Send + Sync>;
 
-/// Model id → how many ranks on this host serve it together (1: a worker of its own).
-pub type ModelRanks = Arc<dyn Fn(&str) -> usize + Send + Sync>;
+/// Model id → how many ranks on this host serve it together (1: a worker of its own), and how.
+pub type ModelRanks = Arc<dyn Fn(&str) -> GroupPlan + Send + Sync>;
 
 pub struct Spawner {
     binary: PathBuf,
@@ -139,10 +139,14 @@ impl Spawner {
             .run_dir
             .bind(&slot)
             .map_err(|err| spawn_error(std::io::Error::other(err)))?;
-        let ranks = self.ranks.as_ref().map_or(1, |ranks| ranks(model));
+        let plan = self
+            .ranks
+            .as_ref()
+            .map_or(GroupPlan::ALONE, |ranks| ranks(model));
+        let ranks = plan.ranks;
         let group = match ranks {
             0 | 1 => None,
-            size => match LocalGroup::prepare(&self.run_dir, &slot, size) {
+            _ => match LocalGroup::prepare(&self.run_dir, &slot, plan) {
                 Ok(group) => Some(group),
                 Err(error) => {
                     remove_socket(&socket, model);
@@ -150,7 +154,7 @@ impl Spawner {
                 }
             },
         };
-        // Each rank holds its share of the layers, and of the budget.
+        // Each rank holds its share of the model, and of the budget.
         let memory_limit = memory_limit / ranks.max(1) as u64;
         let mut command = self.command(model, &dir, &socket, memory_limit);
         if let Some(group) = &group {

@@ -1,6 +1,7 @@
 //! A model spread over a group of ranks on MLX's ring backend, on loopback. First `corral-worker
-//! generate --pipeline` in one process per rank, as `mlx.launch` starts mlx-lm's: each rank runs
-//! its share of the layers and passes its activations on through MLX's send and receive, and the
+//! generate --parallel pipeline|tensor` in one process per rank, as `mlx.launch` starts mlx-lm's:
+//! each rank runs its share of the layers and passes its activations on through MLX's send and
+//! receive, or its slice of every layer, summed with the others' through MLX's `all_sum`; the
 //! tokens and their log-probabilities must be the one process's. Then `corral serve` with
 //! `[models.ID] hosts = ["localhost", "localhost"]`: the same answers over HTTP, alone and in a
 //! batch, and a rank killed under a stream takes down its group alone, which the next request
@@ -46,8 +47,9 @@ impl Drop for Ranks {
     }
 }
 
-/// Runs `model` as a pipeline of `size` ranks on loopback ports; each rank's output, by rank.
-fn run_group(model: &Path, size: usize) -> Vec<Output> {
+/// Runs `model` on `size` ranks on loopback ports, split as `parallel` says; each rank's output,
+/// by rank.
+fn run_group(model: &Path, size: usize, parallel: &str) -> Vec<Output> {
     let dir = tempfile::tempdir().unwrap();
     // Ports the system hands out now; the ranks bind them a moment later.
     let listeners: Vec<TcpListener> = (0..size)
@@ -63,7 +65,7 @@ fn run_group(model: &Path, size: usize) -> Vec<Output> {
     let mut ranks = Ranks(Vec::new());
     for rank in 0..size {
         let mut command = generate(model);
-        command.arg("--pipeline");
+        command.args(["--parallel", parallel]);
         command.env("MLX_RANK", rank.to_string());
         command.env("MLX_HOSTFILE", &hostfile);
         ranks.0.push(command.spawn().unwrap());
@@ -155,7 +157,7 @@ fn a_pipeline_of_ranks_on_loopback_answers_as_one_process_does() {
         let model = toolchain(layout);
         let alone = tokens(&generate(&model).output().unwrap());
         assert!(!alone.is_empty(), "{layout}: no tokens");
-        let outputs = run_group(&model, size);
+        let outputs = run_group(&model, size, "pipeline");
         assert_same_tokens(&alone, &tokens(&outputs[0]), layout);
         // Every other rank prints nothing, and together they ran each layer once, the first
         // layers on the last rank.
@@ -179,29 +181,102 @@ fn a_pipeline_of_ranks_on_loopback_answers_as_one_process_does() {
 }
 
 #[test]
-fn more_ranks_than_layers_is_refused_by_every_rank() {
-    // Two layers cannot be shared by four ranks.
-    let outputs = run_group(&toolchain("qwen3/hf"), 4);
-    for (rank, output) in outputs.iter().enumerate() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "rank {rank} ran");
+fn a_tensor_parallel_group_on_loopback_answers_as_one_process_does() {
+    for layout in [
+        "qwen3/hf",
+        "qwen3_moe/hf",
+        "qwen3_5/hf",
+        "qwen3_5_moe/hf",
+        "qwen3_next/hf",
+    ] {
+        let model = toolchain(layout);
+        let alone = tokens(&generate(&model).output().unwrap());
+        assert!(!alone.is_empty(), "{layout}: no tokens");
+        let outputs = run_group(&model, 2, "tensor");
+        assert_same_tokens(&alone, &tokens(&outputs[0]), layout);
+        // Each rank holds the same share, less than the whole checkpoint.
+        let checkpoint: u64 = std::fs::read_dir(&model)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("model")
+            })
+            .map(|path| path.metadata().unwrap().len())
+            .sum();
+        let held: Vec<f64> = outputs.iter().map(slice_held).collect();
         assert!(
-            stderr.contains("a pipeline of 4 ranks cannot share 2 layers"),
-            "rank {rank}: {stderr}"
+            held[0] == held[1] && held[0] > 0.0 && held[0] * 1024.0 * 1024.0 < checkpoint as f64,
+            "{layout}: ranks hold {held:?} MiB of a {checkpoint}-byte checkpoint"
         );
+        assert!(outputs[1].stdout.is_empty(), "{layout}: rank 1 printed");
+    }
+}
+
+/// The MiB a tensor-parallel rank says it holds, from its `rank R of N: a slice of every layer,
+/// weights X MiB` line.
+fn slice_held(output: &Output) -> f64 {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|line| line.contains("a slice of every layer"))
+        .unwrap_or_else(|| panic!("no rank line in {stderr}"));
+    let (_, rest) = line.split_once("weights ").unwrap();
+    rest.trim_end_matches(" MiB").parse().unwrap()
+}
+
+#[test]
+fn a_group_that_cannot_split_its_model_is_refused_by_every_rank() {
+    for (layout, size, parallel, expected) in [
+        // Two layers cannot be shared by four ranks.
+        (
+            "qwen3/hf",
+            4,
+            "pipeline",
+            "a pipeline of 4 ranks cannot share 2 layers",
+        ),
+        // Nor two key/value heads.
+        (
+            "qwen3/hf",
+            4,
+            "tensor",
+            "tensor parallel over 4 ranks cannot split model.layers.0.self_attn's 4 query and 2 key/value heads",
+        ),
+        (
+            "qwen3/gguf-q8_0/model.gguf",
+            2,
+            "tensor",
+            "tensor parallel splits safetensors checkpoints",
+        ),
+        // Latent attention does not split.
+        ("glm4_moe_lite/hf", 2, "tensor", "not glm4_moe_lite"),
+    ] {
+        let outputs = run_group(&toolchain(layout), size, parallel);
+        for (rank, output) in outputs.iter().enumerate() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{layout}: rank {rank} ran");
+            assert!(stderr.contains(expected), "{layout}: rank {rank}: {stderr}");
+        }
     }
 }
 
 const GROUPED: &str =
     "[models.grouped]\nhosts = [\"localhost\", \"localhost\"]\nparallel = \"pipeline\"\n";
 
-/// A server with `checkpoint` as `alone` (one worker) and as `grouped` (two ranks).
+const SLICED: &str =
+    "[models.sliced]\nhosts = [\"localhost\", \"localhost\"]\nparallel = \"tensor\"\n";
+
+/// A server with `checkpoint` as `alone` (one worker), as `grouped` (two ranks, a pipeline) and
+/// as `sliced` (two ranks, tensor parallel).
 fn serve_both(checkpoint: &Path) -> (Dirs, Server) {
     let dirs = Dirs::generated([]);
-    for name in ["alone", "grouped"] {
+    for name in ["alone", "grouped", "sliced"] {
         std::os::unix::fs::symlink(checkpoint, dirs.models.path().join(name)).unwrap();
     }
-    let config = dirs.write_config(GROUPED);
+    let config = dirs.write_config(&format!("{GROUPED}{SLICED}"));
     let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
     (dirs, server)
 }
@@ -224,55 +299,70 @@ fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_bat
         .iter()
         .map(|prompt| completion(&server, "alone", prompt))
         .collect();
-    for (prompt, expected) in prompts.iter().zip(&alone) {
-        assert_eq!(
-            &completion(&server, "grouped", prompt),
-            expected,
-            "{prompt}"
-        );
-    }
-    // Eight at once share the group's passes and answer as each did alone.
+    // Eight at once share the group's passes and answer as each did alone; so do the same
+    // eight one after another.
     let server = std::sync::Arc::new(server);
-    let batch: Vec<_> = prompts
-        .iter()
-        .cloned()
-        .map(|prompt| {
-            let server = server.clone();
-            std::thread::spawn(move || completion(&server, "grouped", &prompt))
-        })
-        .collect();
-    for ((prompt, expected), answer) in prompts.iter().zip(&alone).zip(batch) {
-        assert_eq!(&answer.join().unwrap(), expected, "{prompt} in a batch");
+    for group in ["grouped", "sliced"] {
+        for (prompt, expected) in prompts.iter().zip(&alone) {
+            assert_eq!(
+                &completion(&server, group, prompt),
+                expected,
+                "{group}: {prompt}"
+            );
+        }
+        let batch: Vec<_> = prompts
+            .iter()
+            .cloned()
+            .map(|prompt| {
+                let server = server.clone();
+                std::thread::spawn(move || completion(&server, group, &prompt))
+            })
+            .collect();
+        for ((prompt, expected), answer) in prompts.iter().zip(&alone).zip(batch) {
+            assert_eq!(
+                &answer.join().unwrap(),
+                expected,
+                "{group}: {prompt} in a batch"
+            );
+        }
     }
     // Rank 0 is the worker the server lists, with both ranks, each a process of its own whose
     // footprints add up to the group's.
-    let row = server.worker_row("grouped");
-    let ranks = row["ranks"].as_array().unwrap();
-    assert_eq!(ranks.len(), 2, "{row}");
-    assert_eq!(ranks[0]["pid"], row["pid"], "{row}");
-    let footprints: Vec<u64> = ranks
-        .iter()
-        .map(|rank| rank["footprint_bytes"].as_u64().unwrap())
-        .collect();
-    assert!(footprints.iter().all(|bytes| *bytes > 0), "{row}");
-    assert_eq!(
-        row["footprint_bytes"],
-        footprints.iter().sum::<u64>(),
-        "{row}"
-    );
-    assert!(
-        ranks.iter().all(|rank| rank["host"] == "localhost"),
-        "{row}"
-    );
+    let mut listed = Vec::new();
+    for group in ["grouped", "sliced"] {
+        let row = server.worker_row(group);
+        let ranks = row["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 2, "{row}");
+        assert_eq!(ranks[0]["pid"], row["pid"], "{row}");
+        let footprints: Vec<u64> = ranks
+            .iter()
+            .map(|rank| rank["footprint_bytes"].as_u64().unwrap())
+            .collect();
+        assert!(footprints.iter().all(|bytes| *bytes > 0), "{row}");
+        assert_eq!(
+            row["footprint_bytes"],
+            footprints.iter().sum::<u64>(),
+            "{row}"
+        );
+        assert!(
+            ranks.iter().all(|rank| rank["host"] == "localhost"),
+            "{row}"
+        );
+        listed.extend(
+            ranks
+                .iter()
+                .map(|rank| rank["pid"].as_u64().unwrap() as u32),
+        );
+    }
     let alone = server.worker_row("alone");
     assert!(alone.get("ranks").is_none(), "{alone}");
     let mut workers = server.worker_pids();
     workers.retain(|pid| json!(pid) != alone["pid"]);
-    let listed: Vec<Value> = ranks.iter().map(|rank| rank["pid"].clone()).collect();
+    workers.sort_unstable();
+    listed.sort_unstable();
     assert_eq!(
-        workers.iter().map(|pid| json!(pid)).collect::<Vec<_>>(),
-        listed,
-        "the group's processes are the ranks listed, in rank order"
+        workers, listed,
+        "the groups' processes are the ranks listed"
     );
 }
 

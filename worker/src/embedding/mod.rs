@@ -20,7 +20,7 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::model::{Model, ModelConfig, ModelError, Weights};
+use crate::model::{Model, ModelConfig, ModelError, Residency, Weights};
 use crate::model_json::{JsonFileError, read_optional};
 use batcher::Item;
 use bert::{Encoder, EncoderConfig, PaddedBatch};
@@ -113,7 +113,7 @@ impl Embedder {
             length.min(config.max_tokens())
         });
         let (tokenizer, truncating) = load_tokenizers(dir, max_tokens)?;
-        let mut weights = Weights::load(dir, Default::default(), None)?;
+        let mut weights = Weights::load(dir, Default::default(), Residency::All)?;
         let weight_bytes = weights.total_bytes();
         let head = if config.is_sequence_classifier() {
             Some(ClassificationHead::load(&mut weights, &config)?)

@@ -17,6 +17,7 @@ mod pipeline;
 pub(crate) mod quantized_ops;
 mod shape;
 mod supported;
+mod tensor_parallel;
 mod vision;
 mod weights;
 mod window;
@@ -36,6 +37,7 @@ pub use parameters::{ParameterCount, count as count_parameters};
 pub use pipeline::Pipeline;
 pub use shape::{CacheShape, FeedForwardShape, LayerCache, LayerShape, StateShape};
 pub use supported::SUPPORTED as SUPPORTED_ARCHITECTURES;
+pub use tensor_parallel::TensorShard;
 /// The vision tests' helpers, which the prompt's image tests share.
 #[cfg(test)]
 pub(crate) use vision::tests as vision_tests;
@@ -52,13 +54,18 @@ fn spread_values(count: usize, seed: u32) -> Vec<f32> {
         .map(|index| ((index.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
 }
-use crate::distributed::Group;
+use crate::distributed::{Group, Member, Parallel};
 use blocks::mtp::MtpLayer;
 use blocks::scaled::scaled;
 use decoder::Decoder;
 pub use error::ModelError;
 pub use kv_cache::{KvCache, RecurrentState, STEP as KV_CACHE_STEP};
-pub use weights::{Weights, unrunnable_quantization};
+pub use weights::{Residency, Weights, unrunnable_quantization};
+
+/// Bytes MLX holds in arrays now.
+fn active_bytes() -> usize {
+    mlx_rs::memory::active_memory().unwrap_or(0)
+}
 
 /// One sequence's share of a packed pass: its new tokens and the cache they extend.
 pub struct Segment<'a> {
@@ -80,8 +87,10 @@ pub struct Model {
     /// A multimodal checkpoint's vision tower, where corral runs it.
     pub vision: Option<VisionTower>,
     weight_bytes: usize,
-    /// This rank's share of the layers, where a group of ranks runs the model.
+    /// This rank's share of the layers, where a group of ranks runs the model as a pipeline.
     pipeline: Option<Pipeline>,
+    /// The group whose ranks each hold a slice of every split projection (tensor parallel).
+    tensor: Option<TensorShard>,
 }
 
 impl Model {
@@ -89,22 +98,38 @@ impl Model {
         Self::load_in(model_dir, None)
     }
 
-    /// As [`Model::load`], as one rank of `group`'s pipeline: only this rank's layers are read
-    /// into memory and run.
-    pub fn load_in(model_dir: &Path, group: Option<Arc<Group>>) -> Result<Self, ModelError> {
+    /// As [`Model::load`], as one rank of `member`'s group: a pipeline rank reads and runs only
+    /// its share of the layers, a tensor-parallel one its slice of every split projection.
+    pub fn load_in(model_dir: &Path, member: Option<Member>) -> Result<Self, ModelError> {
         let config = ModelConfig::load(model_dir)?;
-        let pipeline = group
-            .map(|group| Pipeline::new(group, config.num_layers as usize))
-            .transpose()
-            .map_err(|message| ModelError::Config {
-                path: config.path.clone(),
-                message,
-            })?;
-        let mut weights = Weights::load(
-            model_dir,
-            config.layer_quantization.clone(),
-            pipeline.as_ref(),
-        )?;
+        let refused = |message: String| ModelError::Config {
+            path: config.path.clone(),
+            message,
+        };
+        let (pipeline, tensor) = match member {
+            None => (None, None),
+            Some(Member {
+                group,
+                parallel: Parallel::Pipeline,
+            }) => (
+                Some(Pipeline::new(group, config.num_layers as usize).map_err(refused)?),
+                None,
+            ),
+            Some(Member {
+                group,
+                parallel: Parallel::Tensor,
+            }) => {
+                arch::splits_tensors(&config)?;
+                (None, Some(TensorShard::new(group)))
+            }
+        };
+        let residency = match (&pipeline, &tensor) {
+            (Some(pipeline), _) => Residency::Layers(pipeline.share()),
+            (None, Some(shard)) => Residency::Slices(shard.clone()),
+            (None, None) => Residency::All,
+        };
+        let in_use_before = active_bytes();
+        let mut weights = Weights::load(model_dir, config.layer_quantization.clone(), residency)?;
         let total_bytes = weights.total_bytes();
         let vision = VisionTower::load(&config, &mut weights)?;
         if let Some(wrapper) = config.wrapper {
@@ -115,6 +140,12 @@ impl Model {
         if vision.is_some() {
             model.weight_bytes = total_bytes;
             model.vision = vision;
+        }
+        if tensor.is_some() {
+            // A slice is read only as the layers are built: what this rank holds is what MLX
+            // holds now that did not before.
+            model.weight_bytes = active_bytes().saturating_sub(in_use_before);
+            model.tensor = tensor;
         }
         Ok(model)
     }
@@ -142,26 +173,49 @@ impl Model {
             vision: None,
             weight_bytes,
             pipeline: None,
+            tensor: None,
         })
     }
 
-    /// The model as one rank of a pipeline over `group`; every rank holds it whole (a GGUF's
-    /// tensors are all read at once).
-    pub fn in_pipeline(self, group: Arc<Group>) -> Result<Self, ModelError> {
-        let layer_count = self.decoder.layers.len();
-        let pipeline = Pipeline::new(group, layer_count).map_err(|message| ModelError::Config {
+    /// The model, loaded whole (a GGUF's tensors are all read at once), as one rank of
+    /// `member`'s pipeline; a GGUF's quantized blocks are not split between tensor-parallel
+    /// ranks.
+    pub fn in_group(self, member: Member) -> Result<Self, ModelError> {
+        let refused = |message: String| ModelError::Config {
             path: self.config.path.clone(),
             message,
-        })?;
+        };
+        if member.parallel == Parallel::Tensor {
+            return Err(refused(
+                "tensor parallel splits safetensors checkpoints; run a GGUF as a pipeline (parallel = \"pipeline\")"
+                    .to_owned(),
+            ));
+        }
+        let layer_count = self.decoder.layers.len();
+        let pipeline = Pipeline::new(member.group, layer_count).map_err(refused)?;
         Ok(Self {
             pipeline: Some(pipeline),
             ..self
         })
     }
 
-    /// This rank's share of the layers, in a group.
+    /// This rank's share of the layers, in a pipeline group.
     pub fn pipeline(&self) -> Option<&Pipeline> {
         self.pipeline.as_ref()
+    }
+
+    /// This rank's place in a tensor-parallel group.
+    pub fn tensor_shard(&self) -> Option<&TensorShard> {
+        self.tensor.as_ref()
+    }
+
+    /// The group this process runs the model with, pipeline or tensor parallel.
+    pub fn group(&self) -> Option<&Arc<Group>> {
+        match (&self.pipeline, &self.tensor) {
+            (Some(pipeline), _) => Some(pipeline.group()),
+            (None, Some(shard)) => Some(shard.group()),
+            (None, None) => None,
+        }
     }
 
     /// Bytes of all weights as loaded (the admission estimate's base).

@@ -13,7 +13,8 @@ use mlx_rs::{Array, Dtype};
 
 use super::config::{GLOBAL_SCALE_UNSUPPORTED, Quantization, Wrapper};
 use super::error::ModelError;
-use super::pipeline::{LayerShare, Pipeline};
+use super::pipeline::LayerShare;
+use super::tensor_parallel::TensorShard;
 
 /// Safetensors headers above this are not checkpoints but corruption.
 const MAX_HEADER_BYTES: u64 = 100 * 1024 * 1024;
@@ -24,21 +25,32 @@ pub struct Weights {
     /// Per-layer quantization where the checkpoint itself says (GGUF types differ per tensor);
     /// layers not named here use `config.json`'s.
     quantization: HashMap<String, Quantization>,
-    /// The tensors another rank of a pipeline runs are never read into memory: left lazy, they
+    residency: Residency,
+}
+
+/// Which of the checkpoint's tensors this process reads into memory.
+#[derive(Clone, Default)]
+pub enum Residency {
+    /// Every tensor, read when the checkpoint is loaded.
+    #[default]
+    All,
+    /// A pipeline rank's: the tensors another rank's layers use are never read; left lazy, they
     /// cost nothing until evaluated, and they never are.
-    share: Option<LayerShare>,
+    Layers(LayerShare),
+    /// A tensor-parallel rank's: each tensor is read as it is taken, and a split one is cut to
+    /// this rank's slice first, so no more than one whole tensor is in memory at a time.
+    Slices(TensorShard),
 }
 
 impl Weights {
     /// The checkpoint's `*.safetensors` in `model_dir` ([`corral_ipc::weight_files`]); `quantization` names the layers whose quantization
     /// differs from the model-wide one.
-    /// As one rank of `pipeline`, the other ranks' layers are not read.
+    /// `residency` says which tensors are read now, later, or never.
     pub fn load(
         model_dir: &Path,
         quantization: HashMap<String, Quantization>,
-        pipeline: Option<&Pipeline>,
+        residency: Residency,
     ) -> Result<Self, ModelError> {
-        let share = pipeline.map(Pipeline::share);
         let files = safetensors_files(model_dir)?;
         let mut tensors = HashMap::new();
         for file in files {
@@ -53,7 +65,7 @@ impl Weights {
             // was checked above, so a failure here is the read's (I/O, memory), not the file's.
             let held = arrays
                 .iter()
-                .filter(|(name, _)| share.as_ref().is_none_or(|share| share.holds_tensor(name)))
+                .filter(|(name, _)| residency.read_at_load(name))
                 .map(|(_, array)| array);
             mlx_rs::transforms::eval(held).map_err(|source| ModelError::Mlx {
                 dir: file.clone(),
@@ -68,7 +80,7 @@ impl Weights {
             tensors,
             model_dir: model_dir.to_path_buf(),
             quantization,
-            share,
+            residency,
         })
     }
 
@@ -86,7 +98,7 @@ impl Weights {
                 .collect(),
             model_dir: source.to_path_buf(),
             quantization,
-            share: None,
+            residency: Residency::All,
         }
     }
 
@@ -144,12 +156,108 @@ impl Weights {
     }
 
     pub fn take_any(&mut self, name: &str) -> Result<(Array, PathBuf), ModelError> {
-        self.tensors
+        let (array, file) = self
+            .tensors
             .remove(name)
             .ok_or_else(|| ModelError::MissingTensor {
                 name: name.to_owned(),
                 dir: self.model_dir.clone(),
-            })
+            })?;
+        if let Residency::Slices(_) = self.residency {
+            array.eval().map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action: "reading a tensor",
+                source,
+            })?;
+        }
+        Ok((array, file))
+    }
+
+    /// The tensor-parallel group this process holds a slice of every split projection for.
+    pub fn tensor_shard(&self) -> Option<&TensorShard> {
+        match &self.residency {
+            Residency::Slices(shard) => Some(shard),
+            _ => None,
+        }
+    }
+
+    /// Keeps this rank's output rows of the projection at `prefix` (`[.., out, in]`: its
+    /// weight, quantization scales and biases, and `[.., out]` bias), the rows laid out as
+    /// consecutive `segments` (a fused projection's parts), each split between the ranks.
+    /// Nothing happens outside a tensor-parallel group.
+    pub fn shard_rows(&mut self, prefix: &str, segments: &[i32]) -> Result<(), ModelError> {
+        for part in ["weight", "scales", "biases"] {
+            self.shard_axis(&format!("{prefix}.{part}"), -2, segments)?;
+        }
+        self.shard_axis(&format!("{prefix}.bias"), -1, segments)
+    }
+
+    /// Keeps this rank's input columns of the projection at `prefix` (packed ones for a
+    /// quantized weight, whose groups split alike). Its bias is one rank's, zero on the others,
+    /// so that the sum of the partial outputs adds it once.
+    pub fn shard_columns(&mut self, prefix: &str) -> Result<(), ModelError> {
+        for part in ["weight", "scales", "biases"] {
+            let name = format!("{prefix}.{part}");
+            if let Some(&columns) = self.shape_of(&name).as_deref().and_then(<[i32]>::last) {
+                self.shard_axis(&name, -1, &[columns])?;
+            }
+        }
+        if self
+            .tensor_shard()
+            .is_some_and(|shard| !shard.keeps_output_bias())
+        {
+            self.convert(
+                &format!("{prefix}.bias"),
+                &format!("{prefix}.bias"),
+                "zeroing another rank's bias",
+                |bias| mlx_rs::ops::zeros_like(bias),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Keeps this rank's share of `name` along `axis`, laid out as `segments`; absent
+    /// tensors are left to the loader to miss.
+    pub fn shard_axis(
+        &mut self,
+        name: &str,
+        axis: i32,
+        segments: &[i32],
+    ) -> Result<(), ModelError> {
+        let Some(shard) = self.tensor_shard().cloned() else {
+            return Ok(());
+        };
+        let Some((array, file)) = self.tensors.remove(name) else {
+            return Ok(());
+        };
+        let along = axis.rem_euclid(array.ndim() as i32);
+        let length = array.dim(along);
+        if segments.iter().sum::<i32>() != length {
+            return Err(ModelError::Shape {
+                name: name.to_owned(),
+                path: file,
+                found: array.shape().to_vec(),
+                expected: segments.to_vec(),
+            });
+        }
+        let indices = shard.indices(segments).ok_or_else(|| ModelError::Config {
+            path: file.clone(),
+            message: format!(
+                "tensor parallel over {} ranks cannot split {name}: its {length} entries along axis {along} (in parts of {segments:?}) do not divide evenly",
+                shard.ranks()
+            ),
+        })?;
+        let count = indices.len() as i32;
+        let slice = array
+            .take_axis(Array::from_slice(&indices, &[count]), along)
+            .and_then(|slice| slice.eval().map(|()| slice))
+            .map_err(|source| ModelError::Mlx {
+                dir: file.clone(),
+                action: "cutting a tensor to this rank's slice",
+                source,
+            })?;
+        self.tensors.insert(name.to_owned(), (slice, file));
+        Ok(())
     }
 
     /// Drops a tensor the model does not use, if present (a tied head's copy).
@@ -195,7 +303,7 @@ impl Weights {
             tensors,
             model_dir: self.model_dir.clone(),
             quantization,
-            share: None,
+            residency: Residency::All,
         })
     }
 
@@ -294,9 +402,7 @@ impl Weights {
 
     /// Whether this rank keeps the tensor `name` (every tensor, outside a pipeline).
     fn holds(&self, name: &str) -> bool {
-        self.share
-            .as_ref()
-            .is_none_or(|share| share.holds_tensor(name))
+        self.residency.read_at_load(name)
     }
 
     /// `array`, computed now where this rank keeps the tensor `name`, so that its sources'
@@ -386,6 +492,16 @@ impl Weights {
             .filter(|(name, _)| self.holds(name))
             .map(|(_, (array, _))| array.nbytes())
             .sum()
+    }
+}
+
+impl Residency {
+    fn read_at_load(&self, name: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Layers(share) => share.holds_tensor(name),
+            Self::Slices(_) => false,
+        }
     }
 }
 

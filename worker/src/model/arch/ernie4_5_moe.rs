@@ -100,7 +100,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 let mlp = format!("{prefix}.mlp");
                 let Some(moe) = moe.clone().filter(|_| sparse) else {
                     return Mlp::load(weights, config, &mlp, config.intermediate_size()?, bias)
-                        .map(FeedForward::Dense);
+                        .map(FeedForward::dense);
                 };
                 let inner = moe.inner;
                 // The correction bias lives beside the router, one row per expert group (one).

@@ -118,7 +118,7 @@ pub(super) fn sandwich_layer(
     Ok(DecoderLayer::sandwich(
         norms,
         attention.into(),
-        FeedForward::Dense(mlp),
+        FeedForward::dense(mlp),
     ))
 }
 

@@ -238,7 +238,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 .with_activation(Activation::GeluTanh);
             let feed_forward = match &moe {
                 Some(spec) => experts_beside(weights, config, &prefix, mlp, spec.clone())?,
-                None => FeedForward::Dense(mlp),
+                None => FeedForward::dense(mlp),
             };
             let per_layer_gate = (per_layer_width > 0)
                 .then(|| PerLayerGate::load(weights, config, &prefix, per_layer_width))

@@ -62,7 +62,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             Ok(DecoderLayer::sandwich(
                 norms,
                 attention.into(),
-                FeedForward::Dense(mlp),
+                FeedForward::dense(mlp),
             ))
         })
         .collect::<Result<_, ModelError>>()?;

@@ -108,7 +108,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             let mlp = format!("{prefix}.mlp");
             if !sparse {
                 return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
-                    .map(FeedForward::Dense);
+                    .map(FeedForward::dense);
             }
             unfuse_experts(weights, &mlp)?;
             let names = ExpertNames::swiglu_under(&mlp);

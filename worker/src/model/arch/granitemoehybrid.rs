@@ -228,7 +228,7 @@ fn feed_forward(
 ) -> Result<FeedForward, ModelError> {
     let dense = format!("{prefix}.mlp");
     if weights.contains(&format!("{dense}.gate_proj.weight")) {
-        return Ok(FeedForward::Dense(Mlp::load(
+        return Ok(FeedForward::dense(Mlp::load(
             weights,
             config,
             &dense,
@@ -252,7 +252,7 @@ fn feed_forward(
         Mlp::load_fused(weights, config, &shared, shared_inner)?
     };
     let Some(moe) = moe else {
-        return Ok(FeedForward::Dense(shared_mlp));
+        return Ok(FeedForward::dense(shared_mlp));
     };
     let block = format!("{prefix}.block_sparse_moe");
     let stacked = |name: &str| format!("{block}.switch_mlp.{name}.weight");

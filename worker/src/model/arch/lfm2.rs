@@ -64,7 +64,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
     hybrid(config, weights, |weights, _, prefix| {
         let mlp = format!("{prefix}.feed_forward");
         rename_feed_forward(weights, &mlp);
-        Ok(FeedForward::Dense(Mlp::load(
+        Ok(FeedForward::dense(Mlp::load(
             weights, config, &mlp, inner, false,
         )?))
     })

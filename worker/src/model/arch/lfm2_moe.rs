@@ -72,7 +72,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         let mlp = format!("{prefix}.feed_forward");
         if index < dense_layers {
             rename_feed_forward(weights, &mlp);
-            return Ok(FeedForward::Dense(Mlp::load(
+            return Ok(FeedForward::dense(Mlp::load(
                 weights,
                 config,
                 &mlp,

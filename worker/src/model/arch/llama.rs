@@ -96,7 +96,7 @@ pub fn layers(
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 Mlp::load(weights, config, &mlp, config.intermediate_size()?, mlp_bias)
-                    .map(FeedForward::Dense)
+                    .map(FeedForward::dense)
             })
         })
         .collect()

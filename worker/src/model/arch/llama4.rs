@@ -127,7 +127,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 let feed_forward = format!("{prefix}.feed_forward");
                 if index % moe_step != moe_step - 1 {
                     return Mlp::load(weights, config, &feed_forward, mlp_inner, false)
-                        .map(FeedForward::Dense);
+                        .map(FeedForward::dense);
                 }
                 let experts = format!("{feed_forward}.experts");
                 split_original_experts(weights, &experts)?;

@@ -107,7 +107,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             };
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let feed_forward = format!("{prefix}.feed_forward");
-                Mlp::load(weights, config, &feed_forward, inner, false).map(FeedForward::Dense)
+                Mlp::load(weights, config, &feed_forward, inner, false).map(FeedForward::dense)
             })
         })
         .collect::<Result<_, _>>()?;

@@ -60,6 +60,9 @@ struct Architecture {
     build: Build,
     experts: Option<Experts>,
     caches: Caches,
+    /// Whether every block it is built of splits between tensor-parallel ranks as mlx-lm's
+    /// `shard` splits it.
+    splits_tensors: bool,
 }
 
 const fn dense(model_type: &'static str, build: Build) -> Architecture {
@@ -69,6 +72,7 @@ const fn dense(model_type: &'static str, build: Build) -> Architecture {
         build,
         experts: None,
         caches: full_attention_caches,
+        splits_tensors: false,
     }
 }
 
@@ -79,6 +83,7 @@ const fn moe(model_type: &'static str, build: Build, experts: Experts) -> Archit
         build,
         experts: Some(experts),
         caches: full_attention_caches,
+        splits_tensors: false,
     }
 }
 
@@ -92,6 +97,14 @@ impl Architecture {
     /// An architecture llama.cpp also writes, under these `general.architecture` names.
     const fn in_gguf(self, gguf: &'static [&'static str]) -> Self {
         Self { gguf, ..self }
+    }
+
+    /// An architecture built only of blocks that split between tensor-parallel ranks.
+    const fn splitting_tensors(self) -> Self {
+        Self {
+            splits_tensors: true,
+            ..self
+        }
     }
 }
 
@@ -176,14 +189,17 @@ const ARCHITECTURES: &[Architecture] = &[
         .in_gguf(&["lfm2moe"]),
     dense("llama", llama::build)
         .caching(llama::caches)
-        .in_gguf(&["llama", "mistral"]),
+        .in_gguf(&["llama", "mistral"])
+        .splitting_tensors(),
     moe("llama4", llama4::build, llama4::experts).in_gguf(&["llama4"]),
     moe("llama4_text", llama4_text::build, llama4_text::experts),
     moe("minimax_m2", minimax_m2::build, minimax_m2::experts).in_gguf(&["minimax-m2"]),
     dense("ministral3", ministral3::build)
         .caching(llama::caches)
         .in_gguf(&["mistral3"]),
-    dense("mistral", llama::build).caching(llama::caches),
+    dense("mistral", llama::build)
+        .caching(llama::caches)
+        .splitting_tensors(),
     dense("mistral3", mistral3::build).caching(llama::caches),
     moe("mixtral", mixtral::build, mixtral::experts),
     moe("nemotron_h", nemotron_h::build, nemotron_h::experts)
@@ -195,20 +211,27 @@ const ARCHITECTURES: &[Architecture] = &[
     dense("phi3", phi3::build).in_gguf(&["phi3"]),
     dense("qwen2", qwen2::build)
         .caching(llama::caches)
-        .in_gguf(&["qwen2"]),
+        .in_gguf(&["qwen2"])
+        .splitting_tensors(),
     dense("qwen3", qwen3::build)
         .caching(llama::caches)
-        .in_gguf(&["qwen3"]),
+        .in_gguf(&["qwen3"])
+        .splitting_tensors(),
     moe("qwen3_5", qwen3_5::build, qwen3_5::experts)
         .caching(qwen3_next::caches)
-        .in_gguf(&["qwen35"]),
+        .in_gguf(&["qwen35"])
+        .splitting_tensors(),
     moe("qwen3_5_moe", qwen3_5_moe::build, qwen3_5::experts)
         .caching(qwen3_next::caches)
-        .in_gguf(&["qwen35moe"]),
-    moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts).in_gguf(&["qwen3moe"]),
+        .in_gguf(&["qwen35moe"])
+        .splitting_tensors(),
+    moe("qwen3_moe", qwen3_moe::build, qwen3_moe::experts)
+        .in_gguf(&["qwen3moe"])
+        .splitting_tensors(),
     moe("qwen3_next", qwen3_next::build, qwen3_next::experts)
         .caching(qwen3_next::caches)
-        .in_gguf(&["qwen3next"]),
+        .in_gguf(&["qwen3next"])
+        .splitting_tensors(),
     dense("seed_oss", seed_oss::build)
         .caching(llama::caches)
         .in_gguf(&["seed_oss"]),
@@ -240,6 +263,26 @@ fn architecture(config: &ModelConfig) -> Result<&'static Architecture, ModelErro
             path: config.path.clone(),
             message: format!("unsupported model_type {:?}", config.model_type),
         })
+}
+
+/// Refuses tensor parallel for an architecture with a block that does not split.
+pub fn splits_tensors(config: &ModelConfig) -> Result<(), ModelError> {
+    if architecture(config)?.splits_tensors {
+        return Ok(());
+    }
+    let splitting: Vec<&str> = ARCHITECTURES
+        .iter()
+        .filter(|architecture| architecture.splits_tensors)
+        .map(|architecture| architecture.model_type)
+        .collect();
+    Err(ModelError::Config {
+        path: config.path.clone(),
+        message: format!(
+            "tensor parallel splits {}, not {}; run it as a pipeline (parallel = \"pipeline\")",
+            splitting.join(", "),
+            config.model_type
+        ),
+    })
 }
 
 /// The decoder of `config`'s architecture, its tensors taken from `weights`.

@@ -213,7 +213,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
         let input_norm = norm(weights, index)?;
         let block = format!("backbone.layers.{}.mixer", index + 1);
         let feed_forward = match blocks.get(index + 1) {
-            Some(Block::Mlp) => FeedForward::Dense(Mlp::load_squared_relu(
+            Some(Block::Mlp) => FeedForward::dense(Mlp::load_squared_relu(
                 weights,
                 config,
                 &block,

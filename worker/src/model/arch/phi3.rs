@@ -49,7 +49,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
             DecoderLayer::load(weights, config, index, attention, |weights, prefix| {
                 let mlp = format!("{prefix}.mlp");
                 Mlp::load_fused(weights, config, &mlp, config.intermediate_size()?)
-                    .map(FeedForward::Dense)
+                    .map(FeedForward::dense)
             })
         })
         .collect::<Result<_, _>>()?;

@@ -81,7 +81,7 @@ pub fn build(config: &ModelConfig, weights: &mut Weights) -> Result<Decoder, Mod
                 let mlp = format!("{prefix}.mlp");
                 let Some(moe) = moe.clone().filter(|_| sparse) else {
                     return Mlp::load(weights, config, &mlp, config.intermediate_size()?, false)
-                        .map(FeedForward::Dense);
+                        .map(FeedForward::dense);
                 };
                 unfuse_experts(weights, &mlp)?;
                 let names = ExpertNames::swiglu_under(&mlp);

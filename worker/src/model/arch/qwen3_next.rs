@@ -245,7 +245,7 @@ pub(super) fn hybrid(
             )?;
             FeedForward::experts(experts.with_gated_shared_expert(shared, gate))
         } else {
-            FeedForward::Dense(Mlp::load(
+            FeedForward::dense(Mlp::load(
                 weights,
                 config,
                 &mlp,

@@ -19,6 +19,7 @@ use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::KvCache;
 use crate::model::shape::CacheShape;
+use crate::model::tensor_parallel::{TensorShard, reduced};
 use crate::model::weights::Weights;
 use crate::model::window::Window;
 
@@ -133,6 +134,49 @@ pub struct Attention {
     sinks: Option<Array>,
     output_gate: bool,
     softcap: Option<f32>,
+    /// The group this layer's heads are split between, whose partial outputs it sums.
+    shard: Option<TensorShard>,
+}
+
+impl AttentionSpec {
+    /// This rank's share of the heads, the checkpoint's projections cut to them: the query,
+    /// key and value rows of its heads and `o_proj`'s matching columns.
+    fn sharded(
+        self,
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        shard: &TensorShard,
+    ) -> Result<Self, ModelError> {
+        let unsplit = self.fused_qkv
+            || self.shared_kv.is_some()
+            || self.values_are_keys
+            || matches!(self.head_norm, Some(HeadNorm::RmsWhole { .. }));
+        let shares = (shard.share_of(self.heads), shard.share_of(self.kv_heads));
+        let (Some(heads), Some(kv_heads), false) = (shares.0, shares.1, unsplit) else {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!(
+                    "tensor parallel over {} ranks cannot split {prefix}'s {} query and {} key/value heads",
+                    shard.ranks(),
+                    self.heads,
+                    self.kv_heads
+                ),
+            });
+        };
+        let q_rows = self.heads * self.head_dim * if self.output_gate { 2 } else { 1 };
+        let kv_rows = self.kv_heads * self.head_dim;
+        weights.shard_rows(&format!("{prefix}.q_proj"), &[q_rows])?;
+        weights.shard_rows(&format!("{prefix}.k_proj"), &[kv_rows])?;
+        weights.shard_rows(&format!("{prefix}.v_proj"), &[kv_rows])?;
+        weights.shard_columns(&format!("{prefix}.o_proj"))?;
+        weights.shard_axis(&format!("{prefix}.sinks"), 0, &[self.heads])?;
+        Ok(Self {
+            heads,
+            kv_heads,
+            ..self
+        })
+    }
 }
 
 impl Attention {
@@ -144,6 +188,11 @@ impl Attention {
         prefix: &str,
         spec: AttentionSpec,
     ) -> Result<Self, ModelError> {
+        let shard = weights.tensor_shard().cloned();
+        let spec = match &shard {
+            Some(shard) => spec.sharded(weights, config, prefix, shard)?,
+            None => spec,
+        };
         let q_width = spec.heads * spec.head_dim;
         let kv_width = spec.kv_heads * spec.head_dim;
         let quant = config.quantization;
@@ -248,6 +297,7 @@ impl Attention {
             sinks,
             output_gate: spec.output_gate,
             softcap: spec.softcap,
+            shard,
         })
     }
 
@@ -321,7 +371,7 @@ impl Attention {
             Some(gate) => ops::multiply(&output, &ops::sigmoid(&gate)?)?,
             None => output,
         };
-        self.o_proj.forward(&output)
+        reduced(self.shard.as_ref(), self.o_proj.forward(&output)?)
     }
 
     /// The queries `[1, positions, heads * head_dim]`, and with an output gate its channels:

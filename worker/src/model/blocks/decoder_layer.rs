@@ -25,7 +25,7 @@ use crate::model::shape::{CacheShape, FeedForwardShape, LayerCache, StateShape};
 use crate::model::weights::Weights;
 
 pub enum FeedForward {
-    Dense(Mlp),
+    Dense(Box<Mlp>),
     Experts(Box<Moe>),
     DenseAndExperts(Box<DenseAndExperts>),
     /// None: a Nemotron-H mixer followed by another mixer is a layer of its own.
@@ -44,6 +44,10 @@ pub struct DenseAndExperts {
 }
 
 impl FeedForward {
+    pub fn dense(mlp: Mlp) -> Self {
+        Self::Dense(Box::new(mlp))
+    }
+
     pub fn experts(moe: Moe) -> Self {
         Self::Experts(Box::new(moe))
     }

@@ -26,6 +26,7 @@ use crate::model::error::ModelError;
 use crate::model::kernels;
 use crate::model::kv_cache::{KvCache, RecurrentState};
 use crate::model::shape::StateShape;
+use crate::model::tensor_parallel::{TensorShard, reduced};
 use crate::model::weights::Weights;
 
 /// The layer's sizes, from config.json's `linear_*` keys.
@@ -116,6 +117,55 @@ impl DeltaSpec {
         }
     }
 
+    /// This rank's share of the heads, the checkpoint's tensors cut to them: each key head
+    /// with the value heads that read it, in every input projection, the convolution and the
+    /// per-head decay, and `out_proj`'s matching columns.
+    fn sharded(
+        self,
+        weights: &mut Weights,
+        config: &ModelConfig,
+        prefix: &str,
+        shard: &TensorShard,
+    ) -> Result<Self, ModelError> {
+        let shares = (
+            shard.share_of(self.key_heads),
+            shard.share_of(self.value_heads),
+        );
+        // Tiled value heads read key heads that are not beside them.
+        let (Some(key_heads), Some(value_heads), false) =
+            (shares.0, shares.1, self.tiled_value_heads)
+        else {
+            return Err(ModelError::Config {
+                path: config.path.clone(),
+                message: format!(
+                    "tensor parallel over {} ranks cannot split {prefix}'s {} key and {} value heads",
+                    shard.ranks(),
+                    self.key_heads,
+                    self.value_heads
+                ),
+            });
+        };
+        let (keys, values, heads) = (self.key_width(), self.value_width(), self.value_heads);
+        let layer = |name: &str| format!("{prefix}.{name}");
+        // Qwen3-Next's fused projections are grouped by key head, so each rank's share of the
+        // groups is one run of rows.
+        weights.shard_rows(&layer("in_proj_qkvz"), &[2 * keys + 2 * values])?;
+        weights.shard_rows(&layer("in_proj_ba"), &[2 * heads])?;
+        weights.shard_rows(&layer("in_proj_qkv"), &[keys, keys, values])?;
+        weights.shard_rows(&layer("in_proj_z"), &[values])?;
+        weights.shard_rows(&layer("in_proj_b"), &[heads])?;
+        weights.shard_rows(&layer("in_proj_a"), &[heads])?;
+        weights.shard_axis(&layer("conv1d.weight"), 0, &[keys, keys, values])?;
+        weights.shard_axis(&layer("A_log"), 0, &[heads])?;
+        weights.shard_axis(&layer("dt_bias"), 0, &[heads])?;
+        weights.shard_columns(&layer("out_proj"))?;
+        Ok(Self {
+            key_heads,
+            value_heads,
+            ..self
+        })
+    }
+
     /// `[1, positions, key_heads, dim]` queries or keys, one head per value head.
     fn per_value_head(&self, x: &Array) -> Result<Array, Exception> {
         let repeat = self.value_heads / self.key_heads;
@@ -153,6 +203,8 @@ pub struct GatedDeltaNet {
     norm_weight: Array,
     out_proj: Linear,
     spec: DeltaSpec,
+    /// The group this layer's heads are split between, whose partial outputs it sums.
+    shard: Option<TensorShard>,
 }
 
 /// The projections of one sequence's positions, `[1, positions, ..]` each.
@@ -175,6 +227,11 @@ impl GatedDeltaNet {
         spec: DeltaSpec,
     ) -> Result<Self, ModelError> {
         let (hidden, quant) = (config.hidden_size, config.quantization);
+        let shard = weights.tensor_shard().cloned();
+        let spec = match &shard {
+            Some(shard) => spec.sharded(weights, config, prefix, shard)?,
+            None => spec,
+        };
         let linear = |weights: &mut Weights, name: &str, out: i32, input: i32| {
             Linear::load(
                 weights,
@@ -222,6 +279,7 @@ impl GatedDeltaNet {
             norm_weight: weights.take_float(&format!("{prefix}.norm.weight"), &[spec.value_dim])?,
             out_proj: linear(weights, "out_proj", hidden, values)?,
             spec,
+            shard,
         })
     }
 
@@ -254,7 +312,7 @@ impl GatedDeltaNet {
             };
             self.sequence(sequence, cache)
         })?;
-        self.out_proj.forward(&output)
+        reduced(self.shard.as_ref(), self.out_proj.forward(&output)?)
     }
 
     /// The input projections in Qwen3.5's order, whatever the checkpoint's layout.

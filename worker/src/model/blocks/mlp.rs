@@ -9,6 +9,7 @@ use super::linear::Linear;
 use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::kernels;
+use crate::model::tensor_parallel::{TensorShard, reduced};
 use crate::model::weights::Weights;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -69,6 +70,8 @@ pub struct Mlp {
     activation: Activation,
     /// Width of the gate and up projections.
     inner: i32,
+    /// The group this MLP's inner channels are split between, whose partial outputs it sums.
+    shard: Option<TensorShard>,
 }
 
 impl Mlp {
@@ -104,6 +107,17 @@ impl Mlp {
         gated: Option<Activation>,
     ) -> Result<Self, ModelError> {
         let (hidden, quant) = (config.hidden_size, config.quantization);
+        let shard = weights.tensor_shard().cloned();
+        let inner = match &shard {
+            Some(shard) => {
+                for name in ["gate_proj", "up_proj"] {
+                    weights.shard_rows(&format!("{prefix}.{name}"), &[inner])?;
+                }
+                weights.shard_columns(&format!("{prefix}.down_proj"))?;
+                shard.share_of(inner).unwrap_or(inner)
+            }
+            None => inner,
+        };
         let mut linear = |name: &str, out: i32, input: i32| {
             Linear::load(
                 weights,
@@ -124,6 +138,7 @@ impl Mlp {
             down_proj: linear("down_proj", hidden, inner)?,
             activation: gated.unwrap_or(Activation::SquaredRelu),
             inner,
+            shard,
         })
     }
 
@@ -165,12 +180,22 @@ impl Mlp {
             down_proj,
             activation: Activation::Silu,
             inner,
+            shard: None,
         })
     }
 
-    /// Width of the gate and up projections.
+    /// Width of the gate and up projections (this rank's share of them, tensor parallel).
     pub fn inner(&self) -> i32 {
         self.inner
+    }
+
+    /// The MLP leaving its partial output for the block around it to sum (a mixture of
+    /// experts' shared expert, summed with the routed ones).
+    pub fn partial(self) -> Self {
+        Self {
+            shard: None,
+            ..self
+        }
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
@@ -179,8 +204,10 @@ impl Mlp {
             None => None,
         };
         let up = self.up_proj.forward(x)?;
-        self.down_proj
-            .forward(&self.activation.apply(gate.as_ref(), &up)?)
+        let output = self
+            .down_proj
+            .forward(&self.activation.apply(gate.as_ref(), &up)?)?;
+        reduced(self.shard.as_ref(), output)
     }
 }
 

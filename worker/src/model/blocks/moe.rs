@@ -16,6 +16,7 @@ use crate::model::config::ModelConfig;
 use crate::model::error::ModelError;
 use crate::model::quantized_ops;
 use crate::model::shape::FeedForwardShape;
+use crate::model::tensor_parallel::{TensorShard, reduced};
 use crate::model::weights::Weights;
 
 /// How the router's logits become the chosen experts and their weights.
@@ -129,6 +130,9 @@ pub struct Moe {
     up_proj: SwitchLinear,
     down_proj: SwitchLinear,
     activation: Activation,
+    /// The group each expert's inner channels are split between, whose partial outputs the
+    /// block sums once, the shared experts' with the routed ones'.
+    shard: Option<TensorShard>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -169,22 +173,28 @@ impl Moe {
     ) -> Result<Self, ModelError> {
         let hidden = config.hidden_size;
         let quant = config.quantization;
-        let mut switch = |names: ExpertNames, out: i32, input: i32| {
+        let shard = weights.tensor_shard().cloned();
+        let mut switch = |names: ExpertNames, out: i32, input: i32, cut: Cut| {
             SwitchLinear::load(
                 weights,
                 config,
                 names,
                 [spec.experts, out, input],
                 spec.biases,
+                cut,
             )
         };
         let gate_proj = if spec.activation.is_gated() {
-            Some(switch(gate, spec.inner, hidden)?)
+            Some(switch(gate, spec.inner, hidden, Cut::Rows)?)
         } else {
             None
         };
-        let up_proj = switch(up, spec.inner, hidden)?;
-        let down_proj = switch(down, hidden, spec.inner)?;
+        let up_proj = switch(up, spec.inner, hidden, Cut::Rows)?;
+        let down_proj = switch(down, hidden, spec.inner, Cut::Columns)?;
+        let inner = match &shard {
+            Some(shard) => shard.share_of(spec.inner).unwrap_or(spec.inner),
+            None => spec.inner,
+        };
         let bias = format!("{router}.e_score_correction_bias");
         let score_bias = match spec.routing {
             Routing::GroupedSigmoid { .. } | Routing::SigmoidTopK { biased: true, .. } => {
@@ -209,11 +219,12 @@ impl Moe {
             shared_expert_gate: None,
             experts: spec.experts,
             top_k: spec.top_k,
-            inner: spec.inner,
+            inner,
             gate_proj,
             up_proj,
             down_proj,
             activation: spec.activation,
+            shard,
         })
     }
 
@@ -229,7 +240,7 @@ impl Moe {
 
     pub fn with_shared_experts(self, shared_experts: Mlp) -> Self {
         Self {
-            shared_experts: Some(shared_experts),
+            shared_experts: Some(shared_experts.partial()),
             ..self
         }
     }
@@ -248,7 +259,7 @@ impl Moe {
     /// scaled by `sigmoid(gate(x))`.
     pub fn with_gated_shared_expert(self, shared_expert: Mlp, gate: Linear) -> Self {
         Self {
-            shared_experts: Some(shared_expert),
+            shared_experts: Some(shared_expert.partial()),
             shared_expert_gate: Some(gate),
             ..self
         }
@@ -282,13 +293,13 @@ impl Moe {
                 .as_dtype(expert_outputs.dtype())?
         };
         let Some(shared) = &self.shared_experts else {
-            return Ok(routed);
+            return reduced(self.shard.as_ref(), routed);
         };
         let shared = match &self.shared_expert_gate {
             Some(gate) => ops::multiply(&ops::sigmoid(&gate.forward(x)?)?, &shared.forward(x)?)?,
             None => shared.forward(x)?,
         };
-        ops::add(&routed, &shared)
+        reduced(self.shard.as_ref(), ops::add(&routed, &shared)?)
     }
 
     /// The chosen experts `[.., top_k]` and their weights.
@@ -459,6 +470,15 @@ enum SwitchWeight {
     Quantized(QuantizedWeight),
 }
 
+/// Which part of each expert's projection a tensor-parallel rank keeps.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Its share of the output rows (gate and up: the inner channels).
+    Rows,
+    /// Its share of the input columns (down: the same inner channels).
+    Columns,
+}
+
 impl SwitchLinear {
     fn load(
         weights: &mut Weights,
@@ -466,6 +486,7 @@ impl SwitchLinear {
         names: ExpertNames,
         shape: [i32; 3],
         has_bias: bool,
+        cut: Cut,
     ) -> Result<Self, ModelError> {
         let prefix = names.stacked;
         for part in ["weight", "scales", "biases", "bias"] {
@@ -480,6 +501,23 @@ impl SwitchLinear {
                 weights.stack(&per_expert, &stacked)?;
             }
         }
+        let shape = match weights.tensor_shard().cloned() {
+            Some(shard) => {
+                let [experts, out, input] = shape;
+                let share = |count: i32| shard.share_of(count).unwrap_or(count);
+                match cut {
+                    Cut::Rows => {
+                        weights.shard_rows(&prefix, &[out])?;
+                        [experts, share(out), input]
+                    }
+                    Cut::Columns => {
+                        weights.shard_columns(&prefix)?;
+                        [experts, out, share(input)]
+                    }
+                }
+            }
+            None => shape,
+        };
         let bias = if has_bias {
             Some(weights.take_float(&format!("{prefix}.bias"), &shape[..2])?)
         } else {
