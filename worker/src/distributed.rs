@@ -166,6 +166,18 @@ impl Group {
         }
     }
 
+    /// Whether every rank holds the same `value`. A group whose collectives fail has lost a
+    /// rank, and this one ends rather than run on alone.
+    pub fn all_agree(&self, value: u32) -> bool {
+        let gathered = self
+            .all_gather(&Array::from_slice(&[value], &[1]))
+            .and_then(|gathered| gathered.eval().map(|()| gathered));
+        match gathered {
+            Ok(values) => values.as_slice::<u32>().iter().all(|each| *each == value),
+            Err(error) => lost(&error.to_string()),
+        }
+    }
+
     /// Runs one mlx-c collective that writes its result into `res`.
     fn collective(
         &self,

@@ -15,7 +15,7 @@ use corral_ipc::PrefixCacheStats;
 use corral_ipc::GenerateRequest as WireRequest;
 
 use crate::batch::{Batch, BatchLimits, Job};
-use crate::distributed::{Group, Member};
+use crate::distributed::{Group, Member, Parallel};
 use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
@@ -192,7 +192,7 @@ impl Engine {
         let thread_gauges = gauges.clone();
         let prefix_counters = Arc::new(PrefixCounters::default());
         let counters = prefix_counters.clone();
-        let prefix_enabled = options.prefix_cache.is_some() && options.group.is_none();
+        let prefix_enabled = options.prefix_cache.is_some() && !in_pipeline(&options);
         let grouped = options.group.is_some();
         let thread = thread::Builder::new()
             .name("engine".into())
@@ -230,19 +230,7 @@ impl Engine {
                         return;
                     }
                 };
-                // A group's ranks would each keep their own cache of their own layers; until they
-                // restore together, a group serves without one.
-                let prefix_options = options
-                    .prefix_cache
-                    .as_ref()
-                    .filter(|_| options.group.is_none());
-                let mut prefix = prefix_options.and_then(|prefix_options| {
-                    PrefixCache::open(&loaded, prefix_options, counters)
-                        .inspect_err(|error| {
-                            tracing::warn!(%error, "prefix cache unavailable; serving without it");
-                        })
-                        .ok()
-                });
+                let mut prefix = open_prefix_cache(&loaded, &options, counters);
                 // Published before the load is reported, so stats asked for after Ready show it.
                 thread_gauges.publish_memory();
                 let _ = loaded_tx.send(Ok(ModelInfo {
@@ -373,6 +361,37 @@ fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> BatchLimits {
         limits.speculation.method = Method::Off;
     }
     limits
+}
+
+/// Whether `options` make this worker a rank of a pipeline group.
+fn in_pipeline(options: &EngineOptions) -> bool {
+    options
+        .group
+        .as_ref()
+        .is_some_and(|member| member.parallel == Parallel::Pipeline)
+}
+
+/// The prefix cache, where one is asked for. A pipeline rank's cache would hold its own layers
+/// alone, so a pipeline serves without one for now; each rank of a tensor-parallel group keeps
+/// its slice of every layer, and the group serves without one unless every rank opened its own.
+fn open_prefix_cache(
+    loaded: &LoadedModel,
+    options: &EngineOptions,
+    counters: Arc<PrefixCounters>,
+) -> Option<PrefixCache> {
+    let prefix_options = options
+        .prefix_cache
+        .as_ref()
+        .filter(|_| !in_pipeline(options))?;
+    let opened = PrefixCache::open(loaded, prefix_options, counters)
+        .inspect_err(|error| {
+            tracing::warn!(%error, "prefix cache unavailable; serving without it");
+        })
+        .ok();
+    match &options.group {
+        Some(member) if !member.group.all_agree(u32::from(opened.is_some())) => None,
+        _ => opened,
+    }
 }
 
 /// Tells every rank of `group` whether this one `loaded` its share, once all have tried; which
@@ -515,9 +534,13 @@ fn lead(
     }
 }
 
-/// A rank other than 0: loads its share of the model, then steps its batch as each of rank 0's
-/// rounds says, until rank 0 closes. Its events go nowhere.
-pub fn follow(model: PathBuf, options: EngineOptions, member: Member) -> anyhow::Result<()> {
+/// A rank other than 0 of `options.group`: loads its share of the model, then steps its batch
+/// as each of rank 0's rounds says, until rank 0 closes. Its events go nowhere.
+pub fn follow(model: PathBuf, options: EngineOptions) -> anyhow::Result<()> {
+    let member = options
+        .group
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("a rank that follows rank 0 needs its group"))?;
     let group = member.group.clone();
     let loaded = LoadedModel::load_with(
         &model,
@@ -539,7 +562,8 @@ pub fn follow(model: PathBuf, options: EngineOptions, member: Member) -> anyhow:
     };
     everywhere.map_err(anyhow::Error::msg)?;
     let limits = batch_limits(&loaded, &options);
-    let mut batch = Batch::new(&loaded, limits, options.memory_limit, None);
+    let mut prefix = open_prefix_cache(&loaded, &options, Arc::default());
+    let mut batch = Batch::new(&loaded, limits, options.memory_limit, prefix.as_mut());
     let mut agreed = lockstep::Agreed::default();
     loop {
         let round = lockstep::exchange(&group, &lockstep::Round::default());
@@ -550,9 +574,19 @@ pub fn follow(model: PathBuf, options: EngineOptions, member: Member) -> anyhow:
         agreed.cancel(&round.cancelled);
         batch.step();
         if round.closing && batch.is_idle() {
-            return Ok(());
+            break;
         }
     }
+    drop(batch);
+    if let Some(prefix) = &prefix
+        && !prefix.flush(SHUTDOWN_FLUSH)
+    {
+        tracing::warn!(
+            rank = group.rank(),
+            "prefix cache: the SSD writer did not finish within the bound"
+        );
+    }
+    Ok(())
 }
 
 fn job(submitted: Submitted, gauges: &Arc<Gauges>) -> Job<'static> {

@@ -48,11 +48,12 @@ fn serve(args: corral_worker::cli::ServeArgs) -> anyhow::Result<()> {
             group: Arc::new(group),
             parallel,
         };
-        if member.group.rank() != 0 {
-            corral_worker::serve::exit_with_parent();
-            return corral_worker::engine::follow(args.model, options, member);
-        }
+        let follows = member.group.rank() != 0;
         options.group = Some(member);
+        if follows {
+            corral_worker::serve::exit_with_parent();
+            return corral_worker::engine::follow(args.model, options);
+        }
     }
     corral_worker::serve::run(args.model, args.socket, options)
 }

@@ -276,7 +276,10 @@ fn serve_both(checkpoint: &Path) -> (Dirs, Server) {
     for name in ["alone", "grouped", "sliced"] {
         std::os::unix::fs::symlink(checkpoint, dirs.models.path().join(name)).unwrap();
     }
-    let config = dirs.write_config(&format!("{GROUPED}{SLICED}"));
+    // Blocks small enough for the prompts here to fill some.
+    let config = dirs.write_config(&format!(
+        "[prefix_cache]\nblock_tokens = 16\n{GROUPED}{SLICED}"
+    ));
     let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
     (dirs, server)
 }
@@ -354,6 +357,22 @@ fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_bat
                 .map(|rank| rank["pid"].as_u64().unwrap() as u32),
         );
     }
+    // A tensor-parallel group's ranks each cache their slice of every layer and restore a
+    // prefix together: the second time, the prompt's whole blocks come from the cache, and the
+    // answer is the same.
+    let long = format!("Nothing cached starts this: {}", prompts.join(" "));
+    let request = json!({"model": "sliced", "prompt": long, "max_tokens": 8, "temperature": 0});
+    let answers: Vec<Value> = (0..2)
+        .map(|_| server.post("/v1/completions", &request).json().unwrap())
+        .collect();
+    let cached =
+        |answer: &Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    assert_eq!(cached(&answers[0]), Some(0), "{}", answers[0]);
+    assert!(cached(&answers[1]).unwrap() >= 16, "{}", answers[1]);
+    assert_eq!(
+        answers[0]["choices"][0]["text"], answers[1]["choices"][0]["text"],
+        "{answers:?}"
+    );
     let alone = server.worker_row("alone");
     assert!(alone.get("ranks").is_none(), "{alone}");
     let mut workers = server.worker_pids();

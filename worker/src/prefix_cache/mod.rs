@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use corral_ipc::PrefixCacheStats;
 use mlx_rs::{Array, Dtype};
 
+use crate::distributed::Group;
 use crate::loaded::LoadedModel;
 use crate::model::KvCache;
 use blocks::{Block, block_shape, cut, from_payload, join, to_payload};
@@ -133,6 +134,9 @@ pub struct PrefixCache {
     tails: TailStore,
     disk: Option<DiskTier>,
     counters: Arc<PrefixCounters>,
+    /// The tensor-parallel group whose ranks each cache their own slice of every layer; a
+    /// prefix is restored only where every rank has it.
+    group: Option<Arc<Group>>,
 }
 
 impl PrefixCache {
@@ -145,8 +149,22 @@ impl PrefixCache {
         let dtype = loaded.model.dtype();
         let fingerprint = key::fingerprint(&loaded.dir)?;
         let shape = block_shape(&loaded.model, options.block_tokens as u32);
+        let group = loaded
+            .model
+            .tensor_shard()
+            .map(|shard| shard.group().clone());
+        // A rank's blocks hold its slice of the layers: each rank's go in a directory of their own.
+        let subdir = match &group {
+            Some(group) => format!(
+                "{}-rank{}of{}",
+                hex(&fingerprint),
+                group.rank(),
+                group.size()
+            ),
+            None => hex(&fingerprint),
+        };
         let disk = options.disk_root.as_ref().and_then(|root| {
-            let dir = root.join(hex(&fingerprint));
+            let dir = root.join(&subdir);
             match DiskTier::open(&dir, fingerprint, shape.clone(), options.disk_bytes) {
                 Ok(disk) => Some(disk),
                 Err(error) => {
@@ -171,6 +189,7 @@ impl PrefixCache {
             tails: TailStore::new(options.ram_bytes / TAIL_SHARE_OF_RAM),
             disk,
             counters,
+            group,
         })
     }
 
@@ -227,6 +246,13 @@ impl PrefixCache {
                 (depth, hit_tokens) = (at, start + reused);
                 tail = Some((found_tail, reused));
             }
+        }
+        // The ranks restore together or not at all: they hold the same blocks unless one's
+        // tier let some go or failed to read them.
+        if let Some(group) = &self.group
+            && !group.all_agree(u32::try_from(hit_tokens).unwrap_or(u32::MAX))
+        {
+            (depth, hit_tokens, tail) = (0, 0, None);
         }
         found.truncate(depth);
         let counters = &self.counters;
