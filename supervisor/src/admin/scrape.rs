@@ -10,7 +10,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::Admin;
-use crate::metrics::ModelSample;
+use crate::memory::process_footprint;
+use crate::metrics::{ModelSample, RankSample};
 use crate::pool::Phase;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -23,7 +24,20 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
         let pool_entry = snapshot
             .iter()
             .find(|pool_entry| pool_entry.model == entry.id);
-        let stats = match admin.pool.ready_worker(&entry.id) {
+        let worker = admin.pool.ready_worker(&entry.id);
+        let ranks = worker.as_ref().map_or_else(Vec::new, |worker| {
+            worker
+                .handle
+                .ranks()
+                .iter()
+                .map(|rank| RankSample {
+                    rank: rank.rank as u32,
+                    host: rank.host.clone(),
+                    footprint: process_footprint(rank.pid).ok(),
+                })
+                .collect()
+        });
+        let stats = match worker {
             Some(worker) => worker.handle.stats().await.ok(),
             None => None,
         };
@@ -40,6 +54,7 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
             active_sequences: stats.as_ref().map(|stats| stats.active_sequences),
             queued_requests: stats.as_ref().map(|stats| stats.queued_requests),
             prefix_cache: stats.and_then(|stats| stats.prefix_cache),
+            ranks,
         });
     }
     match admin.metrics.exposition(&samples) {

@@ -30,7 +30,7 @@ use prometheus_client::registry::Registry;
 
 pub use generation::GenerationMetrics;
 pub use http::{ServedModel, track_requests};
-pub use scrape::ModelSample;
+pub use scrape::{ModelSample, RankSample};
 
 /// The `model` label of a request that named a model the registry does not have.
 const UNKNOWN_MODEL: &str = "unknown";

@@ -26,6 +26,21 @@ struct StateLabels {
     state: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct RankLabels {
+    model: String,
+    rank: u32,
+    host: String,
+}
+
+/// One rank of a worker group, as a scrape sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankSample {
+    pub rank: u32,
+    pub host: String,
+    pub footprint: Option<u64>,
+}
+
 /// One registered model as a scrape sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSample {
@@ -41,6 +56,8 @@ pub struct ModelSample {
     pub queued_requests: Option<u32>,
     /// What the running worker reports of its prefix cache.
     pub prefix_cache: Option<PrefixCacheStats>,
+    /// A worker group's ranks, rank 0 first; empty for a worker of its own.
+    pub ranks: Vec<RankSample>,
 }
 
 /// The families read at scrape time, for every sampled model.
@@ -50,7 +67,18 @@ pub(super) fn families(samples: &[ModelSample]) -> Registry {
     let restarts = Family::<ModelLabels, Counter>::default();
     let active = Family::<ModelLabels, Gauge>::default();
     let queued = Family::<ModelLabels, Gauge>::default();
+    let rank_footprints = Family::<RankLabels, Gauge<u64, AtomicU64>>::default();
     for sample in samples {
+        for rank in &sample.ranks {
+            let labels = RankLabels {
+                model: sample.model.clone(),
+                rank: rank.rank,
+                host: rank.host.clone(),
+            };
+            if let Some(bytes) = rank.footprint {
+                rank_footprints.get_or_create(&labels).set(bytes);
+            }
+        }
         for state in STATES {
             let labels = StateLabels {
                 model: sample.model.clone(),
@@ -84,6 +112,11 @@ pub(super) fn families(samples: &[ModelSample]) -> Registry {
         "corral_worker_footprint_bytes",
         "Each live worker's process footprint (RSS on Linux, phys_footprint on macOS); a starting model at its estimate",
         footprints,
+    );
+    registry.register(
+        "corral_worker_rank_footprint_bytes",
+        "Each rank of a worker group's process footprint, by model, rank and host (they add up to the group's corral_worker_footprint_bytes)",
+        rank_footprints,
     );
     registry.register(
         "corral_worker_restarts",
@@ -224,6 +257,7 @@ mod tests {
             active_sequences: None,
             queued_requests: None,
             prefix_cache: None,
+            ranks: Vec::new(),
         }
     }
 
@@ -278,5 +312,26 @@ mod tests {
         }
         assert!(!text.contains(r#"corral_worker_active_sequences{model="qwen3"}"#));
         assert!(!text.contains(r#"corral_worker_queued_requests{model="qwen3"}"#));
+    }
+
+    #[test]
+    fn a_worker_groups_ranks_each_report_their_footprint_by_rank_and_host() {
+        let rank = |rank: u32, footprint: u64| RankSample {
+            rank,
+            host: "localhost".to_owned(),
+            footprint: Some(footprint),
+        };
+        let samples = [ModelSample {
+            ranks: vec![rank(0, 300), rank(1, 200)],
+            ..sample("grouped", "ready", 0, Some(500))
+        }];
+        let text = Metrics::new().exposition(&samples).unwrap();
+        for line in [
+            r#"corral_worker_footprint_bytes{model="grouped"} 500"#,
+            r#"corral_worker_rank_footprint_bytes{model="grouped",rank="0",host="localhost"} 300"#,
+            r#"corral_worker_rank_footprint_bytes{model="grouped",rank="1",host="localhost"} 200"#,
+        ] {
+            assert!(text.lines().any(|got| got == line), "{line} in\n{text}");
+        }
     }
 }

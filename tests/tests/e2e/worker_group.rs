@@ -13,7 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 use corral_fixture::Arch;
-use corral_tests::server::{Dirs, Server, alive, chat, sse_events};
+use corral_tests::server::{Dirs, Server, alive, chat, client, sse_events};
 use corral_tests::{PATIENCE, binary};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -356,6 +356,25 @@ fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_bat
                 .iter()
                 .map(|rank| rank["pid"].as_u64().unwrap() as u32),
         );
+    }
+    // Metrics carry each rank's footprint, labelled by rank and host.
+    let metrics = client()
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for group in ["grouped", "sliced"] {
+        for rank in 0..2 {
+            let series = format!(
+                "corral_worker_rank_footprint_bytes{{model=\"{group}\",rank=\"{rank}\",host=\"localhost\"}} "
+            );
+            let line = metrics.lines().find(|line| line.starts_with(&series));
+            assert!(
+                line.is_some_and(|line| line[series.len()..].parse::<u64>().unwrap() > 0),
+                "{series} in\n{metrics}"
+            );
+        }
     }
     // A tensor-parallel group's ranks each cache their slice of every layer and restore a
     // prefix together: the second time, the prompt's whole blocks come from the cache, and the
