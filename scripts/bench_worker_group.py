@@ -15,7 +15,14 @@ per rank, then `stream_generate`), each rank a process given `MLX_RANK` and `MLX
 decode tokens/s and the time to the first token as rank 0 reports them (corral's stderr figures;
 mlx-lm's `prompt_tps`, `generation_tps`); the most any rank held resident (`/usr/bin/time`'s
 maximum RSS) and the weights each rank holds (corral's `rank R of N` line; mlx-lm's parameters'
-bytes on that rank). Medians over `--passes`. Prints one markdown table; no assertions.
+bytes on that rank). Medians over `--passes`.
+
+A second table serves the same groups to clients: `corral serve` with `[models.qwen2] hosts`
+(one "localhost" per rank) and `parallel`, 1 and then 8 clients sending streamed completions at
+once; beside it mlx-lm's `batch_generate` of the same 8 prompts on each rank of its sharded
+model (mlx-lm has no distributed server). Columns: the median time to each client's first token
+(corral; mlx-lm's batch gives none per prompt, so its prompt time stands in) and the tokens/s all
+clients together received. Prints markdown tables; no assertions.
 
 Made once and kept (delete to remake): the checkpoint under build/bench-worker-group/, with
 build/reference/hf-venv's transformers and torch. mlx runs with OpenBLAS preloaded.
@@ -25,6 +32,7 @@ Usage: python3 scripts/bench_worker_group.py [--bin-dir target/debug] [--passes 
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -33,6 +41,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +91,32 @@ if "MLX_RANK" in os.environ:
 print(json.dumps({"rank": rank, "weights": held, "prompt_tokens": last.prompt_tokens,
                   "prompt_tps": last.prompt_tps, "generation_tps": last.generation_tps}))
 """
+
+
+MLX_LM_BATCH = """
+import json, os, sys
+import mlx.core as mx
+from mlx_lm import load, batch_generate
+from mlx_lm.utils import sharded_load
+path, prompts, max_tokens, parallel = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if "MLX_RANK" in os.environ:
+    group = mx.distributed.init(strict=True, backend="ring")
+    model, tokenizer = sharded_load(path, **{f"{parallel}_group": group})
+else:
+    model, tokenizer = load(path)
+encoded = [tokenizer.encode(prompt) for prompt in prompts]
+response = batch_generate(model, tokenizer, encoded, max_tokens=max_tokens)
+mx.synchronize()
+if "MLX_RANK" in os.environ:
+    mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))
+stats = response.stats
+print(json.dumps({"prompt_time": stats.prompt_time, "generation_tokens": stats.generation_tokens,
+                  "wall_time": stats.wall_time}))
+"""
+
+
+def client_prompt(index):
+    return f"Client {index} asks: " + PROMPT
 
 
 def make_checkpoint():
@@ -161,12 +197,89 @@ def mlx_lm(ranks, parallel, max_tokens):
     }
 
 
+def stream_completion(port, prompt, max_tokens):
+    """(seconds to the first token, tokens received, seconds to the last) of one streamed completion."""
+    body = {"model": "qwen2", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    sent = time.perf_counter()
+    first, tokens = None, 0
+    with urllib.request.urlopen(request, timeout=1800) as response:
+        for line in response:
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+            if first is None and any(c.get("text") for c in event.get("choices") or []):
+                first = time.perf_counter() - sent
+    return first, tokens, time.perf_counter() - sent
+
+
+def corral_clients(bin_dir, ranks, parallel, clients, max_tokens):
+    """Median TTFT and the aggregate tokens/s of `clients` concurrent streams through `corral serve`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        models = scratch / "models"
+        models.mkdir()
+        (models / "qwen2").symlink_to(CHECKPOINT)
+        config = scratch / "corral.toml"
+        if ranks > 1:
+            hosts = ", ".join(['"localhost"'] * ranks)
+            config.write_text(f'[models.qwen2]\nhosts = [{hosts}]\nparallel = "{parallel}"\n')
+        else:
+            config.write_text("")
+        port = free_ports(1)[0]
+        server = subprocess.Popen(
+            [str(bin_dir / "corral"), "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--models-dir", str(models), "--state-dir", str(scratch / "state"),
+             "--config", str(config)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            # The first request starts the group; time only what follows.
+            deadline = time.time() + 600
+            while True:
+                try:
+                    stream_completion(port, "warm up", 1)
+                    break
+                except OSError:
+                    if time.time() > deadline or server.poll() is not None:
+                        sys.exit("corral serve did not answer")
+                    time.sleep(0.5)
+            started = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+                results = list(pool.map(lambda i: stream_completion(port, client_prompt(i),
+                                                                    max_tokens), range(clients)))
+            wall = time.perf_counter() - started
+        finally:
+            os.killpg(server.pid, 9)
+            server.wait()
+    return {"ttft": statistics.median(first for first, _, _ in results),
+            "tps": sum(tokens for _, tokens, _ in results) / wall}
+
+
+def mlx_lm_batch(ranks, parallel, clients, max_tokens):
+    env = dict(os.environ, LD_PRELOAD=OPENBLAS, HF_HUB_OFFLINE="1")
+    prompts = json.dumps([client_prompt(i) for i in range(clients)])
+    command = [str(HF_PYTHON), "-c", MLX_LM_BATCH, str(CHECKPOINT), prompts, str(max_tokens),
+               parallel]
+    out = run_ranks(command, ranks, env)[0][0]
+    report = json.loads(out.strip().splitlines()[-1])
+    return {"ttft": report["prompt_time"],
+            "tps": report["generation_tokens"] / report["wall_time"]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin-dir", type=Path, default=ROOT / "target/debug")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--parallel", default="pipeline,tensor")
+    parser.add_argument("--clients", default="1,8",
+                        help="client counts for the served table; empty to skip it")
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     make_checkpoint()
@@ -185,6 +298,25 @@ def main():
                 print(f"| {name} | {ranks} | {parallel} | {median['prefill']:.1f} | "
                       f"{median['decode']:.1f} | {median['ttft']:.2f} | {median['weights']:.0f} | "
                       f"{median['rss']:.0f} |", flush=True)
+    if not args.clients:
+        return
+    print()
+    print("| engine | ranks | split | clients | median TTFT s | tokens/s, all clients |")
+    print("|---|---|---|---|---|---|")
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        for parallel in splits if ranks > 1 else ["pipeline"]:
+            for clients in [int(c) for c in args.clients.split(",")]:
+                runs = [("corral", lambda: corral_clients(args.bin_dir, ranks, parallel, clients,
+                                                          args.max_tokens))]
+                if clients > 1:
+                    runs.append(("mlx-lm", lambda: mlx_lm_batch(ranks, parallel, clients,
+                                                                args.max_tokens)))
+                for name, run in runs:
+                    passes = [run() for _ in range(args.passes)]
+                    median = {key: statistics.median(p[key] for p in passes) for key in passes[0]}
+                    split = parallel if ranks > 1 else "-"
+                    print(f"| {name} | {ranks} | {split} | {clients} | {median['ttft']:.2f} | "
+                          f"{median['tps']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
