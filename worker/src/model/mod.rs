@@ -223,10 +223,15 @@ impl Model {
         self.weight_bytes
     }
 
-    /// Each layer's shape, in order.
+    /// The shape of each layer this process runs, in order: a pipeline rank's own layers, whose
+    /// caches and activations are all its memory holds (a tensor-parallel rank's layers have
+    /// its share of the heads and channels).
     pub fn layer_shapes(&self) -> Vec<LayerShape> {
-        self.decoder
-            .layers
+        let run = self
+            .pipeline
+            .as_ref()
+            .map_or(0..self.decoder.layers.len(), Pipeline::layers);
+        self.decoder.layers[run]
             .iter()
             .map(|layer| LayerShape {
                 sliding_window: layer.mixer.sliding_window(),
