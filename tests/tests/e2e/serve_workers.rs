@@ -37,15 +37,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(2);
 #[test]
 fn a_worker_that_never_becomes_ready_is_killed_at_the_start_timeout() {
     let dirs = Dirs::with_models(&[Arch::Qwen3]);
-    // A real worker that blocks forever in its model load: opening a FIFO waits for a writer.
-    let weights = dirs.models.path().join("qwen3/model.safetensors");
-    std::fs::remove_file(&weights).unwrap();
-    nix::unistd::mkfifo(&weights, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let config = dirs.write_config(&format!(
         "worker_start_timeout_secs = {}\n",
         START_TIMEOUT.as_secs()
     ));
     let server = Server::start_with(&dirs, &[OsStr::new("--config"), config.as_os_str()]);
+    // A real worker that blocks forever in its model load: opening a FIFO waits for a writer.
+    // Made once the server has described its models, which would wait on it too.
+    let weights = dirs.models.path().join("qwen3/model.safetensors");
+    std::fs::remove_file(&weights).unwrap();
+    nix::unistd::mkfifo(&weights, nix::sys::stat::Mode::S_IRWXU).unwrap();
 
     let started = Instant::now();
     let response = client_outlasting(START_TIMEOUT)
