@@ -37,23 +37,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let loaded = LoadedModel::load_with(&args.model, gguf::Choices::default(), None, member)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let model = &loaded.model;
-    let weights = model.weight_bytes() as f64 / (1024.0 * 1024.0);
-    if let Some(pipeline) = model.pipeline() {
-        let group = pipeline.group();
+    if let Some(group) = model.group() {
+        let share = match model.pipeline() {
+            Some(pipeline) => format!(
+                "layers {:?} of {}",
+                pipeline.layers(),
+                model.config.num_layers
+            ),
+            None => "a slice of every layer".to_owned(),
+        };
         eprintln!(
-            "rank {} of {}: layers {:?} of {}, weights {weights:.1} MiB",
+            "rank {} of {}: {share}, weights {:.1} MiB",
             group.rank(),
             group.size(),
-            pipeline.layers(),
-            model.config.num_layers,
-        );
-    }
-    if let Some(shard) = model.tensor_shard() {
-        let group = shard.group();
-        eprintln!(
-            "rank {} of {}: a slice of every layer, weights {weights:.1} MiB",
-            group.rank(),
-            group.size(),
+            model.weight_bytes() as f64 / (1024.0 * 1024.0)
         );
     }
     let prompt = if args.chat {

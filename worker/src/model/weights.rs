@@ -29,10 +29,9 @@ pub struct Weights {
 }
 
 /// Which of the checkpoint's tensors this process reads into memory.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub enum Residency {
     /// Every tensor, read when the checkpoint is loaded.
-    #[default]
     All,
     /// A pipeline rank's: the tensors another rank's layers use are never read; left lazy, they
     /// cost nothing until evaluated, and they never are.
