@@ -8,6 +8,7 @@ mod service;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use corral::cluster::Identity;
 use corral::config::{Config, LogConfig, Overrides};
 use corral::memory::MemoryAmount;
 use corral::ops::{self, Operation};
@@ -85,6 +86,19 @@ pub enum Command {
     /// Install and control `corral serve` as a per-user service (launchd on macOS, systemd on
     /// Linux).
     Service(service::ServiceArgs),
+    /// Print this host's cluster key, made on first use: the key other hosts name for it in
+    /// `[cluster.hosts.NAME] key`, or in `[cluster] coordinators` to let it start ranks there.
+    Key(KeyArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeyArgs {
+    /// The TOML configuration file whose state_dir holds the key.
+    #[arg(long, env = "CORRAL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where corral keeps its state, the key among it.
+    #[arg(long, env = "CORRAL_STATE_DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -289,6 +303,19 @@ impl Command {
             Command::Unload(args) => operate(args.output, Operation::Unload { model: args.model }),
             Command::Pull(args) => args.run(),
             Command::Service(args) => args.run(),
+            Command::Key(args) => {
+                let overrides = Overrides {
+                    state_dir: args.state_dir,
+                    ..Overrides::default()
+                };
+                let config = Config::load(args.config.as_deref(), overrides)?;
+                let state_dir = match config.state_dir {
+                    Some(dir) => dir,
+                    None => corral::state_dir::state_dir()?,
+                };
+                println!("{}", Identity::load_or_create(&state_dir)?.public());
+                Ok(())
+            }
         }
     }
 }

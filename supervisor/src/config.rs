@@ -13,6 +13,7 @@ use anyhow::{Context, Result, bail};
 use corral_ipc::{SamplingValues, SpeculativeMethod};
 use serde::Deserialize;
 
+use crate::cluster::ClusterConfig;
 use crate::memory::MemoryAmount;
 use crate::memory::budget::{DEFAULT_HARD_FRACTION, DEFAULT_SOFT_FRACTION};
 use crate::process::GroupPlan;
@@ -64,6 +65,8 @@ pub struct Config {
     pub responses_store_size: usize,
     pub images: ImagesConfig,
     pub log: LogConfig,
+    /// Groups that span hosts: the other hosts, this host's key's trust, the ring's addresses.
+    pub cluster: ClusterConfig,
 }
 
 /// Where `corral serve` writes its log; the file's `[log]` table. Without a `dir` it logs to
@@ -306,7 +309,7 @@ impl ModelSettings {
             Some(Parallel::Pipeline) | None => "pipeline",
         };
         GroupPlan {
-            ranks: self.ranks(),
+            hosts: self.hosts.clone().unwrap_or_default(),
             parallel,
         }
     }
@@ -408,6 +411,7 @@ impl Default for Config {
             responses_store_size: DEFAULT_RESPONSES_STORE_SIZE,
             log: LogConfig::default(),
             images: ImagesConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -451,6 +455,8 @@ struct FileConfig {
     log: LogConfig,
     #[serde(default)]
     images: ImagesConfig,
+    #[serde(default)]
+    cluster: ClusterConfig,
 }
 
 /// Values given on the command line or in the environment.
@@ -528,7 +534,7 @@ impl Config {
         check_batching(&from_file.batching, &from_file.models)?;
         check_sampling(&from_file.models)?;
         check_speculation(&from_file.models)?;
-        check_groups(&from_file.models)?;
+        check_groups(&from_file.models, &from_file.cluster)?;
         check_log(&from_file.log)?;
         let mut models = from_file.models;
         for model in overrides.pinned {
@@ -580,6 +586,7 @@ impl Config {
                 ..from_file.log
             },
             images: from_file.images,
+            cluster: from_file.cluster,
         })
     }
 }
@@ -616,12 +623,10 @@ fn check_speculation(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
     Ok(())
 }
 
-/// The names a rank on this host goes by in `hosts`.
-const THIS_HOST: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// Refuses a worker group this corral cannot start: ranks on other hosts (no member daemon
-/// runs them yet), or tensor parallelism, which the worker does not have yet.
-fn check_groups(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
+/// Refuses a worker group this corral cannot start: an empty `hosts`, a host that is neither
+/// this one nor in `[cluster.hosts]`, or a group spanning hosts whose rank 0 is elsewhere.
+fn check_groups(models: &BTreeMap<String, ModelSettings>, cluster: &ClusterConfig) -> Result<()> {
+    cluster.check().map_err(anyhow::Error::msg)?;
     for (model, settings) in models {
         let Some(hosts) = &settings.hosts else {
             continue;
@@ -629,13 +634,8 @@ fn check_groups(models: &BTreeMap<String, ModelSettings>) -> Result<()> {
         if hosts.is_empty() {
             bail!("[models.\"{model}\"]: hosts is empty; name one host per rank, or leave it out");
         }
-        if let Some(host) = hosts
-            .iter()
-            .find(|host| !THIS_HOST.contains(&host.as_str()))
-        {
-            bail!(
-                "[models.\"{model}\"]: host {host:?} is not known: a group's ranks run on this host only (\"localhost\"); corral cannot start ranks on other hosts yet"
-            );
+        if let Err(reason) = cluster.check_group(hosts) {
+            bail!("[models.\"{model}\"]: {reason}");
         }
     }
     Ok(())

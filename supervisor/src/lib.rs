@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod default_model;
 pub mod dispatch;

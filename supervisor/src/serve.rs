@@ -4,7 +4,7 @@
 //! default model when none is configured), and listens. SIGTERM or SIGINT stops accepting, lets
 //! in-flight requests finish within the drain timeout, then stops every worker and reaps it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, Admin};
 use crate::auth::{self, Keys};
+use crate::cluster::{Cluster, ClusterConfig, Identity};
 use crate::config::{Config, ModelSettings, Overrides};
 use crate::dispatch::Dispatch;
 use crate::eviction::Enforcer;
@@ -22,8 +23,8 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    Described, DescribedSizes, GroupPlan, Ledger, ModelLookup, RunDir, Spawner, UnloadableReport,
-    WORKER_BINARY_NAME, WorkerExit, WorkerProcesses, reap_orphans,
+    Described, DescribedSizes, GroupPlan, Ledger, Member, ModelLookup, RunDir, Spawner,
+    UnloadableReport, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
 use crate::{api, default_model, state_dir};
@@ -125,6 +126,15 @@ async fn serve(options: ServeOptions) -> Result<()> {
             }
             args
         }));
+    let spawner = match cluster(&config, &state_dir)? {
+        Some(cluster) => {
+            if let Some(address) = config.cluster.listen {
+                Member::listen(spawner.clone(), cluster.clone(), address).await?;
+            }
+            spawner.with_cluster(cluster)
+        }
+        None => spawner,
+    };
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
     let loaded_registry = registry.clone();
     let requantize = config.clone();
@@ -279,6 +289,19 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
 
 /// `model`'s batching, GGUF and image settings as `corral-worker serve` options; an unset one is
 /// left out, so the worker's own default applies.
+/// This host's part in groups that span hosts, where `[cluster]` gives it one: its key, made on
+/// first use, and the other hosts.
+fn cluster(config: &Config, state_dir: &Path) -> Result<Option<Arc<Cluster>>> {
+    if config.cluster == ClusterConfig::default() {
+        return Ok(None);
+    }
+    let identity = Identity::load_or_create(state_dir)?;
+    Ok(Some(Arc::new(Cluster::new(
+        identity,
+        config.cluster.clone(),
+    ))))
+}
+
 fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
     let mut args = Vec::new();
     if let Some(count) = config.max_sequences(model) {

@@ -10,7 +10,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::Admin;
-use crate::memory::process_footprint;
 use crate::metrics::{ModelSample, RankSample};
 use crate::pool::Phase;
 
@@ -33,7 +32,7 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Response {
                 .map(|rank| RankSample {
                     rank: rank.rank as u32,
                     host: rank.host.clone(),
-                    footprint: process_footprint(rank.pid).ok(),
+                    footprint: rank.footprint_bytes(),
                 })
                 .collect()
         });

@@ -106,7 +106,7 @@ fn rank_rows(ranks: &[Rank]) -> Vec<RankRow> {
             rank: rank.rank,
             host: rank.host.clone(),
             pid: rank.pid,
-            footprint_bytes: process_footprint(rank.pid).ok(),
+            footprint_bytes: rank.footprint_bytes(),
         })
         .collect()
 }

@@ -393,7 +393,7 @@ fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why(
     assert_eq!(
         config.models["m"].group_plan(),
         GroupPlan {
-            ranks: 3,
+            hosts: vec!["localhost".into(), "127.0.0.1".into(), "localhost".into()],
             parallel: "pipeline"
         }
     );
@@ -421,4 +421,34 @@ fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why(
     .unwrap();
     let config = Config::load(Some(&file), Overrides::default()).unwrap();
     assert_eq!(config.models["m"].group_plan().parallel, "tensor");
+    // A host of [cluster.hosts] may run a rank, after this host's rank 0.
+    let key = "ab".repeat(32);
+    let cluster = format!(
+        "[cluster]\nring = \"10.0.0.1:7840\"\n[cluster.hosts.mac2]\naddress = \"10.0.0.2:7830\"\nkey = \"{key}\"\nring = \"10.0.0.2:7840\"\n"
+    );
+    std::fs::write(
+        &file,
+        format!("{cluster}[models.m]\nhosts = [\"localhost\", \"mac2\"]\n"),
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert!(config.models["m"].group_plan().spans_hosts());
+    assert_eq!(config.cluster.hosts["mac2"].key.to_string(), key);
+    for (text, expected) in [
+        (
+            "hosts = [\"mac2\", \"localhost\"]",
+            "name \"localhost\" first",
+        ),
+        (
+            "hosts = [\"localhost\", \"mac3\"]",
+            "host \"mac3\" is not known",
+        ),
+    ] {
+        std::fs::write(&file, format!("{cluster}[models.m]\n{text}\n")).unwrap();
+        let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains(expected), "{text}: {error:#}");
+    }
+    std::fs::write(&file, cluster.replace(&key, "not-a-key")).unwrap();
+    let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+    assert!(format!("{error:#}").contains("64 hex digits"), "{error:#}");
 }

@@ -103,6 +103,9 @@ pub enum LaunchError {
     /// failure of the crash-loop rule.
     #[error("the model `{model}` cannot be served: {reason}")]
     Unservable { model: String, reason: String },
+    /// A rank on another host could not start; `reason` names the host.
+    #[error("cannot start the worker group for {model}: {reason}")]
+    Cluster { model: String, reason: String },
     #[error("the worker for {model} (pid {pid}) ended with {status} before it was ready")]
     Exited {
         model: String,

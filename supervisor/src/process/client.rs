@@ -87,11 +87,25 @@ pub struct WorkerClient {
 }
 
 /// One rank of a worker group, where it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Rank {
     pub rank: usize,
     pub host: String,
+    /// The process's id on its host.
     pub pid: u32,
+    /// A rank on another host: the footprint its member last reported (0 before the first).
+    pub reported_footprint: Option<Arc<AtomicU64>>,
+}
+
+impl Rank {
+    /// The rank's footprint: read here for a rank on this host, as its member last told it for
+    /// one elsewhere.
+    pub fn footprint_bytes(&self) -> Option<u64> {
+        match &self.reported_footprint {
+            Some(reported) => Some(reported.load(Ordering::Relaxed)).filter(|bytes| *bytes > 0),
+            None => crate::memory::process_footprint(self.pid).ok(),
+        }
+    }
 }
 
 impl WorkerClient {

@@ -1,7 +1,8 @@
-//! A worker group on this host: one model served by several `corral-worker serve --pipeline`
-//! ranks, which MLX's ring backend joins over loopback. Rank 0 is the worker the pool knows (its
-//! socket, its leases, its exit); every other rank is tied to it, so that when either ends the
-//! other is ended too and the group lives and dies as one worker.
+//! A worker group: one model served by several `corral-worker serve --parallel …` ranks, which
+//! MLX's ring backend joins: over loopback when all run here, over the addresses in `[cluster]`
+//! when some run on other hosts (started there by their member, `super::remote`). Rank 0 is the
+//! worker the pool knows (its socket, its leases, its exit); every other rank is tied to it, so
+//! that when either ends the other is ended too and the group lives and dies as one worker.
 
 use std::io;
 use std::net::TcpListener;
@@ -18,58 +19,127 @@ use tokio::sync::oneshot;
 use super::client::Rank;
 use super::reaper::WorkerProcess;
 use super::run_dir::{RunDir, SlotName};
+use crate::cluster::{Cluster, ClusterConfig};
 
 /// How long a rank may stay silent by default; it beats every second.
 pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The ring's addresses for one start of a group, in a host file only this user can read;
-/// removed when the start is over (the ranks read it as they join).
-/// How many ranks on this host serve a model together, and how they split it (the worker's
+/// How many ranks serve a model together, on which hosts, and how they split it (the worker's
 /// `--parallel`: `pipeline` or `tensor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupPlan {
-    pub ranks: usize,
+    /// Each rank's host, rank 0 first; empty for a worker of its own.
+    pub hosts: Vec<String>,
     pub parallel: &'static str,
 }
 
 impl GroupPlan {
     /// A worker of its own.
     pub const ALONE: Self = Self {
-        ranks: 1,
+        hosts: Vec::new(),
         parallel: "pipeline",
     };
+
+    pub fn ranks(&self) -> usize {
+        self.hosts.len().max(1)
+    }
+
+    /// Whether a rank runs on another host.
+    pub fn spans_hosts(&self) -> bool {
+        self.hosts.iter().any(|host| !ClusterConfig::is_local(host))
+    }
 }
 
-pub struct LocalGroup {
-    hostfile: PathBuf,
-    size: usize,
-    parallel: &'static str,
+/// The ring's addresses for one start of a group, in a host file only this user can read;
+/// removed when dropped (the ranks read it as they join).
+pub struct HostFile {
+    path: PathBuf,
 }
 
-impl LocalGroup {
-    /// `plan`'s ranks of `slot`'s model on loopback ports the system hands out now.
-    pub fn prepare(run_dir: &RunDir, slot: &SlotName, plan: GroupPlan) -> io::Result<Self> {
-        let size = plan.ranks;
-        let listeners = (0..size)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<io::Result<Vec<_>>>()?;
-        let hosts = listeners
-            .iter()
-            .map(|listener| Ok(vec![listener.local_addr()?.to_string()]))
-            .collect::<io::Result<Vec<Vec<String>>>>()?;
-        drop(listeners);
-        let hostfile = run_dir.path().join(format!("{}.hosts.json", slot.as_str()));
-        let body = serde_json::to_vec(&hosts).map_err(io::Error::other)?;
-        write_private(&hostfile, &body)?;
+impl HostFile {
+    pub fn write(path: PathBuf, ring: &[Vec<String>]) -> io::Result<Self> {
+        let body = serde_json::to_vec(ring).map_err(io::Error::other)?;
+        write_private(&path, &body)?;
+        Ok(Self { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for HostFile {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_file(&self.path)
+            && error.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), %error, "cannot remove the group's host file");
+        }
+    }
+}
+
+/// One start of a group: its plan and its ring.
+pub struct Group {
+    hostfile: HostFile,
+    plan: GroupPlan,
+    ring: Vec<Vec<String>>,
+}
+
+impl Group {
+    /// `plan`'s ranks of `slot`'s model: on loopback ports the system hands out now when they
+    /// all run here, else on the addresses `cluster` gives each host.
+    pub fn prepare(
+        run_dir: &RunDir,
+        slot: &SlotName,
+        plan: GroupPlan,
+        cluster: Option<&Cluster>,
+    ) -> io::Result<Self> {
+        let ring = if plan.spans_hosts() {
+            let cluster = cluster.ok_or_else(|| {
+                io::Error::other("the group spans hosts, and this corral has no [cluster] key")
+            })?;
+            cluster.ring(&plan.hosts).map_err(io::Error::other)?
+        } else {
+            loopback_ring(plan.ranks())?
+        };
+        let hostfile = HostFile::write(
+            run_dir.path().join(format!("{}.hosts.json", slot.as_str())),
+            &ring,
+        )?;
         Ok(Self {
             hostfile,
-            size,
-            parallel: plan.parallel,
+            plan,
+            ring,
         })
     }
 
-    pub fn size(&self) -> usize {
-        self.size
+    pub fn ring(&self) -> &[Vec<String>] {
+        &self.ring
+    }
+
+    pub fn parallel(&self) -> &'static str {
+        self.plan.parallel
+    }
+
+    /// Ranks 1 and up that run on this host.
+    pub fn local_followers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.plan
+            .hosts
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, host)| ClusterConfig::is_local(host))
+            .map(|(rank, _)| rank)
+    }
+
+    /// The ranks on other hosts, by host.
+    pub fn remote_ranks(&self) -> impl Iterator<Item = (usize, &str)> + '_ {
+        self.plan
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, host)| !ClusterConfig::is_local(host))
+            .map(|(rank, host)| (rank, host.as_str()))
     }
 
     /// Rank `rank`, process `pid`, on this host.
@@ -78,26 +148,33 @@ impl LocalGroup {
             rank,
             host: "localhost".to_owned(),
             pid,
+            reported_footprint: None,
         }
     }
 
     /// Makes `command` rank `rank` of the group.
     pub fn join_as(&self, command: &mut Command, rank: usize) {
-        command
-            .args(["--parallel", self.parallel])
-            .env(corral_ipc::GROUP_RANK_ENV, rank.to_string())
-            .env(corral_ipc::GROUP_HOSTFILE_ENV, &self.hostfile);
+        join_as(command, rank, self.plan.parallel, self.hostfile.path());
     }
 }
 
-impl Drop for LocalGroup {
-    fn drop(&mut self) {
-        if let Err(error) = std::fs::remove_file(&self.hostfile)
-            && error.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %self.hostfile.display(), %error, "cannot remove the group's host file");
-        }
-    }
+/// Makes `command` rank `rank` of a group that splits its model `parallel`-wise over the ring in
+/// `hostfile`.
+pub fn join_as(command: &mut Command, rank: usize, parallel: &str, hostfile: &Path) {
+    command
+        .args(["--parallel", parallel])
+        .env(corral_ipc::GROUP_RANK_ENV, rank.to_string())
+        .env(corral_ipc::GROUP_HOSTFILE_ENV, hostfile);
+}
+
+fn loopback_ring(size: usize) -> io::Result<Vec<Vec<String>>> {
+    let listeners = (0..size)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|listener| Ok(vec![listener.local_addr()?.to_string()]))
+        .collect()
 }
 
 fn write_private(path: &Path, body: &[u8]) -> io::Result<()> {

@@ -13,19 +13,22 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use corral_ipc::{FromWorker, HANDSHAKE_TIMEOUT, SupervisorConnection, supervisor_accept};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::UnixListener;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::client::{Rank, WorkerClient};
-use super::group::{self, GroupPlan, LocalGroup};
+use super::group::{self, Group, GroupPlan, HostFile};
 use super::reaper::{WorkerExit, WorkerProcess};
+use super::remote::{self, RemoteRank};
 use super::run_dir::{RunDir, SlotName};
+use crate::cluster::{Cluster, ModelDigest, RankStart};
 use crate::pool::{LaunchError, LaunchedWorker};
 
 /// How long a worker may take from spawn to `Ready`; loading a large model from a cold disk
@@ -46,6 +49,7 @@ pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<OsString> + Send + Sync>;
 /// Model id → how many ranks on this host serve it together (1: a worker of its own), and how.
 pub type ModelRanks = Arc<dyn Fn(&str) -> GroupPlan + Send + Sync>;
 
+#[derive(Clone)]
 pub struct Spawner {
     binary: PathBuf,
     run_dir: RunDir,
@@ -60,6 +64,8 @@ pub struct Spawner {
     model_args: Option<ModelArgs>,
     ranks: Option<ModelRanks>,
     unloadable: Option<UnloadableReport>,
+    /// The hosts a group's ranks may run on besides this one, and this host's key.
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl Spawner {
@@ -81,6 +87,7 @@ impl Spawner {
             worker_args: Vec::new(),
             model_args: None,
             ranks: None,
+            cluster: None,
             unloadable: None,
         }
     }
@@ -98,6 +105,12 @@ impl Spawner {
     /// Models served by a group of ranks on this host.
     pub fn with_ranks(mut self, ranks: ModelRanks) -> Self {
         self.ranks = Some(ranks);
+        self
+    }
+
+    /// Groups whose ranks run on the hosts of `cluster` too.
+    pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
+        self.cluster = Some(cluster);
         self
     }
 
@@ -143,10 +156,10 @@ impl Spawner {
             .ranks
             .as_ref()
             .map_or(GroupPlan::ALONE, |ranks| ranks(model));
-        let ranks = plan.ranks;
+        let ranks = plan.ranks();
         let group = match ranks {
-            0 | 1 => None,
-            _ => match LocalGroup::prepare(&self.run_dir, &slot, plan) {
+            1 => None,
+            _ => match Group::prepare(&self.run_dir, &slot, plan, self.cluster.as_deref()) {
                 Ok(group) => Some(group),
                 Err(error) => {
                     remove_socket(&socket, model);
@@ -155,7 +168,25 @@ impl Spawner {
             },
         };
         // Each rank holds its share of the model, and of the budget.
-        let memory_limit = memory_limit / ranks.max(1) as u64;
+        let memory_limit = memory_limit / ranks as u64;
+        // Ranks on other hosts start first, so that a host that cannot run its rank refuses
+        // before any process starts here; dropping them ends them there.
+        let remote_ranks = match &group {
+            Some(group) => match self
+                .start_remote_ranks(group, model, &dir, memory_limit)
+                .await
+            {
+                Ok(remote_ranks) => remote_ranks,
+                Err(reason) => {
+                    remove_socket(&socket, model);
+                    return Err(LaunchError::Cluster {
+                        model: model.to_owned(),
+                        reason,
+                    });
+                }
+            },
+            None => Vec::new(),
+        };
         let mut command = self.command(model, &dir, &socket, memory_limit);
         if let Some(group) = &group {
             group.join_as(&mut command, 0);
@@ -198,6 +229,12 @@ impl Spawner {
                     return Err(spawn_error(error));
                 }
             }
+            ranks.extend(
+                remote_ranks
+                    .into_iter()
+                    .map(|remote| remote.tie(process.clone(), self.heartbeat_timeout, model)),
+            );
+            ranks.sort_by_key(|rank| rank.rank);
         } else {
             forward_output(stdout, model, pid);
         }
@@ -263,7 +300,7 @@ impl Spawner {
     /// rank 0 first.
     fn spawn_followers(
         &self,
-        group: &LocalGroup,
+        group: &Group,
         model: &str,
         dir: &Path,
         socket: &Path,
@@ -271,7 +308,7 @@ impl Spawner {
         leader: &WorkerProcess,
     ) -> std::io::Result<Vec<Rank>> {
         let mut ranks = vec![group.rank(0, leader.pid())];
-        for rank in 1..group.size() {
+        for rank in group.local_followers() {
             let mut command = self.command(model, dir, socket, memory_limit);
             group.join_as(&mut command, rank);
             let mut child = command
@@ -298,6 +335,99 @@ impl Spawner {
             ranks.push(group.rank(rank, pid));
         }
         Ok(ranks)
+    }
+
+    /// Starts, through each host's member, the ranks of `group` that run on other hosts; the
+    /// reason, naming the host, if one cannot.
+    async fn start_remote_ranks(
+        &self,
+        group: &Group,
+        model: &str,
+        dir: &Path,
+        memory_limit: u64,
+    ) -> Result<Vec<RemoteRank>, String> {
+        let remote_ranks: Vec<(usize, &str)> = group.remote_ranks().collect();
+        if remote_ranks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(cluster) = &self.cluster else {
+            return Err("the group spans hosts, and this corral has no [cluster] key".to_owned());
+        };
+        let digest_dir = dir.to_path_buf();
+        let files = tokio::task::spawn_blocking(move || ModelDigest::of(&digest_dir))
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| format!("{error:#}"))?;
+        let mut started = Vec::new();
+        for (rank, host) in remote_ranks {
+            let start = RankStart {
+                model: model.to_owned(),
+                rank,
+                parallel: group.parallel().to_owned(),
+                ring: group.ring().to_vec(),
+                memory_limit,
+                files: files.clone(),
+            };
+            let starting = remote::start(cluster, host, start);
+            let remote_rank = tokio::time::timeout(self.start_timeout, starting)
+                .await
+                .map_err(|_| {
+                    format!(
+                        "host {host:?}, rank {rank}: no answer within {} s",
+                        self.start_timeout.as_secs_f64()
+                    )
+                })??;
+            started.push(remote_rank);
+        }
+        Ok(started)
+    }
+
+    /// The model `model` as this host's registry serves it, or why it serves none.
+    pub fn find(&self, model: &str) -> Result<PathBuf, String> {
+        (self.lookup)(model)
+    }
+
+    /// Rank `rank` of `model`'s group for a coordinator on another host, splitting the model
+    /// `parallel`-wise over `ring`: the model at `dir`, with this host's arguments for it. Its
+    /// heartbeats come on the child's stdout; the host file goes when dropped.
+    pub fn spawn_member_rank(
+        &self,
+        model: &str,
+        dir: &Path,
+        (rank, parallel, ring): (usize, &str, &[Vec<String>]),
+        memory_limit: u64,
+    ) -> std::io::Result<(Child, HostFile)> {
+        static STARTS: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "{}.member{}",
+            SlotName::for_model(model).as_str(),
+            STARTS.fetch_add(1, Ordering::Relaxed)
+        );
+        let hostfile =
+            HostFile::write(self.run_dir.path().join(format!("{name}.hosts.json")), ring)?;
+        // A rank other than 0 never connects to a supervisor; the path only fills the argument.
+        let socket = self.run_dir.path().join(format!("{name}.sock"));
+        let mut command = self.command(model, dir, &socket, memory_limit);
+        group::join_as(&mut command, rank, parallel, hostfile.path());
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id().unwrap_or(0);
+        forward_output(child.stderr.take(), model, pid);
+        if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
+            tracing::warn!(model, pid, %error, "cannot record the rank's pid");
+        }
+        Ok((child, hostfile))
+    }
+
+    /// Forgets the pid record of a reaped rank started by `spawn_member_rank`.
+    pub fn forget_record(&self, pid: u32) {
+        if let Err(error) = self.run_dir.remove_record(pid) {
+            tracing::warn!(pid, %error, "cannot remove the rank's pid record");
+        }
     }
 
     fn forget_record_on_exit(&self, process: &WorkerProcess) {

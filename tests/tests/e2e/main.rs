@@ -41,4 +41,5 @@ mod speculation;
 mod toolchain;
 mod worker_generate;
 mod worker_group;
+mod worker_group_hosts;
 mod worker_serve;

@@ -1,0 +1,207 @@
+//! This host's member side: with `[cluster] listen` set, `corral serve` takes rank starts from
+//! the coordinators `[cluster] coordinators` names. A start names a model by id, which this
+//! host's own discovery finds (no path crosses the wire); its files must hash as the
+//! coordinator's do. The rank runs as long as the connection that started it: the
+//! coordinator's `Stop`, or its connection's end, ends the rank, and the rank's end is reported
+//! back. Each heartbeat the rank writes goes on to the coordinator with the rank's footprint.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, ChildStdout};
+use tokio::sync::mpsc;
+
+use super::spawn::Spawner;
+use crate::cluster::{Channel, Cluster, FromMember, ModelDigest, RankStart, ToMember};
+use crate::memory::process_footprint;
+
+pub struct Member {
+    spawner: Spawner,
+    cluster: Arc<Cluster>,
+}
+
+impl Member {
+    /// Listens at `address` and serves each coordinator that connects, from a task of its own.
+    pub async fn listen(
+        spawner: Spawner,
+        cluster: Arc<Cluster>,
+        address: SocketAddr,
+    ) -> anyhow::Result<()> {
+        let listener = TcpListener::bind(address).await.with_context(|| {
+            format!("listening for coordinators on {address} ([cluster] listen)")
+        })?;
+        tracing::info!(
+            %address,
+            key = %cluster.identity().public(),
+            "taking rank starts from coordinating hosts"
+        );
+        let member = Arc::new(Self { spawner, cluster });
+        tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, from)) => {
+                        tokio::spawn(member.clone().serve(stream, from));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot accept a coordinator's connection");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn serve(self: Arc<Self>, stream: TcpStream, from: SocketAddr) {
+        let mut channel = match Channel::accept(stream, self.cluster.identity()).await {
+            Ok(channel) => channel,
+            Err(error) => {
+                tracing::warn!(%from, %error, "a cluster connection failed its handshake");
+                return;
+            }
+        };
+        let peer = channel.peer();
+        if !self.cluster.config().coordinators.contains(&peer) {
+            tracing::warn!(%from, %peer, "refused a coordinator whose key is not in [cluster] coordinators");
+            let refusal = FromMember::Refused(format!(
+                "this host takes no ranks from key {peer}: add it to [cluster] coordinators there"
+            ));
+            let _ = channel.send(&refusal).await;
+            return;
+        }
+        let start = match channel.recv::<ToMember>().await {
+            Ok(Some(ToMember::Start(start))) => start,
+            Ok(other) => {
+                tracing::debug!(%from, ?other, "a coordinator left before starting a rank");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%from, %error, "cannot read a coordinator's start");
+                return;
+            }
+        };
+        match self.start(&start).await {
+            Ok(child) => self.run(child, channel, &start).await,
+            Err(reason) => {
+                tracing::warn!(%from, model = start.model, rank = start.rank, reason, "refused a rank start");
+                let _ = channel.send(&FromMember::Refused(reason)).await;
+            }
+        }
+    }
+
+    async fn start(&self, start: &RankStart) -> Result<RankChild, String> {
+        let model = &start.model;
+        let dir = self
+            .spawner
+            .find(model)
+            .map_err(|reason| format!("this host serves no model {model:?}: {reason}"))?;
+        let digest_dir = dir.clone();
+        let here = tokio::task::spawn_blocking(move || ModelDigest::of(&digest_dir))
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| format!("{error:#}"))?;
+        if let Some(difference) = start.files.difference(&here) {
+            return Err(format!(
+                "the model {model:?} here ({}) is not the coordinator's: {difference}",
+                dir.display()
+            ));
+        }
+        let parallel = match start.parallel.as_str() {
+            "pipeline" => "pipeline",
+            "tensor" => "tensor",
+            other => return Err(format!("no parallelism {other:?}")),
+        };
+        let (child, hostfile) = self
+            .spawner
+            .spawn_member_rank(
+                model,
+                &dir,
+                (start.rank, parallel, &start.ring),
+                start.memory_limit,
+            )
+            .map_err(|error| format!("cannot start the rank: {error}"))?;
+        Ok(RankChild {
+            child,
+            _hostfile: hostfile,
+        })
+    }
+
+    async fn run(&self, mut rank: RankChild, channel: Channel, start: &RankStart) {
+        let (model, index) = (start.model.as_str(), start.rank);
+        let pid = rank.child.id().unwrap_or(0);
+        tracing::info!(
+            model,
+            rank = index,
+            pid,
+            "started a rank for a coordinating host"
+        );
+        let (mut reader, mut writer) = channel.split();
+        let mut connected = writer.send(&FromMember::Started { pid }).await.is_ok();
+        let (orders, mut ordered) = mpsc::unbounded_channel();
+        let reading = tokio::spawn(async move {
+            while let Ok(Some(order)) = reader.recv::<ToMember>().await {
+                if orders.send(order).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut beats = rank.child.stdout.take();
+        let mut buffer = [0u8; 64];
+        let status = loop {
+            if !connected {
+                if let Err(error) = rank.child.start_kill() {
+                    tracing::debug!(model, pid, %error, "the rank had ended already");
+                }
+                break rank.child.wait().await;
+            }
+            tokio::select! {
+                status = rank.child.wait() => break status,
+                order = ordered.recv() => {
+                    // A stop, or the coordinator gone: the rank's group has ended.
+                    connected = matches!(order, Some(ToMember::Start(_)));
+                }
+                beat = read_beat(&mut beats, &mut buffer) => {
+                    if beat {
+                        let footprint = process_footprint(pid).ok();
+                        connected = writer.send(&FromMember::Beat { footprint }).await.is_ok();
+                    } else {
+                        // Its stdout is closed: the rank is ending, which the wait reports.
+                        beats = None;
+                    }
+                }
+            }
+        };
+        reading.abort();
+        let (status, clean) = match status {
+            Ok(status) => (status.to_string(), status.success()),
+            Err(error) => (error.to_string(), false),
+        };
+        tracing::info!(
+            model,
+            rank = index,
+            pid,
+            status,
+            "the rank for a coordinating host ended"
+        );
+        let _ = writer.send(&FromMember::Ended { status, clean }).await;
+        self.spawner.forget_record(pid);
+    }
+}
+
+/// A started rank, and the ring's host file it joins by, removed with it.
+struct RankChild {
+    child: Child,
+    _hostfile: super::group::HostFile,
+}
+
+/// Whether the rank wrote a heartbeat; `false` once its stdout is closed. Never ends without
+/// a stdout.
+async fn read_beat(beats: &mut Option<ChildStdout>, buffer: &mut [u8]) -> bool {
+    match beats {
+        Some(beats) => matches!(beats.read(buffer).await, Ok(read) if read > 0),
+        None => std::future::pending().await,
+    }
+}

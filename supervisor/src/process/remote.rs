@@ -1,0 +1,232 @@
+//! The coordinator's side of a rank on another host: its member is asked to start it, and it is
+//! then tied to rank 0 as a local follower is. Its end (the member says so, or the member's
+//! connection is lost) ends the group; silence past the heartbeat timeout ends the group as hung;
+//! rank 0's end stops it there, and the member confirms.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+
+use super::client::Rank;
+use super::reaper::WorkerProcess;
+use crate::cluster::{
+    Channel, ChannelError, ChannelWriter, Cluster, FromMember, RankStart, ToMember,
+};
+
+/// How long a member has to say that the rank it ran for an ended group is gone.
+const STOP_CONFIRM: Duration = Duration::from_secs(10);
+
+pub struct RemoteRank {
+    rank: usize,
+    host: String,
+    pid: u32,
+    channel: Channel,
+}
+
+/// Asks `host`'s member to start `start`'s rank; the error names the host and why.
+pub async fn start(cluster: &Cluster, host: &str, start: RankStart) -> Result<RemoteRank, String> {
+    let rank = start.rank;
+    let mut channel = cluster.connect(host).await?;
+    let failed = |what: String| format!("host {host:?}, rank {rank}: {what}");
+    channel
+        .send(&ToMember::Start(start))
+        .await
+        .map_err(|error| failed(error.to_string()))?;
+    match channel.recv::<FromMember>().await {
+        Ok(Some(FromMember::Started { pid })) => Ok(RemoteRank {
+            rank,
+            host: host.to_owned(),
+            pid,
+            channel,
+        }),
+        Ok(Some(FromMember::Refused(reason))) => Err(failed(reason)),
+        Ok(Some(other)) => Err(failed(format!("answered {other:?} to a start"))),
+        Ok(None) => Err(failed(
+            "closed the connection before starting the rank".to_owned(),
+        )),
+        Err(error) => Err(failed(error.to_string())),
+    }
+}
+
+impl RemoteRank {
+    /// Ties the rank to rank 0 (`leader`) for as long as either lives; the rank as listed.
+    pub fn tie(self, leader: WorkerProcess, heartbeat_timeout: Duration, model: &str) -> Rank {
+        let footprint = Arc::new(AtomicU64::new(0));
+        let listed = Rank {
+            rank: self.rank,
+            host: self.host.clone(),
+            pid: self.pid,
+            reported_footprint: Some(footprint.clone()),
+        };
+        let (mut reader, writer) = self.channel.split();
+        let (events, received) = mpsc::unbounded_channel();
+        // Frames are read apart from the waiting below, so no frame is cut when it gives up.
+        tokio::spawn(async move {
+            loop {
+                let frame = reader.recv::<FromMember>().await;
+                let last = !matches!(frame, Ok(Some(_)));
+                if events.send(frame).is_err() || last {
+                    return;
+                }
+            }
+        });
+        let watched = Watched {
+            model: model.to_owned(),
+            rank: self.rank,
+            host: self.host,
+            pid: self.pid,
+        };
+        tokio::spawn(watched.watch(leader, received, writer, (footprint, heartbeat_timeout)));
+        listed
+    }
+}
+
+/// How a group's tie to its rank on another host came undone.
+enum Undone {
+    /// Rank 0 ended; the rank is to be stopped there.
+    LeaderEnded,
+    /// The rank exited 0, as ranks do when their group shuts down; rank 0 is ending too.
+    RankEnded(String),
+    /// The rank, its host or the connection failed: the group must end.
+    Lost(String),
+}
+
+/// A rank on another host, for the log.
+struct Watched {
+    model: String,
+    rank: usize,
+    host: String,
+    pid: u32,
+}
+
+type Frames = mpsc::UnboundedReceiver<Result<Option<FromMember>, ChannelError>>;
+
+impl Watched {
+    async fn watch(
+        self,
+        leader: WorkerProcess,
+        mut received: Frames,
+        mut writer: ChannelWriter,
+        (footprint, heartbeat_timeout): (Arc<AtomicU64>, Duration),
+    ) {
+        let Self {
+            model,
+            rank,
+            host,
+            pid,
+        } = &self;
+        let undone = loop {
+            let event = tokio::select! {
+                _ = leader.wait() => break Undone::LeaderEnded,
+                event = tokio::time::timeout(heartbeat_timeout, received.recv()) => event,
+            };
+            let frame = match event {
+                Ok(Some(Ok(Some(frame)))) => frame,
+                Ok(Some(Ok(None)) | None) => {
+                    break Undone::Lost("its host closed the connection".to_owned());
+                }
+                Ok(Some(Err(error))) => break Undone::Lost(error.to_string()),
+                Err(_) => {
+                    break Undone::Lost(format!(
+                        "no heartbeat in {} s: the rank or its host is hung",
+                        heartbeat_timeout.as_secs_f64()
+                    ));
+                }
+            };
+            match frame {
+                FromMember::Beat { footprint: bytes } => {
+                    footprint.store(bytes.unwrap_or(0), Ordering::Relaxed);
+                }
+                FromMember::Ended {
+                    status,
+                    clean: true,
+                } => break Undone::RankEnded(status),
+                FromMember::Ended { status, .. } => {
+                    break Undone::Lost(format!("the rank ended with {status}"));
+                }
+                other => tracing::debug!(
+                    model,
+                    rank,
+                    host,
+                    ?other,
+                    "an unexpected frame from a member"
+                ),
+            }
+        };
+        match undone {
+            Undone::Lost(why) => {
+                tracing::error!(
+                    model,
+                    rank,
+                    host,
+                    pid,
+                    why,
+                    "a rank of the worker group on another host is lost; ending the group"
+                );
+                leader.signal(Signal::SIGKILL);
+            }
+            Undone::RankEnded(status) => {
+                tracing::info!(
+                    model,
+                    rank,
+                    host,
+                    pid,
+                    status,
+                    "the group's rank on another host ended with its group"
+                );
+                if tokio::time::timeout(STOP_CONFIRM, leader.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        model,
+                        rank,
+                        host,
+                        pid,
+                        "rank 0 outlived its group's rank on another host; ending it"
+                    );
+                    leader.signal(Signal::SIGKILL);
+                }
+            }
+            Undone::LeaderEnded => {
+                let confirmed = tokio::time::timeout(STOP_CONFIRM, async {
+                    writer.send(&ToMember::Stop).await?;
+                    while let Some(frame) = received.recv().await {
+                        if let Some(FromMember::Ended { status, .. }) = frame? {
+                            return Ok(status);
+                        }
+                    }
+                    Err(ChannelError::Io(std::io::ErrorKind::UnexpectedEof.into()))
+                })
+                .await;
+                match confirmed {
+                    Ok(Ok(status)) => {
+                        tracing::info!(
+                            model,
+                            rank,
+                            host,
+                            pid,
+                            status,
+                            "the group's rank on another host ended"
+                        );
+                    }
+                    Ok(Err(error)) => {
+                        tracing::warn!(model, rank, host, pid, %error, "the member did not confirm the rank's end; it ends a rank whose connection closes");
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            model,
+                            rank,
+                            host,
+                            pid,
+                            "the member did not confirm the rank's end in time; it ends a rank whose connection closes"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
