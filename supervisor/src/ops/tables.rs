@@ -4,12 +4,15 @@ use serde_json::Value;
 
 use crate::memory::format_bytes;
 
-/// A worker's pid, or a group's ranks' pids in rank order.
+/// A worker's pid, or a group's ranks' pids in rank order, each on another host with `@host`.
 fn pids(worker: &Value) -> String {
     match worker["ranks"].as_array() {
         Some(ranks) => ranks
             .iter()
-            .map(|rank| text(&rank["pid"]))
+            .map(|rank| match rank["host"].as_str() {
+                Some(host) if host != "localhost" => format!("{}@{host}", text(&rank["pid"])),
+                _ => text(&rank["pid"]),
+            })
             .collect::<Vec<_>>()
             .join(","),
         None => text(&worker["pid"]),
@@ -216,11 +219,15 @@ mod tests {
         let workers = json!({"data": [
             {"model": "big", "kind": "chat", "pid": 50, "state": "ready", "restarts": 0,
              "ranks": [{"rank": 0, "host": "localhost", "pid": 50},
-                       {"rank": 1, "host": "localhost", "pid": 51}]},
+                       {"rank": 1, "host": "localhost", "pid": 51},
+                       {"rank": 2, "host": "mac2", "pid": 7}]},
         ]});
         let table = ps(&workers);
         let row = table.lines().nth(1).unwrap();
-        assert!(row.split_whitespace().nth(2) == Some("50,51"), "{table}");
+        assert!(
+            row.split_whitespace().nth(2) == Some("50,51,7@mac2"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -97,6 +97,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         "absent",
         "impostor",
         "unreachable",
+        "outsider",
     ] {
         std::os::unix::fs::symlink(&checkpoint, coordinator_dirs.models.path().join(name)).unwrap();
     }
@@ -108,6 +109,16 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         &member_dirs,
         &["--config".as_ref(), member_config.as_os_str()],
     );
+    // A host that takes ranks from the member's key only.
+    let stranger_dirs = Dirs::generated([]);
+    let (stranger_key, stranger_listen) = (key(stranger_dirs.state.path()), free_port());
+    let stranger_config = stranger_dirs.write_config(&format!(
+        "[cluster]\nlisten = \"127.0.0.1:{stranger_listen}\"\ncoordinators = [\"{member_key}\"]\n"
+    ));
+    let _stranger = Server::start_with(
+        &stranger_dirs,
+        &["--config".as_ref(), stranger_config.as_os_str()],
+    );
     let (ring, member_ring, closed) = (free_port(), free_port(), free_port());
     let group = |model: &str, host: &str| {
         format!("[models.{model}]\nhosts = [\"localhost\", \"{host}\"]\n")
@@ -118,12 +129,14 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
          [cluster.hosts.member]\naddress = \"127.0.0.1:{listen}\"\nkey = \"{member_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.impostor]\naddress = \"127.0.0.1:{listen}\"\nkey = \"{coordinator_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.unreachable]\naddress = \"127.0.0.1:{closed}\"\nkey = \"{member_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         {}{}{}{}{}",
+         [cluster.hosts.stranger]\naddress = \"127.0.0.1:{stranger_listen}\"\nkey = \"{stranger_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
+         {}{}{}{}{}{}",
         group("spread", "member"),
         group("altered", "member"),
         group("absent", "member"),
         group("impostor", "impostor"),
         group("unreachable", "unreachable"),
+        group("outsider", "stranger"),
     ));
     let coordinator = Server::start_with(
         &coordinator_dirs,
@@ -136,13 +149,14 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         ("absent", "this host serves no model \"absent\""),
         ("impostor", "the other end's key is"),
         ("unreachable", "cannot connect"),
+        ("outsider", "takes no ranks from key"),
     ] {
         let message = refused(&coordinator, model);
         assert!(message.contains(reason), "{model}: {message}");
-        let host = if model == "altered" || model == "absent" {
-            "member"
-        } else {
-            model
+        let host = match model {
+            "altered" | "absent" => "member",
+            "outsider" => "stranger",
+            _ => model,
         };
         assert!(
             message.contains(&format!("host \"{host}\"")),
