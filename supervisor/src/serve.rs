@@ -23,7 +23,7 @@ use crate::memory::{Budget, format_bytes, system_memory};
 use crate::metrics::{self, Metrics};
 use crate::pool::{ExitOutcome, Limits, Pool};
 use crate::process::{
-    Described, DescribedSizes, GroupPlan, Ledger, Member, ModelLookup, RunDir, Spawner,
+    Described, DescribedSizes, GroupPlan, Ledger, Member, ModelLookup, RankRoom, RunDir, Spawner,
     UnloadableReport, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
@@ -126,15 +126,12 @@ async fn serve(options: ServeOptions) -> Result<()> {
             }
             args
         }));
-    let spawner = match cluster(&config, &state_dir)? {
-        Some(cluster) => {
-            if let Some(address) = config.cluster.listen {
-                Member::listen(spawner.clone(), cluster.clone(), address).await?;
-            }
-            spawner.with_cluster(cluster)
-        }
+    let cluster = cluster(&config, &state_dir)?;
+    let spawner = match &cluster {
+        Some(cluster) => spawner.with_cluster(cluster.clone()),
         None => spawner,
     };
+    let member_spawner = spawner.clone();
     let ledger = Arc::new(std::sync::Mutex::new(Ledger::new(metrics.clone())));
     let loaded_registry = registry.clone();
     let requantize = config.clone();
@@ -173,6 +170,11 @@ async fn serve(options: ServeOptions) -> Result<()> {
         hard = %format_bytes(budget.hard),
         "memory budget for the workers"
     );
+    if let (Some(cluster), Some(address)) = (cluster, config.cluster.listen) {
+        let budget = pool.clone();
+        let room: RankRoom = Arc::new(move |bytes| budget.reserve(bytes));
+        Member::listen(member_spawner, cluster, address, room).await?;
+    }
     let pinned = pin_models(&config, &registry.current(), &pool);
     tokio::spawn(follow_exits(
         exit_events,

@@ -57,6 +57,21 @@ impl ModelEstimate {
     }
 }
 
+impl ModelEstimate {
+    /// One rank's part of a worker group of `ranks`: the weights and reserves split evenly,
+    /// plus its own process's base.
+    pub fn rank_share(&self, ranks: u64) -> u64 {
+        let ranks = ranks.max(1);
+        Self {
+            weight_bytes: self.weight_bytes / ranks,
+            kv_reserve_bytes: self.kv_reserve_bytes / ranks,
+            vision_reserve_bytes: self.vision_reserve_bytes / ranks,
+            base_bytes: self.base_bytes,
+        }
+        .total()
+    }
+}
+
 /// Estimates the model in `model_dir`, or in one GGUF file, whose caches for one sequence take
 /// `cache` as its worker described it. Errors name the file or directory that failed.
 pub fn estimate_model_bytes(

@@ -170,7 +170,7 @@ impl<H: Clone> PoolState<H> {
         now: Instant,
     ) -> AcquireStep<H> {
         let usage = self.usage(footprint);
-        let used: u64 = usage.iter().map(|worker| worker.bytes).sum();
+        let used = usage.iter().map(|worker| worker.bytes).sum::<u64>() + self.reserved;
         let Limits {
             budget,
             max_loaded_models,

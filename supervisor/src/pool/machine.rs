@@ -41,6 +41,9 @@ pub(super) struct PoolState<H> {
     /// The last generation handed out; every start gets the next one.
     generation: u64,
     pub(super) limits: Limits,
+    /// Bytes held for processes the pool does not run: ranks this host runs for another
+    /// host's worker group (`Pool::reserve`).
+    pub(super) reserved: u64,
     /// Bumped by every transition; see [`PoolState::subscribe`].
     changes: watch::Sender<u64>,
 }
@@ -105,6 +108,7 @@ impl<H> PoolState<H> {
             entries: BTreeMap::new(),
             generation: 0,
             limits,
+            reserved: 0,
             changes: watch::channel(0).0,
         }
     }

@@ -78,6 +78,19 @@ pub enum StopError {
     DrainTimeout { model: String, after: Duration },
 }
 
+/// Budget held by `Pool::reserve`, given back when dropped.
+pub struct Reservation {
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
 pub struct Pool<P: Processes> {
     state: Arc<Mutex<PoolState<P::Handle>>>,
     processes: Arc<P>,
@@ -216,6 +229,38 @@ impl<P: Processes> Pool<P> {
                 }
             }
         }
+    }
+
+    /// Holds `bytes` of the budget for a process the pool does not run (a rank this host runs
+    /// for another host's worker group) until the reservation is dropped; refused when the
+    /// budget has no room for it now. Starts admitted meanwhile count it as held.
+    pub fn reserve(&self, bytes: u64) -> Result<Reservation, Refusal> {
+        let footprint = |pid| self.processes.footprint(pid);
+        let mut state = lock(&self.state);
+        let held: u64 = state
+            .usage(&footprint)
+            .iter()
+            .map(|worker| worker.bytes)
+            .sum();
+        let used = held + state.reserved;
+        let ceiling = state.limits.budget.ceiling;
+        if used.saturating_add(bytes) > ceiling {
+            return Err(Refusal::NoRoom {
+                needed: bytes,
+                used,
+                ceiling,
+            });
+        }
+        state.reserved += bytes;
+        state.changed();
+        let pool_state = Arc::clone(&self.state);
+        Ok(Reservation {
+            release: Some(Box::new(move || {
+                let mut state = lock(&pool_state);
+                state.reserved = state.reserved.saturating_sub(bytes);
+                state.changed();
+            })),
+        })
     }
 
     /// Stops `model`'s worker gracefully if it is ready and idle (and, for eviction or

@@ -16,11 +16,17 @@ use tokio::sync::mpsc;
 
 use super::spawn::Spawner;
 use crate::cluster::{Channel, Cluster, FromMember, ModelDigest, RankStart, ToMember};
-use crate::memory::process_footprint;
+use crate::memory::{estimate_model_bytes, process_footprint};
+use crate::pool::{Refusal, Reservation};
+
+/// Holds a rank's share of this host's memory budget while it runs, or says why there is no
+/// room for it.
+pub type RankRoom = Arc<dyn Fn(u64) -> Result<Reservation, Refusal> + Send + Sync>;
 
 pub struct Member {
     spawner: Spawner,
     cluster: Arc<Cluster>,
+    room: RankRoom,
 }
 
 impl Member {
@@ -29,6 +35,7 @@ impl Member {
         spawner: Spawner,
         cluster: Arc<Cluster>,
         address: SocketAddr,
+        room: RankRoom,
     ) -> anyhow::Result<()> {
         let listener = TcpListener::bind(address).await.with_context(|| {
             format!("listening for coordinators on {address} ([cluster] listen)")
@@ -38,7 +45,11 @@ impl Member {
             key = %cluster.identity().public(),
             "taking rank starts from coordinating hosts"
         );
-        let member = Arc::new(Self { spawner, cluster });
+        let member = Arc::new(Self {
+            spawner,
+            cluster,
+            room,
+        });
         tokio::spawn(async move {
             loop {
                 match listener.accept().await {
@@ -99,16 +110,28 @@ impl Member {
             .find(model)
             .map_err(|reason| format!("this host serves no model {model:?}: {reason}"))?;
         let digest_dir = dir.clone();
-        let here = tokio::task::spawn_blocking(move || ModelDigest::of(&digest_dir))
-            .await
-            .map_err(|error| error.to_string())?
-            .map_err(|error| format!("{error:#}"))?;
+        let (here, estimate) = tokio::task::spawn_blocking(move || {
+            let estimate =
+                estimate_model_bytes(&digest_dir, None).map_err(|error| error.to_string())?;
+            let digest = ModelDigest::of(&digest_dir).map_err(|error| format!("{error:#}"))?;
+            Ok::<_, String>((digest, estimate))
+        })
+        .await
+        .map_err(|error| error.to_string())??;
         if let Some(difference) = start.files.difference(&here) {
             return Err(format!(
                 "the model {model:?} here ({}) is not the coordinator's: {difference}",
                 dir.display()
             ));
         }
+        // Admission on this host: the rank's share of the model, against this host's budget.
+        let share = estimate.rank_share(start.ring.len() as u64);
+        let reservation = (self.room)(share).map_err(|refusal| {
+            format!(
+                "no room for rank {} of {model:?} on this host: {refusal}",
+                start.rank
+            )
+        })?;
         let parallel = match start.parallel.as_str() {
             "pipeline" => "pipeline",
             "tensor" => "tensor",
@@ -126,6 +149,7 @@ impl Member {
         Ok(RankChild {
             child,
             _hostfile: hostfile,
+            _reservation: reservation,
         })
     }
 
@@ -191,10 +215,12 @@ impl Member {
     }
 }
 
-/// A started rank, and the ring's host file it joins by, removed with it.
+/// A started rank, the ring's host file it joins by, and its share of this host's budget, both
+/// given up with it.
 struct RankChild {
     child: Child,
     _hostfile: super::group::HostFile,
+    _reservation: Reservation,
 }
 
 /// Whether the rank wrote a heartbeat; `false` once its stdout is closed. Never ends without

@@ -25,7 +25,7 @@ mod tests;
 pub use client::{ClientError, Rank, RequestHandle, STATS_TIMEOUT, WorkerClient};
 pub use group::GroupPlan;
 pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
-pub use member::Member;
+pub use member::{Member, RankRoom};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};
 pub use spawn::{

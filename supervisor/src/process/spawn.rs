@@ -152,10 +152,7 @@ impl Spawner {
             .run_dir
             .bind(&slot)
             .map_err(|err| spawn_error(std::io::Error::other(err)))?;
-        let plan = self
-            .ranks
-            .as_ref()
-            .map_or(GroupPlan::ALONE, |ranks| ranks(model));
+        let plan = self.plan(model);
         let ranks = plan.ranks();
         let group = match ranks {
             1 => None,
@@ -380,6 +377,13 @@ impl Spawner {
             started.push(remote_rank);
         }
         Ok(started)
+    }
+
+    /// How many ranks serve `model`, on which hosts, and how they split it.
+    pub fn plan(&self, model: &str) -> GroupPlan {
+        self.ranks
+            .as_ref()
+            .map_or(GroupPlan::ALONE, |ranks| ranks(model))
     }
 
     /// The model `model` as this host's registry serves it, or why it serves none.

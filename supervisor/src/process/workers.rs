@@ -13,6 +13,7 @@ use super::client::WorkerClient;
 use super::ledger::{Ledger, StopRecord, StopStarted};
 use super::spawn::{ModelLookup, Spawner};
 use super::stop::stop;
+use crate::cluster::ClusterConfig;
 use crate::memory::{estimate_model_bytes, process_footprint};
 use crate::pool::{LaunchError, LaunchedWorker, Processes, StopOrder, Worker};
 
@@ -43,6 +44,9 @@ pub struct WorkerProcesses {
     ledger: Arc<Mutex<Ledger>>,
     /// Model id → the draft model its worker loads beside it, whose memory is the worker's too.
     drafts: HashMap<String, String>,
+    /// A worker group's rank 0 pid → its other ranks on this host, whose memory is the
+    /// group's too.
+    followers: Arc<Mutex<HashMap<u32, Vec<u32>>>>,
 }
 
 impl WorkerProcesses {
@@ -61,6 +65,7 @@ impl WorkerProcesses {
             estimates: Mutex::new(HashMap::new()),
             ledger,
             drafts: HashMap::new(),
+            followers: Arc::default(),
         }
     }
 
@@ -86,7 +91,24 @@ impl Processes for WorkerProcesses {
         model: &str,
         memory_limit: u64,
     ) -> Result<LaunchedWorker<Self::Handle>, LaunchError> {
-        self.spawner.launch(model, memory_limit).await
+        let launched = self.spawner.launch(model, memory_limit).await?;
+        let followers: Vec<u32> = launched
+            .handle
+            .ranks()
+            .iter()
+            .filter(|rank| rank.rank != 0 && rank.reported_footprint.is_none())
+            .map(|rank| rank.pid)
+            .collect();
+        if !followers.is_empty() {
+            let leader = launched.handle.process().clone();
+            lock(&self.followers).insert(leader.pid(), followers);
+            let groups = self.followers.clone();
+            tokio::spawn(async move {
+                leader.wait().await;
+                lock(&groups).remove(&leader.pid());
+            });
+        }
+        Ok(launched)
     }
 
     async fn stop(
@@ -110,18 +132,41 @@ impl Processes for WorkerProcesses {
         record
     }
 
+    /// A worker's, or a group's ranks' on this host together.
     fn footprint(&self, pid: u32) -> u64 {
-        process_footprint(pid).unwrap_or_else(|error| {
-            tracing::debug!(pid, %error, "no footprint");
-            0
-        })
+        let followers = lock(&self.followers).get(&pid).cloned().unwrap_or_default();
+        std::iter::once(pid)
+            .chain(followers)
+            .map(|pid| {
+                process_footprint(pid).unwrap_or_else(|error| {
+                    tracing::debug!(pid, %error, "no footprint");
+                    0
+                })
+            })
+            .sum()
     }
 
-    /// The model's and its draft model's: both live in its worker.
+    /// The model's and its draft model's: both live in its worker. A group that spans hosts
+    /// holds on this host only its ranks' share here.
     fn estimate(&self, model: &str) -> u64 {
         let draft = self.drafts.get(model);
-        self.model_estimate(model) + draft.map_or(0, |draft| self.model_estimate(draft))
+        let whole =
+            self.model_estimate(model) + draft.map_or(0, |draft| self.model_estimate(draft));
+        let plan = self.spawner.plan(model);
+        if !plan.spans_hosts() {
+            return whole;
+        }
+        let here = plan
+            .hosts
+            .iter()
+            .filter(|host| ClusterConfig::is_local(host));
+        let share = u128::from(whole) * here.count() as u128 / plan.ranks() as u128;
+        u64::try_from(share).unwrap_or(u64::MAX)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl WorkerProcesses {

@@ -98,6 +98,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         "impostor",
         "unreachable",
         "outsider",
+        "cramped",
     ] {
         std::os::unix::fs::symlink(&checkpoint, coordinator_dirs.models.path().join(name)).unwrap();
     }
@@ -119,6 +120,17 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         &stranger_dirs,
         &["--config".as_ref(), stranger_config.as_os_str()],
     );
+    // A host whose memory budget has no room for a rank.
+    let cramped_dirs = Dirs::generated([]);
+    copy_dir(&checkpoint, &cramped_dirs.models.path().join("cramped"));
+    let (cramped_key, cramped_listen) = (key(cramped_dirs.state.path()), free_port());
+    let cramped_config = cramped_dirs.write_config(&format!(
+        "memory_ceiling = \"1MiB\"\n[cluster]\nlisten = \"127.0.0.1:{cramped_listen}\"\ncoordinators = [\"{coordinator_key}\"]\n"
+    ));
+    let cramped = Server::start_with(
+        &cramped_dirs,
+        &["--config".as_ref(), cramped_config.as_os_str()],
+    );
     let (ring, member_ring, closed) = (free_port(), free_port(), free_port());
     let group = |model: &str, host: &str| {
         format!("[models.{model}]\nhosts = [\"localhost\", \"{host}\"]\n")
@@ -130,13 +142,15 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
          [cluster.hosts.impostor]\naddress = \"127.0.0.1:{listen}\"\nkey = \"{coordinator_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.unreachable]\naddress = \"127.0.0.1:{closed}\"\nkey = \"{member_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.stranger]\naddress = \"127.0.0.1:{stranger_listen}\"\nkey = \"{stranger_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         {}{}{}{}{}{}",
+         [cluster.hosts.cramped]\naddress = \"127.0.0.1:{cramped_listen}\"\nkey = \"{cramped_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
+         {}{}{}{}{}{}{}",
         group("spread", "member"),
         group("altered", "member"),
         group("absent", "member"),
         group("impostor", "impostor"),
         group("unreachable", "unreachable"),
         group("outsider", "stranger"),
+        group("cramped", "cramped"),
     ));
     let coordinator = Server::start_with(
         &coordinator_dirs,
@@ -150,6 +164,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         ("impostor", "the other end's key is"),
         ("unreachable", "cannot connect"),
         ("outsider", "takes no ranks from key"),
+        ("cramped", "no room for rank 1 of \"cramped\" on this host"),
     ] {
         let message = refused(&coordinator, model);
         assert!(message.contains(reason), "{model}: {message}");
@@ -164,7 +179,15 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         );
         assert!(coordinator.worker_pids().is_empty(), "{model}");
         assert!(member.worker_pids().is_empty(), "{model}");
+        assert!(cramped.worker_pids().is_empty(), "{model}");
     }
+    // This host's admission counts only its rank's share of a group that spans hosts.
+    let estimate = |model: &str| {
+        coordinator.worker_row(model)["estimate_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(estimate("spread"), estimate("alone") / 2);
 
     // The group answers as the model alone does.
     let prompts = ["A rank on another host", "Keys prove both ends"];

@@ -286,6 +286,30 @@ async fn without_room_a_request_waits_for_a_busy_worker_to_go_idle_or_gets_refus
 }
 
 #[tokio::test]
+async fn budget_held_for_another_hosts_rank_counts_in_admission_until_it_is_given_back() {
+    let sim = SimProcesses::default();
+    sim.estimate_of("a", 600);
+    let pool = sim.pool(ceiling(1000));
+    let held = pool.reserve(500).unwrap();
+    assert!(matches!(
+        pool.reserve(600),
+        Err(Refusal::NoRoom {
+            needed: 600,
+            used: 500,
+            ceiling: 1000
+        })
+    ));
+    let waiting = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.acquire("a", PATIENT).await.map(|lease| lease.pid()) }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!waiting.is_finished(), "no room while the rank holds its share");
+    drop(held);
+    assert!(waiting.await.unwrap().is_ok());
+}
+
+#[tokio::test]
 async fn a_model_bigger_than_the_whole_ceiling_is_refused_without_waiting() {
     let sim = SimProcesses::default();
     sim.estimate_of("huge", 2000);
