@@ -15,7 +15,7 @@ use corral_ipc::PrefixCacheStats;
 use corral_ipc::GenerateRequest as WireRequest;
 
 use crate::batch::{Batch, BatchLimits, Job};
-use crate::distributed::{Group, Member, Parallel};
+use crate::distributed::{Group, Member};
 use crate::generation::{Event, GenerateError, GenerateRequest};
 use crate::gguf;
 use crate::loaded::{LoadError, LoadedModel};
@@ -192,7 +192,7 @@ impl Engine {
         let thread_gauges = gauges.clone();
         let prefix_counters = Arc::new(PrefixCounters::default());
         let counters = prefix_counters.clone();
-        let prefix_enabled = options.prefix_cache.is_some() && !in_pipeline(&options);
+        let prefix_enabled = options.prefix_cache.is_some();
         let grouped = options.group.is_some();
         let thread = thread::Builder::new()
             .name("engine".into())
@@ -363,26 +363,15 @@ fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> BatchLimits {
     limits
 }
 
-/// Whether `options` make this worker a rank of a pipeline group.
-fn in_pipeline(options: &EngineOptions) -> bool {
-    options
-        .group
-        .as_ref()
-        .is_some_and(|member| member.parallel == Parallel::Pipeline)
-}
-
-/// The prefix cache, where one is asked for. A pipeline rank's cache would hold its own layers
-/// alone, so a pipeline serves without one for now; each rank of a tensor-parallel group keeps
-/// its slice of every layer, and the group serves without one unless every rank opened its own.
+/// The prefix cache, where one is asked for. Each rank of a group keeps its own part (a pipeline
+/// rank its layers, a tensor-parallel rank its slice of every layer), and the group serves
+/// without one unless every rank opened its own.
 fn open_prefix_cache(
     loaded: &LoadedModel,
     options: &EngineOptions,
     counters: Arc<PrefixCounters>,
 ) -> Option<PrefixCache> {
-    let prefix_options = options
-        .prefix_cache
-        .as_ref()
-        .filter(|_| !in_pipeline(options))?;
+    let prefix_options = options.prefix_cache.as_ref()?;
     let opened = PrefixCache::open(loaded, prefix_options, counters)
         .inspect_err(|error| {
             tracing::warn!(%error, "prefix cache unavailable; serving without it");

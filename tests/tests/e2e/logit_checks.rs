@@ -216,7 +216,8 @@ pub(crate) fn check_after_restore(name: &str, model: &Model, reference: &Referen
     let (second, snapshot) = from_payload(&payload, &shape, model.dtype())
         .unwrap()
         .unwrap_or_else(|| panic!("{name}: the payload does not fit the block shape"));
-    let mut cache = join(&[first, &second], snapshot.as_deref(), model.new_cache()).unwrap();
+    let mut cache = model.new_cache();
+    join(&[first, &second], snapshot.as_deref(), &mut cache).unwrap();
     let restored = 2 * BLOCK_TOKENS as usize;
     let hidden = model
         .hidden_states(&reference.prompt[restored..], &mut cache)
@@ -252,7 +253,7 @@ fn check_restore_refused_without_snapshot(name: &str, model: &Model, reference: 
         "{name}: a snapshot nobody asked for"
     );
     assert!(
-        join(&[&block], None, model.new_cache()).is_err(),
+        join(&[&block], None, &mut model.new_cache()).is_err(),
         "{name}: KV blocks alone were joined into a cache with recurrent layers"
     );
 }

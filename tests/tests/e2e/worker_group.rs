@@ -376,22 +376,28 @@ fn a_group_of_two_local_ranks_answers_over_http_as_one_worker_alone_and_in_a_bat
             );
         }
     }
-    // A tensor-parallel group's ranks each cache their slice of every layer and restore a
-    // prefix together: the second time, the prompt's whole blocks come from the cache, and the
-    // answer is the same.
-    let long = format!("Nothing cached starts this: {}", prompts.join(" "));
-    let request = json!({"model": "sliced", "prompt": long, "max_tokens": 8, "temperature": 0});
-    let answers: Vec<Value> = (0..2)
-        .map(|_| server.post("/v1/completions", &request).json().unwrap())
-        .collect();
-    let cached =
-        |answer: &Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
-    assert_eq!(cached(&answers[0]), Some(0), "{}", answers[0]);
-    assert!(cached(&answers[1]).unwrap() >= 16, "{}", answers[1]);
-    assert_eq!(
-        answers[0]["choices"][0]["text"], answers[1]["choices"][0]["text"],
-        "{answers:?}"
-    );
+    // A group's ranks each cache their part (a pipeline rank its own layers, a tensor-parallel
+    // rank its slice of every layer) and restore a prefix together: the second time, the
+    // prompt's whole blocks come from the cache, and the answer is the same.
+    for group in ["grouped", "sliced"] {
+        let long = format!("Nothing cached starts this {group}: {}", prompts.join(" "));
+        let request = json!({"model": group, "prompt": long, "max_tokens": 8, "temperature": 0});
+        let answers: Vec<Value> = (0..2)
+            .map(|_| server.post("/v1/completions", &request).json().unwrap())
+            .collect();
+        let cached =
+            |answer: &Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+        assert_eq!(cached(&answers[0]), Some(0), "{group}: {}", answers[0]);
+        assert!(
+            cached(&answers[1]).unwrap() >= 16,
+            "{group}: {}",
+            answers[1]
+        );
+        assert_eq!(
+            answers[0]["choices"][0]["text"], answers[1]["choices"][0]["text"],
+            "{group}: {answers:?}"
+        );
+    }
     let alone = server.worker_row("alone");
     assert!(alone.get("ranks").is_none(), "{alone}");
     let mut workers = server.worker_pids();

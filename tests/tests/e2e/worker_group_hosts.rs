@@ -246,7 +246,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     let unload = coordinator.post("/v1/models/spread/unload", &json!({}));
     assert!(unload.status().is_success(), "{:?}", unload.text());
     wait_until("the member's rank to end", || !alive(rank));
-    assert!(member.worker_pids().is_empty());
+    wait_until("the member to reap it", || member.worker_pids().is_empty());
 
     // The member gone mid-serve: its rank ends with it, and so does the group here.
     assert_eq!(

@@ -242,6 +242,23 @@ impl Model {
             .collect()
     }
 
+    /// Which of [`Model::new_cache`]'s caches this process fills: a pipeline rank's own
+    /// layers', every one elsewhere.
+    pub fn filled_caches(&self) -> std::ops::Range<usize> {
+        let run = self
+            .pipeline
+            .as_ref()
+            .map_or(0..self.decoder.layers.len(), Pipeline::layers);
+        let caching = |layers: &[blocks::decoder_layer::DecoderLayer]| {
+            layers
+                .iter()
+                .filter(|layer| layer.mixer.shared_kv().is_none())
+                .count()
+        };
+        let start = caching(&self.decoder.layers[..run.start]);
+        start..start + caching(&self.decoder.layers[run])
+    }
+
     /// What each layer keeps for a sequence, in order.
     pub fn layer_caches(&self) -> Vec<LayerCache> {
         self.decoder

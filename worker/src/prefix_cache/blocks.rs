@@ -100,22 +100,22 @@ pub fn states_at_end(
     Ok(Some(states))
 }
 
-/// `cold`, a new sequence's empty caches, filled with `parts` in order (each a run of positions,
+/// Fills `cold`, a new sequence's empty caches, with `parts` in order (each a run of positions,
 /// per key/value layer its keys and values: whole blocks, then maybe a tail), ready to prefill
 /// what follows them. Recurrent layers take `snapshot`, their states at the end of the parts;
 /// without one, a cache with a recurrent layer cannot be filled.
 pub fn join(
     parts: &[&[(Array, Array)]],
     snapshot: Option<&[RecurrentState]>,
-    mut cold: Vec<KvCache>,
-) -> Result<Vec<KvCache>, Exception> {
+    cold: &mut [KvCache],
+) -> Result<(), Exception> {
     let positions: i32 = parts
         .iter()
         .filter_map(|part| part.first())
         .map(|(keys, _)| keys.dim(2))
         .sum();
     let (mut kv_layer, mut recurrent_layer) = (0, 0);
-    for cache in &mut cold {
+    for cache in cold {
         if cache.restores_from_blocks() {
             let keys: Vec<&Array> = parts.iter().map(|part| &part[kv_layer].0).collect();
             let values: Vec<&Array> = parts.iter().map(|part| &part[kv_layer].1).collect();
@@ -134,13 +134,14 @@ pub fn join(
             recurrent_layer += 1;
         }
     }
-    Ok(cold)
+    Ok(())
 }
 
-/// The shape of `model`'s blocks of `block_tokens` positions: one entry per key/value cache it
-/// keeps, and how many recurrent caches a snapshot holds.
+/// The shape of `model`'s blocks of `block_tokens` positions: one entry per key/value cache this
+/// process fills, and how many recurrent caches a snapshot holds.
 pub fn block_shape(model: &Model, block_tokens: u32) -> BlockShape {
-    let caches = model.new_cache();
+    let filled = model.filled_caches();
+    let caches = &model.new_cache()[filled.clone()];
     BlockShape {
         block_tokens,
         dtype: dtype_tag(model.dtype()),
@@ -148,10 +149,9 @@ pub fn block_shape(model: &Model, block_tokens: u32) -> BlockShape {
             .iter()
             .filter(|cache| !cache.restores_from_blocks())
             .count() as u32,
-        layers: model
-            .cache_shapes()
-            .into_iter()
-            .zip(&caches)
+        layers: model.cache_shapes()[filled]
+            .iter()
+            .zip(caches)
             .filter(|(_, cache)| cache.restores_from_blocks())
             .map(|(cache, _)| LayerShape {
                 kv_heads: cache.kv_heads as u32,

@@ -32,6 +32,7 @@ mod tail;
 #[cfg(test)]
 mod tests;
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -134,9 +135,13 @@ pub struct PrefixCache {
     tails: TailStore,
     disk: Option<DiskTier>,
     counters: Arc<PrefixCounters>,
-    /// The tensor-parallel group whose ranks each cache their own slice of every layer; a
-    /// prefix is restored only where every rank has it.
+    /// The group whose ranks each cache their own part of the model (a tensor-parallel rank
+    /// its slice of every layer, a pipeline rank its own layers); a prefix is restored only
+    /// where every rank has it.
     group: Option<Arc<Group>>,
+    /// The sequence caches this process fills (a pipeline rank's layers'), which alone are
+    /// cached.
+    filled: Range<usize>,
 }
 
 impl PrefixCache {
@@ -149,11 +154,8 @@ impl PrefixCache {
         let dtype = loaded.model.dtype();
         let fingerprint = key::fingerprint(&loaded.dir)?;
         let shape = block_shape(&loaded.model, options.block_tokens as u32);
-        let group = loaded
-            .model
-            .tensor_shard()
-            .map(|shard| shard.group().clone());
-        // A rank's blocks hold its slice of the layers: each rank's go in a directory of their own.
+        let group = loaded.model.group().cloned();
+        // A rank's blocks hold its part of the model: each rank's go in a directory of their own.
         let subdir = match &group {
             Some(group) => format!(
                 "{}-rank{}of{}",
@@ -190,6 +192,7 @@ impl PrefixCache {
             disk,
             counters,
             group,
+            filled: loaded.model.filled_caches(),
         })
     }
 
@@ -204,8 +207,8 @@ impl PrefixCache {
         prompt: &[u32],
         cold: impl Fn() -> Vec<KvCache>,
     ) -> (Vec<KvCache>, usize) {
-        let empty = cold();
-        let recurrent = !restorable(&empty);
+        let mut empty = cold();
+        let recurrent = !restorable(&empty[self.filled.clone()]);
         let usable = prompt.len().saturating_sub(1) / self.block_tokens;
         let keys = key::block_keys(
             &self.fingerprint,
@@ -274,8 +277,12 @@ impl PrefixCache {
             Some((tail, reused)) => tail.states_at(*reused),
             None => found.last().and_then(|block| block.snapshot.as_deref()),
         };
-        match join(&parts, snapshot.filter(|_| recurrent), empty) {
-            Ok(cache) => (cache, hit_tokens),
+        match join(
+            &parts,
+            snapshot.filter(|_| recurrent),
+            &mut empty[self.filled.clone()],
+        ) {
+            Ok(()) => (empty, hit_tokens),
             Err(error) => {
                 tracing::warn!(%error, "prefix cache: cannot restore a prefix; prefilling cold");
                 (cold(), 0)
@@ -294,6 +301,7 @@ impl PrefixCache {
     /// whose prefill this finishes also keeps its tail, with their states at the prompt's end:
     /// the next turn resends the prompt even where it re-renders the answer differently.
     pub fn store(&mut self, prompt: &[u32], prefilled: usize, cache: &mut [KvCache]) {
+        let cache = &mut cache[self.filled.clone()];
         let block = self.block_tokens;
         let last_boundary = (prompt.len() / block * block) as i32;
         let every = self.every_nth();
@@ -315,6 +323,7 @@ impl PrefixCache {
     /// generation holds at most one in the sequence); of the others only the latest stays, the
     /// sequence's last boundary when it ends.
     pub fn store_decoded(&mut self, tokens: &[u32], cache: &mut [KvCache]) {
+        let cache = &mut cache[self.filled.clone()];
         let Some(positions) = cache
             .iter()
             .find(|layer| !layer.restores_from_blocks())
@@ -355,6 +364,7 @@ impl PrefixCache {
     /// tokens, maybe differently, so it matches them only after that boundary. A recurrent
     /// model's tail holds the states at its end, beside those its prompt's end left.
     pub fn store_sequence(&mut self, tokens: &[u32], prompt: usize, cache: &[KvCache]) {
+        let cache = &cache[self.filled.clone()];
         let keys = key::block_keys(&self.fingerprint, tokens, self.block_tokens);
         if self.keep_blocks(&keys, cache) {
             self.keep_tail(&keys, &tokens[..prompt.min(tokens.len())], tokens, cache);

@@ -304,7 +304,10 @@ async fn budget_held_for_another_hosts_rank_counts_in_admission_until_it_is_give
         async move { pool.acquire("a", PATIENT).await.map(|lease| lease.pid()) }
     });
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(!waiting.is_finished(), "no room while the rank holds its share");
+    assert!(
+        !waiting.is_finished(),
+        "no room while the rank holds its share"
+    );
     drop(held);
     assert!(waiting.await.unwrap().is_ok());
 }
