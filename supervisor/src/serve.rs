@@ -103,8 +103,10 @@ async fn serve(options: ServeOptions) -> Result<()> {
                     .map_or(GroupPlan::ALONE, ModelSettings::group_plan)
             })
         })
-        .with_model_args(Arc::new(move |model| {
-            let mut args = model_args(&batching, model);
+        .with_model_args(Arc::new(move |model| model_args(&batching, model)))
+        .with_drafts(config.drafts())
+        .with_model_files(Arc::new(move |model, draft| {
+            let mut args: Vec<std::ffi::OsString> = Vec::new();
             let projector = args_registry
                 .current()
                 .get(model)
@@ -112,7 +114,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
             if let Some(projector) = projector {
                 args.extend(["--mmproj".into(), projector.into_os_string()]);
             }
-            if let Some(draft) = batching.drafts().get(model) {
+            if let Some(draft) = draft {
                 // A draft that cannot be served reaches the worker as its id, whose load then
                 // fails naming it.
                 let path = match args_registry.current().servable_path(draft) {
@@ -289,8 +291,6 @@ fn prefix_cache_args(config: &Config, state_dir: &std::path::Path) -> Vec<std::f
     args
 }
 
-/// `model`'s batching, GGUF and image settings as `corral-worker serve` options; an unset one is
-/// left out, so the worker's own default applies.
 /// This host's part in groups that span hosts, where `[cluster]` gives it one: its key, made on
 /// first use, and the other hosts.
 fn cluster(config: &Config, state_dir: &Path) -> Result<Option<Arc<Cluster>>> {
@@ -304,13 +304,16 @@ fn cluster(config: &Config, state_dir: &Path) -> Result<Option<Arc<Cluster>>> {
     ))))
 }
 
-fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
+/// `model`'s batching, GGUF and image settings as `corral-worker serve` options; an unset one is
+/// left out, so the worker's own default applies. None names a file: a coordinator sends them
+/// to the ranks other hosts run for it.
+fn model_args(config: &Config, model: &str) -> Vec<String> {
     let mut args = Vec::new();
     if let Some(count) = config.max_sequences(model) {
-        args.extend(["--max-sequences".into(), count.to_string().into()]);
+        args.extend(["--max-sequences".into(), count.to_string()]);
     }
     if let Some(tokens) = config.batching.prefill_chunk {
-        args.extend(["--prefill-chunk".into(), tokens.to_string().into()]);
+        args.extend(["--prefill-chunk".into(), tokens.to_string()]);
     }
     if let Some(requantize) = config
         .models
@@ -334,7 +337,7 @@ fn model_args(config: &Config, model: &str) -> Vec<std::ffi::OsString> {
         ];
         for (flag, value) in limits {
             if let Some(value) = value {
-                args.extend([flag.into(), value.to_string().into()]);
+                args.extend([flag.into(), value.to_string()]);
             }
         }
         if let Some(method) = settings.speculation() {
@@ -505,6 +508,31 @@ mod tests {
 
         config.batching.max_sequences = None;
         assert_eq!(model_args(&config, "other"), ["--prefill-chunk", "512"]);
+    }
+
+    #[test]
+    fn every_setting_a_coordinator_sends_a_member_host_is_one_it_takes() {
+        let mut config = Config::default();
+        config.batching = BatchingConfig {
+            max_sequences: Some(8),
+            prefill_chunk: Some(512),
+        };
+        config.models.insert(
+            "all".to_owned(),
+            ModelSettings {
+                gguf_requantize: Some(GgufRequantize::F16),
+                gguf_exact_k_quants: true,
+                max_images: Some(3),
+                image_max_pixels: Some(1_003_520),
+                image_min_pixels: Some(3136),
+                draft_tokens: Some(4),
+                speculative: Some(SpeculativeMethod::Ngram),
+                ..ModelSettings::default()
+            },
+        );
+        let flags = model_args(&config, "all");
+        assert_eq!(flags.len(), 17, "{flags:?}");
+        assert_eq!(crate::process::check_flags(&flags), Ok(()));
     }
 
     #[test]

@@ -350,16 +350,12 @@ impl Drop for Engine {
 }
 
 /// The batch's limits for `loaded`, its sequences guessing the configured way or else the way
-/// that pays. A group's ranks load no draft model, so a group never drafts with one.
+/// that pays.
 fn batch_limits(loaded: &LoadedModel, options: &EngineOptions) -> BatchLimits {
     let mut limits = options.batch;
     limits.speculation.method = options
         .speculative
         .unwrap_or_else(|| method_where_it_pays(loaded.model.new_mtp_cache().is_some()));
-    if options.group.is_some() && limits.speculation.method == Method::Draft {
-        tracing::warn!(model = %loaded.dir.display(), "speculative decoding off: a worker group runs no draft model");
-        limits.speculation.method = Method::Off;
-    }
     limits
 }
 
@@ -408,15 +404,27 @@ fn loaded_everywhere(group: &Group, loaded: bool) -> Result<(), String> {
 }
 
 /// The draft model, where one is named: its load failing fails the model's, as the operator
-/// asked for it. A group loads none.
+/// asked for it. Each rank of a group loads it whole and runs it alike, so every rank guesses
+/// the same tokens; the ranks load it or fail together.
 fn load_draft(
     loaded: &LoadedModel,
     options: &EngineOptions,
     method: Method,
 ) -> Result<Option<LoadedModel>, LoadError> {
-    if options.group.is_some() {
-        return Ok(None);
+    let draft = load_draft_here(loaded, options, method);
+    match &options.group {
+        Some(member) if !member.group.all_agree(u32::from(draft.is_ok())) => draft.and(Err(
+            LoadError::Group("a rank could not load the draft model (its log says why)".to_owned()),
+        )),
+        _ => draft,
     }
+}
+
+fn load_draft_here(
+    loaded: &LoadedModel,
+    options: &EngineOptions,
+    method: Method,
+) -> Result<Option<LoadedModel>, LoadError> {
     let Some(path) = &options.draft else {
         return match method {
             Method::Draft => Err(LoadError::NoDraft),
@@ -551,8 +559,21 @@ pub fn follow(model: PathBuf, options: EngineOptions) -> anyhow::Result<()> {
     };
     everywhere.map_err(anyhow::Error::msg)?;
     let limits = batch_limits(&loaded, &options);
+    let draft = match load_draft(&loaded, &options, limits.speculation.method) {
+        Ok(draft) => draft,
+        Err(error) => {
+            // As a failed load: rank 0 reports it, and this rank waits to be ended.
+            tracing::error!(rank = group.rank(), %error, "cannot load the draft model");
+            loop {
+                std::thread::park();
+            }
+        }
+    };
     let mut prefix = open_prefix_cache(&loaded, &options, Arc::default());
     let mut batch = Batch::new(&loaded, limits, options.memory_limit, prefix.as_mut());
+    if let Some(draft) = &draft {
+        batch = batch.with_draft(draft);
+    }
     let mut agreed = lockstep::Agreed::default();
     loop {
         let round = lockstep::exchange(&group, &lockstep::Round::default());

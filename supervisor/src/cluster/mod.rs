@@ -21,4 +21,4 @@ pub use channel::{Channel, ChannelError, ChannelReader, ChannelWriter};
 pub use digest::ModelDigest;
 pub use hosts::{Cluster, ClusterConfig, HostEntry};
 pub use identity::{Identity, PublicKey};
-pub use wire::{FromMember, RankStart, ToMember};
+pub use wire::{FromMember, RankSettings, RankStart, ToMember};

@@ -26,6 +26,18 @@ pub struct RankStart {
     pub memory_limit: u64,
     /// The coordinator's files of the model, which the member's must equal.
     pub files: ModelDigest,
+    /// The coordinator's settings for the model, which every rank must share.
+    pub settings: RankSettings,
+}
+
+/// What every rank of a group runs its model with, whichever host it is on: a rank whose batch
+/// took other decisions than rank 0's would fall out of step.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankSettings {
+    /// `corral-worker serve` options that name no file (batch size, speculation, ...).
+    pub flags: Vec<String>,
+    /// The draft model's id, which each host finds in its own registry.
+    pub draft: Option<String>,
 }
 
 /// From the member.

@@ -132,6 +132,12 @@ impl Member {
                 start.rank
             )
         })?;
+        check_flags(&start.settings.flags)?;
+        if let Some(draft) = &start.settings.draft {
+            self.spawner
+                .find(draft)
+                .map_err(|reason| format!("this host serves no draft model {draft:?}: {reason}"))?;
+        }
         let parallel = match start.parallel.as_str() {
             "pipeline" => "pipeline",
             "tensor" => "tensor",
@@ -144,6 +150,7 @@ impl Member {
                 &dir,
                 (start.rank, parallel, &start.ring),
                 start.memory_limit,
+                &start.settings,
             )
             .map_err(|error| format!("cannot start the rank: {error}"))?;
         Ok(RankChild {
@@ -229,5 +236,67 @@ async fn read_beat(beats: &mut Option<ChildStdout>, buffer: &mut [u8]) -> bool {
     match beats {
         Some(beats) => matches!(beats.read(buffer).await, Ok(read) if read > 0),
         None => std::future::pending().await,
+    }
+}
+
+/// The `corral-worker serve` options a coordinator may set for a rank here: settings, none
+/// naming a file, each with the kind of value it takes.
+const RANK_FLAGS: [(&str, bool); 9] = [
+    ("--max-sequences", true),
+    ("--prefill-chunk", true),
+    ("--gguf-requantize", true),
+    ("--gguf-exact-k-quants", false),
+    ("--max-images", true),
+    ("--image-max-pixels", true),
+    ("--image-min-pixels", true),
+    ("--draft-tokens", true),
+    ("--speculative", true),
+];
+
+/// Refuses options a coordinator may not set here: an unknown flag, or a value that is not a
+/// plain word (so no value can pass for another option or a path).
+pub fn check_flags(flags: &[String]) -> Result<(), String> {
+    let mut flags = flags.iter();
+    while let Some(flag) = flags.next() {
+        let Some(&(_, takes_value)) = RANK_FLAGS.iter().find(|(name, _)| name == flag) else {
+            return Err(format!("a coordinator may not set {flag:?} for a rank"));
+        };
+        if takes_value {
+            let plain = |value: &&String| {
+                !value.is_empty()
+                    && value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_')
+            };
+            if flags.next().filter(plain).is_none() {
+                return Err(format!("{flag} needs a plain value"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coordinator_sets_only_settings_with_plain_values() {
+        let flags = |text: &str| text.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            check_flags(&flags(
+                "--max-sequences 8 --gguf-exact-k-quants --speculative ngram"
+            )),
+            Ok(())
+        );
+        for (bad, reason) in [
+            ("--prefix-cache-dir /etc", "may not set"),
+            ("--max-sequences --mmproj", "plain value"),
+            ("--gguf-requantize ../x", "plain value"),
+            ("--draft-tokens", "plain value"),
+        ] {
+            let error = check_flags(&flags(bad)).unwrap_err();
+            assert!(error.contains(reason), "{bad}: {error}");
+        }
     }
 }

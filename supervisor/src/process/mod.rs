@@ -25,11 +25,12 @@ mod tests;
 pub use client::{ClientError, Rank, RequestHandle, STATS_TIMEOUT, WorkerClient};
 pub use group::GroupPlan;
 pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
-pub use member::{Member, RankRoom};
+pub use member::{Member, RankRoom, check_flags};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};
 pub use spawn::{
-    DEFAULT_START_TIMEOUT, ModelArgs, ModelLookup, ModelRanks, Spawner, UnloadableReport,
+    DEFAULT_START_TIMEOUT, ModelArgs, ModelFiles, ModelLookup, ModelRanks, Spawner,
+    UnloadableReport,
 };
 pub use stop::{StopStep, Stopped, stop};
 pub use workers::{Described, DescribedSizes, WorkerProcesses};

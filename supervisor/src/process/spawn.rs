@@ -9,6 +9,7 @@
 //! load) is reported to the registry before the launch returns, so the model is listed as
 //! unservable by the time anyone hears of the failure.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -28,7 +29,7 @@ use super::group::{self, Group, GroupPlan, HostFile};
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::remote::{self, RemoteRank};
 use super::run_dir::{RunDir, SlotName};
-use crate::cluster::{Cluster, ModelDigest, RankStart};
+use crate::cluster::{Cluster, ModelDigest, RankSettings, RankStart};
 use crate::pool::{LaunchError, LaunchedWorker};
 
 /// How long a worker may take from spawn to `Ready`; loading a large model from a cold disk
@@ -43,8 +44,13 @@ pub type ModelLookup = Arc<dyn Fn(&str) -> Result<PathBuf, String> + Send + Sync
 /// load; `reason` names the file.
 pub type UnloadableReport = Arc<dyn Fn(&str, &Path, &str) + Send + Sync>;
 
-/// Model id → the options its worker gets besides everyone's (its batch size).
-pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<OsString> + Send + Sync>;
+/// Model id → the options its worker gets besides everyone's (its batch size): settings, never
+/// a path, so that a coordinator can send its own to the ranks other hosts run.
+pub type ModelArgs = Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+
+/// `(model id, its draft model's id)` → the options naming files this host holds for the model
+/// (its projector, its draft model), found by this host's registry.
+pub type ModelFiles = Arc<dyn Fn(&str, Option<&str>) -> Vec<OsString> + Send + Sync>;
 
 /// Model id → how many ranks on this host serve it together (1: a worker of its own), and how.
 pub type ModelRanks = Arc<dyn Fn(&str) -> GroupPlan + Send + Sync>;
@@ -62,6 +68,9 @@ pub struct Spawner {
     worker_args: Vec<OsString>,
     /// Passed to one model's worker after `worker_args`.
     model_args: Option<ModelArgs>,
+    model_files: Option<ModelFiles>,
+    /// Model id → the id of the draft model its worker loads beside it.
+    drafts: Arc<HashMap<String, String>>,
     ranks: Option<ModelRanks>,
     unloadable: Option<UnloadableReport>,
     /// The hosts a group's ranks may run on besides this one, and this host's key.
@@ -86,6 +95,8 @@ impl Spawner {
             exits,
             worker_args: Vec::new(),
             model_args: None,
+            model_files: None,
+            drafts: Arc::default(),
             ranks: None,
             cluster: None,
             unloadable: None,
@@ -99,6 +110,17 @@ impl Spawner {
 
     pub fn with_model_args(mut self, model_args: ModelArgs) -> Self {
         self.model_args = Some(model_args);
+        self
+    }
+
+    pub fn with_model_files(mut self, model_files: ModelFiles) -> Self {
+        self.model_files = Some(model_files);
+        self
+    }
+
+    /// Each model's draft model, by id (model id → draft id).
+    pub fn with_drafts(mut self, drafts: HashMap<String, String>) -> Self {
+        self.drafts = Arc::new(drafts);
         self
     }
 
@@ -278,6 +300,29 @@ impl Spawner {
         socket: &Path,
         memory_limit: u64,
     ) -> Command {
+        let settings = RankSettings {
+            flags: self.flags(model),
+            draft: self.drafts.get(model).cloned(),
+        };
+        self.command_with(model, (dir, socket), memory_limit, &settings)
+    }
+
+    /// This host's options for `model`'s worker that name no file.
+    pub fn flags(&self, model: &str) -> Vec<String> {
+        self.model_args
+            .as_ref()
+            .map_or_else(Vec::new, |model_args| model_args(model))
+    }
+
+    /// `corral-worker serve` for `model` at `dir` with `settings`, before its environment and
+    /// pipes are set; the files they name are this host's.
+    fn command_with(
+        &self,
+        model: &str,
+        (dir, socket): (&Path, &Path),
+        memory_limit: u64,
+        settings: &RankSettings,
+    ) -> Command {
         let mut command = Command::new(&self.binary);
         command
             .arg("serve")
@@ -287,8 +332,9 @@ impl Spawner {
             .arg(socket);
         command.arg("--memory-limit").arg(memory_limit.to_string());
         command.args(&self.worker_args);
-        if let Some(model_args) = &self.model_args {
-            command.args(model_args(model));
+        command.args(&settings.flags);
+        if let Some(model_files) = &self.model_files {
+            command.args(model_files(model, settings.draft.as_deref()));
         }
         command
     }
@@ -364,6 +410,10 @@ impl Spawner {
                 ring: group.ring().to_vec(),
                 memory_limit,
                 files: files.clone(),
+                settings: RankSettings {
+                    flags: self.flags(model),
+                    draft: self.drafts.get(model).cloned(),
+                },
             };
             let starting = remote::start(cluster, host, start);
             let remote_rank = tokio::time::timeout(self.start_timeout, starting)
@@ -400,6 +450,7 @@ impl Spawner {
         dir: &Path,
         (rank, parallel, ring): (usize, &str, &[Vec<String>]),
         memory_limit: u64,
+        settings: &RankSettings,
     ) -> std::io::Result<(Child, HostFile)> {
         static STARTS: AtomicU64 = AtomicU64::new(0);
         let name = format!(
@@ -411,7 +462,7 @@ impl Spawner {
             HostFile::write(self.run_dir.path().join(format!("{name}.hosts.json")), ring)?;
         // A rank other than 0 never connects to a supervisor; the path only fills the argument.
         let socket = self.run_dir.path().join(format!("{name}.sock"));
-        let mut command = self.command(model, dir, &socket, memory_limit);
+        let mut command = self.command_with(model, (dir, &socket), memory_limit, settings);
         group::join_as(&mut command, rank, parallel, hostfile.path());
         let mut child = command
             .stdin(Stdio::null())

@@ -86,6 +86,8 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     );
     assert_ne!(member_key, coordinator_key);
     copy_dir(&checkpoint, &member_dirs.models.path().join("spread"));
+    // The group's draft model, which each host finds in its own models.
+    std::os::unix::fs::symlink(&checkpoint, member_dirs.models.path().join("alone")).unwrap();
     copy_dir(&checkpoint, &member_dirs.models.path().join("altered"));
     let config = member_dirs.models.path().join("altered/config.json");
     let altered = std::fs::read_to_string(&config).unwrap().replace('{', "{ ");
@@ -144,7 +146,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
          [cluster.hosts.stranger]\naddress = \"127.0.0.1:{stranger_listen}\"\nkey = \"{stranger_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.cramped]\naddress = \"127.0.0.1:{cramped_listen}\"\nkey = \"{cramped_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          {}{}{}{}{}{}{}",
-        group("spread", "member"),
+        group("spread", "member") + "draft = \"alone\"\n",
         group("altered", "member"),
         group("absent", "member"),
         group("impostor", "impostor"),
@@ -181,13 +183,14 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         assert!(member.worker_pids().is_empty(), "{model}");
         assert!(cramped.worker_pids().is_empty(), "{model}");
     }
-    // This host's admission counts only its rank's share of a group that spans hosts.
+    // This host's admission counts only its rank's share of a group that spans hosts: half of
+    // the model and half of its draft model, here the model again.
     let estimate = |model: &str| {
         coordinator.worker_row(model)["estimate_bytes"]
             .as_u64()
             .unwrap()
     };
-    assert_eq!(estimate("spread"), estimate("alone") / 2);
+    assert_eq!(estimate("spread"), estimate("alone"));
 
     // The group answers as the model alone does.
     let prompts = ["A rank on another host", "Keys prove both ends"];
@@ -207,6 +210,14 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
             .is_some_and(|bytes| bytes > 0)
     });
     let metrics = coordinator.metrics();
+    // Every rank loads the draft model, named to the member by its id, and guesses alike.
+    let drafted = "corral_speculative_draft_tokens_total{model=\"spread\"} ";
+    assert!(
+        metrics.lines().any(|line| line
+            .strip_prefix(drafted)
+            .is_some_and(|count| count.parse::<f64>().unwrap() > 0.0)),
+        "{drafted} in\n{metrics}"
+    );
     let series = "corral_worker_rank_footprint_bytes{model=\"spread\",rank=\"1\",host=\"member\"} ";
     assert!(
         metrics.lines().any(|line| line.starts_with(series)),
