@@ -512,10 +512,12 @@ mod tests {
 
     #[test]
     fn every_setting_a_coordinator_sends_a_member_host_is_one_it_takes() {
-        let mut config = Config::default();
-        config.batching = BatchingConfig {
-            max_sequences: Some(8),
-            prefill_chunk: Some(512),
+        let mut config = Config {
+            batching: BatchingConfig {
+                max_sequences: Some(8),
+                prefill_chunk: Some(512),
+            },
+            ..Config::default()
         };
         config.models.insert(
             "all".to_owned(),

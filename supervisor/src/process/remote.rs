@@ -3,8 +3,8 @@
 //! connection is lost) ends the group; silence past the heartbeat timeout ends the group as hung;
 //! rank 0's end stops it there, and the member confirms.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -18,6 +18,10 @@ use crate::cluster::{
 
 /// How long a member has to say that the rank it ran for an ended group is gone.
 const STOP_CONFIRM: Duration = Duration::from_secs(10);
+
+/// Why a group lost a rank on another host, where it did: a start that fails for it names the
+/// host and this reason rather than rank 0's end alone.
+pub type LostRank = Arc<Mutex<Option<String>>>;
 
 pub struct RemoteRank {
     rank: usize,
@@ -53,7 +57,13 @@ pub async fn start(cluster: &Cluster, host: &str, start: RankStart) -> Result<Re
 
 impl RemoteRank {
     /// Ties the rank to rank 0 (`leader`) for as long as either lives; the rank as listed.
-    pub fn tie(self, leader: WorkerProcess, heartbeat_timeout: Duration, model: &str) -> Rank {
+    pub fn tie(
+        self,
+        leader: WorkerProcess,
+        heartbeat_timeout: Duration,
+        model: &str,
+        lost: &LostRank,
+    ) -> Rank {
         let footprint = Arc::new(AtomicU64::new(0));
         let listed = Rank {
             rank: self.rank,
@@ -79,7 +89,12 @@ impl RemoteRank {
             host: self.host,
             pid: self.pid,
         };
-        tokio::spawn(watched.watch(leader, received, writer, (footprint, heartbeat_timeout)));
+        tokio::spawn(watched.watch(
+            leader,
+            (received, writer),
+            (footprint, heartbeat_timeout),
+            lost.clone(),
+        ));
         listed
     }
 }
@@ -108,9 +123,9 @@ impl Watched {
     async fn watch(
         self,
         leader: WorkerProcess,
-        mut received: Frames,
-        mut writer: ChannelWriter,
+        (mut received, mut writer): (Frames, ChannelWriter),
         (footprint, heartbeat_timeout): (Arc<AtomicU64>, Duration),
+        lost: LostRank,
     ) {
         let Self {
             model,
@@ -166,6 +181,8 @@ impl Watched {
                     why,
                     "a rank of the worker group on another host is lost; ending the group"
                 );
+                *lost.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(format!("host {host:?}, rank {rank}: {why}"));
                 leader.signal(Signal::SIGKILL);
             }
             Undone::RankEnded(status) => {

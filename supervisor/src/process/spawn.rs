@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use corral_ipc::{FromWorker, HANDSHAKE_TIMEOUT, SupervisorConnection, supervisor_accept};
@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use super::client::{Rank, WorkerClient};
 use super::group::{self, Group, GroupPlan, HostFile};
 use super::reaper::{WorkerExit, WorkerProcess};
-use super::remote::{self, RemoteRank};
+use super::remote::{self, LostRank, RemoteRank};
 use super::run_dir::{RunDir, SlotName};
 use crate::cluster::{Cluster, ModelDigest, RankSettings, RankStart};
 use crate::pool::{LaunchError, LaunchedWorker};
@@ -236,6 +236,7 @@ impl Spawner {
         self.forget_record_on_exit(&process);
         // A group's ranks beat on their stdout; a single worker's is its log.
         let mut ranks = Vec::new();
+        let lost = LostRank::default();
         if let Some(group) = &group {
             let silenced = group::silence(stdout, pid, model, self.heartbeat_timeout);
             group::end_when_silent(&process, silenced);
@@ -249,9 +250,9 @@ impl Spawner {
                 }
             }
             ranks.extend(
-                remote_ranks
-                    .into_iter()
-                    .map(|remote| remote.tie(process.clone(), self.heartbeat_timeout, model)),
+                remote_ranks.into_iter().map(|remote| {
+                    remote.tie(process.clone(), self.heartbeat_timeout, model, &lost)
+                }),
             );
             ranks.sort_by_key(|rank| rank.rank);
         } else {
@@ -282,6 +283,15 @@ impl Spawner {
             Err(error) => {
                 process.signal(Signal::SIGKILL);
                 process.wait().await;
+                // Rank 0 ended because a rank on another host was lost: that host is the news.
+                let lost = lost.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let error = match lost {
+                    Some(reason) => LaunchError::Cluster {
+                        model: model.to_owned(),
+                        reason,
+                    },
+                    None => error,
+                };
                 if let (LaunchError::Unservable { reason, .. }, Some(report)) =
                     (&error, &self.unloadable)
                 {

@@ -6,6 +6,7 @@
 //! and nothing is left on either host. Starts a host cannot serve fail naming the host.
 
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -101,6 +102,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         "unreachable",
         "outsider",
         "cramped",
+        "vanishing",
     ] {
         std::os::unix::fs::symlink(&checkpoint, coordinator_dirs.models.path().join(name)).unwrap();
     }
@@ -133,6 +135,25 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         &cramped_dirs,
         &["--config".as_ref(), cramped_config.as_os_str()],
     );
+    // A host whose ranks take seconds to start (its worker sleeps first), killed meanwhile.
+    let slow_dirs = Dirs::generated([]);
+    copy_dir(&checkpoint, &slow_dirs.models.path().join("vanishing"));
+    let (slow_key, slow_listen) = (key(slow_dirs.state.path()), free_port());
+    let slow_worker = slow_dirs.state.path().join("slow-worker.sh");
+    std::fs::write(
+        &slow_worker,
+        format!(
+            "#!/bin/sh\n[ -n \"$MLX_RANK\" ] && sleep 3\nexec '{}' \"$@\"\n",
+            binary("corral-worker").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow_worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let slow_config = slow_dirs.write_config(&format!(
+        "worker_binary = \"{}\"\n[cluster]\nlisten = \"127.0.0.1:{slow_listen}\"\ncoordinators = [\"{coordinator_key}\"]\n",
+        slow_worker.display()
+    ));
+    let slow = Server::start_with(&slow_dirs, &["--config".as_ref(), slow_config.as_os_str()]);
     let (ring, member_ring, closed) = (free_port(), free_port(), free_port());
     let group = |model: &str, host: &str| {
         format!("[models.{model}]\nhosts = [\"localhost\", \"{host}\"]\n")
@@ -145,7 +166,8 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
          [cluster.hosts.unreachable]\naddress = \"127.0.0.1:{closed}\"\nkey = \"{member_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.stranger]\naddress = \"127.0.0.1:{stranger_listen}\"\nkey = \"{stranger_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          [cluster.hosts.cramped]\naddress = \"127.0.0.1:{cramped_listen}\"\nkey = \"{cramped_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         {}{}{}{}{}{}{}",
+         [cluster.hosts.slow]\naddress = \"127.0.0.1:{slow_listen}\"\nkey = \"{slow_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
+         {}{}{}{}{}{}{}{}",
         group("spread", "member") + "draft = \"alone\"\n",
         group("altered", "member"),
         group("absent", "member"),
@@ -153,6 +175,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         group("unreachable", "unreachable"),
         group("outsider", "stranger"),
         group("cramped", "cramped"),
+        group("vanishing", "slow"),
     ));
     let coordinator = Server::start_with(
         &coordinator_dirs,
@@ -258,6 +281,26 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     assert!(unload.status().is_success(), "{:?}", unload.text());
     wait_until("the member's rank to end", || !alive(rank));
     wait_until("the member to reap it", || member.worker_pids().is_empty());
+
+    // A member gone while its rank starts: the start fails naming the host, and the rank it was
+    // starting ends too.
+    let message = std::thread::scope(|scope| {
+        let starting = scope.spawn(|| refused(&coordinator, "vanishing"));
+        wait_until("the slow host's rank to start", || {
+            !slow.worker_pids().is_empty()
+        });
+        let rank = slow.worker_pids()[0];
+        slow.signal(Signal::SIGKILL);
+        let message = starting.join().unwrap();
+        wait_until("the rank it was starting to end", || !alive(rank));
+        message
+    });
+    assert!(
+        message.contains("host \"slow\"") && message.contains("closed the connection"),
+        "{message}"
+    );
+    assert!(coordinator.worker_row("vanishing")["pid"].is_null());
+    drop(slow);
 
     // The member gone mid-serve: its rank ends with it, and so does the group here.
     assert_eq!(
