@@ -152,6 +152,7 @@ fn a_pipeline_of_ranks_on_loopback_answers_as_one_process_does() {
         ("qwen3_moe/hf", 2),
         ("qwen3_5/hf", 2),
         ("qwen3_5_moe/hf", 4),
+        ("smollm3/hf", 4),
         ("qwen3/gguf-q8_0/model.gguf", 2),
     ] {
         let model = toolchain(layout);
@@ -182,17 +183,21 @@ fn a_pipeline_of_ranks_on_loopback_answers_as_one_process_does() {
 
 #[test]
 fn a_tensor_parallel_group_on_loopback_answers_as_one_process_does() {
-    for layout in [
-        "qwen3/hf",
-        "qwen3_moe/hf",
-        "qwen3_5/hf",
-        "qwen3_5_moe/hf",
-        "qwen3_next/hf",
+    // The `_wide` fixtures have 4 key/value heads (and linear key heads), which 4 ranks split.
+    for (layout, size) in [
+        ("qwen3/hf", 2),
+        ("qwen3_moe/hf", 2),
+        ("qwen3_5/hf", 2),
+        ("qwen3_5_moe/hf", 2),
+        ("qwen3_next/hf", 2),
+        ("qwen3_wide/hf", 4),
+        ("qwen3_moe_wide/hf", 4),
+        ("qwen3_5_wide/hf", 4),
     ] {
         let model = toolchain(layout);
         let alone = tokens(&generate(&model).output().unwrap());
         assert!(!alone.is_empty(), "{layout}: no tokens");
-        let outputs = run_group(&model, 2, "tensor");
+        let outputs = run_group(&model, size, "tensor");
         assert_same_tokens(&alone, &tokens(&outputs[0]), layout);
         // Each rank holds the same share, less than the whole checkpoint.
         let checkpoint: u64 = std::fs::read_dir(&model)
@@ -209,10 +214,15 @@ fn a_tensor_parallel_group_on_loopback_answers_as_one_process_does() {
             .sum();
         let held: Vec<f64> = outputs.iter().map(slice_held).collect();
         assert!(
-            held[0] == held[1] && held[0] > 0.0 && held[0] * 1024.0 * 1024.0 < checkpoint as f64,
+            held.iter().all(|&mib| mib == held[0])
+                && held[0] > 0.0
+                && held[0] * 1024.0 * 1024.0 < checkpoint as f64,
             "{layout}: ranks hold {held:?} MiB of a {checkpoint}-byte checkpoint"
         );
-        assert!(outputs[1].stdout.is_empty(), "{layout}: rank 1 printed");
+        assert!(
+            outputs[1..].iter().all(|output| output.stdout.is_empty()),
+            "{layout}: a rank other than 0 printed"
+        );
     }
 }
 
