@@ -22,13 +22,17 @@ A second table serves the same groups to clients: `corral serve` with `[models.q
 once; beside it mlx-lm's `batch_generate` of the same 8 prompts on each rank of its sharded
 model (mlx-lm has no distributed server). Columns: the median time to each client's first token
 (corral; mlx-lm's batch gives none per prompt, so its prompt time stands in) and the tokens/s all
-clients together received. Prints markdown tables; no assertions.
+clients together received. With `--hosts local,member`, each group also runs with its odd ranks
+on a member host: a second `corral serve` on loopback, with its own state directory, key and
+models, which the first starts those ranks through (`[cluster]`), so that the control path of a
+group across hosts is timed beside the same group on one. Prints markdown tables; no assertions.
 
 Made once and kept (delete to remake): the checkpoint under build/bench-worker-group/, with
 build/reference/hf-venv's transformers and torch. mlx runs with OpenBLAS preloaded.
 
 Usage: python3 scripts/bench_worker_group.py [--bin-dir target/debug] [--passes 3]
        [--ranks 1,2,4] [--parallel pipeline,tensor] [--max-tokens 64]
+       [--hosts local,member] [--skip-generate]
 """
 
 import argparse
@@ -219,25 +223,55 @@ def stream_completion(port, prompt, max_tokens):
     return first, tokens, time.perf_counter() - sent
 
 
-def corral_clients(bin_dir, ranks, parallel, clients, max_tokens):
-    """Median TTFT and the aggregate tokens/s of `clients` concurrent streams through `corral serve`."""
+def cluster_key(bin_dir, state):
+    return subprocess.run([str(bin_dir / "corral"), "key", "--state-dir", str(state)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def serve(bin_dir, scratch, name, config_text):
+    """A `corral serve` of the checkpoint as `qwen2`, in `scratch/name`; its process and port."""
+    root = scratch / name
+    models = root / "models"
+    models.mkdir(parents=True)
+    (models / "qwen2").symlink_to(CHECKPOINT)
+    config = root / "corral.toml"
+    config.write_text(config_text)
+    port = free_ports(1)[0]
+    server = subprocess.Popen(
+        [str(bin_dir / "corral"), "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--models-dir", str(models), "--state-dir", str(root / "state"), "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return server, port
+
+
+def corral_clients(bin_dir, ranks, parallel, clients, max_tokens, member=False):
+    """Median TTFT and the aggregate tokens/s of `clients` concurrent streams through `corral
+    serve`; with `member`, the group's odd ranks run on a second corral, a member host."""
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        models = scratch / "models"
-        models.mkdir()
-        (models / "qwen2").symlink_to(CHECKPOINT)
-        config = scratch / "corral.toml"
-        if ranks > 1:
+        servers = []
+        config = ""
+        if ranks > 1 and member:
+            keys = {}
+            for name in ("coordinator", "member"):
+                (scratch / name / "state").mkdir(parents=True)
+                keys[name] = cluster_key(bin_dir, scratch / name / "state")
+            # Each host's ranks take successive ports from its ring address.
+            listen, ring = free_ports(2)
+            member_server, _ = serve(
+                bin_dir, scratch, "member",
+                f'[cluster]\nlisten = "127.0.0.1:{listen}"\ncoordinators = ["{keys["coordinator"]}"]\n')
+            servers.append(member_server)
+            hosts = ", ".join('"member"' if rank % 2 else '"localhost"' for rank in range(ranks))
+            config = (f'[cluster]\nring = "127.0.0.1:{ring}"\n[cluster.hosts.member]\n'
+                      f'address = "127.0.0.1:{listen}"\nkey = "{keys["member"]}"\n'
+                      f'ring = "127.0.0.1:{ring + ranks}"\n')
+        elif ranks > 1:
             hosts = ", ".join(['"localhost"'] * ranks)
-            config.write_text(f'[models.qwen2]\nhosts = [{hosts}]\nparallel = "{parallel}"\n')
-        else:
-            config.write_text("")
-        port = free_ports(1)[0]
-        server = subprocess.Popen(
-            [str(bin_dir / "corral"), "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--models-dir", str(models), "--state-dir", str(scratch / "state"),
-             "--config", str(config)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        if ranks > 1:
+            config += f'[models.qwen2]\nhosts = [{hosts}]\nparallel = "{parallel}"\n'
+        server, port = serve(bin_dir, scratch, "coordinator", config)
+        servers.append(server)
         try:
             # The first request starts the group; time only what follows.
             deadline = time.time() + 600
@@ -255,8 +289,9 @@ def corral_clients(bin_dir, ranks, parallel, clients, max_tokens):
                                                                     max_tokens), range(clients)))
             wall = time.perf_counter() - started
         finally:
-            os.killpg(server.pid, 9)
-            server.wait()
+            for running in servers:
+                os.killpg(running.pid, 9)
+                running.wait()
     return {"ttft": statistics.median(first for first, _, _ in results),
             "tps": sum(tokens for _, tokens, _ in results) / wall}
 
@@ -281,12 +316,23 @@ def main():
     parser.add_argument("--clients", default="1,8",
                         help="client counts for the served table; empty to skip it")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--hosts", default="local",
+                        help="local, member, or both: where a served group's odd ranks run")
+    parser.add_argument("--skip-generate", action="store_true",
+                        help="only the served table")
     args = parser.parse_args()
     make_checkpoint()
+    splits = args.parallel.split(",")
+    if not args.skip_generate:
+        generate_table(args, splits)
+    if args.clients:
+        served_table(args, splits)
+
+
+def generate_table(args, splits):
     print("| engine | ranks | split | prefill tok/s | decode tok/s | TTFT s | weights per rank MiB "
           "| max RSS per rank MiB |")
     print("|---|---|---|---|---|---|---|---|")
-    splits = args.parallel.split(",")
     for ranks in [int(r) for r in args.ranks.split(",")]:
         for parallel in splits if ranks > 1 else ["-"]:
             for name, run in (
@@ -298,16 +344,23 @@ def main():
                 print(f"| {name} | {ranks} | {parallel} | {median['prefill']:.1f} | "
                       f"{median['decode']:.1f} | {median['ttft']:.2f} | {median['weights']:.0f} | "
                       f"{median['rss']:.0f} |", flush=True)
-    if not args.clients:
-        return
+
+
+def served_table(args, splits):
     print()
     print("| engine | ranks | split | clients | median TTFT s | tokens/s, all clients |")
     print("|---|---|---|---|---|---|")
+    hosts = args.hosts.split(",")
     for ranks in [int(r) for r in args.ranks.split(",")]:
         for parallel in splits if ranks > 1 else ["pipeline"]:
             for clients in [int(c) for c in args.clients.split(",")]:
-                runs = [("corral", lambda: corral_clients(args.bin_dir, ranks, parallel, clients,
-                                                          args.max_tokens))]
+                runs = []
+                if "local" in hosts or ranks == 1:
+                    runs.append(("corral", lambda: corral_clients(
+                        args.bin_dir, ranks, parallel, clients, args.max_tokens)))
+                if "member" in hosts and ranks > 1:
+                    runs.append(("corral, odd ranks on a member", lambda: corral_clients(
+                        args.bin_dir, ranks, parallel, clients, args.max_tokens, member=True)))
                 if clients > 1:
                     runs.append(("mlx-lm", lambda: mlx_lm_batch(ranks, parallel, clients,
                                                                 args.max_tokens)))

@@ -364,12 +364,7 @@ impl Spawner {
         for rank in group.local_followers() {
             let mut command = self.command(model, dir, socket, memory_limit);
             group.join_as(&mut command, rank);
-            let mut child = command
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()?;
+            let mut child = spawn_rank(&mut command)?;
             let pid = child.id().unwrap_or(0);
             tracing::info!(
                 model,
@@ -474,12 +469,7 @@ impl Spawner {
         let socket = self.run_dir.path().join(format!("{name}.sock"));
         let mut command = self.command_with(model, (dir, &socket), memory_limit, settings);
         group::join_as(&mut command, rank, parallel, hostfile.path());
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
+        let mut child = spawn_rank(&mut command)?;
         let pid = child.id().unwrap_or(0);
         forward_output(child.stderr.take(), model, pid);
         if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
@@ -622,6 +612,16 @@ fn remove_socket(socket: &Path, model: &str) {
 }
 
 /// Logs each line the worker prints, tagged with its model and pid, under target `worker`.
+/// A rank other than 0: its heartbeats on a pipe, its log forwarded, killed if dropped.
+fn spawn_rank(command: &mut Command) -> std::io::Result<Child> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+}
+
 fn forward_output(stream: Option<impl AsyncRead + Unpin + Send + 'static>, model: &str, pid: u32) {
     let Some(stream) = stream else { return };
     let model = model.to_owned();

@@ -77,22 +77,48 @@ fn remote_rank(coordinator: &Server) -> u32 {
     ranks[1]["pid"].as_u64().unwrap() as u32
 }
 
+/// A corral on loopback that takes rank starts from the hosts whose keys are `coordinators`
+/// (`[cluster] listen`); `prepare` puts its models in place and gives the top of its config.
+struct Host {
+    key: String,
+    listen: u16,
+    server: Server,
+    /// Removed after the server has ended.
+    _dirs: Dirs,
+}
+
+impl Host {
+    fn start(coordinators: &str, prepare: impl FnOnce(&Dirs) -> String) -> Self {
+        let dirs = Dirs::generated([]);
+        let (key, listen) = (key(dirs.state.path()), free_port());
+        let config = dirs.write_config(&format!(
+            "{}[cluster]\nlisten = \"127.0.0.1:{listen}\"\ncoordinators = [\"{coordinators}\"]\n",
+            prepare(&dirs)
+        ));
+        let server = Server::start_with(&dirs, &["--config".as_ref(), config.as_os_str()]);
+        Self {
+            key,
+            listen,
+            server,
+            _dirs: dirs,
+        }
+    }
+
+    /// The coordinator's `[cluster.hosts.NAME]` for this host, its ranks joining the ring at
+    /// `ring`.
+    fn entry(&self, name: &str, ring: u16) -> String {
+        format!(
+            "[cluster.hosts.{name}]\naddress = \"127.0.0.1:{}\"\nkey = \"{}\"\nring = \"127.0.0.1:{ring}\"\n",
+            self.listen, self.key
+        )
+    }
+}
+
 #[test]
 fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_any_fault() {
     let checkpoint = toolchain("qwen3/hf");
-    let (member_dirs, coordinator_dirs) = (Dirs::generated([]), Dirs::generated([]));
-    let (member_key, coordinator_key) = (
-        key(member_dirs.state.path()),
-        key(coordinator_dirs.state.path()),
-    );
-    assert_ne!(member_key, coordinator_key);
-    copy_dir(&checkpoint, &member_dirs.models.path().join("spread"));
-    // The group's draft model, which each host finds in its own models.
-    std::os::unix::fs::symlink(&checkpoint, member_dirs.models.path().join("alone")).unwrap();
-    copy_dir(&checkpoint, &member_dirs.models.path().join("altered"));
-    let config = member_dirs.models.path().join("altered/config.json");
-    let altered = std::fs::read_to_string(&config).unwrap().replace('{', "{ ");
-    std::fs::write(config, altered).unwrap();
+    let coordinator_dirs = Dirs::generated([]);
+    let coordinator_key = key(coordinator_dirs.state.path());
     for name in [
         "alone",
         "spread",
@@ -106,68 +132,56 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     ] {
         std::os::unix::fs::symlink(&checkpoint, coordinator_dirs.models.path().join(name)).unwrap();
     }
-    let listen = free_port();
-    let member_config = member_dirs.write_config(&format!(
-        "[cluster]\nlisten = \"127.0.0.1:{listen}\"\ncoordinators = [\"{coordinator_key}\"]\n"
-    ));
-    let member = Server::start_with(
-        &member_dirs,
-        &["--config".as_ref(), member_config.as_os_str()],
-    );
+    // The member: the model, the group's draft model (which each host finds in its own models),
+    // and a copy whose config.json differs.
+    let member = Host::start(&coordinator_key, |dirs| {
+        copy_dir(&checkpoint, &dirs.models.path().join("spread"));
+        std::os::unix::fs::symlink(&checkpoint, dirs.models.path().join("alone")).unwrap();
+        copy_dir(&checkpoint, &dirs.models.path().join("altered"));
+        let config = dirs.models.path().join("altered/config.json");
+        let altered = std::fs::read_to_string(&config).unwrap().replace('{', "{ ");
+        std::fs::write(config, altered).unwrap();
+        String::new()
+    });
+    assert_ne!(member.key, coordinator_key);
     // A host that takes ranks from the member's key only.
-    let stranger_dirs = Dirs::generated([]);
-    let (stranger_key, stranger_listen) = (key(stranger_dirs.state.path()), free_port());
-    let stranger_config = stranger_dirs.write_config(&format!(
-        "[cluster]\nlisten = \"127.0.0.1:{stranger_listen}\"\ncoordinators = [\"{member_key}\"]\n"
-    ));
-    let _stranger = Server::start_with(
-        &stranger_dirs,
-        &["--config".as_ref(), stranger_config.as_os_str()],
-    );
+    let stranger = Host::start(&member.key, |_| String::new());
     // A host whose memory budget has no room for a rank.
-    let cramped_dirs = Dirs::generated([]);
-    copy_dir(&checkpoint, &cramped_dirs.models.path().join("cramped"));
-    let (cramped_key, cramped_listen) = (key(cramped_dirs.state.path()), free_port());
-    let cramped_config = cramped_dirs.write_config(&format!(
-        "memory_ceiling = \"1MiB\"\n[cluster]\nlisten = \"127.0.0.1:{cramped_listen}\"\ncoordinators = [\"{coordinator_key}\"]\n"
-    ));
-    let cramped = Server::start_with(
-        &cramped_dirs,
-        &["--config".as_ref(), cramped_config.as_os_str()],
-    );
+    let cramped = Host::start(&coordinator_key, |dirs| {
+        copy_dir(&checkpoint, &dirs.models.path().join("cramped"));
+        "memory_ceiling = \"1MiB\"\n".to_owned()
+    });
     // A host whose ranks take seconds to start (its worker sleeps first), killed meanwhile.
-    let slow_dirs = Dirs::generated([]);
-    copy_dir(&checkpoint, &slow_dirs.models.path().join("vanishing"));
-    let (slow_key, slow_listen) = (key(slow_dirs.state.path()), free_port());
-    let slow_worker = slow_dirs.state.path().join("slow-worker.sh");
-    std::fs::write(
-        &slow_worker,
-        format!(
-            "#!/bin/sh\n[ -n \"$MLX_RANK\" ] && sleep 3\nexec '{}' \"$@\"\n",
-            binary("corral-worker").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&slow_worker, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let slow_config = slow_dirs.write_config(&format!(
-        "worker_binary = \"{}\"\n[cluster]\nlisten = \"127.0.0.1:{slow_listen}\"\ncoordinators = [\"{coordinator_key}\"]\n",
-        slow_worker.display()
-    ));
-    let slow = Server::start_with(&slow_dirs, &["--config".as_ref(), slow_config.as_os_str()]);
+    let slow = Host::start(&coordinator_key, |dirs| {
+        copy_dir(&checkpoint, &dirs.models.path().join("vanishing"));
+        let worker = dirs.state.path().join("slow-worker.sh");
+        std::fs::write(
+            &worker,
+            format!(
+                "#!/bin/sh\n[ -n \"$MLX_RANK\" ] && sleep 3\nexec '{}' \"$@\"\n",
+                binary("corral-worker").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        format!("worker_binary = \"{}\"\n", worker.display())
+    });
     let (ring, member_ring, closed) = (free_port(), free_port(), free_port());
     let group = |model: &str, host: &str| {
         format!("[models.{model}]\nhosts = [\"localhost\", \"{host}\"]\n")
     };
     let coordinator_config = coordinator_dirs.write_config(&format!(
-        "group_heartbeat_timeout_secs = 3\n\
-         [cluster]\nring = \"127.0.0.1:{ring}\"\n\
-         [cluster.hosts.member]\naddress = \"127.0.0.1:{listen}\"\nkey = \"{member_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         [cluster.hosts.impostor]\naddress = \"127.0.0.1:{listen}\"\nkey = \"{coordinator_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         [cluster.hosts.unreachable]\naddress = \"127.0.0.1:{closed}\"\nkey = \"{member_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         [cluster.hosts.stranger]\naddress = \"127.0.0.1:{stranger_listen}\"\nkey = \"{stranger_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         [cluster.hosts.cramped]\naddress = \"127.0.0.1:{cramped_listen}\"\nkey = \"{cramped_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
-         [cluster.hosts.slow]\naddress = \"127.0.0.1:{slow_listen}\"\nkey = \"{slow_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
+        "group_heartbeat_timeout_secs = 3\n[cluster]\nring = \"127.0.0.1:{ring}\"\n\
+         {}{}{}{}\
+         [cluster.hosts.impostor]\naddress = \"127.0.0.1:{}\"\nkey = \"{coordinator_key}\"\nring = \"127.0.0.1:{member_ring}\"\n\
+         [cluster.hosts.unreachable]\naddress = \"127.0.0.1:{closed}\"\nkey = \"{}\"\nring = \"127.0.0.1:{member_ring}\"\n\
          {}{}{}{}{}{}{}{}",
+        member.entry("member", member_ring),
+        stranger.entry("stranger", member_ring),
+        cramped.entry("cramped", member_ring),
+        slow.entry("slow", member_ring),
+        member.listen,
+        member.key,
         group("spread", "member") + "draft = \"alone\"\n",
         group("altered", "member"),
         group("absent", "member"),
@@ -203,8 +217,8 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
             "{model}: {message}"
         );
         assert!(coordinator.worker_pids().is_empty(), "{model}");
-        assert!(member.worker_pids().is_empty(), "{model}");
-        assert!(cramped.worker_pids().is_empty(), "{model}");
+        assert!(member.server.worker_pids().is_empty(), "{model}");
+        assert!(cramped.server.worker_pids().is_empty(), "{model}");
     }
     // This host's admission counts only its rank's share of a group that spans hosts: half of
     // the model and half of its draft model, here the model again.
@@ -226,7 +240,11 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     }
     let alone = coordinator.worker_row("alone")["pid"].as_u64().unwrap() as u32;
     let rank = remote_rank(&coordinator);
-    assert_eq!(member.worker_pids(), [rank], "the member runs the rank");
+    assert_eq!(
+        member.server.worker_pids(),
+        [rank],
+        "the member runs the rank"
+    );
     wait_until("the member's first footprint report", || {
         coordinator.worker_row("spread")["ranks"][1]["footprint_bytes"]
             .as_u64()
@@ -259,8 +277,13 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         assert_eq!(response.status(), 200);
         let mut events = sse_events(response);
         assert!(events.next().unwrap().contains("\"text\""));
+        let signalled = std::time::Instant::now();
         kill(Pid::from_raw(rank as i32), signal).unwrap();
         let rest: Vec<String> = events.collect();
+        eprintln!(
+            "{signal}: the stream ended {:.0} ms after the member's rank got it",
+            signalled.elapsed().as_secs_f64() * 1000.0
+        );
         let last = rest.last().map_or("", String::as_str);
         assert!(
             last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
@@ -268,7 +291,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         );
         wait_until("both ranks to end", || !alive(rank0) && !alive(rank));
         wait_until("no rank left on the member", || {
-            member.worker_pids().is_empty()
+            member.server.worker_pids().is_empty()
         });
         assert_eq!(coordinator.worker_row("alone")["pid"], alone);
         assert_eq!(completion(&coordinator, "spread", prompts[0]), first);
@@ -280,17 +303,19 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     let unload = coordinator.post("/v1/models/spread/unload", &json!({}));
     assert!(unload.status().is_success(), "{:?}", unload.text());
     wait_until("the member's rank to end", || !alive(rank));
-    wait_until("the member to reap it", || member.worker_pids().is_empty());
+    wait_until("the member to reap it", || {
+        member.server.worker_pids().is_empty()
+    });
 
     // A member gone while its rank starts: the start fails naming the host, and the rank it was
     // starting ends too.
     let message = std::thread::scope(|scope| {
         let starting = scope.spawn(|| refused(&coordinator, "vanishing"));
         wait_until("the slow host's rank to start", || {
-            !slow.worker_pids().is_empty()
+            !slow.server.worker_pids().is_empty()
         });
-        let rank = slow.worker_pids()[0];
-        slow.signal(Signal::SIGKILL);
+        let rank = slow.server.worker_pids()[0];
+        slow.server.signal(Signal::SIGKILL);
         let message = starting.join().unwrap();
         wait_until("the rank it was starting to end", || !alive(rank));
         message
@@ -311,7 +336,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         coordinator.worker_row("spread")["pid"].as_u64().unwrap() as u32,
         remote_rank(&coordinator),
     );
-    member.signal(Signal::SIGKILL);
+    member.server.signal(Signal::SIGKILL);
     wait_until("the orphaned rank to end", || !alive(rank));
     wait_until("rank 0 to end", || !alive(rank0));
     assert_eq!(coordinator.worker_row("alone")["pid"], alone);
