@@ -13,9 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::identity::{Identity, PublicKey};
-
-pub(super) const NOISE_PARAMS: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
+use super::identity::{Identity, PublicKey, noise_params};
 
 /// The largest Noise message; a frame must fit one.
 const MAX_MESSAGE: usize = 65535;
@@ -189,10 +187,6 @@ impl ChannelReader {
             ))),
         }
     }
-}
-
-fn noise_params() -> Result<snow::params::NoiseParams, snow::Error> {
-    NOISE_PARAMS.parse()
 }
 
 fn lock(session: &Session) -> std::sync::MutexGuard<'_, snow::TransportState> {

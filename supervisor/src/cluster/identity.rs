@@ -8,7 +8,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::channel::NOISE_PARAMS;
+/// The Noise protocol the cluster's sessions speak (`channel.rs`), whose curve the keys are on.
+const NOISE_PARAMS: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
+
+pub(super) fn noise_params() -> Result<snow::params::NoiseParams, snow::Error> {
+    NOISE_PARAMS.parse()
+}
 
 const KEY_FILE: &str = "cluster.key";
 const KEY_BYTES: usize = 32;
@@ -93,7 +98,7 @@ impl Identity {
     }
 
     fn generate() -> Result<Self> {
-        let builder = snow::Builder::new(NOISE_PARAMS.parse()?);
+        let builder = snow::Builder::new(noise_params()?);
         let keys = builder
             .generate_keypair()
             .context("making the cluster key")?;
