@@ -3,7 +3,6 @@
 //! so a model is read once per daemon, not at every start.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::SystemTime;
@@ -124,16 +123,8 @@ fn hash(path: &Path) -> Result<[u8; 32]> {
     let mut file =
         std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let read = file
-            .read(&mut buffer)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if read == 0 {
-            return Ok(hasher.finalize().into());
-        }
-        hasher.update(&buffer[..read]);
-    }
+    std::io::copy(&mut file, &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+    Ok(hasher.finalize().into())
 }
 
 #[cfg(test)]
