@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 const PROMPT: &str = "The ranks of a pipeline pass each token's activations along";
 
-fn toolchain(layout: &str) -> PathBuf {
+pub(crate) fn toolchain(layout: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("data/toolchain")
         .join(layout)
@@ -445,21 +445,7 @@ fn a_rank_killed_or_stopped_under_a_stream_ends_its_groups_stream_alone_and_the_
         let follower = *ranks.iter().find(|pid| **pid != rank0).unwrap();
 
         let response = server.post("/v1/chat/completions", &chat("llama", 500, true));
-        assert_eq!(response.status(), 200);
-        let mut events = sse_events(response);
-        assert!(events.next().unwrap().contains("\"delta\""));
-        let signalled = std::time::Instant::now();
-        kill(Pid::from_raw(follower as i32), signal).unwrap();
-        let rest: Vec<String> = events.collect();
-        eprintln!(
-            "{signal}: the stream ended {:.0} ms after its group's rank 1 got it",
-            signalled.elapsed().as_secs_f64() * 1000.0
-        );
-        let last = rest.last().map_or("", String::as_str);
-        assert!(
-            last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
-            "{signal}: a stream whose group lost a rank ends with an error: {rest:?}"
-        );
+        signal_mid_stream(response, "\"delta\"", follower, signal);
         // Both ranks are gone; the other model's worker never noticed.
         corral_tests::wait_until("the group's ranks to be reaped", || {
             !alive(rank0) && !alive(follower)
@@ -472,6 +458,32 @@ fn a_rank_killed_or_stopped_under_a_stream_ends_its_groups_stream_alone_and_the_
         assert_eq!(restarted.len(), 3, "{restarted:?}");
         assert!(!restarted.contains(&rank0) && !restarted.contains(&follower));
     }
+}
+
+/// Sends `signal` to the rank `pid` once `response`'s stream has begun (its first event holds
+/// `begun`), and checks that the stream then ends with an error, never `[DONE]`; says how long
+/// that took.
+pub(crate) fn signal_mid_stream(
+    response: reqwest::blocking::Response,
+    begun: &str,
+    pid: u32,
+    signal: Signal,
+) {
+    assert_eq!(response.status(), 200);
+    let mut events = sse_events(response);
+    assert!(events.next().unwrap().contains(begun));
+    let signalled = Instant::now();
+    kill(Pid::from_raw(pid as i32), signal).unwrap();
+    let rest: Vec<String> = events.collect();
+    eprintln!(
+        "{signal}: the stream ended {:.0} ms after its group's rank (pid {pid}) got it",
+        signalled.elapsed().as_secs_f64() * 1000.0
+    );
+    let last = rest.last().map_or("", String::as_str);
+    assert!(
+        last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
+        "{signal}: a stream whose group lost a rank ends with an error: {rest:?}"
+    );
 }
 
 #[test]

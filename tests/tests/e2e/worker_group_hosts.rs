@@ -1,5 +1,5 @@
-//! A worker group whose rank 1 runs on another host: two `corral serve` on loopback, each with
-//! its own state directory, key and models, one the coordinator and one its member
+//! A worker group whose rank 1 runs on another host: `corral serve`s on loopback, each with its
+//! own state directory, key and models, one the coordinator and the others its members
 //! (`[cluster] listen`). The coordinator asks the member, over a session both keys prove, to
 //! start the rank from its own copy of the model; the group answers as one worker does, and
 //! lives and dies as one: a rank killed or stopped there, or the member gone, ends the group,
@@ -7,20 +7,15 @@
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use corral_tests::server::{Dirs, Server, alive, sse_events};
+use corral_tests::server::{Dirs, Server, alive};
 use corral_tests::{binary, wait_until};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-fn toolchain(layout: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("data/toolchain")
-        .join(layout)
-}
+use crate::worker_group::{signal_mid_stream, toolchain};
 
 /// `corral key` for the host whose state is `state`.
 fn key(state: &Path) -> String {
@@ -274,21 +269,7 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         let stream =
             json!({"model": "spread", "prompt": "Tell", "max_tokens": 1000, "stream": true});
         let response = coordinator.post("/v1/completions", &stream);
-        assert_eq!(response.status(), 200);
-        let mut events = sse_events(response);
-        assert!(events.next().unwrap().contains("\"text\""));
-        let signalled = std::time::Instant::now();
-        kill(Pid::from_raw(rank as i32), signal).unwrap();
-        let rest: Vec<String> = events.collect();
-        eprintln!(
-            "{signal}: the stream ended {:.0} ms after the member's rank got it",
-            signalled.elapsed().as_secs_f64() * 1000.0
-        );
-        let last = rest.last().map_or("", String::as_str);
-        assert!(
-            last.contains("\"error\"") && !rest.iter().any(|event| event == "[DONE]"),
-            "{signal}: {rest:?}"
-        );
+        signal_mid_stream(response, "\"text\"", rank, signal);
         wait_until("both ranks to end", || !alive(rank0) && !alive(rank));
         wait_until("no rank left on the member", || {
             member.server.worker_pids().is_empty()
