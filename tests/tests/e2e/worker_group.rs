@@ -294,7 +294,7 @@ fn serve_both(checkpoint: &Path) -> (Dirs, Server) {
     (dirs, server)
 }
 
-fn completion(server: &Server, model: &str, prompt: &str) -> String {
+pub(crate) fn completion(server: &Server, model: &str, prompt: &str) -> String {
     let request = json!({"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0});
     let response = server.post("/v1/completions", &request);
     assert_eq!(response.status(), 200, "{model}: {prompt}");

@@ -15,7 +15,7 @@ use corral_tests::{binary, wait_until};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-use crate::worker_group::{signal_mid_stream, toolchain};
+use crate::worker_group::{completion, signal_mid_stream, toolchain};
 
 /// `corral key` for the host whose state is `state`.
 fn key(state: &Path) -> String {
@@ -43,14 +43,6 @@ fn copy_dir(from: &Path, to: &Path) {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
-}
-
-fn completion(server: &Server, model: &str, prompt: &str) -> String {
-    let request = json!({"model": model, "prompt": prompt, "max_tokens": 10, "temperature": 0});
-    let response = server.post("/v1/completions", &request);
-    assert_eq!(response.status(), 200, "{model}: {prompt}");
-    let body: Value = response.json().unwrap();
-    body["choices"][0]["text"].as_str().unwrap().to_owned()
 }
 
 /// A start that fails: the error's message.
