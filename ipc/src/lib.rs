@@ -25,7 +25,10 @@ pub use message::*;
 pub use sampling::SamplingValues;
 pub use weight_files::weight_files;
 
-/// The environment MLX's ring backend reads, which the supervisor sets for each rank of a worker
-/// group: the rank, and the JSON host file that lists every rank's address.
+/// The environment MLX's distributed backends read, which the supervisor sets for each rank of a
+/// worker group: the rank; for the ring, the JSON host file that lists every rank's address; for
+/// JACCL, where rank 0 listens and the JSON file of the RDMA devices between each two ranks.
 pub const GROUP_RANK_ENV: &str = "MLX_RANK";
 pub const GROUP_HOSTFILE_ENV: &str = "MLX_HOSTFILE";
+pub const GROUP_COORDINATOR_ENV: &str = "MLX_JACCL_COORDINATOR";
+pub const GROUP_DEVICES_ENV: &str = "MLX_IBV_DEVICES";

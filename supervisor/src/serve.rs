@@ -174,7 +174,10 @@ async fn serve(options: ServeOptions) -> Result<()> {
     );
     if let (Some(cluster), Some(address)) = (cluster, config.cluster.listen) {
         let budget = pool.clone();
-        let room: RankRoom = Arc::new(move |bytes| budget.reserve(bytes));
+        let room: RankRoom = Arc::new(move |bytes| {
+            let budget = budget.clone();
+            Box::pin(async move { budget.reserve(bytes).await })
+        });
         Member::listen(member_spawner, cluster, address, room).await?;
     }
     let pinned = pin_models(&config, &registry.current(), &pool);

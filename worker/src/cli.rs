@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::batch::{BatchLimits, DEFAULT_MAX_SEQUENCES, DEFAULT_PREFILL_CHUNK};
-use crate::distributed::Parallel;
+use crate::distributed::{Backend, Parallel};
 use crate::engine::EngineOptions;
 use crate::gguf::{self, Requantize};
 use crate::prefix_cache::{DEFAULT_BLOCK_TOKENS, DEFAULT_SNAPSHOT_EVERY, PrefixCacheOptions};
@@ -54,11 +54,14 @@ pub struct ServeArgs {
     /// The Unix socket the supervisor listens on for this worker (a group's rank 0's).
     #[arg(long)]
     pub socket: PathBuf,
-    /// Run as one rank of a worker group that splits the model this way: join MLX's ring group
-    /// that `MLX_RANK` and `MLX_HOSTFILE` describe and run this rank's share of it. Rank 0
+    /// Run as one rank of a worker group that splits the model this way: join the MLX group
+    /// that `--backend` and its environment describe and run this rank's share of it. Rank 0
     /// serves the supervisor; the others step with it.
     #[arg(long, value_enum, value_name = "SPLIT")]
     pub parallel: Option<Parallel>,
+    /// MLX's distributed backend a `--parallel` rank joins by.
+    #[arg(long, value_enum, default_value = "ring", requires = "parallel")]
+    pub backend: Backend,
     /// This worker's share of the memory budget, in bytes: a request whose prefill would take
     /// MLX's memory in use past it is refused before any compute. Without it, no such check.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
@@ -205,11 +208,14 @@ pub struct GenerateArgs {
     /// instead of the text.
     #[arg(long)]
     pub logprobs: Option<usize>,
-    /// Run as one rank of a group that splits the model this way: join MLX's ring group that
-    /// `MLX_RANK` and `MLX_HOSTFILE` describe (as `mlx.launch` sets them) and run this rank's
+    /// Run as one rank of a group that splits the model this way: join the MLX group that
+    /// `--backend` and its environment describe (as `mlx.launch` sets them) and run this rank's
     /// share of it (its layers, or its slice of every layer); rank 0 prints.
     #[arg(long, value_enum, value_name = "SPLIT")]
     pub parallel: Option<Parallel>,
+    /// MLX's distributed backend a `--parallel` rank joins by.
+    #[arg(long, value_enum, default_value = "ring", requires = "parallel")]
+    pub backend: Backend,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
-use corral_ipc::{GROUP_HOSTFILE_ENV, GROUP_RANK_ENV};
+use corral_ipc::{GROUP_COORDINATOR_ENV, GROUP_DEVICES_ENV, GROUP_HOSTFILE_ENV, GROUP_RANK_ENV};
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
 
@@ -28,6 +28,34 @@ pub enum Parallel {
     Tensor,
 }
 
+/// Which of MLX's distributed backends a group's ranks join by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// TCP between neighbours: `MLX_RANK` and `MLX_HOSTFILE`.
+    Ring,
+    /// RDMA over Thunderbolt (macOS): `MLX_RANK`, `MLX_JACCL_COORDINATOR` and
+    /// `MLX_IBV_DEVICES`.
+    Jaccl,
+}
+
+impl Backend {
+    /// MLX's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ring => "ring",
+            Self::Jaccl => "jaccl",
+        }
+    }
+
+    /// The environment it joins by.
+    fn variables(self) -> Vec<&'static str> {
+        match self {
+            Self::Ring => vec![GROUP_RANK_ENV, GROUP_HOSTFILE_ENV],
+            Self::Jaccl => vec![GROUP_RANK_ENV, GROUP_COORDINATOR_ENV, GROUP_DEVICES_ENV],
+        }
+    }
+}
+
 /// A rank of a group, and how the group splits its model.
 #[derive(Clone, Debug)]
 pub struct Member {
@@ -44,9 +72,11 @@ pub struct Group {
 }
 
 impl Group {
-    /// Joins the group `backend` (`"ring"`, `"jaccl"`, `"mpi"`) describes from the environment;
-    /// returns when every rank has joined. Fails rather than fall back to a group of one.
-    pub fn join(backend: &str) -> Result<Self, Exception> {
+    /// Joins the group `backend` describes from the environment; returns when every rank has
+    /// joined. Fails rather than fall back to a group of one.
+    pub fn join(backend: Backend) -> Result<Self, Exception> {
+        let variables = backend.variables().join(", ");
+        let backend = backend.name();
         let name = CString::new(backend)
             .map_err(|_| Exception::custom(format!("backend name {backend:?} holds a NUL")))?;
         // SAFETY: `raw` starts as an empty group that mlx-c fills on success; the name outlives
@@ -60,7 +90,7 @@ impl Group {
             let mut raw = mlx_sys::mlx_distributed_group_new();
             if mlx_sys::mlx_distributed_init(&mut raw, true, name.as_ptr()) != 0 {
                 return Err(Exception::custom(format!(
-                    "joining the {backend} group failed (see {GROUP_RANK_ENV} and {GROUP_HOSTFILE_ENV})"
+                    "joining the {backend} group failed (see {variables})"
                 )));
             }
             raw

@@ -43,7 +43,7 @@ fn serve(args: corral_worker::cli::ServeArgs) -> anyhow::Result<()> {
     let mut options = args.engine_options();
     if let Some(parallel) = args.parallel {
         corral_worker::lockstep::beat_on_stdout();
-        let group = Group::join("ring").context("joining the worker group")?;
+        let group = Group::join(args.backend).context("joining the worker group")?;
         let member = Member {
             group: Arc::new(group),
             parallel,

@@ -25,7 +25,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     // only rank 0 speaks.
     let member = match args.parallel {
         Some(parallel) => Some(Member {
-            group: Arc::new(Group::join("ring").context("joining the group's ring")?),
+            group: Arc::new(Group::join(args.backend).context("joining the group")?),
             parallel,
         }),
         None => None,

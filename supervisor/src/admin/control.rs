@@ -16,7 +16,7 @@ use super::Admin;
 use super::error::AdminError;
 use crate::memory::format_bytes;
 use crate::pool::{Phase, StopReason};
-use crate::process::StopRecord;
+use crate::process::{RankStopped, StopRecord};
 use crate::registry::Source;
 use crate::sampling_defaults::SamplingDefaults;
 
@@ -37,6 +37,35 @@ pub struct Stopped {
     pub step: String,
     pub freed_bytes: u64,
     pub duration_ms: f64,
+    /// A group's other ranks, each as it ended on its host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<StoppedRank>,
+}
+
+/// A rank of a stopped group: what it held, and whether its end is known.
+#[derive(Debug, Serialize)]
+pub struct StoppedRank {
+    pub rank: usize,
+    pub host: String,
+    pub pid: u32,
+    pub freed_bytes: u64,
+    /// Its exit status, or how it was lost; `null` while its end was not told.
+    pub status: Option<String>,
+    /// Whether it is known reaped, here or by its host's word.
+    pub confirmed: bool,
+}
+
+impl From<RankStopped> for StoppedRank {
+    fn from(rank: RankStopped) -> Self {
+        StoppedRank {
+            rank: rank.rank,
+            host: rank.host,
+            pid: rank.pid,
+            freed_bytes: rank.freed_bytes,
+            confirmed: rank.end.as_ref().is_some_and(|end| end.confirmed),
+            status: rank.end.map(|end| end.status),
+        }
+    }
 }
 
 impl From<StopRecord> for Stopped {
@@ -47,6 +76,7 @@ impl From<StopRecord> for Stopped {
             step: format!("{:?}", record.step).to_lowercase(),
             freed_bytes: record.freed_bytes,
             duration_ms: record.duration.as_secs_f64() * 1e3,
+            ranks: record.ranks.into_iter().map(StoppedRank::from).collect(),
         }
     }
 }

@@ -9,6 +9,7 @@ use axum::extract::State;
 use serde::Serialize;
 
 use super::Admin;
+use super::control::StoppedRank;
 use crate::memory::system_memory;
 
 #[derive(Debug, Serialize)]
@@ -52,6 +53,9 @@ pub struct EvictionView {
     pub duration_ms: f64,
     pub available_before_bytes: u64,
     pub available_after_bytes: u64,
+    /// A group's other ranks, each as it ended on its host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<StoppedRank>,
 }
 
 pub async fn show(State(admin): State<Arc<Admin>>) -> Json<MemoryView> {
@@ -102,6 +106,12 @@ pub async fn show(State(admin): State<Arc<Admin>>) -> Json<MemoryView> {
                 duration_ms: record.duration.as_secs_f64() * 1e3,
                 available_before_bytes: record.available_before,
                 available_after_bytes: record.available_after,
+                ranks: record
+                    .ranks
+                    .iter()
+                    .cloned()
+                    .map(StoppedRank::from)
+                    .collect(),
             })
             .collect(),
     })

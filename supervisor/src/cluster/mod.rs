@@ -7,17 +7,21 @@
 //! - `channel`: a Noise XX session over TCP in which both ends prove their keys (mutual keys).
 //! - `wire`: what the two sides say: start a rank, its heartbeats and footprint, its end.
 //! - `digest`: a model's files by hash, so a host whose copy differs is refused before start.
-//! - `hosts`: the `[cluster]` table: the other hosts, their keys, and the ring's addresses.
+//! - `hosts`: the `[cluster]` table: the other hosts, their keys, their ring addresses and RDMA
+//!   devices.
+//! - `collectives`: which MLX backend joins a group's ranks (ring or JACCL), and what it reads.
 //!
-//! Only control passes here: the ranks' activations and reductions go over MLX's ring backend.
+//! Only control passes here: the ranks' activations and reductions go over MLX's backend.
 
 mod channel;
+mod collectives;
 mod digest;
 mod hosts;
 mod identity;
 mod wire;
 
 pub use channel::{Channel, ChannelError, ChannelReader, ChannelWriter};
+pub use collectives::{Backend, Collectives};
 pub use digest::ModelDigest;
 pub use hosts::{Cluster, ClusterConfig, HostEntry};
 pub use identity::{Identity, PublicKey};

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::collectives::Collectives;
 use super::digest::ModelDigest;
 
 /// From the coordinator.
@@ -20,8 +21,8 @@ pub struct RankStart {
     pub rank: usize,
     /// `pipeline` or `tensor`.
     pub parallel: String,
-    /// The ring's addresses, one list per rank (MLX's host file).
-    pub ring: Vec<Vec<String>>,
+    /// What every rank joins the group by.
+    pub collectives: Collectives,
     /// The rank's share of the memory budget.
     pub memory_limit: u64,
     /// The coordinator's files of the model, which the member's must equal.

@@ -451,4 +451,23 @@ fn a_worker_group_is_read_and_a_group_corral_cannot_start_is_refused_naming_why(
     std::fs::write(&file, cluster.replace(&key, "not-a-key")).unwrap();
     let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
     assert!(format!("{error:#}").contains("64 hex digits"), "{error:#}");
+    // JACCL: each host names its RDMA device to each other host; a pair left out is refused.
+    let jaccl = cluster.replace(
+        "[cluster]\n",
+        "[cluster]\nbackend = \"jaccl\"\nrdma = { mac2 = \"rdma_en3\" }\n",
+    );
+    let group = "[models.m]\nhosts = [\"localhost\", \"mac2\"]\n";
+    std::fs::write(
+        &file,
+        format!("{jaccl}rdma = {{ localhost = \"rdma_en4\" }}\n{group}"),
+    )
+    .unwrap();
+    let config = Config::load(Some(&file), Overrides::default()).unwrap();
+    assert_eq!(config.cluster.backend, crate::cluster::Backend::Jaccl);
+    std::fs::write(&file, format!("{jaccl}{group}")).unwrap();
+    let error = Config::load(Some(&file), Overrides::default()).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("no RDMA device links host \"mac2\" to \"localhost\""),
+        "{error:#}"
+    );
 }

@@ -67,6 +67,16 @@ pub(super) enum AcquireStep<H> {
     StartFailed { exit: ExitInfo, retry_at: Instant },
 }
 
+/// What `PoolState::reserve` decided.
+pub(super) enum ReserveStep<H> {
+    /// The bytes are held.
+    Held,
+    /// These idle workers are now `Stopping` to make room: the caller stops them and asks
+    /// again.
+    Evict(Vec<(String, Worker<H>)>),
+    NoRoom(Refusal),
+}
+
 /// One live or starting worker's share of the budget, as measured now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerUsage {
@@ -159,6 +169,51 @@ impl<H: Clone> PoolState<H> {
                 (candidate.model, bytes)
             })
             .collect()
+    }
+
+    /// Holds `bytes` for a process the pool does not run, or names the idle workers to stop
+    /// first, or refuses.
+    pub fn reserve(
+        &mut self,
+        bytes: u64,
+        footprint: &dyn Fn(u32) -> u64,
+        now: Instant,
+    ) -> ReserveStep<H> {
+        let usage = self.usage(footprint);
+        let used = usage.iter().map(|worker| worker.bytes).sum::<u64>() + self.reserved;
+        let ceiling = self.limits.budget.ceiling;
+        let no_room = ReserveStep::NoRoom(Refusal::NoRoom {
+            needed: bytes,
+            used,
+            ceiling,
+        });
+        let plan = self.limits.budget.plan_admission(
+            bytes,
+            used,
+            &self.idle_lru(&usage),
+            usage.len(),
+            None,
+        );
+        let Admission::Admit { evict } = plan else {
+            return no_room;
+        };
+        if evict.is_empty() {
+            self.reserved += bytes;
+            self.changed();
+            return ReserveStep::Held;
+        }
+        let victims: Vec<_> = evict
+            .into_iter()
+            .filter_map(|victim| {
+                let worker = self.begin_stop(&victim, StopReason::Evicted, now)?;
+                Some((victim, worker))
+            })
+            .collect();
+        // None of them could stop after all: nothing would free the room.
+        if victims.is_empty() {
+            return no_room;
+        }
+        ReserveStep::Evict(victims)
     }
 
     /// NotRunning, or Failed past its backoff: start now, make room first, or refuse.

@@ -29,7 +29,7 @@ pub use machine::{EntrySnapshot, ExitOutcome, IdleCandidate, Limits};
 pub use processes::{LaunchError, LaunchedWorker, Processes, StopOrder};
 pub use state::{ExitInfo, ExitStatus, Phase, StopReason, Worker};
 
-use admission::AcquireStep;
+use admission::{AcquireStep, ReserveStep};
 use machine::{PoolState, lock};
 
 #[derive(Debug, thiserror::Error)]
@@ -232,27 +232,37 @@ impl<P: Processes> Pool<P> {
     }
 
     /// Holds `bytes` of the budget for a process the pool does not run (a rank this host runs
-    /// for another host's worker group) until the reservation is dropped; refused when the
-    /// budget has no room for it now. Starts admitted meanwhile count it as held.
-    pub fn reserve(&self, bytes: u64) -> Result<Reservation, Refusal> {
-        let footprint = |pid| self.processes.footprint(pid);
-        let mut state = lock(&self.state);
-        let held: u64 = state
-            .usage(&footprint)
-            .iter()
-            .map(|worker| worker.bytes)
-            .sum();
-        let used = held + state.reserved;
-        let ceiling = state.limits.budget.ceiling;
-        if used.saturating_add(bytes) > ceiling {
-            return Err(Refusal::NoRoom {
-                needed: bytes,
-                used,
-                ceiling,
-            });
+    /// for another host's worker group) until the reservation is dropped, first stopping idle
+    /// workers as a load would; refused when even that leaves no room. Starts admitted
+    /// meanwhile count it as held.
+    pub async fn reserve(&self, bytes: u64) -> Result<Reservation, Refusal> {
+        loop {
+            let step = {
+                let footprint = |pid| self.processes.footprint(pid);
+                lock(&self.state).reserve(bytes, &footprint, Instant::now())
+            };
+            let victims = match step {
+                ReserveStep::Held => break,
+                ReserveStep::NoRoom(refusal) => return Err(refusal),
+                ReserveStep::Evict(victims) => victims,
+            };
+            let stops: Vec<_> = victims
+                .into_iter()
+                .map(|(victim, worker)| {
+                    tracing::info!(
+                        victim,
+                        pid = worker.pid,
+                        bytes,
+                        "stopping an idle worker to make room for another host's rank"
+                    );
+                    self.spawn_stop(victim, worker, StopOrder::Graceful(StopReason::Evicted))
+                })
+                .collect();
+            // Plan again once they are reaped and recorded.
+            for stop in stops {
+                let _ = stop.await;
+            }
         }
-        state.reserved += bytes;
-        state.changed();
         let pool_state = Arc::clone(&self.state);
         Ok(Reservation {
             release: Some(Box::new(move || {

@@ -106,10 +106,15 @@ pub enum LaunchError {
     /// A rank on another host could not start; `reason` names the host.
     #[error("cannot start the worker group for {model}: {reason}")]
     Cluster { model: String, reason: String },
-    #[error("the worker for {model} (pid {pid}) ended with {status} before it was ready")]
+    #[error(
+        "the worker for {model} (pid {pid}) ended with {status} before it was ready{}",
+        said.as_ref().map(|said| format!(": {said}")).unwrap_or_default()
+    )]
     Exited {
         model: String,
         pid: u32,
         status: ExitStatus,
+        /// The error it wrote as it ended.
+        said: Option<String>,
     },
 }

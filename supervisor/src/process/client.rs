@@ -95,6 +95,36 @@ pub struct Rank {
     pub pid: u32,
     /// A rank on another host: the footprint its member last reported (0 before the first).
     pub reported_footprint: Option<Arc<AtomicU64>>,
+    /// Ranks other than 0: their end, once known (rank 0's is the worker's).
+    pub ended: Option<RankEnded>,
+}
+
+/// A rank's end as its tie learns it: reaped here, or confirmed by its member.
+pub type RankEnded = watch::Receiver<Option<RankEnd>>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnd {
+    /// Its exit status, or how it was lost.
+    pub status: String,
+    /// Whether it is known reaped: here, or as its member said. A member that cannot be
+    /// reached ends its rank when the connection closes, unconfirmed.
+    pub confirmed: bool,
+}
+
+impl RankEnd {
+    pub fn confirmed(status: impl Into<String>) -> Option<Self> {
+        Some(Self {
+            status: status.into(),
+            confirmed: true,
+        })
+    }
+
+    pub fn unconfirmed(status: impl Into<String>) -> Option<Self> {
+        Some(Self {
+            status: status.into(),
+            confirmed: false,
+        })
+    }
 }
 
 impl Rank {

@@ -1,6 +1,7 @@
 //! A worker group: one model served by several `corral-worker serve --parallel …` ranks, which
-//! MLX's ring backend joins: over loopback when all run here, over the addresses in `[cluster]`
-//! when some run on other hosts (started there by their member, `super::remote`). Rank 0 is the
+//! MLX's distributed backend joins: a ring over loopback when all run here, the `[cluster]`
+//! backend over its addresses when some run on other hosts (started there by their member,
+//! `super::remote`). Rank 0 is the
 //! worker the pool knows (its socket, its leases, its exit); every other rank is tied to it, so
 //! that when either ends the other is ended too and the group lives and dies as one worker.
 
@@ -8,18 +9,19 @@ use std::io;
 use std::net::TcpListener;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdout, Command};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
-use super::client::Rank;
+use super::client::{Rank, RankEnd, RankEnded};
 use super::reaper::WorkerProcess;
 use super::run_dir::{RunDir, SlotName};
-use crate::cluster::{Cluster, ClusterConfig};
+use crate::cluster::{Cluster, ClusterConfig, Collectives};
 
 /// How long a rank may stay silent by default; it beats every second.
 pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,21 +52,40 @@ impl GroupPlan {
     }
 }
 
-/// The ring's addresses for one start of a group, in a host file only this user can read;
-/// removed when dropped (the ranks read it as they join).
+/// What one start of a group joins by, in a file only this user can read (the ring's host file,
+/// or JACCL's devices); removed when dropped (the ranks read it as they join).
 pub struct HostFile {
     path: PathBuf,
+    /// The variable that names the file to the backend.
+    variable: &'static str,
+    collectives: Collectives,
 }
 
 impl HostFile {
-    pub fn write(path: PathBuf, ring: &[Vec<String>]) -> io::Result<Self> {
-        let body = serde_json::to_vec(ring).map_err(io::Error::other)?;
+    pub fn write(path: PathBuf, collectives: Collectives) -> io::Result<Self> {
+        let (variable, body) = collectives.file().map_err(io::Error::other)?;
         write_private(&path, &body)?;
-        Ok(Self { path })
+        Ok(Self {
+            path,
+            variable,
+            collectives,
+        })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn collectives(&self) -> &Collectives {
+        &self.collectives
+    }
+
+    /// Makes `command` rank `rank` of a group that splits its model `parallel`-wise.
+    pub fn join_as(&self, command: &mut Command, rank: usize, parallel: &str) {
+        command
+            .args(["--parallel", parallel])
+            .args(["--backend", self.collectives.backend()])
+            .env(corral_ipc::GROUP_RANK_ENV, rank.to_string())
+            .env(self.variable, &self.path);
+        if let Some((variable, value)) = self.collectives.environment() {
+            command.env(variable, value);
+        }
     }
 }
 
@@ -78,43 +99,41 @@ impl Drop for HostFile {
     }
 }
 
-/// One start of a group: its plan and its ring.
+/// One start of a group: its plan and what its ranks join by.
 pub struct Group {
     hostfile: HostFile,
     plan: GroupPlan,
-    ring: Vec<Vec<String>>,
 }
 
 impl Group {
-    /// `plan`'s ranks of `slot`'s model: on loopback ports the system hands out now when they
-    /// all run here, else on the addresses `cluster` gives each host.
+    /// `plan`'s ranks of `slot`'s model: a ring on loopback ports the system hands out now when
+    /// they all run here, else `cluster`'s backend over the addresses it gives each host.
     pub fn prepare(
         run_dir: &RunDir,
         slot: &SlotName,
         plan: GroupPlan,
         cluster: Option<&Cluster>,
     ) -> io::Result<Self> {
-        let ring = if plan.spans_hosts() {
+        let collectives = if plan.spans_hosts() {
             let cluster = cluster.ok_or_else(|| {
                 io::Error::other("the group spans hosts, and this corral has no [cluster] key")
             })?;
-            cluster.ring(&plan.hosts).map_err(io::Error::other)?
+            cluster
+                .config()
+                .collectives(&plan.hosts)
+                .map_err(io::Error::other)?
         } else {
-            loopback_ring(plan.ranks())?
+            Collectives::Ring(loopback_ring(plan.ranks())?)
         };
         let hostfile = HostFile::write(
             run_dir.path().join(format!("{}.hosts.json", slot.as_str())),
-            &ring,
+            collectives,
         )?;
-        Ok(Self {
-            hostfile,
-            plan,
-            ring,
-        })
+        Ok(Self { hostfile, plan })
     }
 
-    pub fn ring(&self) -> &[Vec<String>] {
-        &self.ring
+    pub fn collectives(&self) -> &Collectives {
+        self.hostfile.collectives()
     }
 
     pub fn parallel(&self) -> &'static str {
@@ -142,29 +161,21 @@ impl Group {
             .map(|(rank, host)| (rank, host.as_str()))
     }
 
-    /// Rank `rank`, process `pid`, on this host.
-    pub fn rank(&self, rank: usize, pid: u32) -> Rank {
+    /// Rank `rank`, process `pid`, on this host; `ended` for ranks other than 0.
+    pub fn rank(&self, rank: usize, pid: u32, ended: Option<RankEnded>) -> Rank {
         Rank {
             rank,
             host: "localhost".to_owned(),
             pid,
             reported_footprint: None,
+            ended,
         }
     }
 
     /// Makes `command` rank `rank` of the group.
     pub fn join_as(&self, command: &mut Command, rank: usize) {
-        join_as(command, rank, self.plan.parallel, self.hostfile.path());
+        self.hostfile.join_as(command, rank, self.plan.parallel);
     }
-}
-
-/// Makes `command` rank `rank` of a group that splits its model `parallel`-wise over the ring in
-/// `hostfile`.
-pub fn join_as(command: &mut Command, rank: usize, parallel: &str, hostfile: &Path) {
-    command
-        .args(["--parallel", parallel])
-        .env(corral_ipc::GROUP_RANK_ENV, rank.to_string())
-        .env(corral_ipc::GROUP_HOSTFILE_ENV, hostfile);
 }
 
 fn loopback_ring(size: usize) -> io::Result<Vec<Vec<String>>> {
@@ -190,38 +201,48 @@ fn write_private(path: &Path, body: &[u8]) -> io::Result<()> {
 
 /// Ties rank `rank` (`follower`) to rank 0 (`leader`): the first of them to end ends the other,
 /// and a `silenced` follower ends both. The follower's pid record in `run_dir` goes once it is
-/// reaped; only this task signals it, so no signal can reach a recycled pid.
+/// reaped, and its end is told; only this task signals it, so no signal can reach a recycled
+/// pid.
 pub fn tie(
     mut follower: Child,
     leader: WorkerProcess,
     mut silenced: oneshot::Receiver<()>,
     (model, rank): (String, usize),
     run_dir: RunDir,
-) {
+) -> RankEnded {
+    let (ends, ended) = watch::channel(None);
     tokio::spawn(async move {
         let pid = follower.id().unwrap_or(0);
-        let end_follower = tokio::select! {
+        let status = tokio::select! {
             status = follower.wait() => {
                 tracing::warn!(model, rank, pid, ?status, "a rank of the worker group ended; ending the group");
                 leader.signal(Signal::SIGKILL);
-                false
+                status
             }
-            _ = leader.wait() => true,
+            _ = leader.wait() => end(&mut follower, &model, rank).await,
             Ok(()) = &mut silenced => {
                 leader.signal(Signal::SIGKILL);
-                true
+                end(&mut follower, &model, rank).await
             }
         };
-        if end_follower {
-            if let Err(error) = follower.start_kill() {
-                tracing::debug!(model, rank, pid, %error, "the rank had ended already");
-            }
-            let _ = follower.wait().await;
-        }
         if let Err(error) = run_dir.remove_record(pid) {
             tracing::warn!(model, rank, pid, %error, "cannot remove the rank's pid record");
         }
+        let status = match status {
+            Ok(status) => status.to_string(),
+            Err(error) => error.to_string(),
+        };
+        let _ = ends.send(RankEnd::confirmed(status));
     });
+    ended
+}
+
+/// Kills `follower` and reaps it.
+async fn end(follower: &mut Child, model: &str, rank: usize) -> io::Result<ExitStatus> {
+    if let Err(error) = follower.start_kill() {
+        tracing::debug!(model, rank, %error, "the rank had ended already");
+    }
+    follower.wait().await
 }
 
 /// Reads the heartbeats rank `pid` writes to its stdout; fires if the rank is silent for

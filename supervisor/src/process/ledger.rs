@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::client::RankEnd;
 use super::stop::StopStep;
 use crate::memory::{format_bytes, system_memory};
 use crate::metrics::Metrics;
@@ -27,6 +28,20 @@ pub struct StopRecord {
     pub duration: Duration,
     pub available_before: u64,
     pub available_after: u64,
+    /// A group's ranks other than 0, each as it ended on its host.
+    pub ranks: Vec<RankStopped>,
+}
+
+/// How a rank of a stopped group ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankStopped {
+    pub rank: usize,
+    pub host: String,
+    pub pid: u32,
+    /// Its footprint when the stop was decided (as last reported, for a rank elsewhere).
+    pub freed_bytes: u64,
+    /// Its end, `None` while unknown when the stop ended.
+    pub end: Option<RankEnd>,
 }
 
 /// What is measured when a stop is decided; `finish` completes the record once the process is
@@ -51,6 +66,7 @@ impl StopStarted {
         reason: StopReason,
         step: StopStep,
         freed_bytes: u64,
+        ranks: Vec<RankStopped>,
     ) -> StopRecord {
         StopRecord {
             model: model.to_owned(),
@@ -61,6 +77,7 @@ impl StopStarted {
             duration: self.decided.elapsed(),
             available_before: self.available_before,
             available_after: system_memory().available,
+            ranks,
         }
     }
 }

@@ -6,22 +6,25 @@
 //! back. Each heartbeat the rank writes goes on to the coordinator with the rank's footprint.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, ChildStdout};
+use tokio::process::ChildStdout;
 use tokio::sync::mpsc;
 
-use super::spawn::Spawner;
+use super::spawn::{MemberRank, Spawner};
 use crate::cluster::{Channel, Cluster, FromMember, ModelDigest, RankStart, ToMember};
 use crate::memory::{estimate_model_bytes, process_footprint};
 use crate::pool::{Refusal, Reservation};
 
-/// Holds a rank's share of this host's memory budget while it runs, or says why there is no
-/// room for it.
-pub type RankRoom = Arc<dyn Fn(u64) -> Result<Reservation, Refusal> + Send + Sync>;
+/// Holds a rank's share of this host's memory budget while it runs, once idle workers have
+/// stopped to make room, or says why there is no room for it.
+pub type RankRoom = Arc<
+    dyn Fn(u64) -> Pin<Box<dyn Future<Output = Result<Reservation, Refusal>> + Send>> + Send + Sync,
+>;
 
 pub struct Member {
     spawner: Spawner,
@@ -105,6 +108,13 @@ impl Member {
 
     async fn start(&self, start: &RankStart) -> Result<RankChild, String> {
         let model = &start.model;
+        let ranks = start.collectives.ranks();
+        if start.rank == 0 || start.rank >= ranks {
+            return Err(format!(
+                "rank {} is not one a member runs in a group of {ranks}",
+                start.rank
+            ));
+        }
         let dir = self
             .spawner
             .find(model)
@@ -125,8 +135,8 @@ impl Member {
             ));
         }
         // Admission on this host: the rank's share of the model, against this host's budget.
-        let share = estimate.rank_share(start.ring.len() as u64);
-        let reservation = (self.room)(share).map_err(|refusal| {
+        let share = estimate.rank_share(ranks as u64);
+        let reservation = (self.room)(share).await.map_err(|refusal| {
             format!(
                 "no room for rank {} of {model:?} on this host: {refusal}",
                 start.rank
@@ -143,26 +153,35 @@ impl Member {
             "tensor" => "tensor",
             other => return Err(format!("no parallelism {other:?}")),
         };
-        let (child, hostfile) = self
+        let rank = self
             .spawner
             .spawn_member_rank(
                 model,
                 &dir,
-                (start.rank, parallel, &start.ring),
+                (start.rank, parallel, &start.collectives),
                 start.memory_limit,
                 &start.settings,
             )
             .map_err(|error| format!("cannot start the rank: {error}"))?;
         Ok(RankChild {
-            child,
-            _hostfile: hostfile,
+            rank,
             _reservation: reservation,
         })
     }
 
-    async fn run(&self, mut rank: RankChild, channel: Channel, start: &RankStart) {
+    async fn run(&self, started: RankChild, channel: Channel, start: &RankStart) {
+        // The host file and the reservation are held until the rank has ended.
+        let RankChild {
+            rank:
+                MemberRank {
+                    mut child,
+                    hostfile: _hostfile,
+                    last_error,
+                },
+            _reservation,
+        } = started;
         let (model, index) = (start.model.as_str(), start.rank);
-        let pid = rank.child.id().unwrap_or(0);
+        let pid = child.id().unwrap_or(0);
         tracing::info!(
             model,
             rank = index,
@@ -179,17 +198,17 @@ impl Member {
                 }
             }
         });
-        let mut beats = rank.child.stdout.take();
+        let mut beats = child.stdout.take();
         let mut buffer = [0u8; 64];
         let status = loop {
             if !connected {
-                if let Err(error) = rank.child.start_kill() {
+                if let Err(error) = child.start_kill() {
                     tracing::debug!(model, pid, %error, "the rank had ended already");
                 }
-                break rank.child.wait().await;
+                break child.wait().await;
             }
             tokio::select! {
-                status = rank.child.wait() => break status,
+                status = child.wait() => break status,
                 order = ordered.recv() => {
                     // A stop, or the coordinator gone: the rank's group has ended.
                     connected = matches!(order, Some(ToMember::Start(_)));
@@ -206,10 +225,13 @@ impl Member {
             }
         };
         reading.abort();
-        let (status, clean) = match status {
+        let (mut status, clean) = match status {
             Ok(status) => (status.to_string(), status.success()),
             Err(error) => (error.to_string(), false),
         };
+        if let Some(said) = last_error.get().await {
+            status = format!("{status}: {said}");
+        }
         tracing::info!(
             model,
             rank = index,
@@ -222,11 +244,9 @@ impl Member {
     }
 }
 
-/// A started rank, the ring's host file it joins by, and its share of this host's budget, both
-/// given up with it.
+/// A started rank, and its share of this host's budget, given up with it.
 struct RankChild {
-    child: Child,
-    _hostfile: super::group::HostFile,
+    rank: MemberRank,
     _reservation: Reservation,
 }
 

@@ -12,6 +12,7 @@ mod client;
 mod group;
 mod ledger;
 mod member;
+mod output;
 mod reaper;
 mod remote;
 mod run_dir;
@@ -24,7 +25,7 @@ mod tests;
 
 pub use client::{ClientError, Rank, RequestHandle, STATS_TIMEOUT, WorkerClient};
 pub use group::GroupPlan;
-pub use ledger::{Ledger, StopRecord, StopStarted, StopTotals};
+pub use ledger::{Ledger, RankStopped, StopRecord, StopStarted, StopTotals};
 pub use member::{Member, RankRoom, check_flags};
 pub use reaper::{WorkerExit, WorkerProcess};
 pub use run_dir::{RunDir, RunDirError, SlotName, WORKER_BINARY_NAME, reap_orphans};

@@ -8,16 +8,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use super::client::Rank;
+use super::client::{Rank, RankEnd};
 use super::reaper::WorkerProcess;
 use crate::cluster::{
     Channel, ChannelError, ChannelWriter, Cluster, FromMember, RankStart, ToMember,
 };
 
 /// How long a member has to say that the rank it ran for an ended group is gone.
-const STOP_CONFIRM: Duration = Duration::from_secs(10);
+pub(super) const STOP_CONFIRM: Duration = Duration::from_secs(10);
 
 /// Why a group lost a rank on another host, where it did: a start that fails for it names the
 /// host and this reason rather than rank 0's end alone.
@@ -65,11 +65,13 @@ impl RemoteRank {
         lost: &LostRank,
     ) -> Rank {
         let footprint = Arc::new(AtomicU64::new(0));
+        let (ends, ended) = watch::channel(None);
         let listed = Rank {
             rank: self.rank,
             host: self.host.clone(),
             pid: self.pid,
             reported_footprint: Some(footprint.clone()),
+            ended: Some(ended),
         };
         let (mut reader, writer) = self.channel.split();
         let (events, received) = mpsc::unbounded_channel();
@@ -89,12 +91,18 @@ impl RemoteRank {
             host: self.host,
             pid: self.pid,
         };
-        tokio::spawn(watched.watch(
-            leader,
-            (received, writer),
-            (footprint, heartbeat_timeout),
-            lost.clone(),
-        ));
+        let lost = lost.clone();
+        tokio::spawn(async move {
+            let end = watched
+                .watch(
+                    leader,
+                    (received, writer),
+                    (footprint, heartbeat_timeout),
+                    lost,
+                )
+                .await;
+            let _ = ends.send(end);
+        });
         listed
     }
 }
@@ -105,8 +113,9 @@ enum Undone {
     LeaderEnded,
     /// The rank exited 0, as ranks do when their group shuts down; rank 0 is ending too.
     RankEnded(String),
-    /// The rank, its host or the connection failed: the group must end.
-    Lost(String),
+    /// The rank, its host or the connection failed: the group must end. `reaped`: its member
+    /// said the rank has ended.
+    Lost { why: String, reaped: bool },
 }
 
 /// A rank on another host, for the log.
@@ -120,13 +129,15 @@ struct Watched {
 type Frames = mpsc::UnboundedReceiver<Result<Option<FromMember>, ChannelError>>;
 
 impl Watched {
+    /// Watches until the group or the rank ends; the rank's end, as far as its member
+    /// confirmed it.
     async fn watch(
         self,
         leader: WorkerProcess,
         (mut received, mut writer): (Frames, ChannelWriter),
         (footprint, heartbeat_timeout): (Arc<AtomicU64>, Duration),
         lost: LostRank,
-    ) {
+    ) -> Option<RankEnd> {
         let Self {
             model,
             rank,
@@ -141,14 +152,25 @@ impl Watched {
             let frame = match event {
                 Ok(Some(Ok(Some(frame)))) => frame,
                 Ok(Some(Ok(None)) | None) => {
-                    break Undone::Lost("its host closed the connection".to_owned());
+                    break Undone::Lost {
+                        why: "its host closed the connection".to_owned(),
+                        reaped: false,
+                    };
                 }
-                Ok(Some(Err(error))) => break Undone::Lost(error.to_string()),
+                Ok(Some(Err(error))) => {
+                    break Undone::Lost {
+                        why: error.to_string(),
+                        reaped: false,
+                    };
+                }
                 Err(_) => {
-                    break Undone::Lost(format!(
-                        "no heartbeat in {} s: the rank or its host is hung",
-                        heartbeat_timeout.as_secs_f64()
-                    ));
+                    break Undone::Lost {
+                        why: format!(
+                            "no heartbeat in {} s: the rank or its host is hung",
+                            heartbeat_timeout.as_secs_f64()
+                        ),
+                        reaped: false,
+                    };
                 }
             };
             match frame {
@@ -160,7 +182,10 @@ impl Watched {
                     clean: true,
                 } => break Undone::RankEnded(status),
                 FromMember::Ended { status, .. } => {
-                    break Undone::Lost(format!("the rank ended with {status}"));
+                    break Undone::Lost {
+                        why: format!("the rank ended with {status}"),
+                        reaped: true,
+                    };
                 }
                 other => tracing::debug!(
                     model,
@@ -172,7 +197,7 @@ impl Watched {
             }
         };
         match undone {
-            Undone::Lost(why) => {
+            Undone::Lost { why, reaped } => {
                 tracing::error!(
                     model,
                     rank,
@@ -184,6 +209,10 @@ impl Watched {
                 *lost.lock().unwrap_or_else(PoisonError::into_inner) =
                     Some(format!("host {host:?}, rank {rank}: {why}"));
                 leader.signal(Signal::SIGKILL);
+                Some(RankEnd {
+                    status: why,
+                    confirmed: reaped,
+                })
             }
             Undone::RankEnded(status) => {
                 tracing::info!(
@@ -207,6 +236,7 @@ impl Watched {
                     );
                     leader.signal(Signal::SIGKILL);
                 }
+                RankEnd::confirmed(status)
             }
             Undone::LeaderEnded => {
                 let confirmed = tokio::time::timeout(STOP_CONFIRM, async {
@@ -229,9 +259,11 @@ impl Watched {
                             status,
                             "the group's rank on another host ended"
                         );
+                        RankEnd::confirmed(status)
                     }
                     Ok(Err(error)) => {
                         tracing::warn!(model, rank, host, pid, %error, "the member did not confirm the rank's end; it ends a rank whose connection closes");
+                        RankEnd::unconfirmed(format!("not confirmed: {error}"))
                     }
                     Err(_) => {
                         tracing::warn!(
@@ -241,6 +273,10 @@ impl Watched {
                             pid,
                             "the member did not confirm the rank's end in time; it ends a rank whose connection closes"
                         );
+                        RankEnd::unconfirmed(format!(
+                            "not confirmed within {} s",
+                            STOP_CONFIRM.as_secs()
+                        ))
                     }
                 }
             }

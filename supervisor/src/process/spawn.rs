@@ -19,17 +19,17 @@ use std::time::Duration;
 
 use corral_ipc::{FromWorker, HANDSHAKE_TIMEOUT, SupervisorConnection, supervisor_accept};
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::UnixListener;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::client::{Rank, WorkerClient};
 use super::group::{self, Group, GroupPlan, HostFile};
+use super::output::{self, LastError};
 use super::reaper::{WorkerExit, WorkerProcess};
 use super::remote::{self, LostRank, RemoteRank};
 use super::run_dir::{RunDir, SlotName};
-use crate::cluster::{Cluster, ModelDigest, RankSettings, RankStart};
+use crate::cluster::{Cluster, Collectives, ModelDigest, RankSettings, RankStart};
 use crate::pool::{LaunchError, LaunchedWorker};
 
 /// How long a worker may take from spawn to `Ready`; loading a large model from a cold disk
@@ -54,6 +54,16 @@ pub type ModelFiles = Arc<dyn Fn(&str, Option<&str>) -> Vec<OsString> + Send + S
 
 /// Model id → how many ranks on this host serve it together (1: a worker of its own), and how.
 pub type ModelRanks = Arc<dyn Fn(&str) -> GroupPlan + Send + Sync>;
+
+/// A rank started for a coordinator on another host.
+pub struct MemberRank {
+    /// Its heartbeats come on its stdout.
+    pub child: Child,
+    /// What it joins by; removed when dropped.
+    pub hostfile: HostFile,
+    /// The error it ends with, if any.
+    pub last_error: LastError,
+}
 
 #[derive(Clone)]
 pub struct Spawner {
@@ -228,7 +238,7 @@ impl Spawner {
         let pid = child.id().unwrap_or(0);
         tracing::info!(model, pid, dir = %dir.display(), "worker spawned");
         let stdout = child.stdout.take();
-        forward_output(child.stderr.take(), model, pid);
+        let last_error = output::forward(child.stderr.take(), model, pid);
         if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
             tracing::warn!(model, pid, %error, "cannot record the worker's pid");
         }
@@ -256,7 +266,7 @@ impl Spawner {
             );
             ranks.sort_by_key(|rank| rank.rank);
         } else {
-            forward_output(stdout, model, pid);
+            output::forward(stdout, model, pid);
         }
 
         let ready = tokio::time::timeout(
@@ -285,12 +295,23 @@ impl Spawner {
                 process.wait().await;
                 // Rank 0 ended because a rank on another host was lost: that host is the news.
                 let lost = lost.lock().unwrap_or_else(PoisonError::into_inner).take();
-                let error = match lost {
-                    Some(reason) => LaunchError::Cluster {
+                let error = match (lost, error) {
+                    (Some(reason), _) => LaunchError::Cluster {
                         model: model.to_owned(),
                         reason,
                     },
-                    None => error,
+                    (
+                        None,
+                        LaunchError::Exited {
+                            model, pid, status, ..
+                        },
+                    ) => LaunchError::Exited {
+                        model,
+                        pid,
+                        status,
+                        said: last_error.get().await,
+                    },
+                    (None, error) => error,
                 };
                 if let (LaunchError::Unservable { reason, .. }, Some(report)) =
                     (&error, &self.unloadable)
@@ -360,7 +381,7 @@ impl Spawner {
         memory_limit: u64,
         leader: &WorkerProcess,
     ) -> std::io::Result<Vec<Rank>> {
-        let mut ranks = vec![group.rank(0, leader.pid())];
+        let mut ranks = vec![group.rank(0, leader.pid(), None)];
         for rank in group.local_followers() {
             let mut command = self.command(model, dir, socket, memory_limit);
             group.join_as(&mut command, rank);
@@ -374,13 +395,13 @@ impl Spawner {
                 "worker group rank spawned"
             );
             let silenced = group::silence(child.stdout.take(), pid, model, self.heartbeat_timeout);
-            forward_output(child.stderr.take(), model, pid);
+            output::forward(child.stderr.take(), model, pid);
             if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
                 tracing::warn!(model, pid, %error, "cannot record the rank's pid");
             }
             let (leader, run_dir) = (leader.clone(), self.run_dir.clone());
-            group::tie(child, leader, silenced, (model.to_owned(), rank), run_dir);
-            ranks.push(group.rank(rank, pid));
+            let ended = group::tie(child, leader, silenced, (model.to_owned(), rank), run_dir);
+            ranks.push(group.rank(rank, pid, Some(ended)));
         }
         Ok(ranks)
     }
@@ -412,7 +433,7 @@ impl Spawner {
                 model: model.to_owned(),
                 rank,
                 parallel: group.parallel().to_owned(),
-                ring: group.ring().to_vec(),
+                collectives: group.collectives().clone(),
                 memory_limit,
                 files: files.clone(),
                 settings: RankSettings {
@@ -447,35 +468,41 @@ impl Spawner {
     }
 
     /// Rank `rank` of `model`'s group for a coordinator on another host, splitting the model
-    /// `parallel`-wise over `ring`: the model at `dir`, with this host's arguments for it. Its
-    /// heartbeats come on the child's stdout; the host file goes when dropped.
+    /// `parallel`-wise, joining by `collectives`: the model at `dir`, with this host's arguments
+    /// for it. Its heartbeats come on the child's stdout.
     pub fn spawn_member_rank(
         &self,
         model: &str,
         dir: &Path,
-        (rank, parallel, ring): (usize, &str, &[Vec<String>]),
+        (rank, parallel, collectives): (usize, &str, &Collectives),
         memory_limit: u64,
         settings: &RankSettings,
-    ) -> std::io::Result<(Child, HostFile)> {
+    ) -> std::io::Result<MemberRank> {
         static STARTS: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "{}.member{}",
             SlotName::for_model(model).as_str(),
             STARTS.fetch_add(1, Ordering::Relaxed)
         );
-        let hostfile =
-            HostFile::write(self.run_dir.path().join(format!("{name}.hosts.json")), ring)?;
+        let hostfile = HostFile::write(
+            self.run_dir.path().join(format!("{name}.hosts.json")),
+            collectives.clone(),
+        )?;
         // A rank other than 0 never connects to a supervisor; the path only fills the argument.
         let socket = self.run_dir.path().join(format!("{name}.sock"));
         let mut command = self.command_with(model, (dir, &socket), memory_limit, settings);
-        group::join_as(&mut command, rank, parallel, hostfile.path());
+        hostfile.join_as(&mut command, rank, parallel);
         let mut child = spawn_rank(&mut command)?;
         let pid = child.id().unwrap_or(0);
-        forward_output(child.stderr.take(), model, pid);
+        let last_error = output::forward(child.stderr.take(), model, pid);
         if let Err(error) = self.run_dir.write_record(pid, &self.binary, model) {
             tracing::warn!(model, pid, %error, "cannot record the rank's pid");
         }
-        Ok((child, hostfile))
+        Ok(MemberRank {
+            child,
+            hostfile,
+            last_error,
+        })
     }
 
     /// Forgets the pid record of a reaped rank started by `spawn_member_rank`.
@@ -513,7 +540,7 @@ async fn connect(
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             status = process.wait() => {
-                return Err(LaunchError::Exited { model: model.to_owned(), pid, status });
+                return Err(LaunchError::Exited { model: model.to_owned(), pid, status, said: None });
             }
         };
         let (stream, _) = accepted.map_err(|err| LaunchError::Handshake {
@@ -579,6 +606,7 @@ async fn connect(
             model: model.to_owned(),
             pid,
             status: process.wait().await,
+            said: None,
         }),
     }
 }
@@ -620,19 +648,4 @@ fn spawn_rank(command: &mut Command) -> std::io::Result<Child> {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-}
-
-fn forward_output(stream: Option<impl AsyncRead + Unpin + Send + 'static>, model: &str, pid: u32) {
-    let Some(stream) = stream else { return };
-    let model = model.to_owned();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stream);
-        let mut line = Vec::new();
-        // Bytes, not `lines()`: a stray non-UTF-8 byte must not end the forwarding.
-        while matches!(lines.read_until(b'\n', &mut line).await, Ok(read) if read > 0) {
-            let text = String::from_utf8_lossy(&line);
-            tracing::info!(target: "worker", model, pid, "{}", text.trim_end());
-            line.clear();
-        }
-    });
 }

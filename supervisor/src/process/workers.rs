@@ -10,7 +10,8 @@ use std::time::Duration;
 use corral_ipc::CacheSize;
 
 use super::client::WorkerClient;
-use super::ledger::{Ledger, StopRecord, StopStarted};
+use super::ledger::{Ledger, RankStopped, StopRecord, StopStarted};
+use super::remote::STOP_CONFIRM;
 use super::spawn::{ModelLookup, Spawner};
 use super::stop::stop;
 use crate::cluster::ClusterConfig;
@@ -119,13 +120,42 @@ impl Processes for WorkerProcesses {
     ) -> StopRecord {
         let started = StopStarted::now();
         let footprint_before = self.footprint(worker.pid);
+        let ranks: Vec<_> = worker.handle.ranks().iter().skip(1).cloned().collect();
+        let rank_footprints: Vec<u64> = ranks
+            .iter()
+            .map(|rank| rank.footprint_bytes().unwrap_or(0))
+            .collect();
         let stopped = stop(&worker.handle, order, self.stop_grace).await;
+        // Rank 0 is reaped; each other rank's end is told by its tie, here or by its member.
+        let mut ranks_stopped = Vec::new();
+        for (rank, freed_bytes) in ranks.into_iter().zip(rank_footprints) {
+            let end = match rank.ended {
+                Some(mut ended) => {
+                    let told =
+                        tokio::time::timeout(STOP_CONFIRM, ended.wait_for(|end| end.is_some()))
+                            .await;
+                    match told {
+                        Ok(Ok(end)) => end.clone(),
+                        _ => None,
+                    }
+                }
+                None => None,
+            };
+            ranks_stopped.push(RankStopped {
+                rank: rank.rank,
+                host: rank.host,
+                pid: rank.pid,
+                freed_bytes,
+                end,
+            });
+        }
         let record = started.finish(
             model,
             worker.pid,
             order.reason(),
             stopped.step,
             footprint_before,
+            ranks_stopped,
         );
         record.log();
         self.ledger().record(record.clone());

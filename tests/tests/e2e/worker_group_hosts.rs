@@ -271,11 +271,27 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
         assert_ne!(remote_rank(&coordinator), rank);
     }
 
-    // Unloading the group ends its rank on the member too.
+    // Unloading the group ends its rank on the member too, which the member confirms with what
+    // the rank held there.
     let rank = remote_rank(&coordinator);
+    wait_until("the member's footprint report", || {
+        coordinator.worker_row("spread")["ranks"][1]["footprint_bytes"]
+            .as_u64()
+            .is_some_and(|bytes| bytes > 0)
+    });
     let unload = coordinator.post("/v1/models/spread/unload", &json!({}));
-    assert!(unload.status().is_success(), "{:?}", unload.text());
-    wait_until("the member's rank to end", || !alive(rank));
+    assert!(unload.status().is_success());
+    let stopped: Value = unload.json().unwrap();
+    let ranks = stopped["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 1, "{stopped}");
+    assert_eq!(
+        (&ranks[0]["rank"], &ranks[0]["host"], &ranks[0]["pid"]),
+        (&json!(1), &json!("member"), &json!(rank)),
+        "{stopped}"
+    );
+    assert_eq!(ranks[0]["confirmed"], true, "{stopped}");
+    assert!(ranks[0]["freed_bytes"].as_u64().unwrap() > 0, "{stopped}");
+    assert!(!alive(rank), "the rank ended before the unload answered");
     wait_until("the member to reap it", || {
         member.server.worker_pids().is_empty()
     });
@@ -314,4 +330,38 @@ fn a_group_with_a_rank_on_a_member_host_answers_as_one_worker_and_ends_whole_on_
     wait_until("rank 0 to end", || !alive(rank0));
     assert_eq!(coordinator.worker_row("alone")["pid"], alone);
     drop(member);
+}
+
+/// `[cluster] backend = "jaccl"` starts each rank on MLX's JACCL backend, with the RDMA device
+/// every host names to every other. MLX's Linux build has none (JACCL is RDMA over Thunderbolt
+/// on macOS), so here the start fails naming the backend, and no rank is left on either host.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_jaccl_group_fails_its_start_naming_the_backend_where_mlx_has_none() {
+    let checkpoint = toolchain("qwen3/hf");
+    let coordinator_dirs = Dirs::generated([]);
+    std::os::unix::fs::symlink(&checkpoint, coordinator_dirs.models.path().join("spread")).unwrap();
+    let member = Host::start(&key(coordinator_dirs.state.path()), |dirs| {
+        copy_dir(&checkpoint, &dirs.models.path().join("spread"));
+        String::new()
+    });
+    let config = coordinator_dirs.write_config(&format!(
+        "[cluster]\nbackend = \"jaccl\"\nring = \"127.0.0.1:{}\"\nrdma = {{ member = \"rdma_en3\" }}\n\
+         {}rdma = {{ localhost = \"rdma_en3\" }}\n\
+         [models.spread]\nhosts = [\"localhost\", \"member\"]\n",
+        free_port(),
+        member.entry("member", free_port()),
+    ));
+    let coordinator = Server::start_with(
+        &coordinator_dirs,
+        &["--config".as_ref(), config.as_os_str()],
+    );
+    let message = refused(&coordinator, "spread");
+    assert!(
+        message.contains("MLX was built without its jaccl distributed backend"),
+        "{message}"
+    );
+    wait_until("no rank on either host", || {
+        coordinator.worker_pids().is_empty() && member.server.worker_pids().is_empty()
+    });
 }

@@ -290,9 +290,9 @@ async fn budget_held_for_another_hosts_rank_counts_in_admission_until_it_is_give
     let sim = SimProcesses::default();
     sim.estimate_of("a", 600);
     let pool = sim.pool(ceiling(1000));
-    let held = pool.reserve(500).unwrap();
+    let held = pool.reserve(500).await.unwrap();
     assert!(matches!(
-        pool.reserve(600),
+        pool.reserve(600).await,
         Err(Refusal::NoRoom {
             needed: 600,
             used: 500,
@@ -310,6 +310,27 @@ async fn budget_held_for_another_hosts_rank_counts_in_admission_until_it_is_give
     );
     drop(held);
     assert!(waiting.await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn room_for_another_hosts_rank_is_made_by_stopping_idle_workers_never_busy_ones() {
+    let sim = SimProcesses::default();
+    sim.estimate_of("a", 400).estimate_of("b", 400);
+    let pool = sim.pool(ceiling(1000));
+    let a = pool.acquire("a", NO_WAIT).await.unwrap().pid();
+    let busy = pool.acquire("b", NO_WAIT).await.unwrap();
+    let held = pool.reserve(500).await.unwrap();
+    assert!(sim.events().contains(&SimEvent::Exited("a".into(), a)));
+    assert_eq!(pool.phase("a"), Phase::NotRunning);
+    assert_eq!(pool.phase("b"), Phase::Ready);
+    drop(held);
+    // The busy worker is never stopped for a rank: no room then.
+    assert!(matches!(
+        pool.reserve(700).await,
+        Err(Refusal::NoRoom { needed: 700, .. })
+    ));
+    assert_eq!(pool.phase("b"), Phase::Ready);
+    drop(busy);
 }
 
 #[tokio::test]
