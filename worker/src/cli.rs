@@ -257,4 +257,18 @@ mod tests {
             }
         );
     }
+
+    #[test]
+    fn a_rank_joins_the_ring_unless_told_another_backend_which_only_a_rank_takes() {
+        assert_eq!(serve(&["--parallel", "tensor"]).backend, Backend::Ring);
+        let rank = serve(&["--parallel", "pipeline", "--backend", "jaccl"]);
+        assert_eq!(
+            (rank.parallel, rank.backend),
+            (Some(Parallel::Pipeline), Backend::Jaccl)
+        );
+        assert_eq!(serve(&[]).parallel, None);
+        let args = ["corral-worker", "serve", "--model", "m", "--socket", "s"];
+        let alone = Cli::try_parse_from(args.iter().chain(&["--backend", "jaccl"]));
+        assert!(alone.is_err(), "--backend without --parallel");
+    }
 }
