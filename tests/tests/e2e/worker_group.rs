@@ -458,6 +458,26 @@ fn a_rank_killed_or_stopped_under_a_stream_ends_its_groups_stream_alone_and_the_
         assert_eq!(restarted.len(), 3, "{restarted:?}");
         assert!(!restarted.contains(&rank0) && !restarted.contains(&follower));
     }
+    // An operator's kill ends every rank, and its answer says each rank's end, reaped here.
+    let follower = server.worker_row("llama")["ranks"][1]["pid"].clone();
+    let killed: Value = server
+        .post("/admin/workers/llama/kill", &json!({}))
+        .json()
+        .unwrap();
+    let ranks = killed["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 1, "{killed}");
+    assert_eq!(
+        (&ranks[0]["rank"], &ranks[0]["host"], &ranks[0]["pid"]),
+        (&json!(1), &json!("localhost"), &follower),
+        "{killed}"
+    );
+    assert_eq!(ranks[0]["confirmed"], true, "{killed}");
+    assert!(
+        ranks[0]["status"].as_str().unwrap().contains("signal"),
+        "{killed}"
+    );
+    assert!(ranks[0]["freed_bytes"].as_u64().unwrap() > 0, "{killed}");
+    assert!(!alive(follower.as_u64().unwrap() as u32));
 }
 
 /// Sends `signal` to the rank `pid` once `response`'s stream has begun (its first event holds
