@@ -2,6 +2,8 @@
 //! what that backend reads to do it. corral only writes MLX's own files and environment; the
 //! collectives themselves are MLX's.
 
+use std::net::SocketAddr;
+
 use serde::{Deserialize, Serialize};
 
 /// MLX's backend for groups that span hosts (`[cluster] backend`).
@@ -54,6 +56,40 @@ impl Collectives {
         })
     }
 
+    /// Refuses what no coordinator of ours sends: an address that is not one, a device matrix
+    /// that is not square, a device name that is not a plain word.
+    pub fn check(&self) -> Result<(), String> {
+        let address = |text: &str| {
+            text.parse::<SocketAddr>()
+                .map(drop)
+                .map_err(|_| format!("{text:?} is not an address"))
+        };
+        match self {
+            Self::Ring(ring) => ring.iter().flatten().try_for_each(|text| address(text)),
+            Self::Jaccl {
+                coordinator,
+                devices,
+            } => {
+                address(coordinator)?;
+                let plain = |name: &String| {
+                    !name.is_empty()
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                };
+                for (rank, row) in devices.iter().enumerate() {
+                    if row.len() != devices.len() {
+                        return Err(format!("rank {rank}'s RDMA devices are not one per rank"));
+                    }
+                    if let Some(name) = row.iter().flatten().find(|name| !plain(name)) {
+                        return Err(format!("{name:?} is not an RDMA device's name"));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Any other variable the backend reads, beside the rank and the file.
     pub fn environment(&self) -> Option<(&'static str, &str)> {
         match self {
@@ -62,5 +98,32 @@ impl Collectives {
                 Some((corral_ipc::GROUP_COORDINATOR_ENV, coordinator))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_takes_only_addresses_and_plain_device_names() {
+        let ring = |address: &str| Collectives::Ring(vec![vec![address.to_owned()]]);
+        assert_eq!(ring("10.0.0.2:7840").check(), Ok(()));
+        assert!(ring("mac2:7840; rm").check().is_err());
+        let jaccl = |coordinator: &str, device: &str| Collectives::Jaccl {
+            coordinator: coordinator.to_owned(),
+            devices: vec![
+                vec![None, Some(device.to_owned())],
+                vec![Some("rdma_en3".to_owned()), None],
+            ],
+        };
+        assert_eq!(jaccl("10.0.0.1:7840", "rdma_en5").check(), Ok(()));
+        assert!(jaccl("10.0.0.1", "rdma_en5").check().is_err());
+        assert!(jaccl("10.0.0.1:7840", "../en5").check().is_err());
+        let lopsided = Collectives::Jaccl {
+            coordinator: "10.0.0.1:7840".to_owned(),
+            devices: vec![vec![None]; 2],
+        };
+        assert!(lopsided.check().unwrap_err().contains("one per rank"));
     }
 }

@@ -108,6 +108,7 @@ impl Member {
 
     async fn start(&self, start: &RankStart) -> Result<RankChild, String> {
         let model = &start.model;
+        start.collectives.check()?;
         let ranks = start.collectives.ranks();
         if start.rank == 0 || start.rank >= ranks {
             return Err(format!(

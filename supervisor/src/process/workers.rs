@@ -126,13 +126,15 @@ impl Processes for WorkerProcesses {
             .map(|rank| rank.footprint_bytes().unwrap_or(0))
             .collect();
         let stopped = stop(&worker.handle, order, self.stop_grace).await;
-        // Rank 0 is reaped; each other rank's end is told by its tie, here or by its member.
+        // Rank 0 is reaped; each other rank's end is told by its tie, here or by its member,
+        // all within one confirmation window.
+        let deadline = tokio::time::Instant::now() + STOP_CONFIRM;
         let mut ranks_stopped = Vec::new();
         for (rank, freed_bytes) in ranks.into_iter().zip(rank_footprints) {
             let end = match rank.ended {
                 Some(mut ended) => {
                     let told =
-                        tokio::time::timeout(STOP_CONFIRM, ended.wait_for(|end| end.is_some()))
+                        tokio::time::timeout_at(deadline, ended.wait_for(|end| end.is_some()))
                             .await;
                     match told {
                         Ok(Ok(end)) => end.clone(),
