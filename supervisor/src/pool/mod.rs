@@ -158,28 +158,7 @@ impl<P: Processes> Pool<P> {
                     waited_on_start = true;
                     let _ = changed.changed().await;
                 }
-                AcquireStep::Evict(victims) => {
-                    let stops: Vec<_> = victims
-                        .into_iter()
-                        .map(|(victim, worker)| {
-                            tracing::info!(
-                                model,
-                                victim,
-                                pid = worker.pid,
-                                "stopping an idle worker to make room"
-                            );
-                            self.spawn_stop(
-                                victim,
-                                worker,
-                                StopOrder::Graceful(StopReason::Evicted),
-                            )
-                        })
-                        .collect();
-                    // Plan again once they are reaped and recorded.
-                    for stop in stops {
-                        let _ = stop.await;
-                    }
-                }
+                AcquireStep::Evict(victims) => self.make_room(victims, model).await,
                 AcquireStep::NoRoom(refusal) => {
                     let refused = || AcquireError::Refused {
                         model: model.to_owned(),
@@ -246,22 +225,7 @@ impl<P: Processes> Pool<P> {
                 ReserveStep::NoRoom(refusal) => return Err(refusal),
                 ReserveStep::Evict(victims) => victims,
             };
-            let stops: Vec<_> = victims
-                .into_iter()
-                .map(|(victim, worker)| {
-                    tracing::info!(
-                        victim,
-                        pid = worker.pid,
-                        bytes,
-                        "stopping an idle worker to make room for another host's rank"
-                    );
-                    self.spawn_stop(victim, worker, StopOrder::Graceful(StopReason::Evicted))
-                })
-                .collect();
-            // Plan again once they are reaped and recorded.
-            for stop in stops {
-                let _ = stop.await;
-            }
+            self.make_room(victims, "another host's rank").await;
         }
         let pool_state = Arc::clone(&self.state);
         Ok(Reservation {
@@ -435,6 +399,26 @@ impl<P: Processes> Pool<P> {
 
     /// Runs a stop in its own task: the worker is `Stopping` already, and admission counts on
     /// its reap even if the request that decided it goes away.
+    /// Stops `victims`, idle workers already `Stopping`, to make room for `room_for`, and
+    /// returns once they are reaped and recorded, so that the caller can plan again.
+    async fn make_room(&self, victims: Vec<(String, Worker<P::Handle>)>, room_for: &str) {
+        let stops: Vec<_> = victims
+            .into_iter()
+            .map(|(victim, worker)| {
+                tracing::info!(
+                    room_for,
+                    victim,
+                    pid = worker.pid,
+                    "stopping an idle worker to make room"
+                );
+                self.spawn_stop(victim, worker, StopOrder::Graceful(StopReason::Evicted))
+            })
+            .collect();
+        for stop in stops {
+            let _ = stop.await;
+        }
+    }
+
     fn spawn_stop(
         &self,
         model: String,

@@ -128,6 +128,13 @@ impl RankEnd {
 }
 
 impl Rank {
+    /// Its end, once its tie tells it before `deadline`; `None` for rank 0, or when untold.
+    pub async fn end_by(&self, deadline: tokio::time::Instant) -> Option<RankEnd> {
+        let mut ended = self.ended.clone()?;
+        let told = tokio::time::timeout_at(deadline, ended.wait_for(|end| end.is_some())).await;
+        told.ok()?.ok()?.clone()
+    }
+
     /// The rank's footprint: read here for a rank on this host, as its member last told it for
     /// one elsewhere.
     pub fn footprint_bytes(&self) -> Option<u64> {

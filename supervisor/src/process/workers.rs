@@ -131,18 +131,7 @@ impl Processes for WorkerProcesses {
         let deadline = tokio::time::Instant::now() + STOP_CONFIRM;
         let mut ranks_stopped = Vec::new();
         for (rank, freed_bytes) in ranks.into_iter().zip(rank_footprints) {
-            let end = match rank.ended {
-                Some(mut ended) => {
-                    let told =
-                        tokio::time::timeout_at(deadline, ended.wait_for(|end| end.is_some()))
-                            .await;
-                    match told {
-                        Ok(Ok(end)) => end.clone(),
-                        _ => None,
-                    }
-                }
-                None => None,
-            };
+            let end = rank.end_by(deadline).await;
             ranks_stopped.push(RankStopped {
                 rank: rank.rank,
                 host: rank.host,
