@@ -157,6 +157,13 @@ impl<H: Clone> PoolState<H> {
             .collect()
     }
 
+    /// Every worker's usage, and the budget held in all: theirs and the reservations'.
+    fn held(&self, footprint: &dyn Fn(u32) -> u64) -> (Vec<WorkerUsage>, u64) {
+        let usage = self.usage(footprint);
+        let used = usage.iter().map(|worker| worker.bytes).sum::<u64>() + self.reserved;
+        (usage, used)
+    }
+
     /// Idle, unpinned workers with what each holds, least recently used first.
     pub fn idle_lru(&self, usage: &[WorkerUsage]) -> Vec<(String, u64)> {
         self.idle_candidates()
@@ -179,8 +186,7 @@ impl<H: Clone> PoolState<H> {
         footprint: &dyn Fn(u32) -> u64,
         now: Instant,
     ) -> ReserveStep<H> {
-        let usage = self.usage(footprint);
-        let used = usage.iter().map(|worker| worker.bytes).sum::<u64>() + self.reserved;
+        let (usage, used) = self.held(footprint);
         let ceiling = self.limits.budget.ceiling;
         let no_room = ReserveStep::NoRoom(Refusal::NoRoom {
             needed: bytes,
@@ -224,8 +230,7 @@ impl<H: Clone> PoolState<H> {
         footprint: &dyn Fn(u32) -> u64,
         now: Instant,
     ) -> AcquireStep<H> {
-        let usage = self.usage(footprint);
-        let used = usage.iter().map(|worker| worker.bytes).sum::<u64>() + self.reserved;
+        let (usage, used) = self.held(footprint);
         let Limits {
             budget,
             max_loaded_models,
