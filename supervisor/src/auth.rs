@@ -1,14 +1,19 @@
 //! Optional API keys: `Authorization: Bearer KEY` or `x-api-key: KEY` (what OpenAI and
-//! Anthropic clients send). With API keys configured, every route but `/health` needs one; with
-//! an admin key configured, the operator routes need that key instead. Without keys the server
-//! refuses to listen beyond loopback unless the operator opts in (`serve.rs`).
+//! Anthropic clients send). With API keys configured, every route but `/health` and the
+//! dashboard's page needs one; with an admin key configured, the operations (loading, stopping,
+//! pinning, pulling) need that key instead, and the admin key is accepted wherever an API key is.
+//! Reading the server's state (`GET /admin/...`, `/metrics`) follows the API keys, so a
+//! dashboard without the admin key is read-only. Without keys the server refuses to listen
+//! beyond loopback unless the operator opts in (`serve.rs`).
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::json;
 
 #[derive(Debug, Clone, Default)]
@@ -22,37 +27,82 @@ impl Keys {
         self.api_keys.is_empty() && self.admin_key.is_none()
     }
 
-    /// Which keys `path` accepts; `None` when it is open.
-    fn accepted_for(&self, path: &str) -> Option<Vec<&str>> {
-        if path == "/health" {
-            return None;
-        }
+    /// Which keys `route` accepts; `None` when it is open.
+    fn accepted_for(&self, route: Route) -> Option<Vec<&str>> {
         let api = self.api_keys.iter().map(String::as_str);
-        let keys: Vec<&str> = match (&self.admin_key, is_operator_route(path)) {
-            (Some(admin), true) => vec![admin.as_str()],
-            (Some(admin), false) => api.chain([admin.as_str()]).collect(),
-            (None, _) => api.collect(),
+        let keys: Vec<&str> = match (route, &self.admin_key) {
+            (Route::Open, _) => return None,
+            // Only an admin key configured: the APIs and the state stay open.
+            (Route::Api, _) if self.api_keys.is_empty() => return None,
+            (Route::Api, admin) => api.chain(admin.as_deref()).collect(),
+            (Route::Operation, Some(admin)) => vec![admin.as_str()],
+            (Route::Operation, None) => api.collect(),
         };
-        // Only an admin key configured: the OpenAI routes stay open.
-        if keys.is_empty() || (self.api_keys.is_empty() && !is_operator_route(path)) {
-            return None;
+        (!keys.is_empty()).then_some(keys)
+    }
+
+    /// Whether `key` may read the server's state and operate it.
+    fn access(&self, key: Option<&str>) -> Access {
+        let allowed = |route| match self.accepted_for(route) {
+            None => true,
+            Some(accepted) => {
+                key.is_some_and(|key| accepted.iter().any(|accepted| same(accepted, key)))
+            }
+        };
+        Access {
+            read: allowed(Route::Api),
+            operate: allowed(Route::Operation),
+            api_keys: !self.api_keys.is_empty(),
+            admin_key: self.admin_key.is_some(),
         }
-        Some(keys)
     }
 }
 
-/// The routes that act on workers or expose the server's internals.
-fn is_operator_route(path: &str) -> bool {
-    path.starts_with("/admin/")
-        || path == "/metrics"
-        || path == "/v1/models/status"
-        || (path.starts_with("/v1/models/")
-            && (path.ends_with("/load") || path.ends_with("/unload")))
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// `/health`, the dashboard's page and `/admin/access`: nothing to read in them.
+    Open,
+    /// The APIs, and reading the server's state.
+    Api,
+    /// Acting on workers and models.
+    Operation,
+}
+
+impl Route {
+    fn of(method: &Method, path: &str) -> Self {
+        let page = path == "/" || path == "/ui" || path.starts_with("/ui/");
+        if path == "/health" || path == "/admin/access" || (page && method == Method::GET) {
+            return Self::Open;
+        }
+        let acts_on_workers = path.starts_with("/admin/")
+            || (path.starts_with("/v1/models/")
+                && (path.ends_with("/load") || path.ends_with("/unload")));
+        if acts_on_workers && method != Method::GET {
+            Self::Operation
+        } else {
+            Self::Api
+        }
+    }
+}
+
+/// `GET /admin/access`: what the key presented may do, for the dashboard to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Access {
+    pub read: bool,
+    pub operate: bool,
+    /// Whether API keys, and an admin key, are configured at all.
+    pub api_keys: bool,
+    pub admin_key: bool,
+}
+
+pub async fn access(State(keys): State<Arc<Keys>>, headers: HeaderMap) -> Json<Access> {
+    Json(keys.access(presented_key(&headers)))
 }
 
 pub async fn require_key(State(keys): State<Arc<Keys>>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    let Some(accepted) = keys.accepted_for(path) else {
+    let Some(accepted) = keys.accepted_for(Route::of(request.method(), path)) else {
         return next.run(request).await;
     };
     let anthropic = crate::api::is_anthropic_route(path);
@@ -109,33 +159,90 @@ mod tests {
         }
     }
 
-    #[test]
-    fn health_is_always_open_and_no_keys_means_open() {
-        assert_eq!(keys(&["k"], Some("a")).accepted_for("/health"), None);
-        assert_eq!(keys(&[], None).accepted_for("/v1/chat/completions"), None);
-        assert_eq!(keys(&[], None).accepted_for("/admin/workers"), None);
+    fn get(path: &str) -> Route {
+        Route::of(&Method::GET, path)
+    }
+
+    fn post(path: &str) -> Route {
+        Route::of(&Method::POST, path)
     }
 
     #[test]
-    fn the_admin_key_alone_guards_operator_routes_and_opens_the_rest() {
-        let keys = keys(&["k"], Some("a"));
-        assert_eq!(keys.accepted_for("/admin/workers"), Some(vec!["a"]));
+    fn health_and_the_page_are_always_open_and_no_keys_means_open() {
+        let guarded = keys(&["k"], Some("a"));
+        for path in ["/health", "/", "/ui/app.js", "/admin/access"] {
+            assert_eq!(guarded.accepted_for(get(path)), None, "{path}");
+        }
         assert_eq!(
-            keys.accepted_for("/v1/models/org/x/unload"),
+            guarded.accepted_for(post("/ui/app.js")),
+            Some(vec!["k", "a"])
+        );
+        let open = keys(&[], None);
+        assert_eq!(open.accepted_for(post("/v1/chat/completions")), None);
+        assert_eq!(open.accepted_for(get("/admin/workers")), None);
+        assert_eq!(open.accepted_for(post("/admin/workers/x/kill")), None);
+    }
+
+    #[test]
+    fn the_admin_key_alone_guards_operations_and_reading_follows_the_api_keys() {
+        let keys = keys(&["k"], Some("a"));
+        assert_eq!(
+            keys.accepted_for(post("/admin/workers/x/kill")),
             Some(vec!["a"])
         );
-        assert_eq!(keys.accepted_for("/metrics"), Some(vec!["a"]));
-        assert_eq!(keys.accepted_for("/v1/completions"), Some(vec!["k", "a"]));
+        assert_eq!(
+            keys.accepted_for(post("/v1/models/org/x/unload")),
+            Some(vec!["a"])
+        );
+        assert_eq!(
+            keys.accepted_for(post("/admin/models/pull")),
+            Some(vec!["a"])
+        );
+        assert_eq!(
+            keys.accepted_for(get("/admin/workers")),
+            Some(vec!["k", "a"])
+        );
+        assert_eq!(keys.accepted_for(get("/metrics")), Some(vec!["k", "a"]));
+        assert_eq!(
+            keys.accepted_for(post("/v1/completions")),
+            Some(vec!["k", "a"])
+        );
         let admin_only = super::tests::keys(&[], Some("a"));
-        assert_eq!(admin_only.accepted_for("/v1/completions"), None);
-        assert_eq!(admin_only.accepted_for("/admin/memory"), Some(vec!["a"]));
+        assert_eq!(admin_only.accepted_for(post("/v1/completions")), None);
+        assert_eq!(admin_only.accepted_for(get("/admin/memory")), None);
+        assert_eq!(
+            admin_only.accepted_for(post("/v1/models/x/load")),
+            Some(vec!["a"])
+        );
     }
 
     #[test]
     fn without_an_admin_key_api_keys_guard_everything() {
         let keys = keys(&["k1", "k2"], None);
-        assert_eq!(keys.accepted_for("/admin/workers"), Some(vec!["k1", "k2"]));
-        assert_eq!(keys.accepted_for("/v1/models"), Some(vec!["k1", "k2"]));
+        assert_eq!(
+            keys.accepted_for(get("/admin/workers")),
+            Some(vec!["k1", "k2"])
+        );
+        assert_eq!(
+            keys.accepted_for(post("/admin/workers/x/kill")),
+            Some(vec!["k1", "k2"])
+        );
+        assert_eq!(keys.accepted_for(get("/v1/models")), Some(vec!["k1", "k2"]));
+    }
+
+    #[test]
+    fn access_says_what_a_key_may_do() {
+        let keys = keys(&["k"], Some("a"));
+        let access = |key| {
+            let access = keys.access(key);
+            (access.read, access.operate)
+        };
+        assert_eq!(access(None), (false, false));
+        assert_eq!(access(Some("wrong")), (false, false));
+        assert_eq!(access(Some("k")), (true, false));
+        assert_eq!(access(Some("a")), (true, true));
+        let open = super::tests::keys(&[], None).access(None);
+        assert!(open.read && open.operate && !open.api_keys && !open.admin_key);
     }
 
     #[tokio::test]

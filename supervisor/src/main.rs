@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use corral::log_tail::Tee;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 fn main() -> ExitCode {
@@ -17,14 +18,14 @@ fn main() -> ExitCode {
     // (launchd's StandardErrorPath) never rotates.
     let (writer, to_terminal) = match cli.log_files() {
         Some((dir, config)) => match corral::log_files::open(&dir, &config) {
-            Ok(files) => (BoxMakeWriter::new(files), false),
+            Ok(files) => (BoxMakeWriter::new(Tee(files)), false),
             Err(error) => {
                 eprintln!("corral: {error:#}");
                 return ExitCode::FAILURE;
             }
         },
         None => (
-            BoxMakeWriter::new(std::io::stderr),
+            BoxMakeWriter::new(Tee(std::io::stderr)),
             std::io::stderr().is_terminal(),
         ),
     };

@@ -13,6 +13,7 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::activity::HISTORY_INTERVAL;
 use crate::admin::{self, Admin};
 use crate::auth::{self, Keys};
 use crate::cluster::{Cluster, ClusterConfig, Identity};
@@ -27,7 +28,7 @@ use crate::process::{
     UnloadableReport, WORKER_BINARY_NAME, WorkerExit, WorkerProcesses, reap_orphans,
 };
 use crate::registry::{Catalog, Fallback, Registry, SharedRegistry, Sources};
-use crate::{api, default_model, state_dir};
+use crate::{api, dashboard, default_model, state_dir};
 
 pub struct ServeOptions {
     pub config_file: Option<PathBuf>,
@@ -215,8 +216,14 @@ async fn serve(options: ServeOptions) -> Result<()> {
         Duration::from_secs(config.images.fetch_timeout_secs),
     )
     .context("building the HTTP client that fetches image URLs")?;
+    tokio::spawn(sample_history(pool.clone(), metrics.clone()));
     let app = api::router(backend, config.responses_store_size, images)
         .merge(admin::router(admin))
+        .merge(dashboard::router())
+        .route(
+            "/admin/access",
+            axum::routing::get(auth::access).with_state(keys.clone()),
+        )
         .layer(axum::middleware::from_fn_with_state(
             keys,
             auth::require_key,
@@ -390,6 +397,18 @@ fn pin_models(config: &Config, registry: &Registry, pool: &Pool<WorkerProcesses>
 
 /// Feeds every worker exit to the pool, and restarts a pinned model whose worker crashed once
 /// its backoff allows.
+/// Every [`HISTORY_INTERVAL`], a sample of the dashboard's last hour, with what the workers
+/// hold then.
+async fn sample_history(pool: Pool<WorkerProcesses>, metrics: Arc<Metrics>) {
+    let mut ticks = tokio::time::interval(HISTORY_INTERVAL);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let used = pool.usage().iter().map(|worker| worker.bytes).sum();
+        metrics.activity.sample(used);
+    }
+}
+
 async fn follow_exits(
     mut exits: mpsc::UnboundedReceiver<WorkerExit>,
     pool: Pool<WorkerProcesses>,

@@ -6,6 +6,7 @@
 //! records what they send; `loopback` serves those stand-in servers.
 
 pub mod bench;
+pub mod browser;
 pub mod capture;
 pub mod clients;
 pub mod fake_hub;

@@ -1,4 +1,5 @@
-//! The Debian packages that the Linux MLX build needs, installed only when missing.
+//! The Debian packages that the Linux MLX build needs, and the browser and its WebDriver that the
+//! dashboard's tests drive, installed only when missing.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,6 +30,14 @@ const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         package: "libopenblas0-pthread",
         present: || openblas_library().exists(),
+    },
+    Requirement {
+        package: "chromium",
+        present: || on_path("chromium"),
+    },
+    Requirement {
+        package: "chromium-driver",
+        present: || on_path("chromedriver"),
     },
 ];
 

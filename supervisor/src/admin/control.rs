@@ -1,4 +1,5 @@
 //! Starting and stopping models on an operator's request: `POST /admin/workers/{model}/kill`,
+//! `POST /admin/workers/{model}/pin` (`{"pinned": bool}`),
 //! `POST /v1/models/{model}/load` and `/unload` (the routes oMLX clients call), and
 //! `GET /v1/models/status`. Hugging Face ids hold a slash, so each route also takes the id as two
 //! segments (`org/name`); either way the name is only looked up in the registry.
@@ -7,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use corral_ipc::{ModelFormat, ModelKind};
 use nix::sys::signal::Signal;
@@ -123,6 +125,50 @@ async fn kill_model(
         admin.pool.kill(&model, signal).await?
     };
     Ok(Json(record.into()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinBody {
+    pinned: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Pinned {
+    pub model: String,
+    pub pinned: bool,
+}
+
+pub async fn pin(
+    State(admin): State<Arc<Admin>>,
+    Path(model): Path<String>,
+    body: Result<Json<PinBody>, JsonRejection>,
+) -> Result<Json<Pinned>, AdminError> {
+    pin_model(&admin, &model, body)
+}
+
+pub async fn pin_scoped(
+    State(admin): State<Arc<Admin>>,
+    Path((org, name)): Path<(String, String)>,
+    body: Result<Json<PinBody>, JsonRejection>,
+) -> Result<Json<Pinned>, AdminError> {
+    pin_model(&admin, &format!("{org}/{name}"), body)
+}
+
+/// A pinned worker is never stopped for being idle or to make room; pinning does not start it.
+fn pin_model(
+    admin: &Admin,
+    name: &str,
+    body: Result<Json<PinBody>, JsonRejection>,
+) -> Result<Json<Pinned>, AdminError> {
+    let Json(body) = body.map_err(|rejection| AdminError::InvalidBody(rejection.body_text()))?;
+    let model = admin.resolve(name)?;
+    admin.pool.set_pinned(&model, body.pinned);
+    tracing::info!(model, pinned = body.pinned, "pinned by an operator");
+    Ok(Json(Pinned {
+        model,
+        pinned: body.pinned,
+    }))
 }
 
 pub async fn load(

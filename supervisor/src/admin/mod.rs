@@ -1,10 +1,12 @@
 //! The operators' API: what each model's worker is doing (`/admin/workers`), the memory budget
-//! (`/admin/memory`), starting and stopping models on request (`control.rs`), pulling one from
-//! the Hugging Face hub (`pull.rs`), and the Prometheus scrape (`/metrics`, `scrape.rs`).
+//! (`/admin/memory`), starting, stopping and pinning models on request (`control.rs`), pulling
+//! one from the Hugging Face hub (`pull.rs`), the live requests, the last hour and the log for
+//! the dashboard (`activity.rs`), and the Prometheus scrape (`/metrics`, `scrape.rs`).
 //!
 //! Looking never takes a lease, so it never keeps a worker from being stopped. Model names in
 //! paths are only looked up in the registry.
 
+mod activity;
 mod control;
 mod error;
 mod memory;
@@ -43,12 +45,18 @@ impl Admin {
     }
 }
 
-/// The routes that need the admin key when one is configured.
+/// The operators' routes: reading them needs an API key when keys are configured, acting
+/// through them the admin key when one is (`auth.rs`).
 pub fn router(admin: Arc<Admin>) -> Router {
     Router::new()
         .route("/admin/workers", get(workers::list))
         .route("/admin/memory", get(memory::show))
         .route("/metrics", get(scrape::show))
+        .route("/admin/activity", get(activity::activity))
+        .route("/admin/history", get(activity::history))
+        .route("/admin/logs", get(activity::logs))
+        .route("/admin/workers/{model}/pin", post(control::pin))
+        .route("/admin/workers/{org}/{name}/pin", post(control::pin_scoped))
         .route("/admin/models/pull", post(pull::pull))
         .route("/admin/workers/{model}/kill", post(control::kill))
         .route(

@@ -10,6 +10,7 @@ use corral_ipc::{Timings, Usage};
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::{Metrics, ModelLabels};
+use crate::activity::RequestRecord;
 
 pub struct GenerationMetrics {
     metrics: Arc<Metrics>,
@@ -18,6 +19,8 @@ pub struct GenerationMetrics {
     /// The queue depth this generation counts in, until its worker accepts it.
     waiting: Option<Gauge>,
     first_token_seen: bool,
+    /// The API request this generation answers, for the dashboard's activity.
+    request: Option<Arc<RequestRecord>>,
 }
 
 impl GenerationMetrics {
@@ -28,12 +31,17 @@ impl GenerationMetrics {
         };
         let waiting = metrics.queue_depth.get_or_create_owned(&labels);
         waiting.inc();
+        let request = RequestRecord::current();
+        if let Some(request) = &request {
+            request.generating(model);
+        }
         Self {
             metrics,
             labels,
             started: Instant::now(),
             waiting: Some(waiting),
             first_token_seen: false,
+            request,
         }
     }
 
@@ -53,6 +61,9 @@ impl GenerationMetrics {
         }
         if !self.first_token_seen {
             self.first_token_seen = true;
+            if let Some(request) = &self.request {
+                request.first_token();
+            }
             self.metrics
                 .time_to_first_token
                 .get_or_create(&self.labels)
@@ -68,6 +79,9 @@ impl GenerationMetrics {
     /// its tokens, the tokens guessed ahead and confirmed, and the images its vision tower
     /// encoded and its time on them.
     pub fn finished(&self, usage: &Usage, timings: &Timings) {
+        if let Some(request) = &self.request {
+            request.generated(usage, timings.decode_ms);
+        }
         // Each pass samples one token and confirms none or more guesses after it.
         let steps = usage
             .completion_tokens

@@ -19,6 +19,7 @@ use http_body::{Frame, SizeHint};
 use axum::response::IntoResponse;
 
 use super::{Metrics, UNKNOWN_MODEL};
+use crate::activity::RequestRecord;
 
 /// Which model a response answered for, attached to its extensions by the handler: the canonical
 /// id, or `None` when the requested name is no model.
@@ -51,7 +52,15 @@ pub async fn track_requests(
         .get::<MatchedPath>()
         .map_or(UNMATCHED, MatchedPath::as_str)
         .to_owned();
-    let response = next.run(request).await;
+    let client = request
+        .headers()
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|agent| agent.to_str().ok());
+    let record = metrics.activity.begin(&route, client);
+    let response = match &record {
+        Some(record) => record.clone().scope(next.run(request)).await,
+        None => next.run(request).await,
+    };
     let model = match response.extensions().get::<ServedModel>() {
         Some(ServedModel(Some(model))) => model.clone(),
         Some(ServedModel(None)) => UNKNOWN_MODEL.to_owned(),
@@ -63,6 +72,7 @@ pub async fn track_requests(
         model,
         status: response.status().as_u16(),
         started,
+        record,
     };
     response.map(|body| {
         Body::new(Tracked {
@@ -79,6 +89,8 @@ struct Finished {
     model: String,
     status: u16,
     started: Instant,
+    /// The request in the dashboard's activity, when it is one of the APIs'.
+    record: Option<Arc<RequestRecord>>,
 }
 
 impl Drop for Finished {
@@ -89,6 +101,9 @@ impl Drop for Finished {
             self.status,
             self.started.elapsed(),
         );
+        if let Some(record) = &self.record {
+            record.finished(self.status, &self.model);
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod scrape;
 mod tests;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -27,6 +28,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::activity::Activity;
 
 pub use generation::GenerationMetrics;
 pub use http::{ServedModel, track_requests};
@@ -92,6 +95,8 @@ pub struct Metrics {
     eviction_freed_bytes: Family<ReasonLabels, Counter>,
     eviction_duration: HistogramFamily<ReasonLabels>,
     worker_exits: Family<ExitLabels, Counter>,
+    /// The same requests one by one, for the dashboard.
+    pub activity: Arc<Activity>,
 }
 
 impl Default for Metrics {
@@ -210,6 +215,7 @@ impl Metrics {
             eviction_freed_bytes,
             eviction_duration,
             worker_exits,
+            activity: Arc::new(Activity::new()),
         }
     }
 

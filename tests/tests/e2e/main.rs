@@ -8,6 +8,7 @@ mod agents;
 mod anthropic;
 mod batching;
 mod clients;
+mod dashboard;
 mod discovery;
 mod embeddings;
 mod engine;

@@ -28,8 +28,13 @@ fn requests_without_the_key_get_401_in_the_openai_shape_and_the_admin_key_guards
         client()
             .post(server.url("/v1/chat/completions"))
             .json(&chat("llama", 2, false)),
-        get("/admin/workers").bearer_auth("client-key"),
-        get("/metrics").header("x-api-key", "client-key"),
+        get("/admin/workers"),
+        client()
+            .post(server.url("/admin/workers/llama/kill"))
+            .bearer_auth("client-key"),
+        client()
+            .post(server.url("/v1/models/llama/load"))
+            .header("x-api-key", "client-key"),
     ] {
         let response = request.send().unwrap();
         assert_eq!(response.status(), 401);
@@ -54,14 +59,30 @@ fn requests_without_the_key_get_401_in_the_openai_shape_and_the_admin_key_guards
         .send()
         .unwrap();
     assert_eq!(chat_response.status(), 200);
-    assert_eq!(
-        get("/admin/workers")
-            .bearer_auth("admin-key")
+    // Reading the server's state takes an API key; acting on it, the admin key.
+    for key in ["client-key", "admin-key"] {
+        for path in ["/admin/workers", "/metrics", "/v1/models/status"] {
+            let status = get(path).bearer_auth(key).send().unwrap().status();
+            assert_eq!(status, 200, "{path} with {key}");
+        }
+    }
+    let access = |key: &str| -> Value {
+        get("/admin/access")
+            .bearer_auth(key)
             .send()
             .unwrap()
-            .status(),
-        200
-    );
+            .json()
+            .unwrap()
+    };
+    assert_eq!(access("client-key")["operate"], false);
+    assert_eq!(access("admin-key")["operate"], true);
+    assert_eq!(access("wrong-key")["read"], false);
+    let loaded = client()
+        .post(server.url("/v1/models/llama/load"))
+        .bearer_auth("admin-key")
+        .send()
+        .unwrap();
+    assert_eq!(loaded.status(), 200);
 
     let ps = |key: Option<&str>| {
         let mut command = Command::new(binary("corral"));

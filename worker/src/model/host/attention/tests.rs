@@ -72,20 +72,27 @@ fn matches_mlx_attention_over_partly_filled_caches() {
 
 #[test]
 fn a_chunk_matches_mlx_causal_attention_after_earlier_positions() {
-    chunk_matches_mlx(None);
+    chunk_matches_mlx(None, 9, 5);
+}
+
+#[test]
+fn a_long_chunk_across_key_tiles_and_query_blocks_matches_mlx() {
+    chunk_matches_mlx(None, 300, 2 * QUERY_BLOCK + 3);
+    chunk_matches_mlx(Some(Window::Sliding(100)), 300, 2 * QUERY_BLOCK + 3);
 }
 
 #[test]
 fn a_chunk_in_a_sliding_window_matches_mlx_with_the_window_mask() {
-    chunk_matches_mlx(Some(Window::Sliding(4)));
+    chunk_matches_mlx(Some(Window::Sliding(4)), 9, 5);
 }
 
 #[test]
 fn a_chunk_across_attention_chunks_matches_mlx_with_the_chunk_mask() {
-    chunk_matches_mlx(Some(Window::Chunk(4)));
+    chunk_matches_mlx(Some(Window::Chunk(4)), 9, 5);
 }
 
-fn chunk_matches_mlx(window: Option<Window>) {
+/// A chunk of `positions` after `before` cached positions, in a buffer with room to spare.
+fn chunk_matches_mlx(window: Option<Window>, before: usize, positions: usize) {
     let shape = Heads {
         heads: 6,
         kv_heads: 2,
@@ -93,8 +100,7 @@ fn chunk_matches_mlx(window: Option<Window>) {
         scale: 40f32.powf(-0.5),
         window,
     };
-    // Nine cached positions before a five-position chunk, in a buffer of 24.
-    let (capacity, before, positions) = (24usize, 9usize, 5usize);
+    let capacity = before + positions + 10;
     let kv = shape.kv_heads * capacity * shape.head_dim;
     let (cached_keys, cached_values) = (values(kv, 21), values(kv, 22));
     let queries = values(shape.heads * positions * shape.head_dim, 23);

@@ -1,0 +1,164 @@
+//! The dashboard in Debian's headless Chromium against a real `corral serve` with API keys and an
+//! admin key: locked without a key, read-only with an API key, and with the admin key a model
+//! loaded, its worker killed and its return, a chat streamed, the activity and every view, each
+//! saved as a screenshot under `target/dashboard-screenshots/`.
+
+use std::ffi::OsStr;
+
+use corral_fixture::Arch;
+use corral_tests::browser::Browser;
+use corral_tests::server::{Dirs, Server, chat, client};
+use serde_json::json;
+
+const LLAMA_ROW: &str = "#models tr[data-model=\"llama\"]";
+const WORKER_ROW: &str = "#workers tr[data-model=\"llama\"]";
+const TAB: &str = "\u{E004}";
+const ENTER: &str = "\u{E007}";
+
+fn access(page: &Browser) -> String {
+    page.text("#access").unwrap_or_default()
+}
+
+fn worker_pid(page: &Browser) -> Option<u32> {
+    page.text(&format!("{WORKER_ROW} .pid"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Answers the confirmation the page asks before each operation.
+fn confirm(page: &Browser) {
+    page.click("#confirm-yes");
+}
+
+#[test]
+fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
+    let dirs = Dirs::with_models(&[Arch::Llama]);
+    let args = ["--api-key", "client-key", "--admin-key", "admin-key"].map(OsStr::new);
+    let server = Server::start_with(&dirs, &args);
+    let page = Browser::open();
+    page.goto(&server.url("/"));
+
+    // No key: nothing of the server is shown.
+    page.wait_for("the page to say it is locked", |page| {
+        access(page) == "locked"
+    });
+    assert_eq!(page.visible("#models tr[data-model]"), 0);
+    assert_eq!(page.visible("nav a"), 0);
+    page.screenshot("locked");
+
+    // An API key: everything shown, nothing to operate.
+    page.type_into("#api-key", "client-key");
+    page.click("#save-keys");
+    page.wait_for("the models, read-only", |page| {
+        access(page) == "read-only" && page.visible(LLAMA_ROW) == 1
+    });
+    let operable = page.script(
+        "return [...document.querySelectorAll('[data-action], #pull-start')]
+             .filter(button => !button.disabled).length;",
+        vec![],
+    );
+    assert_eq!(operable, 0, "an operation is offered without the admin key");
+    let kept = page.script(
+        "return [sessionStorage.getItem('corral.apiKey'), localStorage.length, location.href];",
+        vec![],
+    );
+    assert_eq!(kept[0], "client-key");
+    assert_eq!(kept[1], 0, "a key in local storage");
+    assert!(!kept[2].as_str().unwrap().contains("key"), "{kept}");
+    page.screenshot("models-read-only");
+
+    // The admin key: load the model from the page; its worker appears with its footprint.
+    page.type_into("#admin-key", "admin-key");
+    page.click("#save-keys");
+    page.wait_for("admin access", |page| access(page) == "admin");
+    page.click(&format!("{LLAMA_ROW} button[data-action=\"load\"]"));
+    confirm(&page);
+    page.click("a[href=\"#workers\"]");
+    page.wait_for("the loaded worker with its pid and footprint", |page| {
+        let footprint = page
+            .text(&format!("{WORKER_ROW} .footprint"))
+            .unwrap_or_default();
+        worker_pid(page).is_some() && footprint.contains("iB")
+    });
+    let first_pid = worker_pid(&page).unwrap();
+    assert_eq!(server.worker_pids(), vec![first_pid]);
+    page.screenshot("workers");
+
+    // Killed from the page, it disappears; the next request brings it back.
+    page.click(&format!("{WORKER_ROW} button[data-action=\"kill\"]"));
+    confirm(&page);
+    page.wait_for("the killed worker to go", |page| {
+        page.visible(WORKER_ROW) == 0
+    });
+    let answer = client()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth("client-key")
+        .json(&chat("llama", 2, false))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    page.wait_for("a new worker", |page| {
+        worker_pid(page).is_some_and(|pid| pid != first_pid)
+    });
+
+    // The views by keyboard: Tab to the memory link, Enter.
+    page.script("document.activeElement?.blur(); window.focus();", vec![]);
+    let mut presses = 0;
+    while page.script(
+        "return document.activeElement?.getAttribute('href');",
+        vec![],
+    ) != json!("#memory")
+    {
+        assert!(presses < 60, "Tab never reached the memory view's link");
+        page.press(TAB);
+        presses += 1;
+    }
+    page.press(ENTER);
+    page.wait_for("the memory view", |page| page.visible("#view-memory") == 1);
+    page.screenshot("memory");
+    page.click("a[href=\"#cache\"]");
+    page.wait_for("the cache view", |page| page.visible("#view-cache") == 1);
+    page.screenshot("cache");
+
+    // A chat streams its answer, and the page shows it as a curl command without the key.
+    page.click("a[href=\"#chat\"]");
+    page.wait_for("llama among the chat models", |page| {
+        page.script(
+            "return [...document.querySelectorAll('#chat-model option')].some(o => o.value === 'llama');",
+            vec![],
+        ) == json!(true)
+    });
+    page.script(
+        "const select = document.querySelector('#chat-model'); select.value = 'llama';
+         select.dispatchEvent(new Event('change'));",
+        vec![],
+    );
+    page.type_into("#chat-input", "Say hello.");
+    page.click("#chat-send");
+    page.wait_for("the streamed answer", |page| {
+        page.text("#chat-answer")
+            .is_some_and(|answer| !answer.trim().is_empty())
+    });
+    let curl = page.text("#chat-curl").unwrap_or_default();
+    assert!(
+        curl.contains("curl") && curl.contains("/v1/chat/completions"),
+        "{curl}"
+    );
+    assert!(
+        !curl.contains("client-key") && !curl.contains("admin-key"),
+        "{curl}"
+    );
+    page.screenshot("chat");
+
+    // The activity lists the page's chat as it happened, and the log its lines.
+    page.click("a[href=\"#activity\"]");
+    page.wait_for("the chat in the activity", |page| {
+        page.text("#activity")
+            .is_some_and(|rows| rows.contains("chat") && rows.contains("llama"))
+    });
+    page.wait_for("the log tail", |page| {
+        page.text("#log").is_some_and(|log| log.contains("llama"))
+    });
+    page.screenshot("activity");
+}
