@@ -98,6 +98,14 @@ impl Browser {
             .unwrap_or_else(|error| panic!("{script}: {error}"))
     }
 
+    /// Runs `script` (a function body) in the page, which calls its last argument with what it
+    /// returns, and returns that.
+    pub fn script_async(&self, script: &str) -> Value {
+        self.runtime
+            .block_on(self.client().execute_async(script, vec![]))
+            .unwrap_or_else(|error| panic!("{script}: {error}"))
+    }
+
     /// The text of the first element `css` finds, or `None`.
     pub fn text(&self, css: &str) -> Option<String> {
         let text = self.script(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
-use corral_ipc::{ModelFormat, ModelKind};
+use corral_ipc::{ModelFormat, ModelKind, SpeculativeMethod};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
@@ -273,6 +273,13 @@ pub struct ModelStatus {
     pub memory_bytes: Option<u64>,
     /// What a request that leaves a sampling field out gets, and where each value came from.
     pub sampling_defaults: SamplingDefaults,
+    /// The positions a sequence may hold, as its ready worker said.
+    pub context_length: Option<u32>,
+    /// `[models.ID] speculative`, and the draft model; absent: the worker's choice.
+    pub speculative: Option<SpeculativeMethod>,
+    pub draft: Option<String>,
+    /// Seconds idle before its worker is stopped; absent: never.
+    pub idle_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -294,6 +301,7 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
             let snapshot = snapshots.iter().find(|snapshot| snapshot.model == entry.id);
             let phase = snapshot.map_or(Phase::NotRunning, |snapshot| snapshot.phase);
             let description = entry.description.as_ref();
+            let settings = admin.config.models.get(&entry.id);
             ModelStatus {
                 id: entry.id.clone(),
                 kind: entry.kind(),
@@ -316,10 +324,17 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<ModelsStatus> {
                     .iter()
                     .find(|worker| worker.model == entry.id)
                     .map(|worker| worker.bytes),
-                sampling_defaults: SamplingDefaults::for_model(
-                    admin.config.models.get(&entry.id),
-                    entry,
-                ),
+                sampling_defaults: SamplingDefaults::for_model(settings, entry),
+                context_length: admin
+                    .pool
+                    .ready_worker(&entry.id)
+                    .and_then(|worker| worker.handle.context_length()),
+                speculative: settings.and_then(|settings| settings.speculative),
+                draft: settings.and_then(|settings| settings.draft.clone()),
+                idle_timeout_secs: admin
+                    .config
+                    .idle_timeout(&entry.id)
+                    .map(|timeout| timeout.as_secs()),
             }
         })
         .collect();

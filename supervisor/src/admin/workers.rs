@@ -57,6 +57,8 @@ pub struct WorkerRow {
     pub estimate_bytes: Option<u64>,
     /// How the model's previous worker ended, or why its last start failed.
     pub last_exit: Option<String>,
+    /// The positions a sequence may hold, as the ready worker said.
+    pub context_length: Option<u32>,
     /// The worker's own counters; absent unless it is ready and answered in time.
     pub stats: Option<WorkerStats>,
     /// Why `stats` is absent although the worker is ready.
@@ -77,6 +79,9 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
             },
             None => (None, None),
         };
+        let context_length = ready
+            .as_ref()
+            .and_then(|worker| worker.handle.context_length());
         let ranks = ready.map_or_else(Vec::new, |worker| rank_rows(worker.handle.ranks()));
         let estimate = Some(admin.pool.processes().estimate(&entry.id)).filter(|&bytes| bytes > 0);
         let mut row = row(
@@ -87,6 +92,7 @@ pub async fn list(State(admin): State<Arc<Admin>>) -> Json<WorkerList> {
             (stats, stats_error),
             estimate,
         );
+        row.context_length = context_length;
         if !ranks.is_empty() {
             row.footprint_bytes = ranks.iter().map(|rank| rank.footprint_bytes).sum();
             row.ranks = ranks;
@@ -151,6 +157,7 @@ fn row(
         last_exit: snapshot
             .and_then(|snapshot| snapshot.last_exit.as_ref())
             .map(ToString::to_string),
+        context_length: None,
         stats,
         stats_error,
     }

@@ -84,6 +84,8 @@ pub struct WorkerClient {
     /// A worker group's ranks, rank 0 (this connection's process) first; empty for a worker
     /// of its own.
     ranks: Vec<Rank>,
+    /// The positions a sequence may hold, as the worker said when it was ready.
+    context_length: Option<u32>,
 }
 
 /// One rank of a worker group, where it runs.
@@ -172,6 +174,7 @@ impl WorkerClient {
             next_id: AtomicU64::new(1),
             process,
             ranks: Vec::new(),
+            context_length: None,
         }
     }
 
@@ -195,6 +198,17 @@ impl WorkerClient {
 
     pub fn ranks(&self) -> &[Rank] {
         &self.ranks
+    }
+
+    pub fn with_context_length(self, context_length: u32) -> Self {
+        Self {
+            context_length: Some(context_length),
+            ..self
+        }
+    }
+
+    pub fn context_length(&self) -> Option<u32> {
+        self.context_length
     }
 
     /// Sends `request` under a new id and returns the channel its frames will arrive on.

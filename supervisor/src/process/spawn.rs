@@ -286,9 +286,13 @@ impl Spawner {
         });
         remove_socket(&socket, model);
         match ready {
-            Ok(connection) => Ok(LaunchedWorker {
+            Ok((connection, context_length)) => Ok(LaunchedWorker {
                 pid,
-                handle: Arc::new(WorkerClient::new(model, connection, process).with_ranks(ranks)),
+                handle: Arc::new(
+                    WorkerClient::new(model, connection, process)
+                        .with_ranks(ranks)
+                        .with_context_length(context_length),
+                ),
             }),
             Err(error) => {
                 process.signal(Signal::SIGKILL);
@@ -534,7 +538,7 @@ async fn connect(
     model: &str,
     dir: &Path,
     process: &WorkerProcess,
-) -> Result<SupervisorConnection, LaunchError> {
+) -> Result<(SupervisorConnection, u32), LaunchError> {
     let pid = process.pid();
     let mut connection = loop {
         let accepted = tokio::select! {
@@ -578,7 +582,7 @@ async fn connect(
                 model_dir,
                 "worker ready"
             );
-            Ok(connection)
+            Ok((connection, context_length))
         }
         Ok(Some(FromWorker::LoadFailed {
             message,

@@ -81,6 +81,13 @@ fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
             .unwrap_or_default();
         worker_pid(page).is_some() && footprint.contains("iB")
     });
+    page.wait_for(
+        "the context the ready worker holds, in the model's row",
+        |page| {
+            page.text(LLAMA_ROW)
+                .is_some_and(|row| row.contains("ctx 8,192") || row.contains("ctx 8192"))
+        },
+    );
     let first_pid = worker_pid(&page).unwrap();
     assert_eq!(server.worker_pids(), vec![first_pid]);
     page.screenshot("workers");

@@ -493,17 +493,16 @@
     return `<td class="wrap" title="${escapeHtml(title)}">${shown}</td>`;
   }
 
-  /** Settings the server may add to the status; each is shown only when present. */
+  /** The model's serving settings; each is shown only when set (the worker's context once ready). */
   function settingsCell(model) {
     const parts = [];
     if (model.context_length != null) parts.push(`ctx ${formatNumber(model.context_length)}`);
-    if (model.speculative != null && model.speculative !== false) parts.push(`spec ${settingValue(model.speculative)}`);
+    if (model.speculative != null) parts.push(`spec ${model.speculative}`);
+    if (model.draft != null) parts.push(`draft ${model.draft}`);
     if (model.idle_timeout_secs != null) parts.push(`idle ${formatDuration(model.idle_timeout_secs)}`);
     if (model.mtp && model.mtp !== 'none') parts.push(`mtp ${model.mtp}`);
     return `<td class="mono">${parts.length ? parts.map(escapeHtml).join('<br>') : DASH}</td>`;
   }
-
-  const settingValue = (value) => (typeof value === 'object' ? JSON.stringify(value) : String(value));
 
   // ---------------------------------------------------------------------------------------------
   // Operations
