@@ -217,6 +217,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
     )
     .context("building the HTTP client that fetches image URLs")?;
     tokio::spawn(sample_history(pool.clone(), metrics.clone()));
+    let activity = metrics.activity.clone();
     let app = api::router(backend, config.responses_store_size, images)
         .merge(admin::router(admin))
         .merge(dashboard::router())
@@ -258,6 +259,7 @@ async fn serve(options: ServeOptions) -> Result<()> {
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("shutting down: no new requests; draining those in flight");
+        activity.close();
         let _ = stopping.send(true);
     });
     let drain = config.drain_timeout;

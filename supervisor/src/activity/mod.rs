@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 pub use history::{HISTORY_INTERVAL, HistoryView, Sample};
 
@@ -32,6 +32,9 @@ tokio::task_local! {
 #[derive(Debug)]
 pub struct Activity {
     events: broadcast::Sender<RequestEvent>,
+    /// Set when the server stops, which ends every subscriber's stream: a dashboard left open
+    /// must not hold up the drain.
+    closed: watch::Sender<bool>,
     recent: Mutex<VecDeque<RequestEvent>>,
     history: Mutex<History>,
     next_id: AtomicU64,
@@ -67,6 +70,30 @@ pub struct RequestEvent {
     pub duration_ms: Option<f64>,
 }
 
+pub struct Subscription {
+    /// The finished requests kept, oldest first.
+    pub recent: Vec<RequestEvent>,
+    events: broadcast::Receiver<RequestEvent>,
+    closed: watch::Receiver<bool>,
+}
+
+impl Subscription {
+    /// The next event; `None` once the server stops. A subscriber too slow to keep up misses
+    /// some events, not the stream.
+    pub async fn next(&mut self) -> Option<RequestEvent> {
+        loop {
+            tokio::select! {
+                _ = self.closed.wait_for(|closed| *closed) => return None,
+                received = self.events.recv() => match received {
+                    Ok(event) => return Some(event),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+}
+
 /// One request's record, filled in by the middleware and by its generation.
 pub struct RequestRecord {
     activity: Arc<Activity>,
@@ -78,6 +105,7 @@ impl Activity {
     pub fn new() -> Self {
         Self {
             events: broadcast::channel(256).0,
+            closed: watch::Sender::new(false),
             recent: Mutex::new(VecDeque::with_capacity(RECENT)),
             history: Mutex::new(History::default()),
             next_id: AtomicU64::new(1),
@@ -114,11 +142,20 @@ impl Activity {
         }))
     }
 
-    /// A receiver of every event from now on, and the finished requests before it, oldest first.
-    pub fn subscribe(&self) -> (Vec<RequestEvent>, broadcast::Receiver<RequestEvent>) {
-        let receiver = self.events.subscribe();
+    /// Every event from now on, after the finished requests before them.
+    pub fn subscribe(&self) -> Subscription {
+        let events = self.events.subscribe();
         let recent = lock(&self.recent).iter().cloned().collect();
-        (recent, receiver)
+        Subscription {
+            recent,
+            events,
+            closed: self.closed.subscribe(),
+        }
+    }
+
+    /// Ends every subscription: the server is stopping.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     /// Folds the requests finished since the last sample into one, with `used_bytes` held by the

@@ -16,8 +16,8 @@ fn usage(prompt: u32, cached: u32, completion: u32) -> Usage {
 #[tokio::test]
 async fn a_generation_is_one_record_from_its_start_to_its_end() {
     let activity = Arc::new(Activity::new());
-    let (recent, mut events) = activity.subscribe();
-    assert!(recent.is_empty());
+    let mut subscription = activity.subscribe();
+    assert!(subscription.recent.is_empty());
     let record = activity
         .begin("/v1/chat/completions", Some("opencode/1.0"))
         .unwrap();
@@ -33,10 +33,10 @@ async fn a_generation_is_one_record_from_its_start_to_its_end() {
     assert!(RequestRecord::current().is_none());
     record.finished(200, "ignored: the generation named it");
 
-    let started = events.recv().await.unwrap();
+    let started = subscription.next().await.unwrap();
     assert_eq!(started.phase, EventPhase::Started);
     assert_eq!((started.api, started.model.as_str()), ("chat", "llama"));
-    let finished = events.recv().await.unwrap();
+    let finished = subscription.next().await.unwrap();
     assert_eq!(finished.id, started.id);
     assert_eq!(finished.phase, EventPhase::Finished);
     assert_eq!(finished.client, "opencode/1.0");
@@ -53,9 +53,18 @@ async fn a_generation_is_one_record_from_its_start_to_its_end() {
     assert_eq!(finished.tokens_per_second, Some(20.0));
     assert!(finished.ttft_ms.is_some() && finished.duration_ms.is_some());
 
-    let (recent, _) = activity.subscribe();
+    let recent = activity.subscribe().recent;
     assert_eq!(recent.len(), 1);
     assert_eq!(recent[0].phase, EventPhase::Finished);
+}
+
+#[tokio::test]
+async fn closing_ends_every_subscription() {
+    let activity = Arc::new(Activity::new());
+    let mut subscription = activity.subscribe();
+    activity.close();
+    assert!(subscription.next().await.is_none());
+    assert!(activity.subscribe().next().await.is_none());
 }
 
 #[test]

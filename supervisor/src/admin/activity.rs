@@ -9,7 +9,6 @@ use axum::extract::{Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt, stream};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::Admin;
 use crate::activity::{HistoryView, RequestEvent};
@@ -20,16 +19,11 @@ const MAX_LOG_LINES: usize = 2000;
 pub async fn activity(
     State(admin): State<Arc<Admin>>,
 ) -> Sse<impl Stream<Item = Result<Event, axum::Error>>> {
-    let (recent, receiver) = admin.metrics.activity.subscribe();
-    let live = stream::unfold(receiver, |mut receiver| async move {
-        loop {
-            match receiver.recv().await {
-                Ok(event) => return Some((event, receiver)),
-                // A page too slow to keep up misses some rows, not the stream.
-                Err(RecvError::Lagged(_)) => continue,
-                Err(RecvError::Closed) => return None,
-            }
-        }
+    let mut subscription = admin.metrics.activity.subscribe();
+    let recent = std::mem::take(&mut subscription.recent);
+    let live = stream::unfold(subscription, |mut subscription| async move {
+        let event = subscription.next().await?;
+        Some((event, subscription))
     });
     let events = stream::iter(recent).chain(live).map(as_event);
     Sse::new(events).keep_alive(KeepAlive::default())

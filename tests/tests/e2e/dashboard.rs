@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use corral_fixture::Arch;
 use corral_tests::browser::Browser;
 use corral_tests::server::{Dirs, Server, chat, client};
+use nix::sys::signal::Signal;
 use serde_json::json;
 
 const LLAMA_ROW: &str = "#models tr[data-model=\"llama\"]";
@@ -35,7 +36,7 @@ fn confirm(page: &Browser) {
 fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
     let args = ["--api-key", "client-key", "--admin-key", "admin-key"].map(OsStr::new);
-    let server = Server::start_with(&dirs, &args);
+    let mut server = Server::start_with(&dirs, &args);
     let page = Browser::open();
     page.goto(&server.url("/"));
 
@@ -141,15 +142,19 @@ fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
          select.dispatchEvent(new Event('change'));",
         vec![],
     );
+    page.type_into("#chat-max-tokens", "8");
     page.type_into("#chat-input", "Say hello.");
     page.click("#chat-send");
-    page.wait_for("the streamed answer", |page| {
-        page.text("#chat-answer")
-            .is_some_and(|answer| !answer.trim().is_empty())
+    page.wait_for("the streamed answer and its usage", |page| {
+        let answer = page.text("#chat-answer").unwrap_or_default();
+        let stats = page.text("#chat-stats").unwrap_or_default();
+        !answer.trim().is_empty() && stats.contains(" output")
     });
     let curl = page.text("#chat-curl").unwrap_or_default();
     assert!(
-        curl.contains("curl") && curl.contains("/v1/chat/completions"),
+        curl.contains("curl")
+            && curl.contains("/v1/chat/completions")
+            && curl.contains("\"max_tokens\":8"),
         "{curl}"
     );
     assert!(
@@ -168,4 +173,13 @@ fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
         page.text("#log").is_some_and(|log| log.contains("llama"))
     });
     page.screenshot("activity");
+
+    // The page's open activity stream does not hold up the server's stop.
+    server.signal(Signal::SIGTERM);
+    assert!(server.wait().success());
+    let log = server.log_lines().join("\n");
+    assert!(
+        log.contains("stopped") && !log.contains("drain timeout"),
+        "{log}"
+    );
 }

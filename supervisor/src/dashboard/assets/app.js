@@ -939,7 +939,6 @@
     // Follow the end only for a reader who has not scrolled up.
     const following = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     log.textContent = tail.lines.length ? tail.lines.join('\n') : '(no lines yet)';
-    $('log-path').textContent = tail.path ?? '(no log file)';
     if (following) log.scrollTop = log.scrollHeight;
   }
 
