@@ -47,7 +47,7 @@ impl Browser {
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-first-run", "--disable-extensions",
+                    "--disable-sync", "--no-first-run", "--disable-extensions", "--disable-quic",
                     "--window-size=1280,900",
                     format!("--user-data-dir={}", profile.path().display()),
                 ],

@@ -1,16 +1,21 @@
 //! The dashboard in Debian's headless Chromium against a real `corral serve` with API keys and an
 //! admin key: locked without a key, read-only with an API key, and with the admin key a model
-//! loaded, its worker killed and its return, a chat streamed, the activity and every view, each
-//! saved as a screenshot under `target/dashboard-screenshots/`.
+//! loaded, its worker killed and its return, pinned, unloaded, another pulled from a hub on
+//! loopback, a chat streamed, the activity and every view, each saved as a screenshot under
+//! `target/dashboard-screenshots/`.
 
 use std::ffi::OsStr;
 
 use corral_fixture::Arch;
 use corral_tests::browser::Browser;
+use corral_tests::fake_hub::{FakeHub, FakeRepo};
 use corral_tests::server::{Dirs, Server, chat, client};
+use corral_tests::tiny_model;
 use nix::sys::signal::Signal;
-use serde_json::json;
+use serde_json::{Value, json};
 
+/// What the page pulls from the fake hub.
+const PULLED: &str = "corral-test/tiny-llama";
 const LLAMA_ROW: &str = "#models tr[data-model=\"llama\"]";
 const WORKER_ROW: &str = "#workers tr[data-model=\"llama\"]";
 const TAB: &str = "\u{E004}";
@@ -27,16 +32,45 @@ fn worker_pid(page: &Browser) -> Option<u32> {
         .ok()
 }
 
+/// `model`'s entry in `/v1/models/status`, read with the API key.
+fn status_of(server: &Server, model: &str) -> Value {
+    let status: Value = client()
+        .get(server.url("/v1/models/status"))
+        .bearer_auth("client-key")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    status["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["id"] == model)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {model} in {status}"))
+}
+
 /// Answers the confirmation the page asks before each operation.
 fn confirm(page: &Browser) {
     page.click("#confirm-yes");
 }
 
 #[test]
-fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
+fn the_dashboard_shows_and_operates_the_server_with_the_keys_it_is_given() {
     let dirs = Dirs::with_models(&[Arch::Llama]);
     let args = ["--api-key", "client-key", "--admin-key", "admin-key"].map(OsStr::new);
-    let mut server = Server::start_with(&dirs, &args);
+    // A hub on loopback for the pull, into a Hugging Face cache of the test's own.
+    let hub = FakeHub::start();
+    let pulled = tiny_model(Arch::Llama);
+    hub.add(PULLED, FakeRepo::from_dir(pulled.path()));
+    let hf_home = tempfile::tempdir().unwrap();
+    let endpoint = hub.endpoint();
+    let env = [
+        ("HF_HOME", hf_home.path().as_os_str()),
+        ("HF_ENDPOINT", OsStr::new(&endpoint)),
+        ("HF_TOKEN", OsStr::new("")),
+    ];
+    let mut server = Server::start_with_env(&dirs, &args, &env);
     let page = Browser::open();
     page.goto(&server.url("/"));
 
@@ -109,6 +143,36 @@ fn the_dashboard_shows_loads_kills_and_chats_with_the_keys_it_is_given() {
     page.wait_for("a new worker", |page| {
         worker_pid(page).is_some_and(|pid| pid != first_pid)
     });
+
+    // Pinned from the page, as the status says; then unloaded from it.
+    page.click("a[href=\"#models\"]");
+    page.click(&format!("{LLAMA_ROW} button[data-action=\"pin\"]"));
+    confirm(&page);
+    page.wait_for("the model pinned", |page| {
+        page.text(&format!("{LLAMA_ROW} button[data-action=\"pin\"]"))
+            .is_some_and(|label| label.trim() == "Unpin")
+    });
+    assert_eq!(status_of(&server, "llama")["pinned"], true);
+    page.click(&format!("{LLAMA_ROW} button[data-action=\"unload\"]"));
+    confirm(&page);
+    page.wait_for("the unloaded model", |page| {
+        page.text(&format!("{LLAMA_ROW} .state"))
+            .is_some_and(|state| state.contains("not_running"))
+    });
+    assert!(server.worker_pids().is_empty());
+
+    // Pulled from the hub with its progress, then listed as a model.
+    page.type_into("#pull-model", PULLED);
+    page.click("#pull-start");
+    confirm(&page);
+    page.wait_for("the pull to finish", |page| {
+        page.text("#pull-progress")
+            .is_some_and(|progress| progress.contains("Pulled"))
+    });
+    page.wait_for("the pulled model's row", |page| {
+        page.visible(&format!("#models tr[data-model=\"{PULLED}\"]")) == 1
+    });
+    page.screenshot("models-pulled");
 
     // The views by keyboard: Tab to the memory link, Enter.
     page.script("document.activeElement?.blur(); window.focus();", vec![]);
