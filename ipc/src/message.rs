@@ -426,6 +426,11 @@ pub struct Usage {
     pub drafted_tokens: u32,
     #[serde(default)]
     pub accepted_tokens: u32,
+    /// The first prompt token that differs from what the prefix cache held on the prompt's path
+    /// (a kept tail with another token there); `None` where the prompt only went on past what
+    /// was cached, or where a block ended the match, whose differing token the cache cannot tell.
+    #[serde(default)]
+    pub diverged_at: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

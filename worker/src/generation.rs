@@ -110,6 +110,8 @@ pub struct Timings {
     pub prompt_tokens: usize,
     /// Of those, restored from the prefix cache rather than prefilled.
     pub cached_tokens: usize,
+    /// Where the prompt parted from what the prefix cache held, when it could tell.
+    pub diverged_at: Option<usize>,
     pub completion_tokens: usize,
     pub prefill: Duration,
     pub decode: Duration,

@@ -31,6 +31,8 @@ pub(crate) struct Sequence<'m> {
     /// The prompt's images, where it has any.
     images: Option<ImagePrompt>,
     cached_tokens: usize,
+    /// Where the prompt parted from what the prefix cache held, when it could tell.
+    diverged_at: Option<usize>,
     /// Prompt positions in the cache so far (restored or prefilled).
     prefilled: usize,
     cache: Vec<KvCache>,
@@ -80,10 +82,11 @@ impl<'m> Sequence<'m> {
         let started = Instant::now();
         let prompt = prepared.tokens;
         let images = prepared.images;
-        let (cache, cached_tokens) = match prefix {
+        let (cache, cached_tokens, diverged_at) = match prefix {
             Some(prefix) => {
                 let key = cache_key(images.as_ref(), &prompt, prompt.len());
-                let (mut cache, cached) = prefix.restore(&key, || loaded.model.new_cache());
+                let restored = prefix.restore(&key, || loaded.model.new_cache());
+                let mut cache = restored.caches;
                 // What this sequence adds from its prompt's last whole block on is kept for the
                 // prefix cache's tail, which a sliding window would otherwise let go of.
                 let last_block = prompt.len() / prefix.block_tokens() * prefix.block_tokens();
@@ -92,9 +95,9 @@ impl<'m> Sequence<'m> {
                     // A recurrent layer records its state at each boundary, for the blocks.
                     layer.snapshot_every(prefix.block_tokens() as i32);
                 }
-                (cache, cached)
+                (cache, restored.cached_tokens, restored.diverged_at)
             }
-            None => (loaded.model.new_cache(), 0),
+            None => (loaded.model.new_cache(), 0, None),
         };
         let context = loaded.model.config.max_position_embeddings;
         let budget = request
@@ -108,6 +111,7 @@ impl<'m> Sequence<'m> {
             prompt,
             images,
             cached_tokens,
+            diverged_at,
             prefilled: cached_tokens,
             cache,
             token_to_forward: false,
@@ -465,6 +469,7 @@ impl<'m> Sequence<'m> {
                 accepted: self.accepted,
                 prompt_tokens: self.prompt.len(),
                 cached_tokens: self.cached_tokens,
+                diverged_at: self.diverged_at,
                 completion_tokens: self.generated,
                 prefill: self.prefill_time,
                 decode: self
@@ -600,6 +605,7 @@ pub(crate) fn done_without_compute(finish_reason: FinishReason, prompt_tokens: u
         timings: Timings {
             prompt_tokens,
             cached_tokens: 0,
+            diverged_at: None,
             completion_tokens: 0,
             prefill: Duration::ZERO,
             decode: Duration::ZERO,

@@ -130,6 +130,7 @@ pub fn to_wire_event(id: u64, event: Result<Event, GenerateError>) -> (FromWorke
                     cached_tokens: saturate(timings.cached_tokens),
                     drafted_tokens: saturate(timings.drafted),
                     accepted_tokens: saturate(timings.accepted),
+                    diverged_at: timings.diverged_at.map(saturate),
                 },
                 timings: WireTimings {
                     prefill_ms: timings.prefill.as_millis() as u64,

@@ -219,6 +219,7 @@ pub fn from_worker() -> Vec<FromWorker> {
                 cached_tokens: 0,
                 drafted_tokens: 12,
                 accepted_tokens: 7,
+                diverged_at: Some(9),
             },
             timings: Timings {
                 prefill_ms: 12,
@@ -237,6 +238,7 @@ pub fn from_worker() -> Vec<FromWorker> {
                 cached_tokens: 0,
                 drafted_tokens: 0,
                 accepted_tokens: 0,
+                diverged_at: None,
             },
             timings: Timings {
                 prefill_ms: 0,
@@ -255,6 +257,7 @@ pub fn from_worker() -> Vec<FromWorker> {
                 cached_tokens: 0,
                 drafted_tokens: 0,
                 accepted_tokens: 0,
+                diverged_at: None,
             },
             timings: Timings {
                 prefill_ms: 1,
@@ -273,6 +276,7 @@ pub fn from_worker() -> Vec<FromWorker> {
                 cached_tokens: 0,
                 drafted_tokens: 0,
                 accepted_tokens: 0,
+                diverged_at: None,
             },
             timings: Timings {
                 prefill_ms: 1,

@@ -46,6 +46,7 @@ async fn fake_worker(path: std::path::PathBuf) {
                         cached_tokens: 0,
                         drafted_tokens: 0,
                         accepted_tokens: 0,
+                        diverged_at: None,
                     },
                     timings: Timings {
                         prefill_ms: 1,

@@ -63,6 +63,8 @@ pub struct RequestEvent {
     pub status: Option<u16>,
     pub prompt_tokens: Option<u32>,
     pub cached_tokens: Option<u32>,
+    /// The first prompt token that differed from what the prefix cache held, when it could tell.
+    pub diverged_at: Option<u32>,
     pub output_tokens: Option<u32>,
     pub ttft_ms: Option<f64>,
     /// Generated tokens per second of decoding, as the worker timed it.
@@ -134,6 +136,7 @@ impl Activity {
                 status: None,
                 prompt_tokens: None,
                 cached_tokens: None,
+                diverged_at: None,
                 output_tokens: None,
                 ttft_ms: None,
                 tokens_per_second: None,
@@ -219,6 +222,7 @@ impl RequestRecord {
         let mut event = lock(&self.event);
         event.prompt_tokens = Some(usage.prompt_tokens);
         event.cached_tokens = Some(usage.cached_tokens);
+        event.diverged_at = usage.diverged_at;
         event.output_tokens = Some(usage.completion_tokens);
         event.tokens_per_second = (decode_ms > 0 && usage.completion_tokens > 1)
             .then(|| f64::from(usage.completion_tokens) * 1000.0 / decode_ms as f64);

@@ -227,12 +227,34 @@ fn the_dashboard_shows_and_operates_the_server_with_the_keys_it_is_given() {
     );
     page.screenshot("chat");
 
+    // Two turns that part after their common start: the second's row says where.
+    for fruit in ["apples", "pears"] {
+        let asked = json!({
+            "model": "llama",
+            "messages": [{"role": "user", "content": format!("Tell me about {fruit}.")}],
+            "max_tokens": 2,
+        });
+        let answer = client()
+            .post(server.url("/v1/chat/completions"))
+            .bearer_auth("client-key")
+            .json(&asked)
+            .send()
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+    }
+
     // The activity lists the page's chat as it happened, and the log its lines.
     page.click("a[href=\"#activity\"]");
-    page.wait_for("the chat in the activity", |page| {
-        page.text("#activity")
-            .is_some_and(|rows| rows.contains("chat") && rows.contains("llama"))
-    });
+    page.wait_for(
+        "the chats in the activity, one parted from the cache",
+        |page| {
+            page.text("#activity").is_some_and(|rows| {
+                rows.contains("chat")
+                    && rows.contains("llama")
+                    && rows.contains("diverged at token")
+            })
+        },
+    );
     page.wait_for("the log tail", |page| {
         page.text("#log").is_some_and(|log| log.contains("llama"))
     });

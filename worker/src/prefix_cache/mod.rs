@@ -125,6 +125,15 @@ impl PrefixCounters {
     }
 }
 
+/// What [`PrefixCache::restore`] found for a prompt.
+pub struct Restored {
+    /// A fresh cache, holding the first `cached_tokens` positions of the prompt.
+    pub caches: Vec<KvCache>,
+    pub cached_tokens: usize,
+    /// Where the prompt parts from what the cache held on its path, when the cache can tell.
+    pub diverged_at: Option<usize>,
+}
+
 pub struct PrefixCache {
     block_tokens: usize,
     snapshot_every: usize,
@@ -202,11 +211,7 @@ impl PrefixCache {
     /// the reuse: the sequence then starts cold. A model with recurrent layers restores up to the
     /// deepest cached block that carries a snapshot, or further to a point of a tail that holds
     /// the recurrent states there.
-    pub fn restore(
-        &mut self,
-        prompt: &[u32],
-        cold: impl Fn() -> Vec<KvCache>,
-    ) -> (Vec<KvCache>, usize) {
+    pub fn restore(&mut self, prompt: &[u32], cold: impl Fn() -> Vec<KvCache>) -> Restored {
         let mut empty = cold();
         let recurrent = !restorable(&empty[self.filled.clone()]);
         let usable = prompt.len().saturating_sub(1) / self.block_tokens;
@@ -250,6 +255,7 @@ impl PrefixCache {
                 tail = Some((found_tail, reused));
             }
         }
+        let diverged_at = self.divergence(prompt, &found);
         // The ranks restore together or not at all: they hold the same blocks unless one's
         // tier let some go or failed to read them.
         if let Some(group) = &self.group
@@ -266,8 +272,13 @@ impl PrefixCache {
         );
         PrefixCounters::add(&counters.hit_tokens, hit_tokens as u64);
         PrefixCounters::add(&counters.miss_tokens, (prompt.len() - hit_tokens) as u64);
+        let restored = |caches, cached_tokens| Restored {
+            caches,
+            cached_tokens,
+            diverged_at,
+        };
         if hit_tokens == 0 {
-            return (empty, 0);
+            return restored(empty, 0);
         }
         let tail_layers = tail.as_ref().map(|(tail, reused)| tail.first(*reused));
         let mut parts: Vec<&[(Array, Array)]> =
@@ -282,12 +293,31 @@ impl PrefixCache {
             snapshot.filter(|_| recurrent),
             &mut empty[self.filled.clone()],
         ) {
-            Ok(()) => (empty, hit_tokens),
+            Ok(()) => restored(empty, hit_tokens),
             Err(error) => {
                 tracing::warn!(%error, "prefix cache: cannot restore a prefix; prefilling cold");
-                (cold(), 0)
+                restored(cold(), 0)
             }
         }
+    }
+
+    /// The first token of `prompt` that differs from what the cache holds on its path: past the
+    /// `found` blocks, where the kept tail it agrees with longest has another token. `None` where
+    /// the prompt only goes on past what is cached, or where a missing block ended the match
+    /// (blocks are kept by their hash: which of its tokens differed, the cache cannot tell).
+    fn divergence(&self, prompt: &[u32], found: &[Rc<Block>]) -> Option<usize> {
+        (0..=found.len())
+            .filter_map(|at| {
+                let parent = at
+                    .checked_sub(1)
+                    .map_or(self.fingerprint, |index| found[index].key);
+                let start = at * self.block_tokens;
+                let (common, differs) = self.tails.agreement(&parent, &prompt[start..])?;
+                Some((start + common, differs))
+            })
+            .max_by_key(|(agreed, _)| *agreed)
+            .filter(|(agreed, differs)| *differs && *agreed >= found.len() * self.block_tokens)
+            .map(|(agreed, _)| agreed)
     }
 
     /// Positions per block: a sequence keeps its cache from its prompt's last whole block on.

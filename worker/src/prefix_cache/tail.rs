@@ -181,6 +181,20 @@ impl TailStore {
         Some((tail.clone(), reused))
     }
 
+    /// How far `rest` agrees with the tail under `parent` that it agrees with longest, and
+    /// whether that tail holds another token where they part (`false`: `rest` only goes on past
+    /// it, or ends).
+    pub fn agreement(&self, parent: &BlockKey, rest: &[u32]) -> Option<(usize, bool)> {
+        self.tails
+            .iter()
+            .filter(|(tail, _)| tail.parent == *parent)
+            .map(|(tail, _)| {
+                let common = common_prefix(&tail.tokens, rest);
+                (common, common < tail.tokens.len() && common < rest.len())
+            })
+            .max_by_key(|(common, _)| *common)
+    }
+
     /// Keeps `tail`, replacing the tails under the same parent that it extends (a conversation's
     /// earlier turns) and taking their recurrent states, or giving its states to a kept one that
     /// covers it; then evicts the least recently used while over budget. Returns how many tails

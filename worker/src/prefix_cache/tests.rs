@@ -9,7 +9,7 @@ use std::sync::Arc;
 use corral_fixture::{Arch, Dtype, FixtureOptions, Format, Size};
 use mlx_rs::ops::indexing::IndexOp;
 
-use super::{PrefixCache, PrefixCacheOptions, PrefixCounters};
+use super::{PrefixCache, PrefixCacheOptions, PrefixCounters, Restored};
 use crate::loaded::LoadedModel;
 use crate::model::{Model, Segment};
 use crate::sequence::host_rows;
@@ -100,9 +100,15 @@ fn a_prefix_restored_from_blocks_and_a_tail_gives_the_cold_logits() {
     let continued: Vec<u32> = first.iter().copied().chain([90, 91, 92]).collect();
     let mut rerendered = continued.clone();
     rerendered[13] = 77;
-    for (prompt, expected) in [(&continued, 14), (&rerendered, 13)] {
-        let (mut restored, cached) = prefix.restore(prompt, || model.new_cache());
+    // The continuation only goes on past what was cached; the re-rendering parts from it at 13.
+    for (prompt, expected, diverged) in [(&continued, 14, None), (&rerendered, 13, Some(13))] {
+        let Restored {
+            caches: mut restored,
+            cached_tokens: cached,
+            diverged_at,
+        } = prefix.restore(prompt, || model.new_cache());
         assert_eq!(cached, expected);
+        assert_eq!(diverged_at, diverged);
         let warm = last_logits(model, &prompt[cached..], &mut restored);
         let cold = last_logits(model, prompt, &mut model.new_cache());
         let worst = worst_difference(&warm, &cold);
@@ -128,7 +134,11 @@ fn a_generated_block_the_next_prompt_rerenders_still_reuses_to_the_token() {
     // tail from the prompt's last whole block (token 8 on) does, to token 13.
     let mut next: Vec<u32> = first.iter().copied().chain([90, 91]).collect();
     next[13] = 77;
-    let (mut restored, cached) = prefix.restore(&next, || model.new_cache());
+    let Restored {
+        caches: mut restored,
+        cached_tokens: cached,
+        ..
+    } = prefix.restore(&next, || model.new_cache());
     assert_eq!(cached, 13);
     let warm = last_logits(model, &next[cached..], &mut restored);
     let cold = last_logits(model, &next, &mut model.new_cache());
@@ -176,7 +186,11 @@ fn a_prefix_of_layers_with_their_own_shapes_restores_from_the_ssd_tier() {
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));
     let continued: Vec<u32> = first.iter().copied().chain([90, 91, 92]).collect();
-    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    let Restored {
+        caches: mut restored,
+        cached_tokens: cached,
+        ..
+    } = prefix.restore(&continued, || model.new_cache());
     assert_eq!(cached, 12);
     let warm = last_logits(model, &continued[cached..], &mut restored);
     let cold = last_logits(model, &continued, &mut model.new_cache());
@@ -200,7 +214,11 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
         let mut cache = model.new_cache();
         last_logits(model, &first, &mut cache);
         prefix.store_sequence(&first, first.len(), &cache);
-        let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+        let Restored {
+            caches: mut restored,
+            cached_tokens: cached,
+            ..
+        } = prefix.restore(&continued, || model.new_cache());
         assert_eq!(cached, 14);
         let warm = last_logits(model, &continued[cached..], &mut restored);
         let worst = worst_difference(&warm, &cold);
@@ -213,7 +231,11 @@ fn a_latent_attention_prefix_restores_from_ram_and_from_the_ssd_tier() {
 
     // A new worker: RAM is empty, the three whole blocks come from the SSD.
     let mut prefix = with_disk(&loaded, Some(disk.path()));
-    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    let Restored {
+        caches: mut restored,
+        cached_tokens: cached,
+        ..
+    } = prefix.restore(&continued, || model.new_cache());
     assert_eq!(cached, 12);
     let warm = last_logits(model, &continued[cached..], &mut restored);
     let worst = worst_difference(&warm, &cold);
@@ -254,7 +276,11 @@ fn assert_restores_like_cold(
     prompt: &[u32],
     cached: usize,
 ) {
-    let (mut restored, restored_tokens) = prefix.restore(prompt, || model.new_cache());
+    let Restored {
+        caches: mut restored,
+        cached_tokens: restored_tokens,
+        ..
+    } = prefix.restore(prompt, || model.new_cache());
     assert_eq!(restored_tokens, cached);
     let warm = last_logits(model, &prompt[cached..], &mut restored);
     let cold = last_logits(model, prompt, &mut model.new_cache());
@@ -382,7 +408,11 @@ fn a_restored_sequence_packed_with_another_gives_its_cold_logits() {
     run_sequence(&mut prefix, model, &prompt, 5, &[]);
     let continued: Vec<u32> = prompt.iter().copied().chain([90, 91]).collect();
     // Restored to the prompt's end, off a block boundary, from the tail's states.
-    let (mut restored, cached) = prefix.restore(&continued, || model.new_cache());
+    let Restored {
+        caches: mut restored,
+        cached_tokens: cached,
+        ..
+    } = prefix.restore(&continued, || model.new_cache());
     assert_eq!(cached, 14);
     // Another sequence in the same pass, recording its own boundary (4) mid-pass.
     let other: Vec<u32> = (0..7).map(|index| 100 - index * 3).collect();

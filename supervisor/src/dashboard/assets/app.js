@@ -746,6 +746,9 @@
     return shares;
   }
 
+  const divergedNote = (request) =>
+    (request.diverged_at != null ? `, diverged at token ${formatNumber(request.diverged_at)}` : '');
+
   function renderCache() {
     const shares = recentCacheShares();
     const rows = new Map();
@@ -766,7 +769,7 @@
   function cacheRow({ model, cache, ready }, share) {
     const name = `<th scope="row" class="mono">${escapeHtml(model)}</th>`;
     const recent = share
-      ? `<td class="num">${formatPercent(share.cached, share.prompt)}<span class="sub">last ${share.count}: ${formatNumber(share.cached)} of ${formatNumber(share.prompt)} tok; latest ${formatNumber(share.latest.cached_tokens ?? 0)}/${formatNumber(share.latest.prompt_tokens)}</span></td>`
+      ? `<td class="num">${formatPercent(share.cached, share.prompt)}<span class="sub">last ${share.count}: ${formatNumber(share.cached)} of ${formatNumber(share.prompt)} tok; latest ${formatNumber(share.latest.cached_tokens ?? 0)}/${formatNumber(share.latest.prompt_tokens)}${divergedNote(share.latest)}</span></td>`
       : `<td class="num">${DASH}</td>`;
     if (!cache) {
       const why = ready ? 'no prefix cache' : 'worker not ready';
@@ -927,10 +930,18 @@
       <td title="${escapeHtml(request.route)}">${escapeHtml(request.api)}</td>
       <td title="${escapeHtml(request.client)}">${escapeHtml(shortClient(request.client))}</td>
       <td class="mono">${escapeHtml(request.model || DASH)}</td>
-      ${numCell(request.prompt_tokens)}${numCell(request.cached_tokens)}${numCell(request.output_tokens)}
+      ${numCell(request.prompt_tokens)}${cachedCell(request)}${numCell(request.output_tokens)}
       ${numCell(request.ttft_ms)}${numCell(request.tokens_per_second, 1)}
       <td>${status}</td>
       <td class="num">${finished ? formatMs(request.duration_ms) : DASH}</td>`;
+  }
+
+  /** The cached tokens, and where the prompt parted from the cache when the worker could tell. */
+  function cachedCell(request) {
+    const diverged = request.diverged_at != null
+      ? `<span class="sub warn">diverged at token ${formatNumber(request.diverged_at)}</span>`
+      : '';
+    return `<td class="num">${formatNumber(request.cached_tokens)}${diverged}</td>`;
   }
 
   async function refreshLogs() {

@@ -55,6 +55,7 @@ fn done(id: u64) -> FromWorker {
             cached_tokens: 0,
             drafted_tokens: 0,
             accepted_tokens: 0,
+            diverged_at: None,
         },
         timings: Timings {
             prefill_ms: 0,
